@@ -1,0 +1,226 @@
+"""The workspace model: from any path inside, where everything is.
+
+Layout (the grouping dir holds the toplevel and its sibling worktrees)::
+
+    <grouping>/<top>/          toplevel: main worktree of the container repo
+    <grouping>/<top>/<repo>/   a plain clone per manifest repo
+    <grouping>/<name>/         feature worktree of <top>
+    <grouping>/<name>/<repo>/  git worktree of <top>/<repo>
+    <grouping>/claude/         the sandboxed agents' config dir (per group)
+    <grouping>/extern/         optional reference trees
+    <grouping>/.chtop/         chtop's host-side state (proxy logs, ...)
+
+Finding a workspace reads files only (no git processes), and never trusts a
+worktree's ``.git`` pointer on its own: the toplevel's store must list the
+worktree back.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import WorkspaceError
+from .manifest import MANIFEST_NAME, Manifest, load_manifest
+
+MARKERS = ("tasks.py", MANIFEST_NAME)
+RESERVED_GROUP_NAMES = ("claude", "extern", ".chtop")
+
+
+@dataclass(frozen=True)
+class Checkout:
+    """One repo's checkout inside a workspace ("" names the container repo)."""
+
+    name: str
+    path: Path
+    store: Path
+
+    @property
+    def label(self) -> str:
+        return self.name or "(container)"
+
+
+@dataclass(frozen=True)
+class Workspace:
+    grouping: Path
+    toplevel: Path
+    root: Path
+    manifest: Manifest
+
+    @property
+    def is_toplevel(self) -> bool:
+        return self.root == self.toplevel
+
+    @property
+    def name(self) -> str:
+        return self.root.name
+
+    @property
+    def policy_dir(self) -> Path:
+        return self.toplevel / "sandbox"
+
+    @property
+    def claude_dir(self) -> Path:
+        return self.grouping / "claude"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.grouping / ".chtop"
+
+    @property
+    def venv_dir(self) -> Path:
+        return self.root / ".venv"
+
+    def reserved_names(self) -> tuple[str, ...]:
+        return (self.toplevel.name,) + RESERVED_GROUP_NAMES
+
+    def worktree_root(self, name: str) -> Path:
+        return self.grouping / name
+
+    def checkouts(self) -> list[Checkout]:
+        """The container repo first, then the manifest repos in order."""
+        result = [Checkout("", self.root, self.toplevel / ".git")]
+        for repo in self.manifest.repos:
+            result.append(Checkout(repo.name, self.root / repo.name, self.toplevel / repo.name / ".git"))
+        return result
+
+    def for_root(self, root: Path) -> "Workspace":
+        """The same group seen from another checkout (its own manifest)."""
+        root = Path(root)
+        return Workspace(self.grouping, self.toplevel, root, load_manifest(root / MANIFEST_NAME))
+
+
+def _is_checkout_root(path: Path) -> bool:
+    return (path / ".git").exists() and all((path / m).is_file() for m in MARKERS)
+
+
+def find_root(start: Path) -> Path:
+    """The nearest enclosing dir that is a checkout of the container repo."""
+    start = Path(start).resolve()
+    for candidate in (start, *start.parents):
+        if _is_checkout_root(candidate):
+            return candidate
+    raise WorkspaceError(
+        f"{start} is not inside a chtop workspace (no parent has {' and '.join(MARKERS)} and .git).\n"
+        "Run this from the toplevel, a feature worktree, or a repo inside one."
+    )
+
+
+def read_gitdir_file(dot_git: Path) -> Path:
+    """The target of a ``.git`` pointer file (``gitdir: PATH``), resolved."""
+    if dot_git.is_symlink() or not dot_git.is_file():
+        raise WorkspaceError(f"{dot_git}: expected a regular .git file")
+    text = dot_git.read_text().strip()
+    if not text.startswith("gitdir:") or "\n" in text:
+        raise WorkspaceError(f"{dot_git}: not a git pointer file (expected one 'gitdir: PATH' line)")
+    target = Path(text[len("gitdir:"):].strip())
+    if not target.is_absolute():
+        target = dot_git.parent / target
+    return Path(os.path.normpath(target))
+
+
+def admin_dir_for(store: Path, checkout: Path) -> Path | None:
+    """The store's worktrees/<id> dir whose ``gitdir`` names ``checkout/.git``."""
+    worktrees = store / "worktrees"
+    if not worktrees.is_dir():
+        return None
+    want = checkout / ".git"
+    for admin in sorted(worktrees.iterdir()):
+        gitdir = admin / "gitdir"
+        try:
+            listed = Path(os.path.normpath(gitdir.read_text().strip()))
+        except OSError:
+            continue
+        if listed == want:
+            return admin
+    return None
+
+
+def toplevel_of(root: Path) -> Path:
+    """The main worktree of the container repo that ``root`` belongs to."""
+    dot_git = root / ".git"
+    if dot_git.is_dir() and not dot_git.is_symlink():
+        return root
+    admin = read_gitdir_file(dot_git)
+    store = admin.parent.parent
+    toplevel = store.parent
+    if store.name != ".git" or admin.parent.name != "worktrees" or admin_dir_for(store, root) != admin:
+        raise WorkspaceError(
+            f"{root}/.git points at {admin}, which is not a worktree of a toplevel in this group.\n"
+            "The workspace layout is broken (or the .git file was tampered with); "
+            "recreate the worktree with `inv worktree.create`."
+        )
+    return toplevel
+
+
+def check_grouping(grouping: Path, toplevel: Path) -> None:
+    home = Path(os.environ.get("HOME", "/nonexistent")).resolve()
+    if grouping == home:
+        raise WorkspaceError(
+            f"the toplevel {toplevel} sits directly in $HOME; its sibling worktrees would land in $HOME.\n"
+            f"Move it into a grouping dir, e.g.: mkdir ~/ch && mv {toplevel} ~/ch/"
+        )
+
+
+def find_workspace(start: Path | None = None) -> Workspace:
+    """The workspace around ``start`` (default: the current directory)."""
+    root = find_root(Path.cwd() if start is None else start)
+    toplevel = toplevel_of(root)
+    grouping = toplevel.parent
+    check_grouping(grouping, toplevel)
+    if root != toplevel and root.parent != grouping:
+        raise WorkspaceError(
+            f"{root} is a worktree of {toplevel} but not its sibling; chtop worktrees live in {grouping}/."
+        )
+    return Workspace(grouping, toplevel, root, load_manifest(root / MANIFEST_NAME))
+
+
+def checkout_problem(ws: Workspace, checkout: Checkout) -> str | None:
+    """Why ``checkout``'s .git does not point where the layout says, or None."""
+    dot_git = checkout.path / ".git"
+    if not dot_git.exists() and not dot_git.is_symlink():
+        return f"{checkout.path}: missing (no .git)"
+    if ws.is_toplevel:
+        if dot_git.is_symlink() or not dot_git.is_dir():
+            return f"{dot_git}: expected the repo's own .git directory"
+        return None
+    try:
+        admin = read_gitdir_file(dot_git)
+    except WorkspaceError as exc:
+        return str(exc)
+    if admin.parent != checkout.store / "worktrees" or admin_dir_for(checkout.store, checkout.path) != admin:
+        return f"{dot_git}: points at {admin}, expected a worktree entry in {checkout.store}/worktrees/"
+    commondir = admin / "commondir"
+    try:
+        common = Path(os.path.normpath(admin / commondir.read_text().strip()))
+    except OSError:
+        return f"{commondir}: unreadable"
+    if common != checkout.store or commondir.is_symlink():
+        return f"{commondir}: points at {common}, expected {checkout.store}"
+    return None
+
+
+def verify_git_dirs(ws: Workspace, names: list[str] | None = None) -> None:
+    """Refuse when a checkout's .git does not point where the layout says.
+
+    An agent that rewrites a worktree's ``.git`` file (or the store's
+    ``commondir``) could point host-side git at a config of its own, whose
+    ``core.fsmonitor`` runs any command: so every git command chtop runs on
+    the host is preceded by this check.
+    """
+    problems = []
+    for checkout in ws.checkouts():
+        if names is not None and checkout.name not in names:
+            continue
+        if checkout.name and not checkout.path.exists():
+            continue  # absent repos are reported by the operation itself
+        problem = checkout_problem(ws, checkout)
+        if problem:
+            problems.append(problem)
+    if problems:
+        raise WorkspaceError(
+            "refusing to run git: a checkout's git dir is not the one the workspace layout says:\n  "
+            + "\n  ".join(problems)
+            + "\nInspect these by hand before trusting them (they may have been tampered with)."
+        )
