@@ -1,0 +1,352 @@
+"""Git across every repo of a workspace: status, diff, relations, rebase, merge.
+
+Read-only fan-out (status, diff, ahead/behind) runs in a bounded thread
+pool and prints in manifest order; changes (rebase, merge) check every
+repo first, then run one repo at a time.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import runner
+from .errors import ChtopError, CommandFailed, Refused, WorkspaceError
+from .term import bold, git_color_args, say, warn
+from .workspace import Checkout, Workspace, verify_git_dirs
+
+POOL_SIZE = max(1, min(os.cpu_count() or 1, 8))
+
+
+def git(checkout_dir: Path, args, *, check=True, quiet=True, capture=True, timeout=300) -> runner.Result:
+    return runner.run(["git", *args], cwd=checkout_dir, check=check, quiet=quiet, capture=capture, timeout=timeout)
+
+
+def fan_out(func, items):
+    """``func`` over ``items`` in the pool, results in input order."""
+    items = list(items)
+    if len(items) <= 1:
+        return [func(item) for item in items]
+    with ThreadPoolExecutor(max_workers=POOL_SIZE) as pool:
+        return list(pool.map(func, items))
+
+
+def head_branch(checkout_dir: Path) -> str | None:
+    """The branch checked out in ``checkout_dir``, None when detached."""
+    result = git(checkout_dir, ["symbolic-ref", "--quiet", "--short", "HEAD"], check=False)
+    return result.stdout.strip() if result.ok else None
+
+
+def toplevel_branch(ws: Workspace) -> str:
+    """The container repo's integration branch: what its toplevel has checked out."""
+    head = (ws.toplevel / ".git" / "HEAD").read_text().strip()
+    if not head.startswith("ref: refs/heads/"):
+        raise WorkspaceError(f"{ws.toplevel} has a detached HEAD; check out its integration branch first.")
+    return head[len("ref: refs/heads/"):]
+
+
+def integration_branch(ws: Workspace, checkout: Checkout) -> str:
+    return ws.manifest.get(checkout.name).branch if checkout.name else toplevel_branch(ws)
+
+
+def display_name(ws: Workspace, path: Path) -> str:
+    """A path shown relative to the grouping dir, as the seed writes them."""
+    try:
+        return str(path.relative_to(ws.grouping))
+    except ValueError:
+        return str(path)
+
+
+def present_checkouts(ws: Workspace) -> list[Checkout]:
+    """The checkouts that exist; absent ones are warned about."""
+    result = []
+    for checkout in ws.checkouts():
+        if checkout.path.exists():
+            result.append(checkout)
+        else:
+            warn(f"{display_name(ws, checkout.path)} is missing (run `inv toplevel.init` in the toplevel)")
+    return result
+
+
+# -- status / diff -----------------------------------------------------------
+
+
+@dataclass
+class RepoOutput:
+    checkout: Checkout
+    header: str
+    text: str
+    returncode: int
+
+
+def run_in_checkout(ws: Workspace, checkout: Checkout, args: list[str]) -> RepoOutput:
+    argv = ["git", *git_color_args(), *args]
+    result = runner.run(argv, cwd=checkout.path, check=False, quiet=True)
+    header = f"==== {display_name(ws, checkout.path)}  [{runner.format_command(argv, checkout.path)}]"
+    return RepoOutput(checkout, header, result.stdout + result.stderr, result.returncode)
+
+
+def fan_out_git(ws: Workspace, args: list[str]) -> list[RepoOutput]:
+    verify_git_dirs(ws)
+    return fan_out(lambda c: run_in_checkout(ws, c, args), present_checkouts(ws))
+
+
+def print_outputs(outputs: list[RepoOutput], hide_empty: bool) -> int:
+    shown = 0
+    for out in outputs:
+        if hide_empty and not out.text.strip() and out.returncode == 0:
+            continue
+        shown += 1
+        say(bold(out.header))
+        say(out.text.rstrip("\n"))
+    return shown
+
+
+def worst_status(outputs) -> int:
+    return max((o.returncode for o in outputs), default=0)
+
+
+# -- branch relations -----------------------------------------------------------
+
+
+@dataclass
+class Relation:
+    checkout: Checkout
+    branch: str | None
+    integration: str
+    ahead: int
+    behind: int
+    expected_branch: str
+
+    @property
+    def off_branch(self) -> bool:
+        return self.branch != self.expected_branch
+
+
+def ahead_behind(checkout_dir: Path, base: str, tip: str = "HEAD") -> tuple[int, int]:
+    """Commits (ahead, behind): in ``tip`` not ``base``, in ``base`` not ``tip``."""
+    result = git(checkout_dir, ["rev-list", "--left-right", "--count", f"{base}...{tip}"])
+    behind, ahead = (int(x) for x in result.stdout.split())
+    return ahead, behind
+
+
+def relation_of(ws: Workspace, checkout: Checkout) -> Relation:
+    integ = integration_branch(ws, checkout)
+    branch = head_branch(checkout.path)
+    expected = integ if ws.is_toplevel else ws.name
+    ahead, behind = (0, 0) if ws.is_toplevel else ahead_behind(checkout.path, integ)
+    return Relation(checkout, branch, integ, ahead, behind, expected)
+
+
+def relations(ws: Workspace) -> list[Relation]:
+    return fan_out(lambda c: relation_of(ws, c), present_checkouts(ws))
+
+
+def describe_relation(ws: Workspace, rel: Relation) -> str | None:
+    """One line for a worktree repo that is not up to date, else None."""
+    if rel.ahead == 0 and rel.behind == 0:
+        return None
+    here = display_name(ws, rel.checkout.path)
+    top = display_name(ws, ws.toplevel / rel.checkout.name) if rel.checkout.name else display_name(ws, ws.toplevel)
+    parts = []
+    if rel.ahead:
+        parts.append(f"{rel.ahead} commit{'s' if rel.ahead != 1 else ''} ahead of")
+    if rel.behind:
+        parts.append(f"{rel.behind} commit{'s' if rel.behind != 1 else ''} behind")
+    return f"{here} is {' and '.join(parts)} {top} ({rel.integration} branch)"
+
+
+def off_branch_warnings(ws: Workspace, rels: list[Relation]) -> list[str]:
+    lines = []
+    for rel in rels:
+        if rel.off_branch:
+            actual = f"branch {rel.branch!r}" if rel.branch else "a detached HEAD"
+            lines.append(
+                f"{display_name(ws, rel.checkout.path)} is on {actual}, expected {rel.expected_branch!r}"
+            )
+    return lines
+
+
+def relations_block(ws: Workspace, rels: list[Relation]) -> list[str]:
+    if ws.is_toplevel:
+        return []
+    lines = [line for rel in rels if (line := describe_relation(ws, rel))]
+    if not lines:
+        return [f"{ws.name}: all {len(rels)} repos up to date with their integration branches"]
+    return lines
+
+
+def git_status(ws: Workspace, args: list[str]) -> int:
+    outputs = fan_out_git(ws, ["status", *args])
+    print_outputs(outputs, hide_empty=False)
+    rels = relations(ws)
+    say()
+    for line in relations_block(ws, rels):
+        say(line)
+    for line in off_branch_warnings(ws, rels):
+        warn(line)
+    return worst_status(outputs)
+
+
+def git_diff(ws: Workspace, args: list[str]) -> int:
+    outputs = fan_out_git(ws, ["diff", *args])
+    shown = print_outputs(outputs, hide_empty=True)
+    if not shown:
+        say(f"no differences in {len(outputs)} repos")
+    return worst_status(outputs)
+
+
+# -- rebase-down / merge-up -------------------------------------------------------
+
+
+def refuse_in_toplevel(ws: Workspace, what: str) -> None:
+    if ws.is_toplevel:
+        raise Refused(
+            f"{what} runs in a feature worktree, not the toplevel {ws.toplevel}.\n"
+            f"cd {ws.grouping}/<feature> and run it there."
+        )
+
+
+def dirty_paths(checkout_dir: Path) -> list[str]:
+    """Uncommitted tracked changes and untracked, non-ignored files."""
+    out = git(checkout_dir, ["status", "--porcelain", "--untracked-files=all"]).stdout
+    return [line for line in out.splitlines() if line.strip()]
+
+
+def operation_in_progress(checkout_dir: Path) -> str | None:
+    gitdir = Path(git(checkout_dir, ["rev-parse", "--absolute-git-dir"]).stdout.strip())
+    for marker, name in (("rebase-merge", "rebase"), ("rebase-apply", "rebase"), ("MERGE_HEAD", "merge")):
+        if (gitdir / marker).exists():
+            return name
+    return None
+
+
+def preflight_problems(ws: Workspace, rel: Relation) -> list[str]:
+    here = display_name(ws, rel.checkout.path)
+    problems = []
+    if rel.off_branch:
+        problems.append(f"{here}: on {rel.branch or 'a detached HEAD'}, expected branch {rel.expected_branch!r}")
+    busy = operation_in_progress(rel.checkout.path)
+    if busy:
+        problems.append(f"{here}: a {busy} is in progress; finish it (git {busy} --continue) or abort it first")
+    dirty = dirty_paths(rel.checkout.path)
+    if dirty:
+        problems.append(f"{here}: uncommitted changes ({len(dirty)} paths: {', '.join(d[3:] for d in dirty[:4])})")
+    return problems
+
+
+def raise_if_problems(problems: list[str], what: str) -> None:
+    if problems:
+        raise Refused(f"{what}: nothing was changed, because:\n  " + "\n  ".join(problems))
+
+
+@dataclass
+class Step:
+    """One planned git command, and why."""
+
+    checkout: Checkout
+    cwd: Path
+    argv: list[str]
+    note: str
+
+
+def plan_rebase_down(ws: Workspace, rels: list[Relation], rebase_args: list[str]) -> list[Step]:
+    steps = []
+    for rel in rels:
+        if rel.behind == 0:
+            continue
+        steps.append(Step(rel.checkout, rel.checkout.path, ["git", "rebase", *rebase_args, rel.integration],
+                          f"{rel.behind} new commit(s) on {rel.integration}"))
+    return steps
+
+
+def print_plan(ws: Workspace, rels: list[Relation], steps: list[Step], verb: str) -> None:
+    planned = {id(s.checkout): s for s in steps}
+    for rel in rels:
+        step = planned.get(id(rel.checkout))
+        name = display_name(ws, rel.checkout.path)
+        if step is None:
+            say(f"  {name}: nothing to {verb}")
+        else:
+            say(f"  {name}: {step.note}\n    {runner.format_command(step.argv, step.cwd)}")
+
+
+def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False) -> int:
+    refuse_in_toplevel(ws, "git.rebase-down")
+    verify_git_dirs(ws)
+    rels = relations(ws)
+    raise_if_problems([p for rel in rels for p in preflight_problems(ws, rel)], "rebase-down")
+    steps = plan_rebase_down(ws, rels, rebase_args)
+    say(f"rebase-down in {ws.root}:")
+    print_plan(ws, rels, steps, "rebase")
+    if dry_run or not steps:
+        return 0
+    for step in steps:
+        result = runner.run(step.argv, cwd=step.cwd, check=False, capture=False)
+        if not result.ok:
+            raise ChtopError(conflict_instructions(ws, step))
+    return 0
+
+
+def conflict_instructions(ws: Workspace, step: Step) -> str:
+    return (
+        f"rebase stopped in {display_name(ws, step.cwd)} (see git's message above).\n"
+        f"That repo is left mid-rebase; repos already rebased stay rebased. Finish by hand:\n"
+        f"  cd {step.cwd}\n"
+        f"  # fix the conflicted files, then: git add <files>\n"
+        f"  git rebase --continue     # repeat until done\n"
+        f"  git rebase --abort        # or bail out: back to where it started\n"
+        f"Do not re-run rebase-down to resume; git refuses a new rebase mid-rebase."
+    )
+
+
+def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool) -> list[str]:
+    problems = preflight_problems(ws, rel)
+    main_dir = ws.toplevel / rel.checkout.name if rel.checkout.name else ws.toplevel
+    main_branch = head_branch(main_dir)
+    if rel.ahead and main_branch != rel.integration:
+        problems.append(
+            f"{display_name(ws, main_dir)}: has {main_branch or 'a detached HEAD'} checked out, "
+            f"but the merge lands on {rel.integration!r} there; check it out first"
+        )
+    if rel.ahead and rel.behind and not no_ff:
+        problems.append(
+            f"{display_name(ws, rel.checkout.path)}: {rel.integration} moved ({rel.behind} new commit(s)) "
+            f"since you rebased; run `inv git.rebase-down` and retry (or pass --no-ff for a merge commit)"
+        )
+    return problems
+
+
+def plan_merge_up(ws: Workspace, rels: list[Relation], no_ff: bool) -> list[Step]:
+    steps = []
+    mode = ["--no-ff", "--no-edit"] if no_ff else ["--ff-only"]
+    for rel in rels:
+        if rel.ahead == 0:
+            continue
+        main_dir = ws.toplevel / rel.checkout.name if rel.checkout.name else ws.toplevel
+        steps.append(Step(rel.checkout, main_dir, ["git", "merge", *mode, rel.branch],
+                          f"{rel.ahead} commit(s) to land on {rel.integration}"))
+    return steps
+
+
+def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False) -> int:
+    refuse_in_toplevel(ws, "git.merge-up")
+    verify_git_dirs(ws)
+    verify_git_dirs(ws.for_root(ws.toplevel))
+    rels = relations(ws)
+    raise_if_problems([p for rel in rels for p in merge_up_problems(ws, rel, no_ff)], "merge-up")
+    steps = plan_merge_up(ws, rels, no_ff)
+    say(f"merge-up from {ws.root}:")
+    print_plan(ws, rels, steps, "land")
+    if dry_run or not steps:
+        return 0
+    for step in steps:
+        result = runner.run(step.argv, cwd=step.cwd, check=False, capture=False)
+        if not result.ok:
+            raise CommandFailed(
+                f"merge into {display_name(ws, step.cwd)} failed (see git's message above); "
+                "repos already merged stay merged. Run `inv git.rebase-down` in the worktree and retry."
+            )
+    return 0

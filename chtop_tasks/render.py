@@ -1,0 +1,95 @@
+"""Dotfiles rendered from dotfile_templates/ (Jinja2), and git excludes.
+
+Each template ``dotfile_templates/X.j2`` becomes ``<root>/X``; a file is
+written only when its content changes.  The sub-repo dirs of the manifest
+are added to the container repo's shared ``info/exclude``, so a fresh
+workspace shows clean whatever repos the manifest names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+
+TEMPLATE_DIR = "dotfile_templates"
+SUFFIX = ".j2"
+EXCLUDE_BEGIN = "# >>> chtop: managed, do not edit this block >>>"
+EXCLUDE_END = "# <<< chtop <<<"
+# Always excluded, whatever .gitignore says: chtop writes these in every checkout.
+ALWAYS_EXCLUDED = ("/.venv/", "/.envrc", "/.claude/env.sh")
+
+
+def template_files(template_root: Path) -> list[Path]:
+    return sorted(p for p in template_root.rglob("*" + SUFFIX) if p.is_file())
+
+
+def render_text(template_path: Path, context: dict) -> str:
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    return env.from_string(template_path.read_text()).render(**context)
+
+
+def write_if_changed(path: Path, text: str) -> bool:
+    """Write ``text`` to ``path`` unless it already holds it; True if written."""
+    try:
+        if path.read_text() == text:
+            return False
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".chtop-tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return True
+
+
+def render_dotfiles(root: Path, context: dict | None = None) -> list[Path]:
+    """Render ``root/dotfile_templates/**.j2`` into ``root``; return what changed."""
+    root = Path(root)
+    template_root = root / TEMPLATE_DIR
+    context = {"root": str(root), **(context or {})}
+    changed = []
+    for template in template_files(template_root):
+        target = root / template.relative_to(template_root).with_suffix("")
+        if write_if_changed(target, render_text(template, context)):
+            changed.append(target)
+    return changed
+
+
+def exclude_lines(repo_names) -> list[str]:
+    return [f"/{name}/" for name in repo_names] + list(ALWAYS_EXCLUDED)
+
+
+def merge_exclude_block(text: str, lines: list[str]) -> str:
+    """``text`` with chtop's managed block holding ``lines`` plus what it held."""
+    before, block, after = text, [], ""
+    if EXCLUDE_BEGIN in text and EXCLUDE_END in text:
+        before, rest = text.split(EXCLUDE_BEGIN, 1)
+        block_text, after = rest.split(EXCLUDE_END, 1)
+        block = [line for line in block_text.splitlines() if line.strip()]
+    merged = block + [line for line in lines if line not in block]
+    if before and not before.endswith("\n"):
+        before += "\n"
+    return before + EXCLUDE_BEGIN + "\n" + "\n".join(merged) + "\n" + EXCLUDE_END + after.rstrip("\n") + "\n"
+
+
+def ensure_excludes(store: Path, repo_names) -> bool:
+    """Make the container repo ignore the sub-repo dirs in every worktree.
+
+    ``store`` is its shared git dir; ``info/exclude`` there applies to all
+    its worktrees.  Returns True if the file changed.
+    """
+    path = Path(store) / "info" / "exclude"
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        text = ""
+    return write_if_changed(path, merge_exclude_block(text, exclude_lines(repo_names)))
+
+
+def refresh_workspace_files(ws) -> list[Path]:
+    """Dotfiles and excludes for one checkout; what changed, for the caller to say."""
+    changed = render_dotfiles(ws.root)
+    if ensure_excludes(ws.toplevel / ".git", ws.manifest.names):
+        changed.append(ws.toplevel / ".git" / "info" / "exclude")
+    return changed

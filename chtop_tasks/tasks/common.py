@@ -1,0 +1,46 @@
+"""What every thin task shares: turning typed errors into exit codes."""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+from invoke import Exit
+
+from ..errors import ChtopError
+
+
+def reports_errors(func):
+    """Run a task body; a ChtopError becomes ``Exit(message, code)``."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            code = func(*args, **kwargs)
+        except ChtopError as exc:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            raise Exit(code=exc.exit_code) from None
+        except KeyboardInterrupt:
+            raise Exit("interrupted", code=130) from None
+        if code:
+            raise Exit(code=code)
+
+    return wrapper
+
+
+def venv_builder(enabled: bool):
+    """The venv step for init/create, or None with --no-venv."""
+    if not enabled:
+        return None
+    from ..venv import build_venv, retry_hint
+
+    def build(ws):
+        if (ws.venv_dir / "bin" / "python").exists() and ws.is_toplevel:
+            print(f"venv {ws.venv_dir} present (rebuild: inv venv.build --recreate)", flush=True)
+            return
+        try:
+            build_venv(ws.root, ws.manifest)
+        except ChtopError as exc:
+            raise ChtopError(f"{exc}\nThe worktrees are kept; retry the venv alone with:\n  {retry_hint(ws.root)}") from exc
+
+    return build

@@ -1,0 +1,42 @@
+"""git.*: git across every repo of this workspace at once."""
+
+from invoke import task
+
+from .. import gitops
+from ..argv import remainder_args
+from ..render import refresh_workspace_files
+from ..workspace import find_workspace
+from .common import reports_errors
+
+
+@task
+@reports_errors
+def status(c):
+    """git status in every repo, then how each branch relates to integration (-- ARGS pass through)."""
+    return gitops.git_status(find_workspace(), remainder_args())
+
+
+@task
+@reports_errors
+def diff(c):
+    """git diff in every repo (-- ARGS pass through, e.g. -- --stat)."""
+    return gitops.git_diff(find_workspace(), remainder_args())
+
+
+@task(name="rebase-down", help={"dry_run": "print what would run, change nothing"})
+@reports_errors
+def rebase_down(c, dry_run=False):
+    """In a worktree: rebase each repo's feature branch onto its integration branch."""
+    ws = find_workspace()
+    code = gitops.rebase_down(ws, remainder_args(), dry_run=dry_run)
+    if not dry_run:
+        refresh_workspace_files(ws)
+    return code
+
+
+@task(name="merge-up", help={"dry_run": "print what would run, change nothing",
+                             "no_ff": "make a merge commit instead of --ff-only"})
+@reports_errors
+def merge_up(c, dry_run=False, no_ff=False):
+    """In a worktree: fast-forward each integration branch to this feature (in the toplevel)."""
+    return gitops.merge_up(find_workspace(), no_ff=no_ff, dry_run=dry_run)

@@ -1,0 +1,36 @@
+"""worktree.*: named feature worktrees beside the toplevel."""
+
+from invoke import task
+
+from .. import worktrees
+from ..term import say, warn
+from ..workspace import find_workspace
+from .common import reports_errors, venv_builder
+
+
+@task(help={"name": "worktree and branch name (makes ../NAME)", "no_venv": "skip building its .venv"})
+@reports_errors
+def create(c, name, no_venv=False):
+    """Make ../NAME: a worktree of every repo on a new branch NAME, dotfiles, venv."""
+    new_ws = worktrees.create_worktree(find_workspace(), name, venv_builder(not no_venv))
+    say(worktrees.closing_hints(new_ws))
+
+
+@task(help={"name": "the worktree to delete",
+            "force": "delete despite uncommitted changes or untracked files (LOSES them); "
+                     "unmerged branches are still kept"})
+@reports_errors
+def delete(c, name, force=False):
+    """Delete ../NAME after checking nothing would be lost (branches kept if unmerged)."""
+    kept = worktrees.delete_worktree(find_workspace(), name, force=force)
+    say(f"deleted worktree {name}")
+    for line in kept:
+        warn(f"kept {line}")
+
+
+@task
+@reports_errors
+def list(c):  # noqa: A001 - the task's name is the interface
+    """Every worktree of the group: each repo's branch, ahead/behind, dirty or clean."""
+    for line in worktrees.list_worktrees(find_workspace()):
+        say(line)

@@ -1,0 +1,67 @@
+"""The toplevel: clone the manifest's repos into it, idempotently."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import runner
+from .errors import Refused
+from .gitops import head_branch
+from .manifest import Repo
+from .render import refresh_workspace_files
+from .term import say, warn
+from .workspace import Workspace, verify_git_dirs
+from .worktrees import init_submodules
+
+
+def clone_repo(ws: Workspace, repo: Repo) -> None:
+    target = ws.toplevel / repo.name
+    runner.run(["git", "clone", "--branch", repo.branch, repo.url, str(target)], cwd=ws.toplevel)
+    if repo.submodules:
+        init_submodules(target)
+
+
+def check_existing(ws: Workspace, repo: Repo) -> str:
+    """Report on a clone that is already there; leave it alone."""
+    path = ws.toplevel / repo.name
+    branch = head_branch(path)
+    if branch != repo.branch:
+        warn(f"{repo.name}: on {branch or 'a detached HEAD'}, not the manifest's {repo.branch!r}; "
+             f"leaving it alone (git -C {path} checkout {repo.branch} if that was not intended)")
+        return "left alone (other branch)"
+    if repo.submodules and (path / ".gitmodules").exists():
+        status = runner.run(["git", "submodule", "status", "--recursive"], cwd=path, quiet=True).stdout
+        if any(line.startswith("-") for line in status.splitlines()):
+            init_submodules(path)
+            return "submodules initialised"
+    return "present"
+
+
+def init_toplevel(ws: Workspace, build_venv=None) -> list[str]:
+    """Clone missing repos, render dotfiles, build the venv; what changed."""
+    if not ws.is_toplevel:
+        raise Refused(f"toplevel.init runs in the toplevel ({ws.toplevel}), not in worktree {ws.root}")
+    changes = []
+    for repo in ws.manifest.repos:
+        path = ws.toplevel / repo.name
+        if (path / ".git").exists():
+            verify_git_dirs(ws, [repo.name])
+            state = check_existing(ws, repo)
+            if state != "present":
+                changes.append(f"{repo.name}: {state}")
+            continue
+        if path.exists() and any(path.iterdir()):
+            raise Refused(f"{path} exists but is not a git clone; move it away and run toplevel.init again")
+        clone_repo(ws, repo)
+        changes.append(f"{repo.name}: cloned ({repo.branch})")
+    changes += [f"wrote {p}" for p in refresh_workspace_files(ws)]
+    if build_venv is not None:
+        build_venv(ws)
+    return changes
+
+
+def summarize(ws: Workspace, changes: list[str]) -> None:
+    if not changes:
+        say(f"toplevel {ws.toplevel}: nothing to do; all {len(ws.manifest.repos)} repos present and dotfiles current")
+    for line in changes:
+        say(line)

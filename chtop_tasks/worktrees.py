@@ -1,0 +1,262 @@
+"""Feature worktrees: create, delete and list ``<grouping>/<name>``.
+
+Create checks everything first, then adds one worktree per repo; if a step
+fails it removes what this run made, so the same command can run again.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import runner
+from .errors import ChtopError, CommandFailed, Refused, UsageError
+from .gitops import (
+    ahead_behind, dirty_paths, display_name, fan_out, git, head_branch, integration_branch,
+)
+from .manifest import check_plain_dir_name
+from .render import refresh_workspace_files
+from .term import say, warn
+from .workspace import Checkout, Workspace, find_workspace, verify_git_dirs
+
+
+def name_problem(ws: Workspace, name: str) -> str | None:
+    """Why ``name`` cannot be a new worktree, or None."""
+    why = check_plain_dir_name(name)
+    if why:
+        return f"worktree name {name!r} {why}"
+    if any(ch.isspace() for ch in name):
+        return f"worktree name {name!r} must not contain whitespace"
+    if name in ws.reserved_names():
+        return f"worktree name {name!r} is reserved in the grouping dir ({', '.join(ws.reserved_names())})"
+    check = runner.run(["git", "check-ref-format", "--branch", name], check=False, quiet=True)
+    if not check.ok:
+        return f"worktree name {name!r} is not a valid git branch name"
+    path = ws.worktree_root(name)
+    if path.exists() or path.is_symlink():
+        return f"{path} already exists"
+    return None
+
+
+def branch_exists(repo_dir: Path, branch: str) -> bool:
+    return git(repo_dir, ["rev-parse", "--verify", "--quiet", f"refs/heads/{branch}"], check=False).ok
+
+
+def rev(repo_dir: Path, ref: str) -> str:
+    return git(repo_dir, ["rev-parse", "--verify", f"{ref}^{{commit}}"]).stdout.strip()
+
+
+@dataclass
+class AddStep:
+    """One ``git worktree add`` of the plan."""
+
+    checkout: Checkout
+    main_dir: Path
+    start: str
+    reuse_branch: bool
+
+    def argv(self, name: str) -> list[str]:
+        if self.reuse_branch:
+            return ["git", "worktree", "add", str(self.checkout.path), name]
+        return ["git", "worktree", "add", "-b", name, str(self.checkout.path), self.start]
+
+
+def plan_create(ws: Workspace, name: str) -> list[AddStep]:
+    """Check every repo, then return the worktree adds to make (touches nothing)."""
+    why = name_problem(ws, name)
+    if why:
+        raise UsageError(why)
+    top = ws.for_root(ws.toplevel)
+    target = ws.for_root(ws.toplevel)
+    missing = [c.name for c in top.checkouts()[1:] if not (c.path / ".git").exists()]
+    if missing:
+        raise Refused(f"repo(s) not cloned in the toplevel: {', '.join(missing)}.\nRun `inv toplevel.init` there first.")
+    verify_git_dirs(top)
+    steps = []
+    for checkout in target.checkouts():
+        main_dir = checkout.path
+        new_path = ws.worktree_root(name) / checkout.name if checkout.name else ws.worktree_root(name)
+        start = "HEAD" if not checkout.name else integration_branch(top, checkout)
+        if checkout.name and not branch_exists(main_dir, start):
+            raise Refused(f"{display_name(ws, main_dir)} has no branch {start!r} (its integration branch)")
+        steps.append(AddStep(Checkout(checkout.name, new_path, checkout.store), main_dir, start,
+                             branch_exists(main_dir, name)))
+    return steps
+
+
+@dataclass
+class CreateRun:
+    """What one create run made, so a failure can undo exactly that."""
+
+    name: str
+    added: list[AddStep] = field(default_factory=list)
+    new_branches: dict = field(default_factory=dict)  # main_dir -> tip at creation
+
+    def undo(self) -> list[str]:
+        notes = []
+        for step in reversed(self.added):
+            result = runner.run(["git", "worktree", "remove", "--force", str(step.checkout.path)],
+                                cwd=step.main_dir, check=False)
+            if not result.ok:
+                notes.append(f"could not remove {step.checkout.path}: {result.error_tail(2)}")
+            tip = self.new_branches.get(step.main_dir)
+            if tip and branch_exists(step.main_dir, self.name) and rev(step.main_dir, self.name) == tip:
+                runner.run(["git", "branch", "-D", self.name], cwd=step.main_dir, check=False)
+        return notes
+
+
+def add_worktrees(steps: list[AddStep], name: str, run: CreateRun) -> None:
+    for step in steps:
+        if step.reuse_branch:
+            say(f"branch {name!r} already exists in {step.main_dir}: checking it out (kept by an earlier delete)")
+        runner.run(step.argv(name), cwd=step.main_dir)
+        run.added.append(step)
+        if not step.reuse_branch:
+            run.new_branches[step.main_dir] = rev(step.main_dir, name)
+        init_submodules(step.checkout.path)
+
+
+def init_submodules(path: Path) -> None:
+    if (path / ".gitmodules").exists():
+        runner.run(["git", "submodule", "update", "--init", "--recursive"], cwd=path)
+
+
+def create_worktree(ws: Workspace, name: str, build_venv=None) -> Workspace:
+    """Make ``<grouping>/<name>`` with a worktree of every repo on branch ``name``.
+
+    ``build_venv(new_ws)`` runs last; its failure keeps the worktrees.
+    """
+    steps = plan_create(ws, name)
+    run = CreateRun(name)
+    root = ws.worktree_root(name)
+    try:
+        add_worktrees(steps, name, run)
+        new_ws = find_workspace(root)
+        refresh_workspace_files(new_ws)
+    except (ChtopError, OSError, KeyboardInterrupt) as exc:
+        notes = run.undo()
+        if root.exists() and not any(root.iterdir()):
+            root.rmdir()
+        detail = "\n".join(notes)
+        raise CommandFailed(
+            f"creating worktree {name!r} failed: {exc}\n"
+            f"Undid what this run made{' (with problems: ' + detail + ')' if notes else ''}; "
+            f"fix the cause and run the same command again."
+        ) from exc
+    if build_venv is not None:
+        build_venv(new_ws)
+    return new_ws
+
+
+def closing_hints(ws: Workspace) -> str:
+    return "\n".join([
+        f"Worktree ready: {ws.root}",
+        "Next:",
+        f"  cd {ws.root} && direnv allow .      # activates its venv",
+        f"  tmux new -s {ws.name} && inv sbox.claude   # the sandboxed agent",
+        f"The agents of this group share one login ({ws.claude_dir}): the first launch in a new group",
+        "needs /login once (or a long-lived token in ~/.config/chtop/secrets.env).",
+    ])
+
+
+# -- delete ------------------------------------------------------------------
+
+
+def worktree_workspace(ws: Workspace, name: str) -> Workspace:
+    root = ws.worktree_root(name)
+    if name in ws.reserved_names() or check_plain_dir_name(name):
+        raise UsageError(f"{name!r} is not a worktree name")
+    if not (root / ".git").is_file():
+        raise UsageError(f"no worktree {name!r}: {root} is not a feature worktree of {ws.toplevel}")
+    return find_workspace(root)
+
+
+def delete_problems(wt: Workspace) -> list[str]:
+    def check(checkout: Checkout) -> list[str]:
+        here = display_name(wt, checkout.path)
+        if not checkout.path.exists():
+            return []
+        found = []
+        dirty = dirty_paths(checkout.path)
+        tracked = [d for d in dirty if not d.startswith("??")]
+        untracked = [d[3:] for d in dirty if d.startswith("??")]
+        if tracked:
+            found.append(f"{here}: uncommitted changes to {len(tracked)} tracked path(s): "
+                         + ", ".join(d[3:] for d in tracked[:5]))
+        if untracked:
+            found.append(f"{here}: {len(untracked)} untracked file(s): " + ", ".join(untracked[:5]))
+        branch = head_branch(checkout.path)
+        if branch:
+            ahead, _ = ahead_behind(checkout.path, integration_branch(wt, checkout), branch)
+            if ahead:
+                found.append(f"{here}: {ahead} commit(s) on {branch} not merged up (run `inv git.merge-up` in {wt.root})")
+        return found
+    return [p for problems in fan_out(check, wt.checkouts()) for p in problems]
+
+
+def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | None = None) -> list[str]:
+    """Remove ``<grouping>/<name>``; returns the branches kept (unmerged)."""
+    wt = worktree_workspace(ws, name)
+    here = (cwd or Path.cwd()).resolve()
+    if here == wt.root or wt.root in here.parents:
+        raise Refused(f"you are inside {wt.root}; run worktree.delete from elsewhere (e.g. {ws.toplevel})")
+    verify_git_dirs(wt)
+    problems = delete_problems(wt)
+    if problems and not force:
+        raise Refused(f"refusing to delete {wt.root}:\n  " + "\n  ".join(problems)
+                      + "\nCommit or merge up, or pass --force to delete the directory anyway "
+                        "(branches with unmerged commits are still kept).")
+    if problems:
+        warn("--force: deleting despite:\n  " + "\n  ".join(problems))
+    kept = []
+    top = ws.for_root(ws.toplevel)
+    for checkout in reversed(wt.checkouts()):
+        main_dir = top.toplevel / checkout.name if checkout.name else top.toplevel
+        branch = head_branch(checkout.path) if checkout.path.exists() else name
+        if checkout.path.exists():
+            runner.run(["git", "worktree", "remove", "--force", str(checkout.path)], cwd=main_dir)
+        if branch and branch_exists(main_dir, branch):
+            result = runner.run(["git", "branch", "-d", branch], cwd=main_dir, check=False)
+            if not result.ok:
+                kept.append(f"{display_name(ws, main_dir)}: branch {branch} (unmerged commits; "
+                            f"`git -C {main_dir} branch -D {branch}` drops them)")
+    if wt.root.exists():
+        shutil.rmtree(wt.root)
+    runner.run(["git", "worktree", "prune"], cwd=ws.toplevel, check=False)
+    return kept
+
+
+# -- list --------------------------------------------------------------------
+
+
+def worktree_roots(ws: Workspace) -> list[Path]:
+    out = git(ws.toplevel, ["worktree", "list", "--porcelain"]).stdout
+    paths = [Path(line[len("worktree "):]) for line in out.splitlines() if line.startswith("worktree ")]
+    return [p for p in paths if p != ws.toplevel and p.parent == ws.grouping]
+
+
+def describe_checkout(wt: Workspace, checkout: Checkout) -> str:
+    here = checkout.label
+    if not checkout.path.exists():
+        return f"  {here:<16} missing"
+    branch = head_branch(checkout.path)
+    integ = integration_branch(wt, checkout)
+    state = "dirty" if dirty_paths(checkout.path) else "clean"
+    if branch is None:
+        return f"  {here:<16} (detached)  {state}"
+    ahead, behind = ahead_behind(checkout.path, integ, branch)
+    return f"  {here:<16} {branch:<16} +{ahead}/-{behind} vs {integ:<10} {state}"
+
+
+def list_worktrees(ws: Workspace) -> list[str]:
+    lines = []
+    for root in worktree_roots(ws):
+        try:
+            wt = find_workspace(root)
+        except ChtopError as exc:
+            lines.append(f"{root.name}: {exc}")
+            continue
+        lines.append(f"{root.name}  ({root})")
+        lines.extend(fan_out(lambda c: describe_checkout(wt, c), wt.checkouts()))
+    return lines or [f"no feature worktrees in {ws.grouping} (make one: inv worktree.create --name NAME)"]
