@@ -1,0 +1,217 @@
+"""The agent registry and launching an agent in a sandbox.
+
+The registry is data: chtop_tasks/agents.toml (claude, kimi, codex, gemini)
+plus the user's ~/.config/chtop/agents.toml.  An entry says how to start the
+CLI, its "skip permissions" flag, the credentials it reads and where its
+state lives; launch() turns it into a sandboxed, interactive run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import PolicyError, Refused, UsageError, WorkspaceError
+from .secrets import ENV_NAME, config_home, git_identity, load_secrets, secrets_path
+
+REGISTRY_FILE = Path(__file__).with_name("agents.toml")
+USER_REGISTRY = "agents.toml"  # in ~/.config/chtop/
+KEYS = {"description", "command", "skip_permissions", "credentials", "tokens", "login_note",
+        "config_env", "config_subdir", "env", "install"}
+
+
+@dataclass(frozen=True)
+class Agent:
+    name: str
+    command: tuple[str, ...]
+    skip_permissions: tuple[str, ...] = ()
+    credentials: tuple[str, ...] = ()
+    tokens: tuple[str, ...] = ()
+    login_note: str = ""
+    config_env: str = ""
+    config_subdir: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    install: str = ""
+    description: str = ""
+
+    def argv(self, args: list[str]) -> list[str]:
+        """The command line: the CLI, its skip-permissions flag, then ARGS as typed."""
+        return [*self.command, *self.skip_permissions, *args]
+
+
+def _strings(name: str, key: str, value, source: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise PolicyError(f"{source}: [{name}] {key} must be a list of non-empty strings")
+    return tuple(value)
+
+
+def parse_entry(name: str, table: dict, source: str) -> Agent:
+    if not isinstance(table, dict):
+        raise PolicyError(f"{source}: {name} must be a table ([{name}])")
+    if not name.replace("-", "").replace("_", "").isalnum() or not name[0].isalpha():
+        raise PolicyError(f"{source}: agent name {name!r}: use letters, digits, '-' and '_'")
+    unknown = set(table) - KEYS
+    if unknown:
+        raise PolicyError(f"{source}: [{name}] unknown key(s): {', '.join(sorted(unknown))}")
+    if "command" not in table:
+        raise PolicyError(f"{source}: [{name}] needs command = [\"...\"]")
+    command = _strings(name, "command", table["command"], source)
+    if not command:
+        raise PolicyError(f"{source}: [{name}] command is empty")
+    credentials = _strings(name, "credentials", table.get("credentials", []), source)
+    tokens = _strings(name, "tokens", table.get("tokens", []), source)
+    env = table.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise PolicyError(f"{source}: [{name}] env must be a table of strings")
+    config_env = table.get("config_env", "")
+    for var in (*credentials, *tokens, *env, *([config_env] if config_env else [])):
+        if not ENV_NAME.match(var):
+            raise PolicyError(f"{source}: [{name}] {var!r} is not a variable name")
+    missing = set(tokens) - set(credentials)
+    if missing:
+        raise PolicyError(f"{source}: [{name}] tokens not listed in credentials: {', '.join(sorted(missing))}")
+    subdir = table.get("config_subdir", "")
+    if not isinstance(subdir, str) or subdir.startswith(("/", ".")) or "/" in subdir:
+        raise PolicyError(f"{source}: [{name}] config_subdir must be a plain directory name")
+    return Agent(
+        name=name,
+        command=command,
+        skip_permissions=_strings(name, "skip_permissions", table.get("skip_permissions", []), source),
+        credentials=credentials,
+        tokens=tokens,
+        login_note=str(table.get("login_note", "")),
+        config_env=config_env,
+        config_subdir=subdir,
+        env=dict(env),
+        install=str(table.get("install", "")),
+        description=str(table.get("description", "")),
+    )
+
+
+def load_registry(extra: list[Path] | None = None, home: Path | None = None) -> dict[str, Agent]:
+    """The shipped registry, then ~/.config/chtop/agents.toml, then ``extra`` files."""
+    files = [REGISTRY_FILE, config_home(home) / USER_REGISTRY, *(extra or [])]
+    agents: dict[str, Agent] = {}
+    for path in files:
+        try:
+            data = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            if path == REGISTRY_FILE:
+                raise
+            continue
+        except tomllib.TOMLDecodeError as exc:
+            raise PolicyError(f"{path}: {exc}") from exc
+        for name, table in data.items():
+            agents[name] = parse_entry(name, table, str(path))
+    return agents
+
+
+def get_agent(name: str, registry: dict[str, Agent] | None = None) -> Agent:
+    registry = load_registry() if registry is None else registry
+    if name not in registry:
+        raise UsageError(f"unknown agent {name!r}; registered: {', '.join(sorted(registry))} "
+                         f"(add one in {config_home() / USER_REGISTRY})")
+    return registry[name]
+
+
+def describe(registry: dict[str, Agent]) -> str:
+    lines = []
+    for agent in registry.values():
+        flags = " ".join(agent.skip_permissions)
+        lines.append(f"{agent.name:10} {' '.join(agent.command)} {flags}  -- {agent.description}".rstrip())
+    return "\n".join(lines)
+
+
+def agent_env(agent: Agent, secrets: dict[str, str], config_dir: Path,
+              source: Path) -> tuple[dict[str, str], list[str]]:
+    """The container env for ``agent`` (credentials it reads, its fixed env,
+    its config dir) and the notes to tell the user (which token is used)."""
+    env = dict(agent.env)
+    for name in agent.credentials:
+        if name in secrets:
+            env[name] = secrets[name]
+    if agent.config_env:
+        env[agent.config_env] = str(config_dir / agent.config_subdir if agent.config_subdir else config_dir)
+    notes = []
+    used = next((t for t in agent.tokens if t in secrets), None)
+    if used:
+        notes.append(f"{agent.name}: authenticating with {used} from {source}")
+    elif agent.tokens:
+        notes.append(f"{agent.name}: no {' or '.join(agent.tokens)} in {source}; {agent.login_note}".rstrip("; "))
+    passed = sorted(n for n in agent.credentials if n in secrets and n != used)
+    if passed:
+        notes.append(f"{agent.name}: also passing {', '.join(passed)} from {source}")
+    return env, notes
+
+
+def check_installed(agent: Agent, search_path: str | None = None) -> None:
+    """The sandbox runs the host's own binaries: the CLI must be on the host."""
+    if shutil.which(agent.command[0], path=search_path) is None:
+        hint = f"; install it with: {agent.install}" if agent.install else ""
+        raise UsageError(f"{agent.name}: {agent.command[0]!r} is not on PATH{hint}")
+
+
+def resolve_target(cwd: Path, dir: Path | None = None):
+    """The Target to sandbox, and a note.
+
+    Outside any chtop workspace with no --dir, the current directory is
+    sandboxed (as if --dir .); inside one, target_for's rules hold (the
+    toplevel is refused).  A directory holding your home or the secrets file
+    is always refused.
+    """
+    from .sandbox import target_for
+    from .workspace import find_workspace
+
+    note = None
+    if dir is None:
+        try:
+            find_workspace(cwd)
+        except WorkspaceError:
+            dir = cwd
+            note = f"not inside a chtop workspace: sandboxing the current directory {cwd} (as --dir .)"
+    if dir is not None:
+        check_dir_allowed(Path(dir).resolve())
+    return target_for(cwd, dir=dir), note
+
+
+def check_dir_allowed(root: Path, home: Path | None = None) -> None:
+    home = (home or Path.home()).resolve()
+    secrets = secrets_path(home)
+    for guarded, what in ((home, "your home directory"), (secrets, "the secrets file")):
+        if guarded == root or root in guarded.parents:
+            raise Refused(f"{root}: refusing to sandbox a directory that holds {what} ({guarded}); "
+                          f"pick the project directory itself")
+
+
+def launch(agent_name: str, args: list[str], cwd: Path, *, dir: Path | None = None,
+           image: bool = False, network: str = "proxy", stdin_fd: int | None = None) -> int:
+    """Start ``agent_name`` with ``args`` in the sandbox of ``cwd`` (or ``dir``);
+    return its exit status (128+signal if it was killed)."""
+    from .interactive import run_interactive
+    from .sandbox import plan_launch, run_plan
+
+    agent = get_agent(agent_name)
+    check_installed(agent)
+    target, note = resolve_target(cwd, dir)
+    source = secrets_path()
+    secrets = load_secrets(source)
+    env, notes = agent_env(agent, secrets, target.config_dir, source)
+    env.update(git_identity(target.root, secrets))
+    fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
+    interactive = os.isatty(fd)
+    kwargs = {}
+    if image:
+        from .image import ensure_image
+
+        kwargs["image"] = ensure_image()
+    plan = plan_launch(target, agent.argv(args), interactive=interactive, extra_env=env,
+                       purpose=agent.name, network=network, **kwargs)
+    for line in ([note] if note else []) + notes + plan.warnings:
+        print(f"chtop: {line}", file=sys.stderr)
+    if interactive:
+        return run_interactive(plan.argv, env=plan.env, stdin_fd=fd)
+    return run_plan(plan)

@@ -1,0 +1,221 @@
+"""The agent registry, the secrets file and the launch guards (no podman)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chtop_tasks import agents, secrets
+from chtop_tasks.errors import PolicyError, Refused, UsageError
+from chtop_tasks.interactive import run_interactive
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    return home
+
+
+def write_secrets(home: Path, text: str, mode: int = 0o600) -> Path:
+    path = secrets.secrets_path(home)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+# -- registry ---------------------------------------------------------------
+
+def test_shipped_registry_has_the_agents_and_their_flags(home):
+    registry = agents.load_registry(home=home)
+    assert registry["claude"].argv(["-p", "a b"]) == ["claude", "--dangerously-skip-permissions", "-p", "a b"]
+    assert registry["kimi"].argv([]) == ["kimi", "--yolo"]
+    assert registry["codex"].skip_permissions == ("--dangerously-bypass-approvals-and-sandbox",)
+    assert registry["gemini"].argv(["--resume"]) == ["gemini", "--yolo", "--resume"]
+    assert "CLAUDE_CODE_OAUTH_TOKEN" in registry["claude"].credentials
+    assert "KIMI_API_KEY" in registry["kimi"].credentials
+
+
+STAND_IN = """\
+#!/usr/bin/env python3
+import os, sys
+print("STAND-IN ARGS", sys.argv[1:])
+print("STAND-IN KEY", os.environ.get("STANDIN_KEY"), os.environ.get("OTHER_SECRET"))
+sys.exit(int(os.environ.get("STANDIN_EXIT", "0")))
+"""
+
+
+def register_stand_in(home: Path, tmp_path: Path) -> Path:
+    script = tmp_path / "stand-in-agent"
+    script.write_text(STAND_IN)
+    script.chmod(0o755)
+    user = secrets.config_home(home) / "agents.toml"
+    user.parent.mkdir(parents=True, exist_ok=True)
+    user.write_text(
+        f'[standin]\ncommand = ["{script}"]\nskip_permissions = ["--yolo-standin"]\n'
+        'credentials = ["STANDIN_KEY"]\ntokens = ["STANDIN_KEY"]\nenv = { STANDIN_EXIT = "3" }\n'
+    )
+    return script
+
+
+def test_stand_in_agent_registered_as_data_runs_with_its_flag(home, tmp_path, capfd):
+    register_stand_in(home, tmp_path)
+    agent = agents.get_agent("standin", agents.load_registry(home=home))
+    write_secrets(home, "STANDIN_KEY=k-123\nOTHER_SECRET=nope\n")
+    env, notes = agents.agent_env(agent, secrets.load_secrets(), tmp_path, secrets.secrets_path())
+    assert env == {"STANDIN_KEY": "k-123", "STANDIN_EXIT": "3"}  # OTHER_SECRET is not its credential
+    assert "authenticating with STANDIN_KEY" in notes[0]
+    with open(os.devnull) as devnull:
+        status = run_interactive(agent.argv(["two words", "--x"]), env={**os.environ, **env},
+                                 stdin_fd=devnull.fileno())
+    out = capfd.readouterr().out
+    assert "STAND-IN ARGS ['--yolo-standin', 'two words', '--x']" in out
+    assert "STAND-IN KEY k-123 None" in out
+    assert status == 3
+
+
+def test_user_registry_overrides_and_unknown_agent_is_usage_error(home, tmp_path):
+    register_stand_in(home, tmp_path)
+    registry = agents.load_registry(home=home)
+    assert {"claude", "kimi", "codex", "gemini", "standin"} <= set(registry)
+    with pytest.raises(UsageError, match="unknown agent 'nope'"):
+        agents.get_agent("nope", registry)
+
+
+@pytest.mark.parametrize(
+    "table, message",
+    [
+        ('[x]\nskip_permissions = ["-y"]\n', "needs command"),
+        ('[x]\ncommand = "x --yolo"\n', "list of non-empty strings"),
+        ('[x]\ncommand = ["x"]\ncredentials = ["BAD-NAME"]\n', "not a variable name"),
+        ('[x]\ncommand = ["x"]\ntokens = ["T"]\n', "tokens not listed"),
+        ('[x]\ncommand = ["x"]\nflavour = 1\n', "unknown key"),
+        ('[x]\ncommand = ["x"]\nconfig_subdir = "../up"\n', "plain directory"),
+        ("[x\n", "agents.toml"),
+    ],
+)
+def test_bad_registry_entries_are_refused(home, table, message):
+    path = secrets.config_home(home) / "agents.toml"
+    path.parent.mkdir(parents=True)
+    path.write_text(table)
+    with pytest.raises(PolicyError, match=message):
+        agents.load_registry(home=home)
+
+
+def test_claude_prefers_a_long_lived_token_and_says_so(home, tmp_path):
+    claude = agents.load_registry(home=home)["claude"]
+    src = Path("secrets.env")
+    env, notes = agents.agent_env(claude, {"CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat", "ANTHROPIC_API_KEY": "k"},
+                                  tmp_path / "claude", src)
+    assert env["CLAUDE_CONFIG_DIR"] == str(tmp_path / "claude")
+    assert env["IS_SANDBOX"] == "1"
+    assert "authenticating with CLAUDE_CODE_OAUTH_TOKEN" in notes[0]
+    env, notes = agents.agent_env(claude, {}, tmp_path / "claude", src)
+    assert "CLAUDE_CODE_OAUTH_TOKEN" not in env
+    assert "log each other" in notes[0] and "claude setup-token" in notes[0]
+    codex = agents.load_registry(home=home)["codex"]
+    env, _ = agents.agent_env(codex, {}, tmp_path / "claude", src)
+    assert env["CODEX_HOME"] == str(tmp_path / "claude" / "codex")
+
+
+def test_missing_cli_says_how_to_install(home):
+    claude = agents.load_registry(home=home)["claude"]
+    with pytest.raises(UsageError, match="npm install -g @anthropic-ai/claude-code"):
+        agents.check_installed(claude, search_path=str(home))
+
+
+# -- secrets file -----------------------------------------------------------
+
+def test_parse_env_quotes_comments_export():
+    text = """
+# a comment
+export GH_TOKEN=github_pat_1   # trailing comment
+GIT_AUTHOR_NAME="Ada \\"A\\" Lovelace"
+SINGLE='$(rm -rf /) kept $HOME literal'
+EMPTY=
+HASH=abc#def
+"""
+    assert secrets.parse_env(text) == {
+        "GH_TOKEN": "github_pat_1",
+        "GIT_AUTHOR_NAME": 'Ada "A" Lovelace',
+        "SINGLE": "$(rm -rf /) kept $HOME literal",
+        "EMPTY": "",
+        "HASH": "abc#def",
+    }
+
+
+@pytest.mark.parametrize("line", ["NOEQUALS", "1BAD=x", 'Q="open', "A=two words", "B='x' junk"])
+def test_parse_env_rejects_malformed_lines(line):
+    with pytest.raises(PolicyError, match="secrets.env:1"):
+        secrets.parse_env(line)
+
+
+def test_secrets_file_is_never_executed(home, tmp_path):
+    marker = tmp_path / "pwned"
+    write_secrets(home, f'X="$(touch {marker})"\nY=`id`\n')
+    values = secrets.load_secrets()
+    assert values["X"] == f"$(touch {marker})"
+    assert values["Y"] == "`id`"
+    assert not marker.exists()
+
+
+def test_secrets_file_0600_is_read_wider_is_refused(home):
+    path = write_secrets(home, "ANTHROPIC_API_KEY=sk-test\n")
+    assert secrets.load_secrets() == {"ANTHROPIC_API_KEY": "sk-test"}
+    for mode in (0o640, 0o604, 0o644):
+        path.chmod(mode)
+        with pytest.raises(Refused, match=f"chmod 600 {path}"):
+            secrets.load_secrets()
+    path.chmod(0o400)
+    assert secrets.load_secrets()["ANTHROPIC_API_KEY"] == "sk-test"
+
+
+def test_secrets_symlink_and_foreign_owner_are_refused(home, tmp_path):
+    real = tmp_path / "elsewhere.env"
+    real.write_text("A=1\n")
+    real.chmod(0o600)
+    link = secrets.secrets_path(home)
+    link.parent.mkdir(parents=True)
+    link.symlink_to(real)
+    with pytest.raises(Refused, match="symlink"):
+        secrets.load_secrets()
+    link.unlink()
+    if os.getuid() != 0:
+        pytest.skip("changing a file's owner needs root")
+    write_secrets(home, "A=1\n")
+    os.chown(link, 65534, 65534)
+    with pytest.raises(Refused, match="owned by uid 65534"):
+        secrets.load_secrets()
+
+
+def test_no_secrets_file_is_empty(home):
+    assert secrets.load_secrets() == {}
+
+
+def test_git_identity_from_host_config_secrets_win(home, tmp_path):
+    subprocess.run(["git", "config", "--global", "user.name", "Host Person"], check=True)
+    subprocess.run(["git", "config", "--global", "user.email", "host@example.org"], check=True)
+    ident = secrets.git_identity(tmp_path, {"GIT_AUTHOR_EMAIL": "agent@example.org"})
+    assert ident == {
+        "GIT_AUTHOR_NAME": "Host Person",
+        "GIT_COMMITTER_NAME": "Host Person",
+        "GIT_AUTHOR_EMAIL": "agent@example.org",
+        "GIT_COMMITTER_EMAIL": "host@example.org",
+    }
+
+
+# -- what may be sandboxed --------------------------------------------------
+
+def test_dir_holding_home_or_secrets_is_refused(home, tmp_path):
+    for bad in (home, home.parent, home / ".config", secrets.config_home(home)):
+        with pytest.raises(Refused):
+            agents.check_dir_allowed(bad, home=home)
+    agents.check_dir_allowed(home / "projects" / "x", home=home)
