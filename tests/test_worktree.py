@@ -1,0 +1,222 @@
+"""toplevel.init and worktree.create/delete/list on real repos with local bare remotes."""
+
+import os
+import subprocess
+
+import pytest
+
+from chtop_tasks.errors import CommandFailed, Refused, UsageError
+from chtop_tasks.toplevel import init_toplevel
+from chtop_tasks.workspace import find_workspace
+from chtop_tasks.worktrees import create_worktree, delete_worktree, list_worktrees
+from conftest import git, require_tool
+
+
+def branches(path):
+    return git(path, "branch", "--format=%(refname:short)").split()
+
+
+def test_init_clones_on_manifest_branches_and_is_idempotent(group):
+    result = group.inv(group.toplevel, "toplevel.init", "--no-venv")
+    assert "alpha: cloned (main)" in result.stdout and "beta: cloned (kms)" in result.stdout
+    assert git(group.toplevel / "beta", "branch", "--show-current") == "kms"
+    assert (group.toplevel / ".envrc").exists()
+    assert git(group.toplevel, "status", "--porcelain") == ""   # sub-repos and dotfiles ignored
+    again = group.inv(group.toplevel, "toplevel.init", "--no-venv")
+    assert "nothing to do" in again.stdout
+    assert "$ git clone" not in again.stderr
+
+
+def test_init_leaves_a_clone_on_another_branch_alone(initialized):
+    g = initialized
+    git(g.toplevel / "alpha", "checkout", "-q", "-b", "elsewhere")
+    result = g.inv(g.toplevel, "toplevel.init", "--no-venv")
+    assert "alpha: on elsewhere, not the manifest's 'main'; leaving it alone" in result.stderr
+    assert git(g.toplevel / "alpha", "branch", "--show-current") == "elsewhere"
+
+
+def test_init_refused_in_a_worktree(with_dev):
+    with pytest.raises(Refused, match="runs in the toplevel"):
+        init_toplevel(find_workspace(with_dev.path("dev")))
+
+
+def test_create_makes_worktrees_branches_dotfiles_and_hints(initialized):
+    g = initialized
+    result = g.inv(g.toplevel, "worktree.create", "--name", "dev", "--no-venv")
+    dev = g.path("dev")
+    for repo in ("", "alpha", "beta"):
+        assert git(dev / repo, "branch", "--show-current") == "dev"
+    assert git(dev / "beta", "rev-parse", "HEAD") == git(g.toplevel / "beta", "rev-parse", "kms")
+    assert f'export VIRTUAL_ENV="{dev}/.venv"' in (dev / ".envrc").read_text()
+    assert f'{dev}/.venv/bin:$PATH' in (dev / ".claude" / "env.sh").read_text()
+    assert git(dev, "status", "--porcelain") == ""
+    assert "direnv allow" in result.stdout and "inv sbox.claude" in result.stdout and "/login" in result.stdout
+    assert "$ git worktree add -b dev" in result.stderr   # commands are echoed
+
+
+@pytest.mark.parametrize("name, why", [
+    ("..", "must not be"), ("a/b", "must not contain '/'"), ("-x", "must not start with '-'"),
+    (".x", "must not start with '.'"), ("a b", "may only contain"), ("top", "reserved"),
+    ("claude", "reserved"), ("extern", "reserved"), ("x.lock", "not a valid git branch name"),
+    ("a..b", "not a valid git branch name"),
+])
+def test_bad_names_are_refused_and_nothing_is_created(initialized, name, why):
+    g = initialized
+    before = sorted(os.listdir(g.grouping))
+    with pytest.raises(UsageError, match=why):
+        create_worktree(find_workspace(g.toplevel), name)
+    assert sorted(os.listdir(g.grouping)) == before
+    assert branches(g.toplevel / "alpha") == ["main"]
+
+
+def test_existing_path_is_refused(initialized):
+    g = initialized
+    (g.path("dev")).mkdir()
+    result = g.inv(g.toplevel, "worktree.create", "--name", "dev", "--no-venv", check=False)
+    assert result.returncode == 2 and "already exists" in result.stderr
+
+
+def test_missing_clone_is_refused_before_anything_is_made(group):
+    g = group
+    init_toplevel(find_workspace(g.toplevel))
+    os.rename(g.toplevel / "beta", g.base / "beta-away")
+    with pytest.raises(Refused, match="not cloned in the toplevel: beta"):
+        create_worktree(find_workspace(g.toplevel), "dev")
+    assert not g.path("dev").exists() and branches(g.toplevel) == ["main"]
+
+
+def test_failure_halfway_undoes_this_runs_work(initialized):
+    g = initialized
+    # beta's branch cannot be made: a file where the ref would go
+    (g.toplevel / "beta" / ".git" / "refs" / "heads" / "dev").mkdir(parents=True)
+    (g.toplevel / "beta" / ".git" / "refs" / "heads" / "dev" / "x").write_text("junk\n")
+    with pytest.raises(CommandFailed, match="Undid what this run made"):
+        create_worktree(find_workspace(g.toplevel), "dev")
+    assert not g.path("dev").exists()
+    assert "dev" not in branches(g.toplevel) and "dev" not in branches(g.toplevel / "alpha")
+    assert git(g.toplevel, "worktree", "list", "--porcelain").count("worktree ") == 1
+    # the same command simply works once the cause is gone
+    import shutil
+    shutil.rmtree(g.toplevel / "beta" / ".git" / "refs" / "heads" / "dev")
+    create_worktree(find_workspace(g.toplevel), "dev")
+    assert git(g.path("dev", "beta"), "branch", "--show-current") == "dev"
+
+
+def test_interrupted_creation_is_undone(initialized, monkeypatch):
+    g = initialized
+    import chtop_tasks.worktrees as wt
+    real = wt.init_submodules
+    calls = []
+
+    def interrupt(path):
+        calls.append(path)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        real(path)
+
+    monkeypatch.setattr(wt, "init_submodules", interrupt)
+    with pytest.raises(CommandFailed):
+        create_worktree(find_workspace(g.toplevel), "dev")
+    assert not g.path("dev").exists() and "dev" not in branches(g.toplevel / "alpha")
+
+
+def test_failed_venv_keeps_worktrees_and_says_how_to_retry(initialized):
+    g = initialized
+    from chtop_tasks.tasks.common import venv_builder
+    # a repo whose editable install must fail: alpha has no packaging metadata
+    text = (g.toplevel / "git_repositories.toml").read_text().replace('install = "none"', 'install = "editable"', 1)
+    (g.toplevel / "git_repositories.toml").write_text(text)
+    git(g.toplevel, "commit", "-qam", "install alpha")
+    with pytest.raises(Exception) as err:
+        create_worktree(find_workspace(g.toplevel), "dev", venv_builder(True))
+    assert "inv venv.build" in str(err.value) and "kept" in str(err.value)
+    assert git(g.path("dev", "alpha"), "branch", "--show-current") == "dev"
+
+
+def test_reuses_a_branch_kept_by_an_earlier_delete(with_dev):
+    g = with_dev
+    tip = g.commit(g.path("dev", "alpha"), "work.txt", "unmerged\n", "unmerged work")
+    kept = delete_worktree(find_workspace(g.toplevel), "dev", force=True, cwd=g.toplevel)
+    assert any("alpha: branch dev (unmerged" in k for k in kept)
+    assert "dev" in branches(g.toplevel / "alpha") and "dev" not in branches(g.toplevel / "beta")
+    result = g.inv(g.toplevel, "worktree.create", "--name", "dev", "--no-venv")
+    assert "branch 'dev' already exists" in result.stdout
+    assert git(g.path("dev", "alpha"), "rev-parse", "HEAD") == tip
+
+
+def test_delete_refuses_listing_every_problem(with_dev):
+    g = with_dev
+    dev = g.path("dev")
+    (dev / "alpha" / "alpha.txt").write_text("changed\n")
+    (dev / "beta" / "stray.txt").write_text("new\n")
+    g.commit(dev, "feature.txt", "x\n", "container work")
+    result = g.inv(g.toplevel, "worktree.delete", "--name", "dev", check=False)
+    assert result.returncode == 3
+    err = result.stderr
+    assert "dev/alpha: uncommitted changes to 1 tracked path(s): alpha.txt" in err
+    assert "dev/beta: 1 untracked file(s): stray.txt" in err
+    assert "dev: 1 commit(s) on dev not merged up" in err
+    assert dev.exists() and (dev / "alpha" / "alpha.txt").read_text() == "changed\n"
+
+
+def test_delete_force_removes_dir_but_keeps_unmerged_branches(with_dev):
+    g = with_dev
+    tip = g.commit(g.path("dev", "beta"), "f.txt", "x\n", "beta work")
+    (g.path("dev", "alpha", "alpha.txt")).write_text("changed\n")
+    result = g.inv(g.toplevel, "worktree.delete", "--name", "dev", "--force")
+    assert not g.path("dev").exists()
+    assert git(g.toplevel / "beta", "rev-parse", "dev") == tip
+    assert "dev" not in branches(g.toplevel / "alpha")
+    assert "kept" in result.stderr and "git branch -d" in result.stderr
+
+
+def test_delete_clean_removes_everything(with_dev):
+    g = with_dev
+    g.inv(g.toplevel, "worktree.delete", "--name", "dev")
+    assert not g.path("dev").exists()
+    for repo in ("", "alpha", "beta"):
+        assert "dev" not in branches(g.toplevel / repo)
+
+
+def test_delete_refuses_from_inside_and_unknown_names(with_dev):
+    g = with_dev
+    result = g.inv(g.path("dev", "alpha"), "worktree.delete", "--name", "dev", check=False)
+    assert result.returncode == 3 and "you are inside" in result.stderr
+    result = g.inv(g.toplevel, "worktree.delete", "--name", "nope", check=False)
+    assert result.returncode == 2 and "no worktree 'nope'" in result.stderr
+
+
+def test_list_shows_branches_ahead_behind_and_dirty(with_dev):
+    g = with_dev
+    g.commit(g.path("dev", "alpha"), "a.txt", "x\n", "ahead")
+    g.push_upstream_commit("beta", "b.txt", "y\n")
+    (g.path("dev", "beta", "beta.txt")).write_text("dirty\n")
+    out = g.inv(g.toplevel, "worktree.list").stdout
+    assert "dev  (" in out
+    assert any(l.split()[:5] == ["alpha", "dev", "+1/-0", "vs", "main"] and l.endswith("clean") for l in out.splitlines())
+    assert any(l.split()[:5] == ["beta", "dev", "+0/-1", "vs", "kms"] and l.endswith("dirty") for l in out.splitlines())
+
+
+def test_inv_list_works_from_worktree_and_subrepo(with_dev):
+    g = with_dev
+    for cwd in (g.toplevel, g.path("dev"), g.path("dev", "beta")):
+        out = g.inv(cwd, "--list").stdout
+        for name in ("worktree.create", "git.merge-up", "toplevel.init"):
+            assert name in out
+
+
+def test_direnv_exec_in_new_worktree_gives_its_venv(initialized):
+    require_tool("direnv")
+    g = initialized
+    import sys
+    dev_ws = create_worktree(find_workspace(g.toplevel), "dev")
+    dev = dev_ws.root
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(dev / ".venv")], check=True)
+    subprocess.run(["direnv", "allow", str(dev)], check=True, cwd=dev)
+    proc = subprocess.run(
+        ["direnv", "exec", str(dev), "sh", "-c", 'command -v python; echo "SAFE=$PYTHONSAFEPATH"; echo "VENV=$VIRTUAL_ENV"'],
+        cwd=dev, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.split()
+    assert lines[0] == f"{dev}/.venv/bin/python"
+    assert "SAFE=1" in lines and f"VENV={dev}/.venv" in lines
