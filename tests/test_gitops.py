@@ -1,0 +1,142 @@
+"""git.status / diff / rebase-down / merge-up across real repos."""
+
+import pytest
+
+from conftest import git
+
+
+def test_status_headers_passthrough_and_relations(with_dev):
+    g = with_dev
+    dev = g.path("dev")
+    g.commit(dev / "alpha", "a.txt", "x\n", "ahead 1")
+    g.commit(dev / "alpha", "b.txt", "x\n", "ahead 2")
+    g.push_upstream_commit("beta", "up.txt", "y\n")
+    out = g.inv(dev, "git.status", "--", "-sb").stdout
+    assert "==== dev  [$ git status -sb" in out
+    assert "==== dev/alpha  [$ git status -sb" in out and "## dev" in out
+    assert "dev/alpha is 2 commits ahead of top/alpha (main branch)" in out
+    assert "dev/beta is 1 commit behind top/beta (kms branch)" in out
+    assert "dev is" not in out   # the up-to-date container repo is dropped
+
+
+def test_status_collapses_when_up_to_date_and_warns_off_branch(with_dev):
+    g = with_dev
+    dev = g.path("dev")
+    out = g.inv(dev, "git.status").stdout
+    assert "dev: all 3 repos up to date with their integration branches" in out
+    git(dev / "beta", "checkout", "-q", "-b", "other")
+    result = g.inv(dev, "git.status")
+    assert "dev/beta is on branch 'other', expected 'dev'" in result.stderr
+
+
+def test_status_exit_is_the_worst_of_the_repos(with_dev):
+    result = with_dev.inv(with_dev.path("dev"), "git.status", "--", "--no-such-flag", check=False)
+    assert result.returncode != 0
+    assert result.stdout.count("unknown option") == 3 or result.stdout.count("no-such-flag") >= 3
+
+
+def test_diff_passes_args_and_hides_clean_repos(with_dev):
+    g = with_dev
+    (g.path("dev", "beta", "beta.txt")).write_text("line 1\nchanged\n")
+    out = g.inv(g.path("dev"), "git.diff", "--", "--stat").stdout
+    assert "==== dev/beta  [$ git diff --stat" in out and "beta.txt" in out
+    assert "==== dev/alpha" not in out
+    assert "no differences in 3 repos" in g.inv(g.toplevel, "git.diff").stdout
+
+
+def test_rebase_down_and_merge_up_land_linear_history(with_dev):
+    g = with_dev
+    dev = g.path("dev")
+    g.push_upstream_commit("alpha", "upstream.txt", "u\n")
+    mine = g.commit(dev / "alpha", "mine.txt", "m\n", "feature work")
+    dry = g.inv(dev, "git.rebase-down", "--dry-run").stdout
+    assert "dev/alpha: 1 new commit(s) on main" in dry and "dev/beta: nothing to rebase" in dry
+    assert git(dev / "alpha", "rev-parse", "HEAD") == mine
+    g.inv(dev, "git.rebase-down")
+    assert git(dev / "alpha", "rev-list", "--count", "main..dev") == "1"
+    assert git(dev / "alpha", "rev-list", "--count", "dev..main") == "0"
+    out = g.inv(dev, "git.merge-up").stdout
+    assert "dev/alpha: 1 commit(s) to land on main" in out and "dev/beta: nothing to land" in out
+    assert git(g.toplevel / "alpha", "rev-parse", "main") == git(dev / "alpha", "rev-parse", "dev")
+    assert git(g.toplevel / "alpha", "rev-list", "--merges", "--count", "main") == "0"
+
+
+def test_rebase_passes_quoted_args_exactly(with_dev):
+    g = with_dev
+    dev = g.path("dev")
+    g.push_upstream_commit("alpha", "upstream.txt", "u\n")
+    g.commit(dev / "alpha", "mine.txt", "m\n", "feature work")
+    marker = g.base / "exec ran"
+    g.inv(dev, "git.rebase-down", "--", "--exec", f"touch '{marker}'")
+    assert marker.exists()
+
+
+def test_rebase_conflict_stops_leaves_repo_mid_rebase_no_rollback(with_dev):
+    g = with_dev
+    dev = g.path("dev")
+    # container: a clean rebase that must stay done
+    g.commit(g.toplevel, "top-up.txt", "u\n", "upstream container change")
+    g.commit(dev, "mine-top.txt", "m\n", "feature container change")
+    # alpha: a conflict
+    g.push_upstream_commit("alpha", "alpha.txt", "line 1\nupstream\nline 3\n")
+    g.commit(dev / "alpha", "alpha.txt", "line 1\nmine\nline 3\n", "conflicting change")
+    result = g.inv(dev, "git.rebase-down", check=False)
+    assert result.returncode == 1
+    assert "rebase stopped in dev/alpha" in result.stderr
+    assert f"cd {dev / 'alpha'}" in result.stderr and "git rebase --continue" in result.stderr
+    assert "git rebase --abort" in result.stderr
+    assert git(dev, "rev-list", "--count", "dev..main") == "0"          # container rebased, kept
+    assert (g.toplevel / "alpha" / ".git" / "worktrees").exists()
+    state = git(dev / "alpha", "status")
+    assert "rebase in progress" in state or "interactive rebase in progress" in state
+    # running it again is refused before touching anything
+    again = g.inv(dev, "git.rebase-down", check=False)
+    assert again.returncode == 3 and "a rebase is in progress" in again.stderr
+
+
+def test_merge_up_refuses_when_integration_moved(with_dev):
+    g = with_dev
+    dev = g.path("dev")
+    g.commit(dev / "alpha", "a.txt", "x\n", "feature")
+    g.commit(dev / "beta", "b.txt", "x\n", "feature")
+    moved = g.push_upstream_commit("beta", "up.txt", "y\n")
+    before_alpha = git(g.toplevel / "alpha", "rev-parse", "main")
+    result = g.inv(dev, "git.merge-up", check=False)
+    assert result.returncode == 3
+    assert "dev/beta: kms moved (1 new commit(s)) since you rebased; run `inv git.rebase-down`" in result.stderr
+    assert git(g.toplevel / "alpha", "rev-parse", "main") == before_alpha   # nothing landed
+    assert git(g.toplevel / "beta", "rev-parse", "kms") == moved
+    # --no-ff makes merge commits instead
+    g.inv(dev, "git.merge-up", "--no-ff")
+    assert git(g.toplevel / "beta", "rev-list", "--merges", "--count", "kms") == "1"
+
+
+def test_rebase_and_merge_refuse_in_toplevel_and_on_dirty_trees(with_dev):
+    g = with_dev
+    for task in ("git.rebase-down", "git.merge-up"):
+        result = g.inv(g.toplevel, task, check=False)
+        assert result.returncode == 3 and "not the toplevel" in result.stderr
+    (g.path("dev", "beta", "beta.txt")).write_text("dirty\n")
+    g.push_upstream_commit("alpha", "u.txt", "u\n")
+    result = g.inv(g.path("dev"), "git.rebase-down", check=False)
+    assert result.returncode == 3 and "dev/beta: uncommitted changes" in result.stderr
+    assert git(g.path("dev", "alpha"), "rev-list", "--count", "dev..main") == "1"   # untouched
+
+
+def test_rebase_down_rerenders_dotfiles(with_dev):
+    g = with_dev
+    envrc = g.path("dev", ".envrc")
+    envrc.write_text("stale\n")
+    g.inv(g.path("dev"), "git.rebase-down")
+    assert "PYTHONSAFEPATH=1" in envrc.read_text()
+
+
+def test_git_commands_refuse_a_tampered_checkout(with_dev, tmp_path):
+    g = with_dev
+    evil = tmp_path / "evil"
+    git(tmp_path, "init", "-q", str(evil))
+    (evil / ".git" / "config").write_text("[core]\n\tfsmonitor = touch " + str(tmp_path / "pwned") + "\n")
+    g.path("dev", "alpha", ".git").write_text(f"gitdir: {evil / '.git'}\n")
+    result = g.inv(g.path("dev"), "git.status", check=False)
+    assert result.returncode == 2 and "refusing to run git" in result.stderr
+    assert not (tmp_path / "pwned").exists()
