@@ -13,3 +13,7 @@ for _name in _NAMESPACE_MODULES:
             raise
 
 ROOT_TASKS = []
+
+from .demo import demo  # noqa: E402
+
+ROOT_TASKS.append(demo)

@@ -1,0 +1,14 @@
+"""demo: the main job on a built-in example."""
+
+from invoke import task
+
+from ..demo import run_demo
+from .common import reports_errors
+
+
+@task(help={"dir": "where to build the demo (default: a new temp dir)",
+            "no_venv": "skip the venv builds (faster)"})
+@reports_errors
+def demo(c, dir=None, no_venv=False):
+    """Run the whole workflow, narrated, on two sample repos in a temp grouping dir."""
+    run_demo(dir, venv=not no_venv)
