@@ -1,0 +1,36 @@
+"""nox sessions: tests and lint by default; per-worktree venvs and the GPU check on demand."""
+
+import shutil
+import sys
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+
+nox.options.sessions = ["lint", "tests"]
+nox.options.default_venv_backend = "uv|virtualenv"
+
+
+@nox.session
+def tests(session):
+    """The whole test suite (pytest -n auto); extra args pass to pytest."""
+    session.install("-e", ".[test]")
+    args = session.posargs or ["-n", "auto"]
+    session.run("pytest", *args)
+
+
+@nox.session
+def lint(session):
+    """ruff over the code."""
+    session.install("ruff")
+    session.run("ruff", "check", "chtop_tasks", "tests", "bench", "tasks.py", "noxfile.py")
+
+
+@nox.session(python=False, default=False)
+def venv(session):
+    """Build a worktree's .venv: nox -s venv -- --name dev [--recreate] [--test]."""
+    from chtop_tasks.venv import venv_session
+
+    venv_session(session)
