@@ -34,3 +34,11 @@ def venv(session):
     from chtop_tasks.venv import venv_session
 
     venv_session(session)
+
+
+@nox.session(python=False, default=False)
+def gpu_smoke(session):
+    """GPU compute check in a worktree's sandbox: nox -s gpu_smoke [-- --name NAME]."""
+    from chtop_tasks.gpu_smoke import session_body
+
+    session_body(session)
