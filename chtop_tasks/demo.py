@@ -110,10 +110,11 @@ def make_sample_remote(remotes: Path, name: str, spec: dict) -> Path:
     return bare
 
 
-def clone_project_as_toplevel(grouping: Path, remotes: Path) -> Path:
+def clone_project_as_toplevel(grouping: Path, manifest: str) -> Path:
+    """This project cloned as ``grouping/top``, with ``manifest`` committed in it."""
     top = grouping / "top"
     git(grouping, "clone", "-q", str(PROJECT_ROOT), str(top))
-    (top / "git_repositories.toml").write_text(DEMO_MANIFEST.format(remotes=remotes))
+    (top / "git_repositories.toml").write_text(manifest)
     git(top, "commit", "-q", "-am", "demo: manifest naming the sample repos")
     return top
 
@@ -146,7 +147,7 @@ def run_demo(base: Path | None = None, venv: bool = True) -> Path:
         make_sample_remote(remotes, name, spec)
 
     narrate(f"2. This project cloned as the toplevel {grouping}/top, its manifest naming the samples")
-    top = clone_project_as_toplevel(grouping, remotes)
+    top = clone_project_as_toplevel(grouping, DEMO_MANIFEST.format(remotes=remotes))
 
     narrate("3. toplevel.init: clone every repo, render dotfiles, build the venv (smoke imports run)")
     inv(top, "toplevel.init", *no_venv)

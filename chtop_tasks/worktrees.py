@@ -47,13 +47,20 @@ def rev(repo_dir: Path, ref: str) -> str:
     return git(repo_dir, ["rev-parse", "--verify", f"{ref}^{{commit}}"]).stdout.strip()
 
 
+def local_branches(repo_dir: Path) -> dict[str, str]:
+    """Every local branch of the repo and its commit, in one git call."""
+    out = git(repo_dir, ["for-each-ref", "--format=%(refname:short) %(objectname)", "refs/heads"]).stdout
+    return dict(line.rsplit(" ", 1) for line in out.splitlines() if line)
+
+
 @dataclass
 class AddStep:
-    """One ``git worktree add`` of the plan."""
+    """One ``git worktree add`` of the plan; ``start_sha`` is where a new branch starts."""
 
     checkout: Checkout
     main_dir: Path
     start: str
+    start_sha: str
     reuse_branch: bool
 
     def argv(self, name: str) -> list[str]:
@@ -68,20 +75,20 @@ def plan_create(ws: Workspace, name: str) -> list[AddStep]:
     if why:
         raise UsageError(why)
     top = ws.for_root(ws.toplevel)
-    target = ws.for_root(ws.toplevel)
     missing = [c.name for c in top.checkouts()[1:] if not (c.path / ".git").exists()]
     if missing:
         raise Refused(f"repo(s) not cloned in the toplevel: {', '.join(missing)}.\nRun `inv toplevel.init` there first.")
     verify_git_dirs(top)
     steps = []
-    for checkout in target.checkouts():
+    for checkout in top.checkouts():
         main_dir = checkout.path
         new_path = ws.worktree_root(name) / checkout.name if checkout.name else ws.worktree_root(name)
-        start = "HEAD" if not checkout.name else integration_branch(top, checkout)
-        if checkout.name and not branch_exists(main_dir, start):
+        start = integration_branch(top, checkout)   # the container's: what the toplevel has checked out
+        branches = local_branches(main_dir)
+        if start not in branches:
             raise Refused(f"{display_name(ws, main_dir)} has no branch {start!r} (its integration branch)")
         steps.append(AddStep(Checkout(checkout.name, new_path, checkout.store), main_dir, start,
-                             branch_exists(main_dir, name)))
+                             branches[start], name in branches))
     return steps
 
 
@@ -113,7 +120,7 @@ def add_worktrees(steps: list[AddStep], name: str, run: CreateRun) -> None:
         runner.run(step.argv(name), cwd=step.main_dir)
         run.added.append(step)
         if not step.reuse_branch:
-            run.new_branches[step.main_dir] = rev(step.main_dir, name)
+            run.new_branches[step.main_dir] = step.start_sha
         init_submodules(step.checkout.path)
 
 
