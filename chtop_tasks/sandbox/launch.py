@@ -1,0 +1,307 @@
+"""What gets sandboxed, and the podman launch for it (plan, then run).
+
+``target_for`` finds the worktree (or the ``--dir`` directory) and its
+policy; ``plan_launch`` reads the policy, ensures the egress proxy (fail
+closed), computes the mount plan and returns the full ``podman run`` argv;
+``run_plan`` runs a non-interactive plan with stdio passed through.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ChtopError, CommandFailed, UsageError, WorkspaceError
+from ..runner import echo
+from ..workspace import Workspace, admin_dir_for, find_workspace, verify_git_dirs
+from . import podman as podman_mod
+from .mounts import MountContext, plan_mounts
+from .policy import STRUCTURAL_ENV, load_policy
+from .rootfs import ensure_skeleton
+
+NETWORKS = ("proxy", "host", "open")
+PURPOSE_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+PASS_THROUGH_CUDA = ("CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH")
+# The podman process's own environment (it finds its storage and runtime dir with these).
+PODMAN_ENV = ("PATH", "HOME", "USER", "LOGNAME", "TERM", "TMPDIR", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME",
+              "XDG_DATA_HOME", "CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF", "CONTAINERS_REGISTRIES_CONF")
+NO_PROXY = "localhost,127.0.0.1,::1"
+LABEL = "chtop"
+
+
+@dataclass(frozen=True)
+class Target:
+    kind: str                      # "worktree" or "dir"
+    root: Path
+    workspace: Workspace | None
+    policy_dir: Path
+    group_dir: Path
+    config_dir: Path
+
+    @property
+    def name(self) -> str:
+        return self.root.name
+
+    @property
+    def state_dir(self) -> Path:
+        return self.group_dir / ".chtop"
+
+
+@dataclass
+class LaunchPlan:
+    argv: list[str]
+    container_name: str
+    env: dict[str, str]
+    warnings: list[str] = field(default_factory=list)
+
+
+def user_config_dir() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "chtop"
+
+
+def default_policy_dir() -> Path:
+    """The policy shipped with chtop (chtop_tasks/default_policy -> ../sandbox)."""
+    return (Path(__file__).resolve().parent.parent / "default_policy").resolve()
+
+
+def _home() -> Path:
+    return Path(os.environ.get("HOME") or Path.home())
+
+
+def target_for(cwd: Path, dir: Path | None = None) -> Target:  # noqa: A002 - the contract's name
+    """The worktree around ``cwd``, or ``dir`` (--dir mode)."""
+    if dir is not None:
+        root = Path(dir).expanduser().resolve()
+        if not root.is_dir():
+            raise UsageError(f"--dir {dir}: not a directory")
+        home = _home().resolve()
+        if root == Path("/") or root == home or root in home.parents:
+            raise UsageError(f"--dir {root}: refusing to sandbox $HOME or one of its parents (it would mount "
+                             "everything in it); pick a project directory")
+        group = user_config_dir()
+        policy = group / "sandbox" if (group / "sandbox" / "fs-allow.txt").is_file() else default_policy_dir()
+        return Target("dir", root, None, policy, group, group / "claude")
+    ws = find_workspace(Path(cwd))
+    if ws.is_toplevel:
+        raise WorkspaceError(
+            f"{ws.root} is the toplevel: the sandbox runs only in a feature worktree "
+            "(the toplevel is not containerized; the management commands run there).\n"
+            "Make one and run from it:  inv worktree.create NAME && cd ../NAME"
+        )
+    return Target("worktree", ws.root, ws, ws.policy_dir, ws.grouping, ws.claude_dir)
+
+
+def group_id(group_dir: Path) -> str:
+    return hashlib.sha256(str(Path(group_dir).resolve()).encode()).hexdigest()[:12]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.") or "x"
+
+
+def _git_identity(root: Path, host_env: dict[str, str]) -> dict[str, str]:
+    """The host's identity for commits inside: env overrides, else ``git config``."""
+    out = {}
+    config = {}
+    for key in ("user.name", "user.email"):
+        proc = subprocess.run(["git", "-C", str(root), "config", "--get", key], capture_output=True,
+                              text=True, stdin=subprocess.DEVNULL, timeout=10)
+        if proc.returncode == 0 and proc.stdout.strip():
+            config[key] = proc.stdout.strip()
+    for role in ("AUTHOR", "COMMITTER"):
+        for field_, key in (("NAME", "user.name"), ("EMAIL", "user.email")):
+            var = f"GIT_{role}_{field_}"
+            value = host_env.get(var) or config.get(key)
+            if value:
+                out[var] = value
+    return out
+
+
+def _mount_context(target: Target, proxy_dir: Path | None, self_edit: bool) -> MountContext:
+    home = _home()
+    if target.kind == "worktree":
+        ws = target.workspace
+        stores = []
+        for checkout in ws.checkouts():
+            if checkout.path.exists() and checkout.store.is_dir():
+                stores.append((checkout.store, admin_dir_for(checkout.store, checkout.path)))
+        return MountContext(
+            "worktree", target.root, target.config_dir, home, grouping=ws.grouping, toplevel=ws.toplevel,
+            repo_names=tuple(ws.manifest.names), stores=tuple(stores), extern=ws.grouping / "extern",
+            guarded=(ws.grouping,), state_dirs=(ws.state_dir,), proxy_dir=proxy_dir, self_edit=self_edit)
+    return MountContext("dir", target.root, target.config_dir, home, guarded=(target.group_dir,),
+                        state_dirs=(target.state_dir,), proxy_dir=proxy_dir, self_edit=self_edit)
+
+
+def plan_launch(target: Target, command: list[str], *, interactive: bool,
+                extra_env: dict[str, str] | None = None, purpose: str = "run",
+                network: str = "proxy", allow_self_edit: bool = False,
+                cwd: Path | None = None) -> LaunchPlan:
+    """The full ``podman run`` for ``command`` in ``target``'s sandbox.
+
+    Reads the policy (PolicyError if broken), checks the git layout
+    (WorkspaceError if tampered), ensures the proxy (ChtopError if it cannot
+    start: no launch), builds the skeleton root.  Nothing is run yet.
+    """
+    if network not in NETWORKS:
+        raise UsageError(f"network must be one of {', '.join(NETWORKS)}, not {network!r}")
+    if not PURPOSE_RE.match(purpose):
+        raise UsageError(f"purpose {purpose!r}: lowercase letters, digits and '-'")
+    if not command:
+        raise UsageError("no command to run (give it after --)")
+    extra_env = dict(extra_env or {})
+    for key in extra_env:
+        if not ENV_NAME_RE.match(key) or key in STRUCTURAL_ENV:
+            raise UsageError(f"extra env name {key!r} is invalid or structural (set by chtop itself)")
+    host_env = dict(os.environ)
+    home = _home()
+    warnings: list[str] = []
+
+    if target.kind == "worktree":
+        verify_git_dirs(target.workspace)
+    ch = target.workspace.grouping if target.workspace else None
+    policy = load_policy(target.policy_dir, home, ch)
+    warnings += policy.warnings
+
+    proxy_socket = None
+    proxy_url = None
+    if network in ("proxy", "host"):
+        from ..proxy import ensure_proxy
+
+        endpoint = ensure_proxy(target.group_dir, target.policy_dir,
+                                worktree=target.name if target.kind == "worktree" else None)
+        if network == "proxy":
+            proxy_socket = endpoint.socket_path
+            proxy_url = f"http://127.0.0.1:{podman_mod.RELAY_PORT}"
+        else:
+            proxy_url = endpoint.url
+            warnings.append("--network host: the agent shares the host's network; the proxy is only honoured "
+                            "by clients that use HTTPS_PROXY, a raw socket goes around it")
+    else:
+        warnings.append("no proxy: open egress (host network, nothing filtered); for debugging only")
+    if allow_self_edit:
+        warnings.append("--allow-self-edit: chtop's own code in this worktree (tasks.py, chtop_tasks/, "
+                        "sandbox/, ...) is WRITABLE by the agent, and you run it on the host with inv/nox. "
+                        "Review every change before running it.")
+    if proxy_socket is not None and not _which_host("socat"):
+        raise ChtopError("socat is not installed on the host (/usr/bin/socat); the proxy relay inside the "
+                         "sandbox needs it.  Install it: apt-get install socat")
+
+    ctx = _mount_context(target, proxy_socket.parent if proxy_socket else None, allow_self_edit)
+    plan = plan_mounts(ctx, policy.fs)
+    warnings += plan.warnings
+    mounts = plan.mounts()
+
+    identity = podman_mod.identity_for(target.root)
+    if identity.note:
+        warnings.append(identity.note)
+    key = group_id(target.root)[:8] if target.kind == "dir" else _slug(target.name)
+    skeleton = ensure_skeleton(target.state_dir / "sbox" / "rootfs" / key, mounts, policy.devices)
+    podman_mod.write_entry_files(skeleton)
+
+    venv = target.root / ".venv"
+    env_values = {"HOME": str(home), "PATH": f"{venv}/bin:{host_env.get('PATH', '/usr/bin:/bin')}",
+                  "IS_SANDBOX": "1", "PYTHONSAFEPATH": "1", "CLAUDE_CONFIG_DIR": str(target.config_dir),
+                  "CHTOP_SANDBOX": target.name}
+    if venv.is_dir():
+        env_values["VIRTUAL_ENV"] = str(venv)
+    env_file = target.root / ".claude" / "env.sh"
+    if env_file.is_file():
+        env_values["CLAUDE_ENV_FILE"] = str(env_file)
+    if host_env.get("CONDA_PREFIX"):
+        env_values["CONDA_PREFIX"] = host_env["CONDA_PREFIX"]
+    if proxy_url:
+        for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+            env_values[var] = proxy_url
+        env_values["NO_PROXY"] = env_values["no_proxy"] = NO_PROXY
+    named = {}
+    named.update(policy.env_from(host_env))
+    named.update({k: host_env[k] for k in PASS_THROUGH_CUDA if host_env.get(k)})
+    named.update(_git_identity(target.root, host_env))
+    named.update(extra_env)
+
+    podman_env = {k: host_env[k] for k in PODMAN_ENV if k in host_env}
+    podman_env.update(named)
+
+    workdir = target.root
+    if cwd is not None:
+        cwd = Path(cwd).resolve()
+        if cwd == target.root or target.root in cwd.parents:
+            workdir = cwd
+    name = f"chtop-{_slug(target.name)}-{purpose}-{secrets.token_hex(3)}"
+    labels = {f"{LABEL}.group": str(target.group_dir), f"{LABEL}.group_id": group_id(target.group_dir),
+              f"{LABEL}.worktree": target.name, f"{LABEL}.root": str(target.root),
+              f"{LABEL}.purpose": purpose, f"{LABEL}.network": network}
+    argv = podman_mod.build_argv(
+        name=name, labels=labels, mounts=mounts, skeleton=skeleton, workdir=workdir, env_values=env_values,
+        env_names=sorted(named), devices=policy.devices, network=network, proxy_socket=proxy_socket,
+        interactive=interactive, identity=identity, hostname=f"sbox-{_slug(target.name)}"[:63],
+        command=command)
+    return LaunchPlan(argv, name, podman_env, warnings)
+
+
+def _which_host(name: str) -> bool:
+    return any(Path(d, name).is_file() for d in ("/usr/bin", "/bin", "/usr/local/bin"))
+
+
+def run_plan(plan: LaunchPlan) -> int:
+    """Run a non-interactive plan, stdio passed through; its exit status (128+signal if killed)."""
+    echo(plan.argv)
+    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        try:
+            proc = subprocess.Popen(plan.argv, env=plan.env)
+        except FileNotFoundError as exc:
+            raise CommandFailed("podman is not installed (apt-get install podman uidmap crun)") from exc
+        code = proc.wait()
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+    return 128 - code if code < 0 else code
+
+
+def shell_command() -> list[str]:
+    """bash with rcfile ~/.bashrc then .claude/env.sh (what the agent's Bash tool sees)."""
+    return ["bash", "--rcfile", podman_mod.SHELLRC, "-i"]
+
+
+def list_sandboxes(group_dir: Path) -> list[dict[str, str]]:
+    """The running sandboxes of a group: name, worktree, purpose, network, status, command."""
+    argv = ["podman", "ps", "--filter", f"label={LABEL}.group_id={group_id(group_dir)}", "--format", "json"]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60)
+    except FileNotFoundError as exc:
+        raise CommandFailed("podman is not installed") from exc
+    if proc.returncode:
+        raise CommandFailed(f"podman ps failed: {proc.stderr.strip()}")
+    rows = []
+    for item in json.loads(proc.stdout or "[]"):
+        labels = item.get("Labels") or {}
+        names = item.get("Names") or ["?"]
+        command = item.get("Command") or []
+        rows.append({"name": names[0], "worktree": labels.get(f"{LABEL}.worktree", "?"),
+                     "purpose": labels.get(f"{LABEL}.purpose", "?"),
+                     "network": labels.get(f"{LABEL}.network", "?"), "status": item.get("Status", "?"),
+                     "command": " ".join(command[4:] if command[:2] == ["/bin/sh", podman_mod.ENTRY] else command)})
+    return rows
+
+
+def show_warnings(plan: LaunchPlan, stream=None) -> None:
+    for line in plan.warnings:
+        print(f"warning: {line}", file=stream or sys.stderr, flush=True)
+
+
+def group_dir_for(cwd: Path, dir_mode: bool = False) -> Path:
+    """The proxy/sandbox group of ``cwd``: its grouping dir (toplevel included), or ~/.config/chtop."""
+    if dir_mode:
+        return user_config_dir()
+    return find_workspace(Path(cwd)).grouping

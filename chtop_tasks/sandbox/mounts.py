@@ -1,0 +1,308 @@
+"""The mount plan as data: what the container sees, and how.
+
+The rule behind it: nothing the user later runs on the host may be writable
+from inside.  So:
+
+* the toplevel (with every repo's shared git store in it) is read-only;
+  only each store's ``objects/``, ``refs/``, ``logs/`` and this worktree's
+  own admin dir ``worktrees/<id>/`` are read-write (so commits work), with
+  that admin dir's ``commondir`` and ``gitdir`` pinned read-only.  The
+  store root stays read-only, so no ``commondir``/``config`` can be created
+  there and no store subdir can be renamed away;
+* the worktree root is read-only and each of its entries is its own mount:
+  read-write for the work (the repo dirs, docs, ...), read-only for what the
+  host runs (``.git``, ``.envrc``, ``.venv``, ``.claude``, chtop's own code
+  and policy).  New top-level files cannot be created and no entry can be
+  renamed (``rename(2)`` of a mount point is EBUSY);
+* inside each read-write repo dir its ``.git`` pointer (and ``.envrc``,
+  ``.venv``, ``.claude`` if present) is pinned read-only the same way;
+* every directory between a read-write mount root and a pinned path is
+  bind-mounted onto itself, so no parent of a pin can be renamed either.
+
+Every path appears at its host path, so git metadata resolves.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+# What a host shell, direnv, nox, invoke or a host-side claude reads or runs
+# from a checkout: never writable from inside.
+HOST_EXECUTED = (".git", ".envrc", ".venv", ".claude", ".nox", ".direnv", ".vscode")
+# chtop's own management code in the container repo: read-only unless the
+# user opts in (--allow-self-edit).
+MANAGEMENT = ("tasks.py", "noxfile.py", "chtop_tasks", "invoke.yaml", "invoke.yml", "pyproject.toml",
+              "dotfile_templates", "sandbox", "git_repositories.toml")
+STORE_RW = ("objects", "refs", "logs")
+
+
+@dataclass(frozen=True)
+class Mount:
+    src: Path | None     # None for a tmpfs
+    dst: Path
+    mode: str            # "ro", "rw" or "tmpfs"
+    why: str
+
+    @property
+    def depth(self) -> int:
+        return len(self.dst.parts)
+
+
+class MountPlan:
+    """An ordered set of mounts keyed by destination (a later add replaces)."""
+
+    def __init__(self):
+        self._by_dst: dict[Path, Mount] = {}
+        self.warnings: list[str] = []
+
+    def add(self, src, dst, mode, why) -> None:
+        dst = Path(dst)
+        self._by_dst[dst] = Mount(None if src is None else Path(src), dst, mode, why)
+
+    def get(self, dst) -> Mount | None:
+        return self._by_dst.get(Path(dst))
+
+    def remove(self, dst) -> None:
+        self._by_dst.pop(Path(dst), None)
+
+    def mounts(self) -> list[Mount]:
+        """Shallow first (podman applies them in this order too)."""
+        return sorted(self._by_dst.values(), key=lambda m: (m.depth, str(m.dst)))
+
+    def enclosing(self, path: Path) -> Mount | None:
+        """The deepest mount strictly above ``path``."""
+        best = None
+        for mount in self._by_dst.values():
+            if mount.dst != path and is_within(path, mount.dst):
+                if best is None or mount.depth > best.depth:
+                    best = mount
+        return best
+
+    def effective_mode(self, path: Path) -> str | None:
+        """How ``path`` is reachable inside: the mode of the deepest mount covering it."""
+        mount = self.get(path)
+        if mount is None:
+            mount = self.enclosing(path)
+        return None if mount is None else mount.mode
+
+
+def is_within(path: Path, parent: Path) -> bool:
+    try:
+        Path(path).relative_to(parent)
+        return True
+    except ValueError:
+        return False
+
+
+def pin(plan: MountPlan, path: Path, why: str) -> None:
+    """Mount an existing ``path`` read-only onto itself."""
+    if os.path.lexists(path) and not Path(path).is_symlink():
+        plan.add(path, path, "ro", why)
+
+
+def rename_proof(plan: MountPlan) -> None:
+    """Self-mount every directory between a read-write mount root and a pin.
+
+    A pin is a mount point (rename gives EBUSY), but its parents are plain
+    directories in the read-write mount and could be renamed away, leaving a
+    writable stand-in at the old path.  Making each of them a mount point
+    too closes that.
+    """
+    for mount in list(plan.mounts()):
+        if mount.mode != "ro" or mount.src is None:
+            continue
+        parent = plan.enclosing(mount.dst)
+        if parent is None or parent.mode != "rw":
+            continue
+        between = mount.dst.parent
+        while between != parent.dst and is_within(between, parent.dst):
+            if plan.get(between) is None:
+                plan.add(between, between, "rw", f"rename-proof parent of {mount.dst.name}")
+            between = between.parent
+
+
+def store_mounts(plan: MountPlan, store: Path, admin: Path | None) -> None:
+    """A shared git store: objects/refs/logs and this worktree's admin dir rw.
+
+    The store itself stays under the read-only toplevel: its ``config``,
+    ``hooks/``, ``info/``, ``packed-refs``, the toplevel's own ``HEAD`` and
+    ``index``, and the other worktrees' admin dirs are read-only.
+    """
+    for name in STORE_RW:
+        sub = store / name
+        if sub.is_dir() and not sub.is_symlink():
+            plan.add(sub, sub, "rw", f"git store {name}/ (commits)")
+    if admin is not None and admin.is_dir():
+        plan.add(admin, admin, "rw", "this worktree's admin dir in the store")
+        for name in ("commondir", "gitdir"):
+            pin(plan, admin / name, f"admin {name} (redirects host git if rewritten)")
+
+
+def checkout_dir_mounts(plan: MountPlan, root: Path, protected: tuple[str, ...], why: str) -> None:
+    """A read-only ``root`` whose every entry is its own mount: rw except ``protected``."""
+    plan.add(root, root, "ro", why)
+    for entry in sorted(root.iterdir()):
+        if entry.is_symlink():
+            continue  # resolves to a target the plan mounts (or not) on its own
+        if entry.name in protected:
+            plan.add(entry, entry, "ro", f"host runs it: {entry.name}")
+        else:
+            plan.add(entry, entry, "rw", "work")
+
+
+def repo_dir_pins(plan: MountPlan, repo_dir: Path) -> None:
+    for name in HOST_EXECUTED:
+        pin(plan, repo_dir / name, f"host runs it: {repo_dir.name}/{name}")
+
+
+def venv_base_prefix(venv: Path) -> Path | None:
+    """The base interpreter's prefix from ``.venv/pyvenv.cfg`` (``home`` is its bin dir)."""
+    cfg = venv / "pyvenv.cfg"
+    try:
+        text = cfg.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "home" and value.strip():
+            home = Path(value.strip())
+            prefix = home.parent if home.name == "bin" else home
+            return Path(os.path.realpath(prefix))
+    return None
+
+
+def _is_worktree_root(path: Path) -> bool:
+    return (path / ".git").is_file() and not (path / ".git").is_symlink()
+
+
+def _admit_policy_path(plan: MountPlan, path: Path, mode: str, where: str, ctx: "MountContext") -> None:
+    """One fs-allow path, with the group's own files kept out of reach."""
+    real = Path(os.path.realpath(path))
+    for state in ctx.state_dirs:
+        if is_within(real, state) or is_within(path, state):
+            plan.warnings.append(f"{where}: {path} is chtop's host-side state; never mounted")
+            return
+    if mode == "rw":
+        for guarded in ctx.guarded:
+            inside = is_within(real, guarded)
+            if is_within(guarded, real) or (inside and not _rw_ok_inside(real, ctx)):
+                plan.warnings.append(
+                    f"{where}: rw {path} would make the group's own files writable; mounted read-only"
+                )
+                mode = "ro"
+                break
+    plan.add(real, path, mode, f"fs-allow {where}")
+    if mode == "rw" and ctx.grouping is not None and is_within(real, ctx.grouping):
+        # a sibling worktree opened rw by policy: pin what the host runs in it
+        rel = real.relative_to(ctx.grouping)
+        if rel.parts:
+            sibling = ctx.grouping / rel.parts[0]
+            if _is_worktree_root(sibling):
+                pin_checkout(plan, sibling, ctx.self_edit, ctx.repo_names)
+    for state in ctx.state_dirs:
+        if state.exists() and is_within(state, real) and state != real:
+            plan.add(None, state, "tmpfs-ro", "mask chtop's host-side state")
+
+
+def _rw_ok_inside(real: Path, ctx: "MountContext") -> bool:
+    """rw below a guarded dir is fine only in this root, the config dir or a sibling worktree."""
+    if is_within(real, ctx.root) or is_within(real, ctx.config_dir):
+        return True
+    if ctx.grouping is not None and is_within(real, ctx.grouping):
+        rel = real.relative_to(ctx.grouping)
+        if rel.parts and (ctx.grouping / rel.parts[0]) != ctx.toplevel:
+            return _is_worktree_root(ctx.grouping / rel.parts[0])
+    return False
+
+
+def pin_checkout(plan: MountPlan, root: Path, self_edit: bool, repo_names) -> None:
+    """Pin read-only what the host runs from a checkout that is mounted rw."""
+    names = HOST_EXECUTED + (() if self_edit else MANAGEMENT)
+    for name in names:
+        pin(plan, root / name, f"host runs it: {name}")
+    for repo in repo_names:
+        if (root / repo).is_dir():
+            repo_dir_pins(plan, root / repo)
+
+
+@dataclass
+class MountContext:
+    kind: str                    # "worktree" or "dir"
+    root: Path
+    config_dir: Path
+    home: Path
+    grouping: Path | None = None
+    toplevel: Path | None = None
+    repo_names: tuple[str, ...] = ()
+    stores: tuple[tuple[Path, Path | None], ...] = ()   # (store, this worktree's admin dir)
+    extern: Path | None = None
+    guarded: tuple[Path, ...] = ()       # rw below/above these is downgraded to ro
+    state_dirs: tuple[Path, ...] = ()    # never mounted
+    proxy_dir: Path | None = None
+    self_edit: bool = False
+
+
+def plan_mounts(ctx: MountContext, fs_rules) -> MountPlan:
+    """The whole mount plan for one launch (see the module docstring)."""
+    plan = MountPlan()
+    plan.add("/usr", "/usr", "ro", "host toolchain (the container's /usr)")
+    plan.add("/etc", "/etc", "ro", "host /etc")
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        top = Path("/") / name
+        if top.is_dir() and not top.is_symlink():
+            plan.add(top, top, "ro", "host toolchain (not merged into /usr)")
+    plan.add(None, ctx.home, "tmpfs", "scratch home, gone at exit")
+
+    for rule in fs_rules:
+        for path in rule.paths:
+            _admit_policy_path(plan, path, rule.mode, rule.where, ctx)
+
+    if ctx.kind == "worktree":
+        _worktree_mounts(plan, ctx)
+    else:
+        _dir_mounts(plan, ctx)
+
+    ctx.config_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    plan.add(ctx.config_dir, ctx.config_dir, "rw", "agent config dir (per group)")
+    if ctx.proxy_dir is not None:
+        plan.add(ctx.proxy_dir, ctx.proxy_dir, "ro", "egress proxy socket dir")
+    prefix = venv_base_prefix(ctx.root / ".venv")
+    if prefix is not None and not is_within(prefix, Path("/usr")) and prefix.is_dir():
+        if plan.effective_mode(prefix) is None:
+            plan.add(prefix, prefix, "ro", "the venv's base interpreter")
+    rename_proof(plan)
+    return plan
+
+
+def _worktree_mounts(plan: MountPlan, ctx: MountContext) -> None:
+    assert ctx.toplevel is not None
+    plan.add(ctx.toplevel, ctx.toplevel, "ro", "toplevel (its working files and git stores)")
+    if ctx.extern is not None and ctx.extern.is_dir():
+        plan.add(ctx.extern, ctx.extern, "ro", "extern/ reference trees")
+    for store, admin in ctx.stores:
+        store_mounts(plan, store, admin)
+    protected = HOST_EXECUTED + (() if ctx.self_edit else MANAGEMENT)
+    if ctx.self_edit:
+        plan.add(ctx.root, ctx.root, "rw", "this worktree (self-edit: chtop's code writable)")
+        for name in protected:
+            pin(plan, ctx.root / name, f"host runs it: {name}")
+    else:
+        checkout_dir_mounts(plan, ctx.root, protected, "this worktree's root (entries mounted one by one)")
+    for repo in ctx.repo_names:
+        repo_dir = ctx.root / repo
+        if repo_dir.is_dir() and not repo_dir.is_symlink():
+            plan.add(repo_dir, repo_dir, "rw", f"repo {repo}")
+            repo_dir_pins(plan, repo_dir)
+
+
+def _dir_mounts(plan: MountPlan, ctx: MountContext) -> None:
+    plan.add(ctx.root, ctx.root, "rw", "the --dir directory")
+    repo_dir_pins(plan, ctx.root)
+    dot_git = ctx.root / ".git"
+    if dot_git.is_dir() and not dot_git.is_symlink():
+        # its own store: rw so commits work, with config and hooks/ pinned
+        plan.add(dot_git, dot_git, "rw", "the directory's git store (commits)")
+        for name in ("config", "hooks", "commondir", "info"):
+            pin(plan, dot_git / name, f"git {name} (runs on the host)")

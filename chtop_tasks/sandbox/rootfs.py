@@ -1,0 +1,64 @@
+"""The container's root: a skeleton directory owned by the user.
+
+No image is pulled.  The skeleton holds empty mount points; the host's /usr
+and /etc are mounted over it read-only (so the toolchain and glibc always
+match the host), and the container runs with a read-only root.  It lives in
+chtop's host-side state dir, which is never mounted into a sandbox.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .mounts import Mount, is_within
+
+BASE_DIRS = ("usr", "etc", "tmp", "proc", "dev", "sys", "root", "run", "var/tmp", "home")
+
+
+def _covered(dst: Path, mounts: list[Mount]) -> bool:
+    """True when a shallower mount provides ``dst``'s parent (crun makes it there)."""
+    for mount in mounts:
+        if mount.dst != dst and is_within(dst, mount.dst):
+            return True
+    return False
+
+
+def ensure_skeleton(skel: Path, mounts: list[Mount], extra_paths=()) -> Path:
+    """Create (idempotently) the skeleton with a mount point for every mount."""
+    skel.mkdir(parents=True, exist_ok=True, mode=0o755)
+    for rel in BASE_DIRS:
+        (skel / rel).mkdir(parents=True, exist_ok=True)
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        host = Path("/") / name
+        link = skel / name
+        if host.is_symlink():
+            target = os.readlink(host)
+            if not link.is_symlink() or os.readlink(link) != target:
+                if link.is_symlink() or link.is_file():
+                    link.unlink()
+                if not link.exists():
+                    link.symlink_to(target)
+        elif host.is_dir():
+            link.mkdir(exist_ok=True)
+    for mount in mounts:
+        if _covered(mount.dst, mounts):
+            continue
+        _mount_point(skel, mount.dst, is_dir=mount.src is None or mount.src.is_dir())
+    for path in extra_paths:
+        if not any(is_within(Path(path), m.dst) for m in mounts):
+            _mount_point(skel, Path(path), is_dir=Path(path).is_dir())
+    return skel
+
+
+def _mount_point(skel: Path, dst: Path, is_dir: bool) -> None:
+    point = skel / dst.relative_to("/")
+    if is_dir:
+        if point.is_file() or point.is_symlink():
+            point.unlink()
+        point.mkdir(parents=True, exist_ok=True)
+    else:
+        if point.is_dir() and not point.is_symlink():
+            point.rmdir()
+        point.parent.mkdir(parents=True, exist_ok=True)
+        point.touch(exist_ok=True)

@@ -1,0 +1,229 @@
+"""Running the sandbox for real in tests: an unprivileged test user,
+a world-readable venv with chtop's deps for it, and workspaces it owns.
+
+Our python is pyenv's under /root (unreadable to other users), so the test
+user gets its own venv from /usr/bin/python3, built once per machine (file
+lock, so xdist workers share it).  Each test gets a fresh base dir under
+/tmp (short paths: unix sockets must stay under ~100 bytes) owned by the
+test user, with its own HOME and XDG_RUNTIME_DIR inside.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TEST_USER = "chtop-sbt"
+IN_CI = os.environ.get("CI") == "true"
+VENV_DEPS = ["invoke>=2.2", "jinja2>=3.1", "pexpect>=4.8", "publicsuffixlist>=1.0", "idna>=3.6"]
+
+
+def missing(message: str):
+    """Skip, or fail under CI (which installs everything)."""
+    if IN_CI:
+        pytest.fail(message + " (CI must provide it: see .ci/run)")
+    pytest.skip(message)
+
+
+def _locked(name: str):
+    lock = open(f"/tmp/{name}.lock", "a")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    return lock
+
+
+def ensure_test_user() -> pwd.struct_passwd:
+    """The unprivileged user the rootless tests run as (useradd -m gives subuid ranges)."""
+    if os.geteuid() != 0:
+        missing("the podman tests create an unprivileged test user: run them as root")
+    for tool in ("podman", "socat", "runuser", "useradd"):
+        if shutil.which(tool) is None and not Path("/usr/sbin", tool).exists():
+            missing(f"{tool} is not installed")
+    with _locked("chtop-sbt-user"):
+        try:
+            return pwd.getpwnam(TEST_USER)
+        except KeyError:
+            subprocess.run(["useradd", "-m", "-s", "/bin/bash", TEST_USER], check=True)
+            return pwd.getpwnam(TEST_USER)
+
+
+def ensure_user_venv() -> Path:
+    """A venv from /usr/bin/python3 with chtop's deps, world-readable (built once)."""
+    key = hashlib.sha256("\n".join(VENV_DEPS).encode()).hexdigest()[:10]
+    venv = Path(f"/var/tmp/chtop-sbt-venv-{key}")
+    if (venv / ".complete").exists():
+        return venv
+    with _locked(f"chtop-sbt-venv-{key}"):
+        if (venv / ".complete").exists():
+            return venv
+        if venv.exists():
+            shutil.rmtree(venv)
+        proc = subprocess.run(["/usr/bin/python3", "-m", "venv", str(venv)], capture_output=True, text=True)
+        if proc.returncode:
+            missing(f"cannot make a venv with /usr/bin/python3 (python3-venv?): {proc.stderr.strip()}")
+        uv = shutil.which("uv")
+        if uv:
+            cmd = [uv, "pip", "install", "--python", str(venv / "bin" / "python"), *VENV_DEPS]
+        else:
+            cmd = [str(venv / "bin" / "pip"), "install", "-q", *VENV_DEPS]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, HOME=str(venv)))
+        if proc.returncode:
+            missing(f"cannot install chtop's deps for the test user: {proc.stderr.strip()[-500:]}")
+        subprocess.run(["chmod", "-R", "a+rX", str(venv)], check=True)
+        (venv / ".complete").write_text("ok\n")
+    return venv
+
+
+def podman_works(user: pwd.struct_passwd, env: dict, cwd: Path) -> None:
+    """A bare rootless run; skip (fail in CI) with the reason when this machine cannot."""
+    skel = Path(env["HOME"]) / "probe-root"
+    as_user(user, ["sh", "-c", f"mkdir -p {skel}/usr {skel}/etc {skel}/proc {skel}/dev {skel}/sys "
+                               f"{skel}/tmp {skel}/run && ln -sfn usr/bin {skel}/bin && "
+                               f"ln -sfn usr/lib {skel}/lib && ln -sfn usr/lib64 {skel}/lib64"], env, cwd)
+    proc = as_user(user, ["podman", "run", "--rm", "--network=none", "-v", "/usr:/usr:ro", "-v", "/etc:/etc:ro",
+                          "--rootfs", str(skel), "/bin/true"], env, cwd, check=False)
+    if proc.returncode:
+        hint = ""
+        if "hybrid mode" in proc.stderr:
+            hint = ("\nfix (as root, see shared notes): mkdir -p /sys/fs/cgroup/hugetlb && "
+                    "mount -t cgroup -o hugetlb cgroup /sys/fs/cgroup/hugetlb")
+        missing(f"rootless podman does not run here: {proc.stderr.strip()[-300:]}{hint}")
+
+
+def as_user(user, argv, env, cwd, *, check=True, timeout=120, input=None) -> subprocess.CompletedProcess:
+    """Run ``argv`` as ``user`` with exactly ``env`` (runuser, no login shell)."""
+    full = ["runuser", "-u", user.pw_name, "--", "env", "-i", *[f"{k}={v}" for k, v in env.items()], *argv]
+    proc = subprocess.run(full, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL if input is None else None, input=input)
+    if check and proc.returncode:
+        raise AssertionError(f"{argv} as {user.pw_name} exited {proc.returncode}\n"
+                             f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
+@dataclass
+class UserGroup:
+    """A workspace owned by the test user, with the feature worktree ``dev``."""
+
+    user: pwd.struct_passwd
+    venv: Path
+    base: Path
+    home: Path
+    grouping: Path
+    toplevel: Path
+    dev: Path
+    env: dict
+
+    def inv(self, *args, cwd=None, check=False, extra_env=None, timeout=120, input=None):
+        env = dict(self.env, **(extra_env or {}))
+        return as_user(self.user, [str(self.venv / "bin" / "python"), "-m", "invoke", *args], env,
+                       cwd or self.dev, check=check, timeout=timeout, input=input)
+
+    def sbox(self, script: str, *, extra_env=None, args=(), check=False, timeout=120):
+        """``inv sbox.run [ARGS] -- sh -c SCRIPT`` in dev."""
+        return self.inv("sbox.run", *args, "--", "sh", "-c", script, extra_env=extra_env, check=check,
+                        timeout=timeout)
+
+    def git(self, cwd, *args, check=True) -> str:
+        proc = as_user(self.user, ["git", *args], self.env, cwd, check=check)
+        return proc.stdout.strip()
+
+    def run(self, argv, *, cwd=None, check=True):
+        return as_user(self.user, argv, self.env, cwd or self.base, check=check)
+
+
+def user_env(user, venv: Path, home: Path, run_dir: Path) -> dict:
+    return {
+        "HOME": str(home), "USER": user.pw_name, "LOGNAME": user.pw_name,
+        "PATH": f"{venv}/bin:/usr/local/bin:/usr/bin:/bin",
+        "XDG_RUNTIME_DIR": str(run_dir), "XDG_CONFIG_HOME": str(home / ".config"),
+        "LANG": "C.UTF-8", "NO_COLOR": "1", "TERM": "dumb",
+    }
+
+
+def make_base() -> Path:
+    base = Path(tempfile.mkdtemp(prefix="csb-", dir="/tmp"))
+    base.chmod(0o755)
+    return base
+
+
+def build_user_group(base: Path, remote_template: Path, user, venv: Path, builder) -> UserGroup:
+    """The lead's workspace (toplevel + ``dev``) built as root, then handed to the user."""
+    home = base / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text(
+        "[user]\n\tname = Sandbox Tester\n\temail = sbt@example.invalid\n"
+        "[init]\n\tdefaultBranch = main\n[commit]\n\tgpgSign = false\n"
+        "[protocol \"file\"]\n\tallow = always\n[safe]\n\tdirectory = *\n")
+    run_dir = base / "run"
+    run_dir.mkdir(mode=0o700)
+    group = builder(base)
+    subprocess.run(["chown", "-R", f"{user.pw_uid}:{user.pw_gid}", str(base)], check=True)
+    env = user_env(user, venv, home, run_dir)
+    return UserGroup(user, venv, base, home, group.grouping, group.toplevel, group.grouping / "dev", env)
+
+
+def python_for_tests() -> str:
+    return sys.executable
+
+
+def conftest_builder(remote_template):
+    """Build toplevel + ``dev`` with the lead's conftest helpers (as root, hermetic env)."""
+    from conftest import build_group, hermetic_env, write_gitconfig
+
+    def build(base: Path):
+        root_home = base / "root-home"
+        root_home.mkdir()
+        write_gitconfig(root_home / ".gitconfig")
+        saved = dict(os.environ)
+        os.environ.update(hermetic_env(root_home))
+        try:
+            from chtop_tasks.toplevel import init_toplevel
+            from chtop_tasks.workspace import find_workspace
+            from chtop_tasks.worktrees import create_worktree
+
+            group = build_group(base, remote_template)
+            init_toplevel(find_workspace(group.toplevel))
+            create_worktree(find_workspace(group.toplevel), "dev")
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        shutil.rmtree(root_home)
+        return group
+
+    return build
+
+
+@pytest.fixture(scope="module")
+def user_group(remote_template):
+    """One test-user workspace per test module (escape probes do not change it)."""
+    user = ensure_test_user()
+    venv = ensure_user_venv()
+    base = make_base()
+    try:
+        group = build_user_group(base, remote_template, user, venv, conftest_builder(remote_template))
+        podman_works(user, group.env, group.base)
+        yield group
+    finally:
+        stop_proxy_as(base)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def stop_proxy_as(base: Path) -> None:
+    """Kill the test user's proxies started under ``base`` (by their pid files)."""
+    for pid_file in base.glob("**/.chtop/net/proxy.pid"):
+        try:
+            pid = int(pid_file.read_text().split()[0])
+            os.kill(pid, 15)
+        except (OSError, ValueError):
+            pass
