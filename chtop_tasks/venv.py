@@ -1,0 +1,383 @@
+"""Per-workspace venvs: ``<root>/.venv``, an overlay on the base interpreter.
+
+The venv is made with ``--system-site-packages`` from the *base* interpreter
+(the one chtop runs on, or that interpreter's base when chtop itself runs in
+a venv), so the compiled toolchain installed there (a conda env's cupy,
+pybind11, setuptools, ...) shows through.  Each manifest repo is installed
+from ``<root>/<repo>`` per its recipe, in manifest order; then each repo's
+``smoke_import`` modules are imported with the venv's python from a
+throwaway directory with ``PYTHONSAFEPATH=1``, so a checkout dir named like a
+package (``<root>/ksgpu/``) cannot shadow the installed package (the seed's
+Appendix A).  With ``test`` each repo's ``test`` command runs the same way.
+
+The build is planned as data (``plan_build`` returns the steps), printed by
+``--dry-run``, and run step by step through ``chtop_tasks.runner``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import runner
+from .errors import ChtopError, CommandFailed, Refused, UsageError
+from .manifest import MANIFEST_NAME, Manifest, Repo
+
+VENV_DIR = ".venv"
+INSTALLERS = ("pip", "uv")
+INSTALLER_ENV = "CHTOP_INSTALLER"
+THROWAWAY = "<throwaway dir>"
+SAFE_ENV = {"PYTHONSAFEPATH": "1"}
+
+INSTALL_TIMEOUT = 3600  # compiled repos (ksgpu, pirate) take minutes
+CHECK_TIMEOUT = 300
+TEST_TIMEOUT = 3600
+TAIL_LINES = 15
+
+# Imports the module named in argv[1]: no module name is pasted into code.
+IMPORT_CODE = "import importlib, sys; importlib.import_module(sys.argv[1])"
+PREFIX_CODE = "import sys; print(sys.prefix)"
+
+# pip's closing boilerplate says nothing about the cause; leave it out of tails.
+_BOILERPLATE = (
+    "note: This error originates from a subprocess",
+    "note: This is an issue with the package mentioned above",
+    "hint: See above for",
+    "See above for output.",
+    "╰─> See above for",
+)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One thing the build does.
+
+    ``kind``: "remove" (delete the venv), "create", "check" (the venv's
+    python runs and is the venv's), "install", "skip" (install = "none"),
+    "smoke", "test".  ``argv`` is empty for "skip".  ``cwd`` None with
+    ``throwaway`` means a fresh temporary directory at run time.
+    """
+
+    kind: str
+    repo: str | None
+    argv: tuple[str, ...]
+    cwd: Path | None = None
+    throwaway: bool = False
+    env: tuple[tuple[str, str], ...] = ()
+    note: str = ""
+    timeout: float = INSTALL_TIMEOUT
+    expect: str | None = None  # "check": the stdout it must print
+
+    def describe(self) -> str:
+        """The step as one line of the printed plan."""
+        if not self.argv:
+            return f"# {self.note}"
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env)
+        cmd = shlex.join(self.argv)
+        line = f"$ {env + ' ' if env else ''}{cmd}"
+        cwd = THROWAWAY if self.throwaway else self.cwd
+        if cwd is not None:
+            line += f"  (cwd={cwd})"
+        if self.note:
+            line += f"  # {self.note}"
+        return line
+
+
+@dataclass
+class BuildReport:
+    """What a finished build did, for the summary line."""
+
+    venv: Path
+    installer: str
+    installed: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    smoked: list[str] = field(default_factory=list)
+    tested: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        parts = [f"venv ready: {self.venv} (installer {self.installer})"]
+        parts.append("installed " + (", ".join(self.installed) or "nothing"))
+        if self.skipped:
+            parts.append("skipped " + ", ".join(self.skipped) + ' (install = "none")')
+        if self.smoked:
+            parts.append("smoke imports ok: " + ", ".join(self.smoked))
+        if self.tested:
+            parts.append("tests ok: " + ", ".join(self.tested))
+        return "; ".join(parts)
+
+
+def base_python() -> Path:
+    """The interpreter a workspace venv is seeded from.
+
+    The one running chtop; when that is itself a venv (pipx, nox, or a
+    workspace's own ``.venv``), its base interpreter instead: a venv seeded
+    from a venv would not see the base's site-packages, and ``--recreate``
+    must not depend on the venv it deletes.
+    """
+    if sys.prefix == sys.base_prefix:
+        return Path(sys.executable)
+    base = Path(getattr(sys, "_base_executable", "") or "")
+    if base.is_file() and not _inside(base, Path(sys.prefix)):
+        return base
+    for name in (f"python{sys.version_info[0]}.{sys.version_info[1]}", "python3", "python"):
+        candidate = Path(sys.base_prefix) / "bin" / name
+        if candidate.is_file():
+            return candidate
+    raise ChtopError(f"cannot find the base interpreter of {sys.executable} under {sys.base_prefix}/bin")
+
+
+def _inside(path: Path, parent: Path) -> bool:
+    try:
+        path.resolve().relative_to(parent.resolve())
+    except ValueError:
+        return False
+    return True
+
+
+def venv_dir(root: Path) -> Path:
+    return Path(root) / VENV_DIR
+
+
+def venv_python(root: Path) -> Path:
+    return venv_dir(root) / "bin" / "python"
+
+
+def retry_hint(root: Path, *, test: bool = False) -> str:
+    """The command that (re)builds just this workspace's venv."""
+    cmd = f"inv venv.build --workdir {shlex.quote(str(root))}"
+    return cmd + (" --test" if test else "")
+
+
+def choose_installer(installer: str | None = None) -> str:
+    """``installer``, else $CHTOP_INSTALLER, else uv when on PATH, else pip."""
+    source = "--installer"
+    if not installer:
+        installer, source = os.environ.get(INSTALLER_ENV, ""), f"${INSTALLER_ENV}"
+    if installer:
+        if installer not in INSTALLERS:
+            raise UsageError(f"{source}: unknown installer {installer!r}; choose one of {', '.join(INSTALLERS)}")
+        if installer == "uv" and shutil.which("uv") is None:
+            raise UsageError(f"{source} asks for uv, but uv is not on PATH (install it, or use pip)")
+        return installer
+    return "uv" if shutil.which("uv") else "pip"
+
+
+def install_argv(installer: str, python: Path, repo: Repo, src: Path) -> tuple[str, ...]:
+    """The command that installs ``repo`` from ``src`` into the venv of ``python``."""
+    flags = ["--no-build-isolation"] if repo.install == "editable-no-build-isolation" else []
+    if installer == "uv":
+        head = [shutil.which("uv") or "uv", "pip", "install", "--python", str(python)]
+    else:
+        head = [str(python), "-m", "pip", "install"]
+    return tuple(head + flags + ["-e", str(src)])
+
+
+def check_repos(root: Path, manifest: Manifest) -> None:
+    """Refuse, naming every one, when a repo to install is not checked out."""
+    missing = [
+        r.name for r in manifest.repos if r.install != "none" and not (Path(root) / r.name).is_dir()
+    ]
+    if missing:
+        lines = "\n".join(f"  {name}: {Path(root) / name} does not exist" for name in missing)
+        raise Refused(
+            f"cannot build the venv of {root}: repo(s) not cloned:\n{lines}\n"
+            "Clone them with `inv toplevel.init` (in the toplevel); in a feature worktree, "
+            "`inv worktree.create NAME` makes them."
+        )
+
+
+def plan_build(
+    root: Path,
+    manifest: Manifest,
+    *,
+    recreate: bool = False,
+    test: bool = False,
+    installer: str = "pip",
+    python: Path | None = None,
+) -> list[Step]:
+    """The steps that build ``<root>/.venv``, in order; runs nothing."""
+    root = Path(root)
+    vdir, vpy = venv_dir(root), venv_python(root)
+    steps: list[Step] = []
+    exists = vdir.exists() or vdir.is_symlink()
+    if recreate and exists:
+        steps.append(Step("remove", None, ("rm", "-rf", str(vdir)), note="--recreate"))
+    if recreate or not exists:
+        base = python or base_python()
+        steps.append(Step("create", None, (str(base), "-m", "venv", "--system-site-packages", str(vdir)), cwd=root))
+    steps.append(Step(
+        "check", None, (str(vpy), "-c", PREFIX_CODE), throwaway=True, env=tuple(SAFE_ENV.items()),
+        timeout=CHECK_TIMEOUT, expect=str(vdir), note="the venv's python runs",
+    ))
+    for repo in manifest.repos:
+        if repo.install == "none":
+            steps.append(Step("skip", repo.name, (), note=f'skip {repo.name}: install = "none" in {MANIFEST_NAME}'))
+            continue
+        steps.append(Step("install", repo.name, install_argv(installer, vpy, repo, root / repo.name), cwd=root))
+    for repo in manifest.repos:
+        for module in repo.smoke_import:
+            steps.append(Step(
+                "smoke", repo.name, (str(vpy), "-c", IMPORT_CODE, module), throwaway=True,
+                env=tuple(SAFE_ENV.items()), timeout=CHECK_TIMEOUT, note=f"import {module}",
+            ))
+    if test:
+        env = (("PATH", f"{vdir / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"), ("VIRTUAL_ENV", str(vdir)))
+        for repo in manifest.repos:
+            if repo.test:
+                steps.append(Step(
+                    "test", repo.name, tuple(shlex.split(repo.test)), throwaway=True,
+                    env=tuple(SAFE_ENV.items()) + env, timeout=TEST_TIMEOUT,
+                ))
+    return steps
+
+
+def format_plan(steps: list[Step]) -> str:
+    return "\n".join(step.describe() for step in steps)
+
+
+def _tail(result: runner.Result, lines: int = TAIL_LINES) -> str:
+    text = (result.stdout + "\n" + result.stderr).splitlines()
+    kept = [ln for ln in text if ln.strip() and not any(b in ln for b in _BOILERPLATE)]
+    return "\n".join("  " + ln for ln in kept[-lines:])
+
+
+def _failure(step: Step, root: Path, result: runner.Result | None, cwd, test: bool) -> CommandFailed:
+    where = f"repo {step.repo!r}" if step.repo else f"venv {venv_dir(root)}"
+    what = {
+        "remove": "removing the old venv failed",
+        "create": "creating the venv failed",
+        "check": "the venv's python does not run (or is not the venv's)",
+        "install": "install failed",
+        "smoke": f"smoke import {step.argv[-1]!r} failed (run from a throwaway dir with PYTHONSAFEPATH=1)",
+        "test": "test command failed",
+    }[step.kind]
+    code = f" (exit {result.returncode})" if result is not None else ""
+    lines = [f"venv build, {where}: {what}{code}", "  " + runner.format_command(step.argv, cwd)]
+    if result is not None and (result.stdout or result.stderr):
+        lines.append(_tail(result))
+    elif step.kind == "test":
+        lines.append("  (its output is above)")
+    hint = retry_hint(root, test=test or step.kind == "test")
+    if step.kind == "check" and (venv_dir(root)).exists():
+        hint += " --recreate   # deletes " + str(venv_dir(root))
+    lines.append(f"Fix the cause, then retry the venv alone: {hint}")
+    return CommandFailed("\n".join(lines))
+
+
+def run_plan(steps: list[Step], root: Path, *, test: bool = False, installer: str = "?") -> BuildReport:
+    """Run the steps in order; raise CommandFailed naming the first that fails."""
+    report = BuildReport(venv_dir(root), installer)
+    with tempfile.TemporaryDirectory(prefix="chtop-venv-") as scratch:
+        for step in steps:
+            if step.kind == "skip":
+                print(step.note, flush=True)
+                report.skipped.append(step.repo)
+                continue
+            cwd = Path(scratch) if step.throwaway else step.cwd
+            stream = step.kind == "test"  # a test suite's progress is worth seeing live
+            try:
+                result = runner.run(
+                    step.argv, cwd, check=False, capture=not stream, env=dict(step.env), timeout=step.timeout,
+                )
+            except CommandFailed as exc:  # not found, or timed out
+                raise _failure(step, root, None, cwd, test) from exc
+            if not result.ok or (step.expect is not None and not _same_path(result.stdout.strip(), step.expect)):
+                raise _failure(step, root, result, cwd, test)
+            if step.kind == "install":
+                report.installed.append(step.repo)
+            elif step.kind == "smoke":
+                report.smoked.append(f"{step.repo}:{step.argv[-1]}")
+            elif step.kind == "test":
+                report.tested.append(step.repo)
+    return report
+
+
+def _same_path(a: str, b: str) -> bool:
+    try:
+        return bool(a) and Path(a).resolve() == Path(b).resolve()
+    except OSError:
+        return False
+
+
+def build_venv(
+    root: Path,
+    manifest: Manifest,
+    *,
+    recreate: bool = False,
+    test: bool = False,
+    installer: str | None = None,
+    dry_run: bool = False,
+) -> None:
+    """Build (or refresh) ``<root>/.venv`` with every manifest repo installed.
+
+    Raises ChtopError subclasses: Refused when a repo is not cloned,
+    UsageError for a bad installer, CommandFailed when a step fails (naming
+    the repo, the tail of its output and the command to retry).
+    """
+    root = Path(root).resolve()
+    chosen = choose_installer(installer)
+    check_repos(root, manifest)
+    steps = plan_build(root, manifest, recreate=recreate, test=test, installer=chosen)
+    if dry_run:
+        print(format_plan(steps), flush=True)
+        return
+    report = run_plan(steps, root, test=test, installer=chosen)
+    print(report.summary(), flush=True)
+
+
+# --- nox ----------------------------------------------------------------------
+
+
+class _ArgParser(argparse.ArgumentParser):
+    def error(self, message):  # argparse would sys.exit
+        raise UsageError(f"nox -s venv: {message}\n{self.format_usage().strip()}")
+
+
+def parse_session_args(posargs: list[str]) -> argparse.Namespace:
+    parser = _ArgParser(prog="nox -s venv --", add_help=False)
+    parser.add_argument("--name", default=None, help="worktree name (default: the current checkout)")
+    parser.add_argument("--recreate", action="store_true")
+    parser.add_argument("--test", action="store_true")
+    parser.add_argument("--installer", choices=INSTALLERS, default=None)
+    parser.add_argument("--dry-run", action="store_true")
+    return parser.parse_args(posargs)
+
+
+def session_root(name: str | None, start: Path | None = None):
+    """The workspace a ``nox -s venv -- --name NAME`` run builds."""
+    from .workspace import find_workspace  # the workspace model reads the real layout
+
+    ws = find_workspace(start)
+    if not name:
+        return ws
+    if name == ws.toplevel.name:
+        root = ws.toplevel
+    elif name in ws.reserved_names() or "/" in name or name in (".", ".."):
+        raise UsageError(f"{name!r} is not a worktree name")
+    else:
+        root = ws.worktree_root(name)
+    if not root.is_dir():
+        raise UsageError(f"no worktree {name!r} in {ws.grouping} (make it with `inv worktree.create {name}`)")
+    other = find_workspace(root)
+    if other.root != root.resolve():
+        raise UsageError(f"{root} is not a checkout of this workspace")
+    return other
+
+
+def venv_session(session) -> None:
+    """nox session body: build a named worktree's venv (``nox -s venv -- --name dev``)."""
+    try:
+        args = parse_session_args(list(session.posargs))
+        ws = session_root(args.name)
+        build_venv(
+            ws.root, ws.manifest, recreate=args.recreate, test=args.test,
+            installer=args.installer, dry_run=args.dry_run,
+        )
+    except ChtopError as exc:
+        session.error(str(exc))

@@ -1,0 +1,326 @@
+"""venv.build: real venvs, real pip and uv, two tiny local packages.
+
+``a`` is the ksgpu stand-in: repo dir ``a/``, package ``a`` mapped from
+``a/lib`` (so setuptools' editable install uses an import hook, which a
+``<root>/a/`` dir on sys.path shadows, exactly as in the seed's Appendix A).
+``b`` is the pirate stand-in: repo dir ``b/``, package ``b_frb``, which needs
+``a`` by import only (no install_requires, so no index lookup).
+
+Nothing here reaches a package index during a build: a session fixture
+downloads a setuptools wheel once (for ``a``'s isolated build) and every
+build runs with PIP_NO_INDEX / UV_NO_INDEX pointed at it; ``b`` builds with
+--no-build-isolation against the base interpreter's setuptools.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from chtop_tasks import venv as V
+from chtop_tasks.errors import CommandFailed, Refused, UsageError
+from chtop_tasks.manifest import parse_manifest
+from conftest import IN_CI, hermetic_env, require_tool
+
+HAVE_UV = shutil.which("uv") is not None
+INSTALLERS = ["pip", pytest.param("uv", marks=pytest.mark.skipif(not HAVE_UV and not IN_CI, reason="uv not on PATH"))]
+
+# Setuptools' editable builds need bdist_wheel: built in from 70.1, from the
+# `wheel` package (< 0.46) before that.  --no-build-isolation uses the base's.
+BASE_CAN_BUILD = """
+import setuptools, sys
+major = int(setuptools.__version__.split(".")[0])
+try:
+    import setuptools.command.bdist_wheel
+except ImportError:
+    from wheel.bdist_wheel import bdist_wheel
+sys.exit(0 if major >= 64 else 1)
+"""
+
+
+def _need(ok: bool, why: str) -> None:
+    if not ok:
+        if IN_CI:
+            pytest.fail(why + " (CI must provide it: see .ci/run)")
+        pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def wheelhouse(tmp_path_factory) -> Path:
+    """A dir holding a setuptools wheel, downloaded once per worker."""
+    base = tmp_path_factory.mktemp("wheelhouse")
+    home = base / "home"
+    home.mkdir()
+    house = base / "wheels"
+    env = dict(os.environ, **hermetic_env(home))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(house), "setuptools>=64"],
+        env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300,
+    )
+    _need(proc.returncode == 0 and any(house.glob("setuptools-*.whl")),
+          f"cannot download a setuptools wheel for isolated builds:\n{proc.stderr[-800:]}")
+    return house
+
+
+@pytest.fixture(scope="session")
+def base_can_build() -> None:
+    proc = subprocess.run([str(V.base_python()), "-c", BASE_CAN_BUILD], capture_output=True, text=True)
+    _need(proc.returncode == 0,
+          f"{V.base_python()} cannot build editables without isolation "
+          "(needs setuptools>=70.1, or setuptools>=64 plus wheel<0.46)")
+
+
+@pytest.fixture
+def offline(wheelhouse, base_can_build, monkeypatch):
+    """pip and uv see only the wheelhouse: no index, no user config."""
+    for key, value in {
+        "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse),
+        "UV_NO_INDEX": "1", "UV_FIND_LINKS": str(wheelhouse), "UV_NO_CONFIG": "1",
+    }.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv(V.INSTALLER_ENV, raising=False)
+
+
+PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=64"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "{name}"
+version = "0.1"
+
+[tool.setuptools]
+packages = ["{package}"]
+"""
+
+
+def make_root(root: Path, repos: list[dict]) -> tuple[Path, object]:
+    """A workspace root holding repo dirs ``a`` and ``b``, and its manifest."""
+    root.mkdir(parents=True, exist_ok=True)
+    a = root / "a"
+    (a / "lib").mkdir(parents=True)
+    (a / "pyproject.toml").write_text(PYPROJECT.format(name="a", package="a") + 'package-dir = {"a" = "lib"}\n')
+    (a / "lib" / "__init__.py").write_text("X = 1\n")
+    b = root / "b"
+    (b / "b_frb").mkdir(parents=True)
+    (b / "pyproject.toml").write_text(PYPROJECT.format(name="b-frb", package="b_frb"))
+    (b / "b_frb" / "__init__.py").write_text("from a import X as _X\n\nX = _X + 1\n")
+    lines = []
+    for spec in repos:
+        lines.append("[[repo]]")
+        spec = {"url": f"file:///nowhere/{spec['name']}.git", "branch": "main", **spec}
+        for key, value in spec.items():
+            lines.append(f"{key} = {_toml(value)}")
+    text = "\n".join(lines) + "\n"
+    (root / "git_repositories.toml").write_text(text)
+    return root, parse_manifest(root / "git_repositories.toml", text)
+
+
+def _toml(value) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+A = {"name": "a", "install": "editable", "smoke_import": "a"}
+B = {"name": "b", "install": "editable-no-build-isolation", "smoke_import": ["b_frb"]}
+
+
+def venv_py(root: Path) -> str:
+    return str(root / ".venv" / "bin" / "python")
+
+
+def run_py(root: Path, code: str, cwd: Path, safe: bool) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop("PYTHONSAFEPATH", None)
+    if safe:
+        env["PYTHONSAFEPATH"] = "1"
+    return subprocess.run([venv_py(root), "-c", code], cwd=cwd, env=env, capture_output=True, text=True)
+
+
+# -- the plan (no processes) -----------------------------------------------------------
+
+
+def test_plan_is_data_in_manifest_order(tmp_path):
+    root, manifest = make_root(tmp_path / "ws", [A, B, {"name": "docs", "install": "none", "test": "true"}])
+    steps = V.plan_build(root, manifest, installer="pip", python=Path("/base/python3"))
+    assert [(s.kind, s.repo) for s in steps] == [
+        ("create", None), ("check", None), ("install", "a"), ("install", "b"), ("skip", "docs"),
+        ("smoke", "a"), ("smoke", "b"),
+    ]
+    create, _, inst_a, inst_b, skip = steps[:5]
+    assert create.argv == ("/base/python3", "-m", "venv", "--system-site-packages", str(root / ".venv"))
+    assert inst_a.argv == (venv_py(root), "-m", "pip", "install", "-e", str(root / "a"))
+    assert inst_b.argv == (venv_py(root), "-m", "pip", "install", "--no-build-isolation", "-e", str(root / "b"))
+    assert 'install = "none"' in skip.note and skip.argv == ()
+    for smoke in steps[5:]:
+        assert smoke.throwaway and dict(smoke.env) == {"PYTHONSAFEPATH": "1"}
+    assert "PYTHONSAFEPATH=1" in V.format_plan(steps) and V.THROWAWAY in V.format_plan(steps)
+
+
+def test_plan_uv_recreate_and_test(tmp_path):
+    root, manifest = make_root(tmp_path / "ws", [A, {**B, "test": "python -m b_frb.selftest --fast"}])
+    (root / ".venv").mkdir()
+    reuse = V.plan_build(root, manifest, installer="uv", python=Path("/base/python3"))
+    assert [s.kind for s in reuse][:2] == ["check", "install"]  # existing venv: reused, not recreated
+    assert reuse[1].argv[1:5] == ("pip", "install", "--python", venv_py(root))
+    steps = V.plan_build(root, manifest, recreate=True, test=True, installer="uv", python=Path("/base/python3"))
+    assert [s.kind for s in steps][:2] == ["remove", "create"]
+    assert steps[0].argv == ("rm", "-rf", str(root / ".venv"))
+    test = steps[-1]
+    assert (test.kind, test.repo, test.argv) == ("test", "b", ("python", "-m", "b_frb.selftest", "--fast"))
+    env = dict(test.env)
+    assert env["PATH"].startswith(str(root / ".venv" / "bin") + os.pathsep) and env["PYTHONSAFEPATH"] == "1"
+
+
+def test_choose_installer(monkeypatch, tmp_path):
+    monkeypatch.setenv(V.INSTALLER_ENV, "pip")
+    assert V.choose_installer() == "pip"
+    assert V.choose_installer("pip") == "pip"
+    monkeypatch.setenv(V.INSTALLER_ENV, "conda")
+    with pytest.raises(UsageError, match=r"\$CHTOP_INSTALLER.*'conda'"):
+        V.choose_installer()
+    monkeypatch.delenv(V.INSTALLER_ENV)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no uv here
+    assert V.choose_installer() == "pip"
+    with pytest.raises(UsageError, match="uv is not on PATH"):
+        V.choose_installer("uv")
+
+
+def test_missing_repo_is_refused_before_anything_runs(tmp_path, capsys):
+    root, manifest = make_root(tmp_path / "ws", [A, B, {"name": "c", "install": "editable"}])
+    shutil.rmtree(root / "b")
+    with pytest.raises(Refused) as info:
+        V.build_venv(root, manifest, installer="pip")
+    message = str(info.value)
+    assert "b:" in message and "c:" in message and "a:" not in message
+    assert "inv toplevel.init" in message
+    assert not (root / ".venv").exists()
+
+
+def test_dry_run_prints_plan_and_touches_nothing(tmp_path, capsys):
+    root, manifest = make_root(tmp_path / "ws", [A, B])
+    V.build_venv(root, manifest, installer="pip", dry_run=True)
+    out = capsys.readouterr().out
+    assert "-m venv --system-site-packages" in out and "--no-build-isolation -e " + str(root / "b") in out
+    assert not (root / ".venv").exists()
+
+
+def test_base_python_is_not_a_venv():
+    base = V.base_python()
+    assert base.is_file()
+    proc = subprocess.run([str(base), "-c", "import sys; print(sys.prefix == sys.base_prefix)"],
+                          capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "True"
+
+
+# -- real builds ---------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("installer", INSTALLERS)
+def test_build_imports_from_anywhere_and_beats_cwd_shadowing(installer, offline, tmp_path, capsys):
+    if installer == "uv":
+        require_tool("uv")
+    root, manifest = make_root(tmp_path / "ws", [A, B])
+    V.build_venv(root, manifest, installer=installer)
+    out = capsys.readouterr().out
+    assert f"installer {installer}" in out and "installed a, b" in out and "b:b_frb" in out
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = run_py(root, "import b_frb; print(b_frb.X)", elsewhere, safe=False)
+    assert proc.stdout.strip() == "2", proc.stderr
+    # The trap is real: from the root, the checkout dir a/ shadows package a
+    # (an empty namespace package), so b_frb fails to import ...
+    shadowed = run_py(root, "import b_frb", root, safe=False)
+    assert shadowed.returncode != 0 and "cannot import name 'X' from 'a'" in shadowed.stderr
+    # ... and PYTHONSAFEPATH=1 (what the smoke check and the dotfiles set) defuses it.
+    assert run_py(root, "import b_frb", root, safe=True).returncode == 0
+
+
+@pytest.mark.slow
+def test_broken_package_names_repo_tail_and_retry(offline, tmp_path):
+    root, manifest = make_root(tmp_path / "ws", [A, B])
+    (root / "b" / "b_frb" / "__init__.py").write_text("def broken(:\n")
+    with pytest.raises(CommandFailed) as info:
+        V.build_venv(root, manifest)
+    message = str(info.value)
+    assert "repo 'b'" in message and "smoke import 'b_frb'" in message
+    assert "SyntaxError" in message
+    assert f"inv venv.build --workdir {root}" in message
+
+
+@pytest.mark.slow
+def test_reuse_then_recreate_and_none_is_reported(offline, tmp_path, capsys):
+    root, manifest = make_root(tmp_path / "ws", [A, B, {"name": "docs", "install": "none"}])
+    V.build_venv(root, manifest)
+    out = capsys.readouterr().out
+    assert 'skip docs: install = "none"' in out and 'skipped docs (install = "none")' in out
+    marker = root / ".venv" / "extra-file"
+    marker.write_text("left by hand\n")
+    V.build_venv(root, manifest)  # reused: the file stays
+    assert marker.exists()
+    V.build_venv(root, manifest, recreate=True)
+    assert not marker.exists()
+    assert run_py(root, "import b_frb", tmp_path, safe=True).returncode == 0
+
+
+@pytest.mark.slow
+def test_test_flag_runs_each_repo_test_and_names_the_failure(offline, tmp_path, capfd):
+    root, manifest = make_root(tmp_path / "ws", [
+        {**A, "test": "python -c 'import a, sys; print(\"a-tests-ok\", sys.prefix)'"},
+        {**B, "test": "python -c 'import sys; sys.exit(3)'"},
+    ])
+    with pytest.raises(CommandFailed) as info:
+        V.build_venv(root, manifest, test=True)
+    captured = capfd.readouterr()  # test output streams to the terminal (fd 1)
+    assert f"a-tests-ok {root / '.venv'}" in captured.out  # `python` is the venv's
+    message = str(info.value)
+    assert "repo 'b'" in message and "test command failed (exit 3)" in message
+    assert f"inv venv.build --workdir {root} --test" in message
+    # Without --test the same venv builds fine.
+    V.build_venv(root, manifest)
+
+
+# -- the task and the nox session, in a real workspace ---------------------------------
+
+
+@pytest.mark.slow
+def test_inv_venv_build_in_a_worktree(with_dev):
+    dev = with_dev.path("dev")
+    proc = with_dev.inv(with_dev.toplevel, "venv.build", "--workdir", str(dev), "--installer", "pip")
+    assert 'skip alpha: install = "none"' in proc.stdout and f"venv ready: {dev / '.venv'}" in proc.stdout
+    assert "-m venv --system-site-packages" in proc.stderr  # the runner echoes commands
+    assert (dev / ".venv" / "bin" / "python").exists() and not (with_dev.toplevel / ".venv").exists()
+    bad = with_dev.inv(dev, "venv.build", "--installer", "conda", check=False)
+    assert bad.returncode == 2 and "unknown installer 'conda'" in bad.stderr
+
+
+def test_nox_session_builds_named_worktree(with_dev):
+    nox = require_tool("nox")
+    noxfile = with_dev.toplevel / "venv_noxfile.py"  # nox runs sessions from the noxfile's dir
+    noxfile.write_text(textwrap.dedent(f"""\
+        import sys
+        sys.path.insert(0, {str(with_dev.toplevel)!r})
+        import nox
+        from chtop_tasks.venv import venv_session
+
+        @nox.session(venv_backend="none")
+        def venv(session):
+            venv_session(session)
+        """))
+    argv = [nox, "-f", str(noxfile), "-s", "venv", "--"]
+    ok = subprocess.run(argv + ["--name", "dev", "--dry-run"], cwd=with_dev.toplevel,
+                        capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert f"--system-site-packages {with_dev.path('dev', '.venv')}" in ok.stdout
+    bad = subprocess.run(argv + ["--name", "nosuch"], cwd=with_dev.toplevel, capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode != 0 and "inv worktree.create nosuch" in bad.stdout + bad.stderr
