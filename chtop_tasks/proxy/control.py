@@ -1,0 +1,217 @@
+"""Start, find, query and stop the per-group proxy (host side).
+
+The proxy of a grouping dir is found through its pid file
+(<group_dir>/.chtop/net/proxy.pid) and its control socket
+(<runtime>/control.sock); a stale pid file or socket left by a kill -9 is
+noticed (the pid is gone or is not our proxy, the socket does not answer)
+and replaced.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ChtopError
+from .logs import net_dir
+from .policy import Policy, check_worktree_name
+
+START_TIMEOUT = 15.0
+PORT_BASE, PORT_SPAN = 20000, 20000
+
+
+@dataclass(frozen=True)
+class ProxyEndpoint:
+    url: str              # "http://127.0.0.1:PORT" (TCP, group policy)
+    socket_path: Path     # unix socket to mount into a container (mount its parent dir)
+    pid: int
+
+
+def _key(group_dir: Path) -> str:
+    return hashlib.sha256(str(Path(group_dir).resolve()).encode()).hexdigest()
+
+
+def runtime_dir(group_dir: Path, create: bool = False) -> Path:
+    """${XDG_RUNTIME_DIR or /tmp}/chtop-<uid>/<12 hex of group_dir>, mode 0700."""
+    base = Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp") / f"chtop-{os.getuid()}"
+    path = base / _key(group_dir)[:12]
+    if create:
+        for d in (base, path):
+            d.mkdir(mode=0o700, exist_ok=True)
+            st = os.lstat(d)
+            if st.st_uid != os.getuid() or not os.path.isdir(d) or os.path.islink(d):
+                raise ChtopError(f"{d} is not a directory owned by you; refusing to use it")
+            if st.st_mode & 0o077:
+                os.chmod(d, 0o700)
+    return path
+
+
+def proxy_port(group_dir: Path) -> int:
+    """CHTOP_PROXY_PORT, else a port derived from the grouping dir (stable across restarts)."""
+    override = os.environ.get("CHTOP_PROXY_PORT")
+    if override:
+        try:
+            port = int(override)
+        except ValueError:
+            port = 0
+        if not 1 <= port <= 65535:
+            raise ChtopError(f"CHTOP_PROXY_PORT={override!r} is not a port number", 2)
+        return port
+    return PORT_BASE + int(_key(group_dir)[:8], 16) % PORT_SPAN
+
+
+def control_request(group_dir: Path, msg: dict, timeout: float = 5.0) -> dict:
+    """One JSON request to the running proxy's control socket; raises OSError if none."""
+    path = runtime_dir(group_dir) / "control.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(str(path))
+        s.sendall((json.dumps(msg) + "\n").encode())
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                raise ConnectionResetError("proxy closed the control connection")
+            buf += chunk
+    return json.loads(buf)
+
+
+def _read_pid(group_dir: Path) -> int | None:
+    try:
+        return int((net_dir(group_dir) / "proxy.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _is_our_proxy(pid: int, group_dir: Path) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return (state != "Z" and b"chtop_tasks.proxy.server" in cmdline
+            and str(Path(group_dir).resolve()).encode() in cmdline)
+
+
+def status(group_dir: Path) -> dict | None:
+    """The running proxy's status dict, or None."""
+    pid = _read_pid(group_dir)
+    if pid is None or not _is_our_proxy(pid, group_dir):
+        return None
+    try:
+        info = control_request(group_dir, {"cmd": "status"})
+    except (OSError, ValueError):
+        return None
+    return info if info.get("pid") == pid else None
+
+
+def _endpoint(info: dict) -> ProxyEndpoint:
+    return ProxyEndpoint(url=info["url"], socket_path=Path(info["socket"]), pid=info["pid"])
+
+
+def proxy_status(group_dir: Path) -> ProxyEndpoint | None:
+    """The running proxy of this group, or None when it is not running."""
+    info = status(group_dir)
+    return _endpoint(info) if info else None
+
+
+def _clean_stale(group_dir: Path) -> None:
+    for path in (net_dir(group_dir) / "proxy.pid", runtime_dir(group_dir) / "control.sock"):
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def _package_root() -> str:
+    return str(Path(__file__).resolve().parents[2])
+
+
+def _start(group_dir: Path, policy_dir: Path) -> dict:
+    rt = runtime_dir(group_dir, create=True)
+    nd = net_dir(group_dir)
+    port = proxy_port(group_dir)
+    _clean_stale(group_dir)
+    out_path = nd / "server.out"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = _package_root() + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    argv = [sys.executable, "-m", "chtop_tasks.proxy.server",
+            "--group-dir", str(Path(group_dir).resolve()), "--policy-dir", str(Path(policy_dir).resolve()),
+            "--port", str(port), "--runtime-dir", str(rt), "--detach"]
+    with open(out_path, "ab") as out:
+        start_mark = out.tell()
+        subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd="/",
+                       env=env, start_new_session=True, timeout=30, check=False)
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        info = status(group_dir)
+        if info:
+            return info
+        time.sleep(0.02)
+        if out_path.stat().st_size > start_mark and _read_pid(group_dir) is None:
+            time.sleep(0.2)
+            if _read_pid(group_dir) is None:
+                break    # the server wrote an error and exited
+    with open(out_path, "rb") as fh:
+        fh.seek(start_mark)
+        tail = fh.read().decode(errors="replace").strip().splitlines()[-5:]
+    raise ChtopError("the egress proxy did not start"
+                     + (":\n  " + "\n  ".join(tail) if tail else f" (see {out_path})")
+                     + "\nsandboxes will not launch without it (fail closed)")
+
+
+def ensure_proxy(group_dir: Path, policy_dir: Path, worktree: str | None = None) -> ProxyEndpoint:
+    """Start the group's proxy unless it runs; return once it accepts connections.
+
+    With ``worktree``, the endpoint's socket is that worktree's own socket,
+    judged by the group lists plus <policy_dir>/worktrees/<worktree>/.
+    Raises ChtopError when it cannot start (callers then refuse to launch).
+    """
+    group_dir, policy_dir = Path(group_dir).resolve(), Path(policy_dir).resolve()
+    Policy(policy_dir).require()
+    if worktree is not None:
+        check_worktree_name(worktree)
+    nd = net_dir(group_dir)
+    nd.mkdir(parents=True, exist_ok=True)
+    with open(nd / "start.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        info = status(group_dir)
+        if info and Path(info["policy_dir"]) != policy_dir:
+            raise ChtopError(
+                f"the proxy of {group_dir} (pid {info['pid']}) reads {info['policy_dir']}, "
+                f"not {policy_dir}; run `inv net.stop` first")
+        if not info:
+            info = _start(group_dir, policy_dir)
+    endpoint = _endpoint(info)
+    if worktree is not None:
+        reply = control_request(group_dir, {"cmd": "worktree", "name": worktree})
+        if not reply.get("ok"):
+            raise ChtopError(f"proxy refused a socket for worktree {worktree}: {reply.get('error')}")
+        endpoint = ProxyEndpoint(endpoint.url, Path(reply["socket"]), endpoint.pid)
+    return endpoint
+
+
+def stop_proxy(group_dir: Path, timeout: float = 10.0) -> int | None:
+    """SIGTERM the group's proxy and wait for it; returns its pid, or None if none ran."""
+    group_dir = Path(group_dir).resolve()
+    pid = _read_pid(group_dir)
+    if pid is None or not _is_our_proxy(pid, group_dir):
+        _clean_stale(group_dir)
+        return None
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _is_our_proxy(pid, group_dir):
+        time.sleep(0.02)
+    if _is_our_proxy(pid, group_dir):
+        os.kill(pid, signal.SIGKILL)
+    _clean_stale(group_dir)
+    return pid

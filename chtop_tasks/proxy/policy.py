@@ -1,0 +1,187 @@
+"""The net-allow.txt / net-deny.txt lists: read, re-read on change, judge, append.
+
+Layers: the group lists in <policy_dir>/, plus an optional per-worktree
+layer in <policy_dir>/worktrees/<name>/ (kept in the toplevel, which the
+agent cannot write).  Deny wins over allow in every layer combination.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import PolicyError, UsageError
+from .hostmatch import BadHost, Entry, find_match, is_ip, parse_entry
+
+ALLOW = "net-allow.txt"
+DENY = "net-deny.txt"
+_WORKTREE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$")
+
+
+def check_worktree_name(name: str) -> str:
+    if not _WORKTREE_NAME.match(name or ""):
+        raise UsageError(f"bad worktree name {name!r} (letters, digits, . _ -)")
+    return name
+
+
+def list_path(policy_dir: Path, kind: str, worktree: str | None = None) -> Path:
+    """Where a list lives: kind is 'allow' or 'deny'."""
+    name = ALLOW if kind == "allow" else DENY
+    if worktree is None:
+        return Path(policy_dir) / name
+    return Path(policy_dir) / "worktrees" / check_worktree_name(worktree) / name
+
+
+def strip_comment(line: str) -> str:
+    return line.split("#", 1)[0].strip()
+
+
+def parse_list(text: str, *, allow_list: bool) -> tuple[list[Entry], list[str]]:
+    """Entries and one message per refused line ("file:line: why" sans file)."""
+    entries, errors = [], []
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = strip_comment(raw)
+        if not line:
+            continue
+        try:
+            entries.append(parse_entry(line, allow_list=allow_list))
+        except BadHost as exc:
+            errors.append(f"line {lineno}: {line!r} ignored: {exc}")
+    return entries, errors
+
+
+class ListFile:
+    """One list file, re-read whenever its (inode, size, mtime) changes.
+
+    A missing file reads as empty; ``required`` makes the owner refuse to
+    start instead (see Policy).
+    """
+
+    def __init__(self, path: Path, *, allow_list: bool):
+        self.path = Path(path)
+        self.allow_list = allow_list
+        self._key = None
+        self.entries: list[Entry] = []
+        self.errors: list[str] = []
+
+    def current(self) -> list[Entry]:
+        try:
+            st = os.stat(self.path)
+            key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        except FileNotFoundError:
+            key = None
+        if key != self._key:
+            self._key = key
+            if key is None:
+                self.entries, self.errors = [], []
+            else:
+                try:
+                    text = self.path.read_text(encoding="utf-8", errors="replace")
+                except OSError as exc:
+                    text, self.errors = "", [f"cannot read: {exc}"]
+                self.entries, self.errors = parse_list(text, allow_list=self.allow_list)
+        return self.entries
+
+
+@dataclass
+class Verdict:
+    decision: str                 # "allowed", "blocked" or "denied"
+    entry: Entry | None = None    # the entry that decided it
+    reason: str = ""
+    layer: str = "group"          # "group", "worktree" or "once"
+
+
+@dataclass
+class Policy:
+    """The lists of one policy dir, with per-worktree layers and allow-once."""
+
+    policy_dir: Path
+    allowed_once: set = field(default_factory=set)
+
+    def __post_init__(self):
+        self.policy_dir = Path(self.policy_dir)
+        self.allow = ListFile(list_path(self.policy_dir, "allow"), allow_list=True)
+        self.deny = ListFile(list_path(self.policy_dir, "deny"), allow_list=False)
+        self._layers: dict[str, tuple[ListFile, ListFile]] = {}
+
+    def require(self) -> None:
+        """Fail closed: without net-allow.txt nothing starts."""
+        if not self.allow.path.is_file():
+            raise PolicyError(
+                f"{self.allow.path} is missing; the proxy will not start without an "
+                f"allowlist (copy chtop's sandbox/{ALLOW} there)"
+            )
+
+    def layer(self, worktree: str) -> tuple[ListFile, ListFile]:
+        if worktree not in self._layers:
+            self._layers[worktree] = (
+                ListFile(list_path(self.policy_dir, "allow", worktree), allow_list=True),
+                ListFile(list_path(self.policy_dir, "deny", worktree), allow_list=False),
+            )
+        return self._layers[worktree]
+
+    def judge(self, host: str, worktree: str | None = None) -> Verdict:
+        """Deny (any layer) > allow (group, worktree, once) > blocked."""
+        layers = [("group", self.allow, self.deny)]
+        if worktree is not None:
+            wa, wd = self.layer(worktree)
+            layers.append(("worktree", wa, wd))
+        for name, _, deny in layers:
+            hit = find_match(deny.current(), host)
+            if hit is not None:
+                return Verdict("denied", hit, f"denied by {deny.path.name} ({name})", name)
+        for name, allow, _ in layers:
+            hit = find_match(allow.current(), host)
+            if hit is not None:
+                return Verdict("allowed", hit, f"allowed by {hit.text!r} ({name})", name)
+        if host in self.allowed_once:
+            entry = Entry(host=host, is_ip=is_ip(host), private=False, text=host)
+            return Verdict("allowed", entry, "allowed once (watch)", "once")
+        return Verdict("blocked", None, "not on the allowlist")
+
+    def sizes(self) -> dict:
+        return {"allow": len(self.allow.current()), "deny": len(self.deny.current())}
+
+    def errors(self) -> list[str]:
+        out = []
+        for lf in [self.allow, self.deny] + [f for pair in self._layers.values() for f in pair]:
+            lf.current()
+            out += [f"{lf.path}: {e}" for e in lf.errors]
+        return out
+
+
+def append_entry(path: Path, spec: str, *, allow_list: bool) -> tuple[bool, str]:
+    """Add one entry to a list file, once, under an exclusive lock.
+
+    Returns (changed, message).  Raises UsageError for a bad entry.  The
+    file's existing lines and comments are kept byte for byte.
+    """
+    if any(c in spec for c in "\r\n#"):
+        raise UsageError(f"bad entry {spec!r}: newline or '#' not allowed")
+    try:
+        entry = parse_entry(spec, allow_list=allow_list)
+    except BadHost as exc:
+        raise UsageError(f"refused {spec!r}: {exc}") from None
+    text = entry.host + (" private" if entry.private else "")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+", encoding="utf-8") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            fh.seek(0)
+            existing = fh.read()
+            entries, _ = parse_list(existing, allow_list=False)
+            for old in entries:
+                if old.host == entry.host and old.private == entry.private:
+                    return False, f"{entry.host}: already in {path}"
+            prefix = "" if not existing or existing.endswith("\n") else "\n"
+            fh.seek(0, os.SEEK_END)
+            fh.write(prefix + text + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+    return True, f"{entry.host}: added to {path}"

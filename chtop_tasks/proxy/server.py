@@ -1,0 +1,788 @@
+"""The egress proxy server: one asyncio (epoll) loop, splice()d tunnels.
+
+Run as ``python -m chtop_tasks.proxy.server --group-dir G --policy-dir P
+--port N --runtime-dir R [--detach]``; ``control.ensure_proxy`` does that.
+Listens on 127.0.0.1:N, on R/group/proxy.sock, on R/wt/<name>/proxy.sock
+for each worktree asked for, and on the control socket R/control.sock
+(status, worktree sockets, watchers, stop).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import errno
+import fcntl
+import json
+import os
+import re
+import resource
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import tls
+from .hostmatch import BadHost, address_is_public, canonical_host, is_ip, parse_authority
+from .logs import RequestLog, net_dir
+from .policy import Policy, check_worktree_name
+
+PIPE_SIZE = 1024 * 1024
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+SPLICE_FLAGS = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
+_REQUEST_LINE = re.compile(r"^([A-Z]{1,20}) (\S{1,8000}) HTTP/1\.([01])$")
+_HEADER = re.compile(r"^([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*([^\x00\n\r]*?)[ \t]*$")
+_TOKEN_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_HOP_BY_HOP = {"connection", "proxy-connection", "keep-alive", "proxy-authorization",
+               "proxy-authenticate"}
+_PHRASES = {200: "OK", 400: "Bad Request", 403: "Forbidden", 408: "Request Timeout",
+            431: "Request Header Fields Too Large", 502: "Bad Gateway",
+            503: "Service Unavailable"}
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+@dataclass
+class Config:
+    group_dir: Path
+    policy_dir: Path
+    port: int
+    runtime_dir: Path
+    max_conns: int = field(default_factory=lambda: int(_env_float("CHTOP_PROXY_MAX_CONNS", 4096)))
+    max_header: int = 16 * 1024
+    header_timeout: float = field(default_factory=lambda: _env_float("CHTOP_PROXY_HEADER_TIMEOUT", 10))
+    connect_timeout: float = field(default_factory=lambda: _env_float("CHTOP_PROXY_CONNECT_TIMEOUT", 10))
+    hold_seconds: float = field(default_factory=lambda: _env_float("CHTOP_PROXY_HOLD_SECONDS", 120))
+    hello_timeout: float = 30.0
+    hosts_file: str | None = field(default_factory=lambda: os.environ.get("CHTOP_PROXY_HOSTS_FILE"))
+
+
+class Refusal(Exception):
+    """Answer the client with this status, log this decision and reason."""
+
+    def __init__(self, status: int, decision: str, reason: str, body: str | None = None):
+        super().__init__(reason)
+        self.status, self.decision, self.reason = status, decision, reason
+        self.body = body if body is not None else f"chtop egress proxy: {reason}\n"
+
+
+@dataclass
+class Request:
+    method: str
+    target: str
+    minor: str
+    headers: list
+
+
+def parse_head(head: bytes) -> Request:
+    """Request line + headers (CRLF-separated, already cut at the blank line)."""
+    try:
+        text = head.decode("ascii")
+    except UnicodeDecodeError:
+        raise Refusal(400, "bad-request", "non-ASCII bytes in the request head") from None
+    lines = text.split("\r\n")
+    m = _REQUEST_LINE.match(lines[0])
+    if not m:
+        raise Refusal(400, "bad-request", "malformed request line")
+    headers = []
+    for line in lines[1:]:
+        hm = _HEADER.match(line)
+        if not hm:
+            raise Refusal(400, "bad-request", "malformed header line")
+        headers.append((hm.group(1), hm.group(2)))
+    return Request(m.group(1), m.group(2), m.group(3), headers)
+
+
+def reply_bytes(status: int, body: str, decision: str = "") -> bytes:
+    data = body.encode("utf-8")
+    head = (f"HTTP/1.1 {status} {_PHRASES.get(status, 'Error')}\r\n"
+            f"Content-Type: text/plain; charset=utf-8\r\nContent-Length: {len(data)}\r\n"
+            f"Connection: close\r\nX-Chtop-Proxy: {decision or status}\r\n\r\n")
+    return head.encode("ascii") + data
+
+
+def blocked_body(host: str, port: int, worktree: str | None) -> str:
+    lines = [f"chtop egress proxy: blocked {host}:{port}",
+             f"{host} is not on the allowlist (sandbox/net-allow.txt).",
+             "To approve it for every worktree in this group, run on the host:",
+             f"    inv net.allow {host}"]
+    if worktree:
+        lines += ["or, for this worktree only:", f"    inv net.allow --worktree {worktree} {host}"]
+    lines += ["then retry the request (or answer the prompt of `inv net.watch`)."]
+    return "\n".join(lines) + "\n"
+
+
+def read_hosts_file(path: str) -> dict[str, list[str]]:
+    """The test-only resolver: lines of 'address name...' like /etc/hosts."""
+    table: dict[str, list[str]] = {}
+    for raw in Path(path).read_text().splitlines():
+        words = raw.split("#", 1)[0].split()
+        if len(words) < 2:
+            continue
+        addr = canonical_host(words[0])
+        for name in words[1:]:
+            table.setdefault(canonical_host(name), []).append(addr)
+    return table
+
+
+class Pump:
+    """One direction of a tunnel: src socket -> pipe -> dst socket via splice()."""
+
+    def __init__(self, tunnel, src: socket.socket, dst: socket.socket):
+        self.tunnel, self.loop = tunnel, tunnel.loop
+        self.src, self.dst = src.fileno(), dst.fileno()
+        self.dst_sock = dst
+        self.pr, self.pw = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            fcntl.fcntl(self.pw, F_SETPIPE_SZ, PIPE_SIZE)
+        except OSError:
+            pass
+        self.buffered = 0
+        self.bytes = 0
+        self.eof = False
+        self.done = False
+        self.reading = False
+        self.writing = False
+
+    def start(self):
+        self._read_on()
+
+    def _read_on(self):
+        if not self.reading:
+            self.loop.add_reader(self.src, self._on_readable)
+            self.reading = True
+
+    def _read_off(self):
+        if self.reading:
+            self.loop.remove_reader(self.src)
+            self.reading = False
+
+    def _on_readable(self):
+        for _ in range(16):
+            try:
+                n = os.splice(self.src, self.pw, PIPE_SIZE, flags=SPLICE_FLAGS)
+            except BlockingIOError:
+                return
+            except OSError:
+                return self.tunnel.fail()
+            if n == 0:
+                self.eof = True
+                self._read_off()
+                if not self.buffered:
+                    self._finish()
+                return
+            self.buffered += n
+            self.bytes += n
+            if not self._flush():
+                return
+
+    def _flush(self) -> bool:
+        while self.buffered:
+            try:
+                m = os.splice(self.pr, self.dst, self.buffered, flags=SPLICE_FLAGS)
+            except BlockingIOError:
+                self._read_off()
+                if not self.writing:
+                    self.loop.add_writer(self.dst, self._on_writable)
+                    self.writing = True
+                return False
+            except OSError:
+                self.tunnel.fail()
+                return False
+            self.buffered -= m
+        return True
+
+    def _on_writable(self):
+        if not self._flush():
+            return
+        self.loop.remove_writer(self.dst)
+        self.writing = False
+        if self.eof:
+            self._finish()
+        else:
+            self._read_on()
+
+    def _finish(self):
+        """Source said EOF and everything is through: pass the half-close on."""
+        try:
+            self.dst_sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        self.done = True
+        self.tunnel.check_done()
+
+    def stop(self):
+        self._read_off()
+        if self.writing:
+            self.loop.remove_writer(self.dst)
+            self.writing = False
+
+    def close(self):
+        self.stop()
+        for fd in (self.pr, self.pw):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+class Tunnel:
+    """Two pumps; ``done`` resolves once both directions ended (or one failed)."""
+
+    def __init__(self, loop, client: socket.socket, upstream: socket.socket):
+        self.loop = loop
+        self.client, self.upstream = client, upstream
+        self.done = loop.create_future()
+        self.down = Pump(self, upstream, client)
+        self.up = Pump(self, client, upstream)
+        self.up_started = False
+        self.failed = False
+
+    def check_done(self):
+        if self.down.done and self.up.done and not self.done.done():
+            self.done.set_result(True)
+
+    def fail(self):
+        self.failed = True
+        self.down.stop()
+        self.up.stop()
+        for s in (self.client, self.upstream):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        if not self.done.done():
+            self.done.set_result(False)
+
+    def close(self):
+        self.down.close()
+        self.up.close()
+
+
+class Server:
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.policy = Policy(cfg.policy_dir)
+        self.log = RequestLog(net_dir(cfg.group_dir))
+        self.hosts = read_hosts_file(cfg.hosts_file) if cfg.hosts_file else None
+        self.active = 0
+        self.peak = 0
+        self.counts: dict[str, int] = {}
+        self.watchers: set = set()
+        self.holds: dict[str, asyncio.Future] = {}
+        self.listeners: dict[str, socket.socket] = {}
+        self.worktree_sockets: dict[str, Path] = {}
+        self.tunnels: set[Tunnel] = set()
+        self.started = time.time()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.stopping: asyncio.Event | None = None
+
+    # ---- listening -------------------------------------------------------------
+    def _listen(self, key: str, sock: socket.socket, worktree: str | None, tcp: bool):
+        sock.setblocking(False)
+        sock.listen(4096)
+        self.listeners[key] = sock
+        self.loop.add_reader(sock.fileno(), self._on_accept, sock, worktree, tcp)
+
+    def _listen_unix(self, key: str, path: Path, worktree: str | None):
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(str(path))
+        os.chmod(path, 0o600)
+        self._listen(key, sock, worktree, tcp=False)
+
+    def listen_worktree(self, name: str) -> Path:
+        check_worktree_name(name)
+        path = self.cfg.runtime_dir / "wt" / name / "proxy.sock"
+        key = "wt:" + name
+        if key not in self.listeners or not path.exists():
+            if key in self.listeners:
+                self._unlisten(key)
+            self._listen_unix(key, path, name)
+            self.worktree_sockets[name] = path
+        return path
+
+    def _unlisten(self, key: str):
+        sock = self.listeners.pop(key)
+        self.loop.remove_reader(sock.fileno())
+        if sock.family == socket.AF_UNIX:
+            try:
+                os.unlink(sock.getsockname())
+            except OSError:
+                pass
+        sock.close()
+
+    def _on_accept(self, lsock: socket.socket, worktree: str | None, tcp: bool):
+        for _ in range(128):
+            try:
+                conn, addr = lsock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self.log.note(f"accept failed: {exc}")
+                return
+            client = f"{addr[0]}:{addr[1]}" if tcp else ("unix:" + (worktree or "group"))
+            if self.active >= self.cfg.max_conns:
+                try:
+                    conn.send(reply_bytes(503, "chtop egress proxy: too many connections\n", "busy"))
+                    conn.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
+                conn.close()
+                self._count("busy")
+                continue
+            conn.setblocking(False)
+            if tcp:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+            self.loop.create_task(self._handle(conn, client, worktree))
+
+    def _count(self, decision: str):
+        self.counts[decision] = self.counts.get(decision, 0) + 1
+
+    # ---- one connection ----------------------------------------------------------
+    async def _read_head(self, conn: socket.socket) -> tuple[bytes, bytes]:
+        buf = b""
+        while True:
+            chunk = await self.loop.sock_recv(conn, 65536)
+            if not chunk:
+                raise ConnectionResetError("closed before the request was complete")
+            buf += chunk
+            end = buf.find(b"\r\n\r\n")
+            if end >= 0 and end + 4 <= self.cfg.max_header:
+                return buf[:end], buf[end + 4 :]
+            first = buf[:24].split(b" ", 1)[0]
+            if any(b not in _TOKEN_BYTES for b in first) or (b" " not in buf[:24] and len(buf) >= 24):
+                raise Refusal(400, "bad-request", "garbage instead of an HTTP request")
+            if len(buf) > self.cfg.max_header:
+                raise Refusal(431, "bad-request", f"request head over {self.cfg.max_header} bytes")
+
+    async def _handle(self, conn: socket.socket, client: str, worktree: str | None):
+        rec = {"client": client, "worktree": worktree}
+        t0 = time.monotonic()
+        st: dict = {}
+        try:
+            try:
+                async with asyncio.timeout(self.cfg.header_timeout):
+                    head, rest = await self._read_head(conn)
+            except TimeoutError:
+                raise Refusal(408, "bad-request", "request head not sent in time") from None
+            req = parse_head(head)
+            rec["method"] = req.method
+            if req.method == "CONNECT":
+                await self._connect(conn, req, rest, rec, worktree, st)
+            else:
+                await self._plain(conn, req, rest, rec, worktree, st)
+        except Refusal as r:
+            rec.update(decision=r.decision, status=r.status, reason=r.reason)
+            try:
+                await self.loop.sock_sendall(conn, reply_bytes(r.status, r.body, r.decision))
+                conn.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+        except (ConnectionError, OSError) as exc:
+            if "decision" not in rec and "method" not in rec:
+                rec = None
+            else:
+                rec.setdefault("decision", "error")
+                rec["reason"] = f"client connection: {exc}"
+        except asyncio.CancelledError:
+            if rec is not None:
+                rec.setdefault("decision", "error")
+                rec["reason"] = (rec.get("reason", "") + " (proxy stopping)").strip()
+            raise
+        finally:
+            tunnel, upstream = st.get("tunnel"), st.get("upstream")
+            if tunnel is not None:
+                tunnel.close()
+                self.tunnels.discard(tunnel)
+                if rec is not None:
+                    rec["bytes_up"] = tunnel.up.bytes + rec.pop("_sent", 0)
+                    rec["bytes_down"] = tunnel.down.bytes
+            for s in (conn, upstream):
+                if s is not None:
+                    s.close()
+            self.active -= 1
+            if rec is not None:
+                rec["ms"] = round((time.monotonic() - t0) * 1000, 2)
+                self._count(rec.get("decision", "error"))
+                self.log.record(rec)
+
+    async def _judge(self, host: str, port: int, worktree: str | None, rec: dict):
+        verdict = self.policy.judge(host, worktree)
+        if verdict.decision == "blocked" and self.watchers and self.cfg.hold_seconds > 0:
+            fut = self.holds.get(host)
+            if fut is None or fut.done():
+                fut = self.loop.create_future()
+                self.holds[host] = fut
+                self._notify({"event": "blocked", "host": host, "port": port,
+                              "worktree": worktree, "hold": self.cfg.hold_seconds})
+            try:
+                answer = await asyncio.wait_for(asyncio.shield(fut), self.cfg.hold_seconds)
+            except TimeoutError:
+                answer = "timeout"
+                if self.holds.get(host) is fut:
+                    del self.holds[host]
+            verdict = self.policy.judge(host, worktree)
+            verdict.reason += f" (held for watch: {answer})"
+        rec["reason"] = verdict.reason
+        if verdict.decision == "denied":
+            raise Refusal(403, "denied", verdict.reason,
+                          f"chtop egress proxy: {host} is denied (sandbox/net-deny.txt)\n")
+        if verdict.decision == "blocked":
+            raise Refusal(403, "blocked", verdict.reason, blocked_body(host, port, worktree))
+        return verdict
+
+    async def _resolve(self, host: str, port: int) -> list[str]:
+        if is_ip(host):
+            return [host]
+        if self.hosts is not None:
+            addrs = self.hosts.get(host)
+            if not addrs:
+                raise Refusal(502, "allowed", f"cannot resolve {host}: not in the test hosts file")
+            return addrs
+        try:
+            infos = await asyncio.wait_for(
+                self.loop.getaddrinfo(host, port, type=socket.SOCK_STREAM),
+                self.cfg.connect_timeout)
+        except (OSError, TimeoutError) as exc:
+            raise Refusal(502, "allowed", f"cannot resolve {host}: {exc or 'timeout'}") from None
+        addrs = []
+        for info in infos:
+            addr = info[4][0].split("%", 1)[0]
+            if addr not in addrs:
+                addrs.append(addr)
+        return addrs
+
+    async def _open_upstream(self, host: str, port: int, verdict, rec: dict) -> socket.socket:
+        addrs = await self._resolve(host, port)
+        if not verdict.entry.private:
+            for addr in addrs:
+                if not address_is_public(addr):
+                    raise Refusal(
+                        403, "blocked",
+                        f"{host} resolves to non-public address {addr}; mark the entry "
+                        f"'{verdict.entry.host} private' if that is intended")
+        errors = []
+        for addr in addrs:
+            fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
+            s = socket.socket(fam, socket.SOCK_STREAM)
+            s.setblocking(False)
+            try:
+                await asyncio.wait_for(self.loop.sock_connect(s, (addr, port)),
+                                       self.cfg.connect_timeout)
+            except (OSError, TimeoutError) as exc:
+                s.close()
+                errors.append(f"{addr}: {exc or 'connect timed out'}")
+                continue
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            rec["upstream"] = addr
+            return s
+        raise Refusal(502, "allowed", f"cannot connect to {host}:{port}: " + "; ".join(errors))
+
+    async def _connect(self, conn, req: Request, rest: bytes, rec: dict, worktree, st: dict):
+        try:
+            host, port = parse_authority(req.target)
+        except BadHost as exc:
+            raise Refusal(400, "bad-request", f"bad CONNECT target: {exc}") from None
+        rec.update(host=host, port=port)
+        verdict = await self._judge(host, port, worktree, rec)
+        st["upstream"] = upstream = await self._open_upstream(host, port, verdict, rec)
+        rec.update(decision="allowed", status=200)
+        await self.loop.sock_sendall(conn, b"HTTP/1.1 200 Connection established\r\n\r\n")
+        st["tunnel"] = tunnel = Tunnel(self.loop, conn, upstream)
+        self.tunnels.add(tunnel)
+        tunnel.down.start()
+        try:
+            first = await self._client_hello(conn, rest, host, tunnel)
+        except Refusal as r:
+            rec.update(decision=r.decision, status=200, reason=r.reason)
+            tunnel.fail()
+            return
+        if first is None:
+            tunnel.up.done = True
+            try:
+                upstream.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+        else:
+            if first:
+                await self.loop.sock_sendall(upstream, first)
+                rec["_sent"] = len(first)
+            tunnel.up.start()
+        tunnel.check_done()
+        await tunnel.done
+
+    async def _client_hello(self, conn, data: bytes, host: str, tunnel) -> bytes | None:
+        """The client's first bytes; refuse a TLS ClientHello naming another host."""
+        try:
+            async with asyncio.timeout(self.cfg.hello_timeout):
+                while True:
+                    if data and not tls.looks_like_tls(data):
+                        return data
+                    if data:
+                        try:
+                            sni = tls.server_name(data)
+                        except tls.NeedMore:
+                            sni = NotImplemented
+                        except tls.BadHello as exc:
+                            raise Refusal(400, "blocked", f"malformed TLS ClientHello: {exc}") from None
+                        if sni is not NotImplemented:
+                            if sni is not None:
+                                try:
+                                    same = canonical_host(sni) == host
+                                except BadHost:
+                                    same = False
+                                if not same:
+                                    raise Refusal(403, "blocked",
+                                                  f"SNI mismatch: CONNECT {host} but TLS SNI {sni!r}")
+                            return data
+                    chunk = await self.loop.sock_recv(conn, 65536)
+                    if not chunk:
+                        return data or None
+                    data += chunk
+        except TimeoutError:
+            if data:
+                raise Refusal(400, "blocked", "incomplete TLS ClientHello") from None
+            return await self._wait_first(conn)
+
+    async def _wait_first(self, conn) -> bytes | None:
+        chunk = await self.loop.sock_recv(conn, 65536)
+        if chunk and tls.looks_like_tls(chunk):
+            raise Refusal(400, "blocked", "TLS ClientHello after the inspection window")
+        return chunk or None
+
+    async def _plain(self, conn, req: Request, rest: bytes, rec: dict, worktree, st: dict):
+        target = req.target
+        scheme, sep, after = target.partition("://")
+        if not sep:
+            raise Refusal(400, "bad-request", "not a proxy request (use absolute-form or CONNECT)")
+        if scheme.lower() != "http":
+            raise Refusal(400, "bad-request", f"scheme {scheme!r} not proxied (use CONNECT for https)")
+        cut = min([i for i in (after.find("/"), after.find("?"), after.find("#")) if i >= 0],
+                  default=len(after))
+        authority, path = after[:cut], after[cut:].split("#", 1)[0]
+        if not path.startswith("/"):
+            path = "/" + path
+        try:
+            host, port = parse_authority(authority, default_port=80)
+        except BadHost as exc:
+            raise Refusal(400, "bad-request", f"bad URL host: {exc}") from None
+        rec.update(host=host, port=port)
+        host_headers = [v for n, v in req.headers if n.lower() == "host"]
+        if len(host_headers) > 1:
+            raise Refusal(400, "bad-request", "more than one Host header")
+        if host_headers:
+            try:
+                same = parse_authority(host_headers[0], default_port=80) == (host, port)
+            except BadHost:
+                same = False
+            if not same:
+                raise Refusal(403, "blocked",
+                              f"Host header {host_headers[0]!r} disagrees with URL host {authority!r}")
+        verdict = await self._judge(host, port, worktree, rec)
+        st["upstream"] = upstream = await self._open_upstream(host, port, verdict, rec)
+        rec.update(decision="allowed")
+        lines = [f"{req.method} {path} HTTP/1.{req.minor}"]
+        if not host_headers:
+            lines.append(f"Host: {authority}")
+        lines += [f"{n}: {v}" for n, v in req.headers if n.lower() not in _HOP_BY_HOP]
+        lines.append("Connection: close")
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("ascii") + rest
+        st["tunnel"] = tunnel = Tunnel(self.loop, conn, upstream)
+        self.tunnels.add(tunnel)
+        try:
+            await self.loop.sock_sendall(upstream, head)
+        except OSError as exc:
+            raise Refusal(502, "allowed", f"upstream {host}:{port} closed: {exc}") from None
+        rec["_sent"] = len(head)
+        tunnel.down.start()
+        tunnel.up.start()
+        await tunnel.done
+
+    # ---- control socket ------------------------------------------------------------
+    def _notify(self, event: dict):
+        line = (json.dumps(event) + "\n").encode()
+        for w in list(self.watchers):
+            try:
+                w.write(line)
+            except Exception:
+                self.watchers.discard(w)
+
+    def info(self) -> dict:
+        return {
+            "ok": True, "pid": os.getpid(), "url": f"http://127.0.0.1:{self.cfg.port}",
+            "socket": str(self.cfg.runtime_dir / "group" / "proxy.sock"),
+            "worktree_sockets": {k: str(v) for k, v in self.worktree_sockets.items()},
+            "group_dir": str(self.cfg.group_dir), "policy_dir": str(self.cfg.policy_dir),
+            "started": self.started, "active": self.active, "peak": self.peak,
+            "counts": self.counts, "lists": self.policy.sizes(),
+            "list_errors": self.policy.errors(), "watchers": len(self.watchers),
+            "held": sorted(h for h, f in self.holds.items() if not f.done()),
+            "allowed_once": sorted(self.policy.allowed_once),
+        }
+
+    async def _control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        watching = False
+        try:
+            while True:
+                line = await reader.readline()
+                if not line:
+                    break
+                try:
+                    msg = json.loads(line)
+                    reply = self._command(msg, writer)
+                except Exception as exc:  # a bad command must not kill the proxy
+                    reply = {"ok": False, "error": str(exc)}
+                if msg.get("cmd") == "watch" and reply.get("ok"):
+                    watching = True
+                writer.write((json.dumps(reply) + "\n").encode())
+                await writer.drain()
+                if msg.get("cmd") == "stop":
+                    self.stopping.set()
+        except (ConnectionError, ValueError):
+            pass
+        finally:
+            if watching:
+                self.watchers.discard(writer)
+            writer.close()
+
+    def _command(self, msg: dict, writer) -> dict:
+        cmd = msg.get("cmd")
+        if cmd in ("ping", "status"):
+            return self.info()
+        if cmd == "worktree":
+            return {"ok": True, "socket": str(self.listen_worktree(str(msg.get("name"))))}
+        if cmd == "watch":
+            self.watchers.add(writer)
+            held = sorted(h for h, f in self.holds.items() if not f.done())
+            return {"ok": True, "held": held}
+        if cmd == "decide":
+            host = canonical_host(str(msg.get("host")))
+            answer = str(msg.get("answer"))
+            if answer not in ("allow-once", "allow-always", "deny", "ignore", "allow-worktree"):
+                return {"ok": False, "error": f"unknown answer {answer!r}"}
+            if answer == "allow-once":
+                self.policy.allowed_once.add(host)
+            self.log.note(f"WATCH    {host}: {answer}")
+            fut = self.holds.pop(host, None)
+            if fut is not None and not fut.done():
+                fut.set_result(answer)
+            return {"ok": True}
+        if cmd == "stop":
+            return {"ok": True, "pid": os.getpid()}
+        return {"ok": False, "error": f"unknown command {cmd!r}"}
+
+    # ---- lifetime ------------------------------------------------------------------
+    async def run(self) -> int:
+        self.loop = asyncio.get_running_loop()
+        self.stopping = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            self.loop.add_signal_handler(sig, self.stopping.set)
+        rt = self.cfg.runtime_dir
+        tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            tcp.bind(("127.0.0.1", self.cfg.port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                print(f"chtop-proxy: port 127.0.0.1:{self.cfg.port} is in use by another "
+                      f"program; stop it or set CHTOP_PROXY_PORT to a free port", file=sys.stderr)
+                return 2
+            raise
+        self._listen("tcp", tcp, None, tcp=True)
+        self._listen_unix("group", rt / "group" / "proxy.sock", None)
+        wt_root = rt / "wt"
+        if wt_root.is_dir():
+            for d in sorted(wt_root.iterdir()):
+                try:
+                    self.listen_worktree(d.name)
+                except Exception as exc:
+                    self.log.note(f"cannot re-open worktree socket {d}: {exc}")
+        control_path = rt / "control.sock"
+        try:
+            control_path.unlink()
+        except FileNotFoundError:
+            pass
+        control = await asyncio.start_unix_server(self._control, path=str(control_path))
+        os.chmod(control_path, 0o600)
+        pid_file = net_dir(self.cfg.group_dir) / "proxy.pid"
+        pid_file.write_text(f"{os.getpid()}\n")
+        self.log.note(f"START    pid {os.getpid()} {self.info()['url']} socket "
+                      f"{self.info()['socket']} policy {self.cfg.policy_dir}")
+        for err in self.policy.errors():
+            self.log.note(f"LIST     {err}")
+        await self.stopping.wait()
+        control.close()
+        for key in list(self.listeners):
+            self._unlisten(key)
+        for t in list(self.tunnels):
+            t.fail()
+        for task in asyncio.all_tasks() - {asyncio.current_task()}:
+            task.cancel()
+        await asyncio.sleep(0.05)
+        for w in list(self.watchers):
+            w.close()
+        for path in (control_path, pid_file):
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+        self.log.note(f"STOP     pid {os.getpid()} counts {self.counts}")
+        self.log.close()
+        return 0
+
+
+def raise_nofile():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass
+
+
+def detach():
+    """Double fork so the proxy is nobody's child (no zombie for a live caller)."""
+    if os.fork():
+        os._exit(0)
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="chtop-proxy", description="chtop egress proxy")
+    ap.add_argument("--group-dir", required=True, type=Path)
+    ap.add_argument("--policy-dir", required=True, type=Path)
+    ap.add_argument("--port", required=True, type=int)
+    ap.add_argument("--runtime-dir", required=True, type=Path)
+    ap.add_argument("--detach", action="store_true")
+    args = ap.parse_args(argv)
+    if args.detach:
+        detach()
+    raise_nofile()
+    cfg = Config(args.group_dir, args.policy_dir, args.port, args.runtime_dir)
+    policy = Policy(cfg.policy_dir)
+    try:
+        policy.require()
+    except Exception as exc:
+        print(f"chtop-proxy: {exc}", file=sys.stderr)
+        return 2
+    return asyncio.run(Server(cfg).run())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
