@@ -220,3 +220,25 @@ def test_direnv_exec_in_new_worktree_gives_its_venv(initialized):
     lines = proc.stdout.split()
     assert lines[0] == f"{dev}/.venv/bin/python"
     assert "SAFE=1" in lines and f"VENV={dev}/.venv" in lines
+
+
+def test_submodules_are_initialised_in_toplevel_and_worktree(group):
+    g = group
+    lib = g.remotes / "lib-seed"
+    git(g.remotes, "init", "-q", "-b", "main", str(lib))
+    (lib / "lib.txt").write_text("lib\n")
+    git(lib, "add", "-A")
+    git(lib, "commit", "-q", "-m", "lib")
+    git(g.remotes, "clone", "-q", "--bare", str(lib), str(g.remotes / "lib.git"))
+    seed = g.base / "alpha-work"
+    git(g.base, "clone", "-q", f"file://{g.remotes}/alpha.git", str(seed))
+    git(seed, "submodule", "add", "-q", f"file://{g.remotes}/lib.git", "vendor/lib")
+    git(seed, "commit", "-q", "-m", "add submodule")
+    git(seed, "push", "-q", "origin", "main")
+    init_toplevel(find_workspace(g.toplevel))
+    assert (g.toplevel / "alpha" / "vendor" / "lib" / "lib.txt").exists()
+    create_worktree(find_workspace(g.toplevel), "dev")
+    assert (g.path("dev", "alpha", "vendor", "lib", "lib.txt")).exists()
+    assert git(g.path("dev", "alpha"), "status", "--porcelain") == ""
+    delete_worktree(find_workspace(g.toplevel), "dev", cwd=g.toplevel)
+    assert not g.path("dev").exists()
