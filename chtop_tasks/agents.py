@@ -9,15 +9,21 @@ state lives; launch() turns it into a sandboxed, interactive run.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import PolicyError, Refused, UsageError, WorkspaceError
-from .secrets import ENV_NAME, config_home, git_identity, load_secrets, secrets_path
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
+from .errors import PolicyError, Refused, UsageError, WorkspaceError
+from .secrets import ENV_NAME, config_home, load_secrets, secrets_path
+
+AGENT_NAME = re.compile(r"[a-z][a-z0-9-]{0,19}\Z")
 REGISTRY_FILE = Path(__file__).with_name("agents.toml")
 USER_REGISTRY = "agents.toml"  # in ~/.config/chtop/
 KEYS = {"description", "command", "skip_permissions", "credentials", "tokens", "login_note",
@@ -52,8 +58,8 @@ def _strings(name: str, key: str, value, source: str) -> tuple[str, ...]:
 def parse_entry(name: str, table: dict, source: str) -> Agent:
     if not isinstance(table, dict):
         raise PolicyError(f"{source}: {name} must be a table ([{name}])")
-    if not name.replace("-", "").replace("_", "").isalnum() or not name[0].isalpha():
-        raise PolicyError(f"{source}: agent name {name!r}: use letters, digits, '-' and '_'")
+    if not AGENT_NAME.match(name):
+        raise PolicyError(f"{source}: agent name {name!r}: lowercase letters, digits and '-' (max 20)")
     unknown = set(table) - KEYS
     if unknown:
         raise PolicyError(f"{source}: [{name}] unknown key(s): {', '.join(sorted(unknown))}")
@@ -68,9 +74,14 @@ def parse_entry(name: str, table: dict, source: str) -> Agent:
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
         raise PolicyError(f"{source}: [{name}] env must be a table of strings")
     config_env = table.get("config_env", "")
+    from .sandbox.policy import STRUCTURAL_ENV
+
     for var in (*credentials, *tokens, *env, *([config_env] if config_env else [])):
         if not ENV_NAME.match(var):
             raise PolicyError(f"{source}: [{name}] {var!r} is not a variable name")
+        if var in STRUCTURAL_ENV:
+            raise PolicyError(f"{source}: [{name}] {var} is set by the sandbox itself; it cannot come "
+                              f"from the registry")
     missing = set(tokens) - set(credentials)
     if missing:
         raise PolicyError(f"{source}: [{name}] tokens not listed in credentials: {', '.join(sorted(missing))}")
@@ -188,30 +199,33 @@ def check_dir_allowed(root: Path, home: Path | None = None) -> None:
 
 
 def launch(agent_name: str, args: list[str], cwd: Path, *, dir: Path | None = None,
-           image: bool = False, network: str = "proxy", stdin_fd: int | None = None) -> int:
+           image: bool = False, network: str = "proxy", allow_self_edit: bool = False,
+           stdin_fd: int | None = None) -> int:
     """Start ``agent_name`` with ``args`` in the sandbox of ``cwd`` (or ``dir``);
-    return its exit status (128+signal if it was killed)."""
+    return its exit status (128+signal if it was killed).
+
+    Interactive (a pty, resized with the terminal) when stdin is a terminal.
+    Git identity, CLAUDE_CONFIG_DIR and IS_SANDBOX are the sandbox's own.
+    """
     from .interactive import run_interactive
-    from .sandbox import plan_launch, run_plan
+    from .sandbox import plan_launch, run_plan, show_warnings
 
     agent = get_agent(agent_name)
     check_installed(agent)
     target, note = resolve_target(cwd, dir)
     source = secrets_path()
-    secrets = load_secrets(source)
-    env, notes = agent_env(agent, secrets, target.config_dir, source)
-    env.update(git_identity(target.root, secrets))
+    env, notes = agent_env(agent, load_secrets(source), target.config_dir, source)
     fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
     interactive = os.isatty(fd)
-    kwargs = {}
-    if image:
-        from .image import ensure_image
-
-        kwargs["image"] = ensure_image()
     plan = plan_launch(target, agent.argv(args), interactive=interactive, extra_env=env,
-                       purpose=agent.name, network=network, **kwargs)
-    for line in ([note] if note else []) + notes + plan.warnings:
-        print(f"chtop: {line}", file=sys.stderr)
+                       purpose=agent.name, network=network, allow_self_edit=allow_self_edit, cwd=cwd)
+    if image:
+        from .image import ensure_image, use_image
+
+        plan = use_image(plan, ensure_image())
+    for line in ([note] if note else []) + notes:
+        print(f"chtop: {line}", file=sys.stderr, flush=True)
+    show_warnings(plan)
     if interactive:
         return run_interactive(plan.argv, env=plan.env, stdin_fd=fd)
     return run_plan(plan)

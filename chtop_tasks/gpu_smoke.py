@@ -22,7 +22,7 @@ def parse_args(posargs: list[str]) -> argparse.Namespace:
     try:
         return parser.parse_args(posargs)
     except (argparse.ArgumentError, SystemExit) as exc:
-        raise UsageError(f"gpu_smoke: bad arguments {posargs!r} ({exc}); usage: nox -s gpu_smoke -- [--name NAME]")
+        raise UsageError(f"gpu_smoke: bad arguments {posargs!r} ({exc}); usage: nox -s gpu_smoke -- [--name NAME]") from None
 
 
 def check_command() -> list[str]:

@@ -20,7 +20,7 @@ import hashlib
 import os
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .errors import CommandFailed, PolicyError, UsageError
@@ -191,3 +191,24 @@ def ensure_image(context: Path | None = None, tag: str = IMAGE, *, force: bool =
     if old and old != _inspect(tag, "{{.Id}}", podman):  # the stale one, now untagged
         run([podman, "rmi", old], check=False, quiet=True, timeout=300)
     return tag
+
+
+def use_image(plan, image: str, context: Path | None = None):
+    """Run ``plan``'s container from ``image`` instead of the host-overlay skeleton.
+
+    A hook on the finished plan until plan_launch takes an ``image``
+    parameter: ``--rootfs SKELETON`` becomes ``IMAGE`` (with the skeleton's
+    /.chtop entry files mounted read-only), and the host binds of the trees
+    the image holds its own copy of (host-paths.txt ``copy`` lines: /usr,
+    /etc) are dropped.  Every other mount, the network and the env stay.
+    """
+    argv = list(plan.argv)
+    if "--rootfs" not in argv:
+        raise UsageError("this launch plan has no --rootfs to replace with an image")
+    at = argv.index("--rootfs")
+    skeleton = argv[at + 1]
+    argv[at:at + 2] = [f"--volume={skeleton}/.chtop:/.chtop:ro", image]
+    copied = read_host_paths(CONTAINERS_DIR if context is None else context).copy
+    dropped = {f"--volume={p}:{p}:ro" for p in copied}
+    argv = [arg for arg in argv if arg not in dropped]
+    return replace(plan, argv=argv)

@@ -7,8 +7,7 @@ regular file owned by the user with mode 0600 (or stricter).  Each agent
 gets only the variables its registry entry names (see agents.py); the file
 itself stays on the host.
 
-Git identity comes from the host's git config (GIT_AUTHOR_* / GIT_COMMITTER_*),
-unless the secrets file sets those variables itself.
+Git identity is not a secret: the sandbox takes it from the host's git config.
 """
 
 from __future__ import annotations
@@ -19,15 +18,8 @@ import stat
 from pathlib import Path
 
 from .errors import PolicyError, Refused
-from .runner import run
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-
-GIT_IDENTITY = {
-    "user.name": ("GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME"),
-    "user.email": ("GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"),
-}
-
 
 def config_home(home: Path | None = None) -> Path:
     """~/.config/chtop: the user's chtop config (secrets, --dir group, agents)."""
@@ -122,18 +114,3 @@ def load_secrets(path: Path | None = None) -> dict[str, str]:
             raise Refused(f"{path}: mode {stat.S_IMODE(info.st_mode):04o} lets others read it; "
                           f"refusing. Fix: chmod 600 {path}")
         return parse_env(handle.read(), str(path))
-
-
-def git_identity(cwd: Path, secrets: dict[str, str]) -> dict[str, str]:
-    """GIT_AUTHOR_*/GIT_COMMITTER_* from the host's git config in ``cwd``;
-    the secrets file's own values of these variables win."""
-    env: dict[str, str] = {}
-    for key, names in GIT_IDENTITY.items():
-        result = run(["git", "config", "--get", key], cwd=cwd, check=False, quiet=True, timeout=30)
-        value = result.stdout.strip() if result.ok else ""
-        for name in names:
-            if name in secrets:
-                env[name] = secrets[name]
-            elif value:
-                env[name] = value
-    return env

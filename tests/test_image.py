@@ -68,6 +68,21 @@ def test_hash_follows_copied_trees(context, tmp_path):
     assert image.input_hash(context) != before
 
 
+def test_use_image_swaps_the_skeleton_for_the_image():
+    from chtop_tasks.sandbox import LaunchPlan
+
+    argv = ["podman", "run", "--rm", "--volume=/usr:/usr:ro", "--volume=/etc:/etc:ro",
+            "--volume=/usr/local/x:/usr/local/x:ro", "--volume=/g/dev:/g/dev:rw", "--env=A",
+            "--workdir=/g/dev", "--rootfs", "/s/kel", "/bin/sh", "/.chtop/entry.sh", "", "3128", "claude"]
+    plan = image.use_image(LaunchPlan(argv, "n", {"A": "1"}, []), "localhost/chtop-sandbox:latest",
+                           REPO / "containers")
+    assert plan.argv == ["podman", "run", "--rm", "--volume=/usr/local/x:/usr/local/x:ro",
+                         "--volume=/g/dev:/g/dev:rw", "--env=A", "--workdir=/g/dev",
+                         "--volume=/s/kel/.chtop:/.chtop:ro", "localhost/chtop-sandbox:latest",
+                         "/bin/sh", "/.chtop/entry.sh", "", "3128", "claude"]
+    assert plan.env == {"A": "1"}
+
+
 def test_bad_host_paths_line(context):
     (context / "host-paths.txt").write_text("copy relative/path\n")
     with pytest.raises(PolicyError, match="host-paths.txt:1"):
