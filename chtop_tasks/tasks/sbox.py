@@ -58,3 +58,48 @@ def ps(c, dir=False):  # noqa: A002
     for row in rows:
         say(f"{row['name']}\t{row['worktree']}\t{row['purpose']}\t{row['network']}\t{row['status']}\t"
             f"{row['command']}")
+
+
+# -- agents: claude, agent, build-image (logic in chtop_tasks/agents.py, image.py) --
+
+_AGENT_HELP = {
+    **_COMMON_HELP,
+    "image": "run from the local image (inv sbox.build-image; rebuilt first when its inputs changed) "
+             "instead of the host's own /usr and /etc",
+}
+
+
+def _launch(name, dir, image, network, allow_self_edit):  # noqa: A002
+    from ..agents import launch
+
+    return launch(name, remainder_args(), Path.cwd(), dir=Path(dir) if dir else None, image=image,
+                  network=network, allow_self_edit=allow_self_edit)
+
+
+@task(help=_AGENT_HELP)
+@reports_errors
+def claude(c, dir=None, network="proxy", allow_self_edit=False, image=False):  # noqa: A002
+    """Claude Code in this worktree's sandbox, no permission prompts: inv sbox.claude [-- ARGS]."""
+    return _launch("claude", dir, image, network, allow_self_edit)
+
+
+@task(help={**_AGENT_HELP, "agent": "the agent CLI: claude, kimi, codex, gemini or one you registered "
+                                    "(~/.config/chtop/agents.toml); without it, list them"})
+@reports_errors
+def agent(c, agent=None, dir=None, network="proxy", allow_self_edit=False, image=False):  # noqa: A002
+    """Any registered agent CLI in the sandbox: inv sbox.agent --agent kimi [-- ARGS]."""
+    if not agent:
+        from ..agents import describe, load_registry
+
+        say(describe(load_registry()))
+        return 0
+    return _launch(agent, dir, image, network, allow_self_edit)
+
+
+@task(help={"force": "rebuild even when the inputs have not changed"})
+@reports_errors
+def build_image(c, force=False):
+    """Build the local sandbox image from containers/ (a no-op when it is up to date)."""
+    from ..image import ensure_image
+
+    ensure_image(force=force)
