@@ -177,7 +177,7 @@ def python_for_tests() -> str:
     return sys.executable
 
 
-def conftest_builder(remote_template):
+def conftest_builder(remote_template, extra_worktrees=()):
     """Build toplevel + ``dev`` with the lead's conftest helpers (as root, hermetic env)."""
     from conftest import build_group, hermetic_env, write_gitconfig
 
@@ -195,6 +195,8 @@ def conftest_builder(remote_template):
             group = build_group(base, remote_template)
             init_toplevel(find_workspace(group.toplevel))
             create_worktree(find_workspace(group.toplevel), "dev")
+            for name in extra_worktrees:
+                create_worktree(find_workspace(group.toplevel), name)
         finally:
             os.environ.clear()
             os.environ.update(saved)
@@ -204,19 +206,39 @@ def conftest_builder(remote_template):
     return build
 
 
+def user_group_cm(remote_template, extra_worktrees=(), prepare=None):
+    """Context manager: a test-user workspace; ``prepare(group)`` runs as root before the chown."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def cm():
+        user = ensure_test_user()
+        venv = ensure_user_venv()
+        base = make_base()
+        builder = conftest_builder(remote_template, extra_worktrees)
+
+        def build(b):
+            group = builder(b)
+            if prepare is not None:
+                prepare(group)
+            return group
+
+        try:
+            group = build_user_group(base, remote_template, user, venv, build)
+            podman_works(user, group.env, group.base)
+            yield group
+        finally:
+            stop_proxy_as(base)
+            shutil.rmtree(base, ignore_errors=True)
+
+    return cm()
+
+
 @pytest.fixture(scope="module")
 def user_group(remote_template):
     """One test-user workspace per test module (escape probes do not change it)."""
-    user = ensure_test_user()
-    venv = ensure_user_venv()
-    base = make_base()
-    try:
-        group = build_user_group(base, remote_template, user, venv, conftest_builder(remote_template))
-        podman_works(user, group.env, group.base)
+    with user_group_cm(remote_template) as group:
         yield group
-    finally:
-        stop_proxy_as(base)
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def stop_proxy_as(base: Path) -> None:
