@@ -38,7 +38,7 @@ def check_existing(ws: Workspace, repo: Repo) -> str:
 
 
 def init_toplevel(ws: Workspace, build_venv=None) -> list[str]:
-    """Clone missing repos, render dotfiles, build the venv; what changed."""
+    """Clone missing repos, render dotfiles (said as it goes), build the venv; what changed."""
     if not ws.is_toplevel:
         raise Refused(f"toplevel.init runs in the toplevel ({ws.toplevel}), not in worktree {ws.root}")
     changes = []
@@ -55,13 +55,14 @@ def init_toplevel(ws: Workspace, build_venv=None) -> list[str]:
         clone_repo(ws, repo)
         changes.append(f"{repo.name}: cloned ({repo.branch})")
     changes += [f"wrote {p}" for p in refresh_workspace_files(ws)]
+    summarize(ws, changes)
     if build_venv is not None:
         build_venv(ws)
     return changes
 
 
 def summarize(ws: Workspace, changes: list[str]) -> None:
-    if not changes:
-        say(f"toplevel {ws.toplevel}: nothing to do; all {len(ws.manifest.repos)} repos present and dotfiles current")
     for line in changes:
         say(line)
+    if not changes:
+        say(f"toplevel {ws.toplevel}: nothing to do; all {len(ws.manifest.repos)} repos present and dotfiles current")

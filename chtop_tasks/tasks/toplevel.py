@@ -12,4 +12,4 @@ from .common import reports_errors, venv_builder
 def init(c, no_venv=False):
     """Clone the manifest's repos into the toplevel, render dotfiles, build the venv."""
     ws = find_workspace()
-    toplevel_ops.summarize(ws, toplevel_ops.init_toplevel(ws, venv_builder(not no_venv)))
+    toplevel_ops.init_toplevel(ws, venv_builder(not no_venv))
