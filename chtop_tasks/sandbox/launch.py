@@ -129,6 +129,7 @@ def _git_identity(root: Path, host_env: dict[str, str]) -> dict[str, str]:
 
 def _mount_context(target: Target, proxy_dir: Path | None, self_edit: bool) -> MountContext:
     home = _home()
+    target.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)   # exists before it is masked
     if target.kind == "worktree":
         ws = target.workspace
         stores = []

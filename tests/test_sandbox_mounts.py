@@ -1,0 +1,175 @@
+"""The mount plan as data: what is read-only, what is writable, what is absent.
+
+No containers here: these check the plan every launch is built from (the
+escape suite checks the same claims from inside a real container).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chtop_tasks.errors import PolicyError, UsageError, WorkspaceError
+from chtop_tasks.sandbox import launch
+from chtop_tasks.sandbox.mounts import MountPlan, rename_proof
+from chtop_tasks.sandbox.policy import load_policy
+
+
+def plan_for(root: Path, self_edit=False, policy_text=None):
+    target = launch.target_for(root)
+    if policy_text is not None:
+        (target.policy_dir / "fs-allow.txt").write_text(policy_text)
+    policy = load_policy(target.policy_dir, launch._home(), target.workspace.grouping)
+    ctx = launch._mount_context(target, None, self_edit)
+    from chtop_tasks.sandbox.mounts import plan_mounts
+
+    return plan_mounts(ctx, policy.fs)
+
+
+def modes(plan) -> dict[str, str]:
+    return {str(m.dst): m.mode for m in plan.mounts()}
+
+
+def test_worktree_plan(with_dev):
+    g = with_dev
+    dev, top = g.path("dev"), g.toplevel
+    m = modes(plan_for(dev))
+    assert m[str(top)] == "ro" and m[str(dev)] == "ro"
+    for name in (".git", ".envrc", ".claude", "tasks.py", "chtop_tasks", "sandbox", "pyproject.toml",
+                 "git_repositories.toml", "dotfile_templates"):
+        assert m[str(dev / name)] == "ro", name
+    for repo in g.repos:
+        assert m[str(dev / repo)] == "rw" and m[str(dev / repo / ".git")] == "ro"
+        store = top / repo / ".git"
+        for sub in ("objects", "refs", "logs"):
+            assert m[str(store / sub)] == "rw"
+        admin = store / "worktrees" / repo
+        assert m[str(admin)] == "rw"
+        assert m[str(admin / "commondir")] == m[str(admin / "gitdir")] == "ro"
+        assert str(store) not in m and str(store / "config") not in m     # inside the ro toplevel
+    assert m[str(top / ".git" / "worktrees" / "dev")] == "rw"
+    assert m[str(g.path("claude"))] == "rw"
+    assert m[str(Path.home())] == "tmpfs"
+    assert m["/usr"] == m["/etc"] == "ro"
+    # never mounted: the grouping dir itself, siblings, chtop's state
+    assert str(g.grouping) not in m and str(g.path(".chtop")) not in m
+
+
+def test_self_edit_opens_management_code_only(with_dev):
+    dev = with_dev.path("dev")
+    m = modes(plan_for(dev, self_edit=True))
+    assert m[str(dev)] == "rw"
+    assert str(dev / "tasks.py") not in m and str(dev / "chtop_tasks") not in m
+    assert m[str(dev / ".git")] == m[str(dev / ".envrc")] == m[str(dev / ".claude")] == "ro"
+
+
+def test_rw_policy_lines_cannot_open_the_group(with_dev):
+    g = with_dev
+    (g.path("dev2")).mkdir()
+    plan = plan_for(g.path("dev"), policy_text=f"rw {g.grouping}\nrw {g.toplevel}/alpha\nrw $CH/.chtop\n")
+    m = modes(plan)
+    assert m[str(g.grouping)] == "ro"                 # downgraded
+    assert m[str(g.toplevel)] == "ro" and m[str(g.toplevel / "alpha")] == "ro"
+    assert m[str(g.path(".chtop"))] == "tmpfs-ro"      # masked
+    assert any("mounted read-only" in w for w in plan.warnings)
+    assert any("never mounted" in w for w in plan.warnings)
+
+
+def test_rw_sibling_by_policy_gets_its_pins(with_dev):
+    from chtop_tasks.workspace import find_workspace
+    from chtop_tasks.worktrees import create_worktree
+
+    g = with_dev
+    create_worktree(find_workspace(g.toplevel), "dev2")
+    sib = g.path("dev2")
+    m = modes(plan_for(g.path("dev"), policy_text="rw $CH/dev2\n"))
+    assert m[str(sib)] == "rw"
+    assert m[str(sib / ".git")] == m[str(sib / "tasks.py")] == m[str(sib / "alpha" / ".git")] == "ro"
+    # the repo dir between the rw root and its pinned .git is self-mounted (rename-proof)
+    assert m[str(sib / "alpha")] == "rw"
+
+
+def test_rename_proof_self_mounts_every_parent():
+    plan = MountPlan()
+    plan.add("/w", "/w", "rw", "root")
+    plan.add("/w/a/b/c/.git", "/w/a/b/c/.git", "ro", "pin")
+    rename_proof(plan)
+    m = modes(plan)
+    assert m["/w/a"] == m["/w/a/b"] == m["/w/a/b/c"] == "rw"
+
+
+def test_venv_base_interpreter_prefix_is_mounted(with_dev, tmp_path):
+    dev = with_dev.path("dev")
+    prefix = tmp_path / "pyprefix"
+    (prefix / "bin").mkdir(parents=True)
+    (dev / ".venv").mkdir()
+    (dev / ".venv" / "pyvenv.cfg").write_text(f"home = {prefix}/bin\nversion = 3.11\n")
+    m = modes(plan_for(dev))
+    assert m[str(prefix)] == "ro" and m[str(dev / ".venv")] == "ro"
+
+
+def test_refuses_toplevel_and_outside(with_dev, tmp_path):
+    with pytest.raises(WorkspaceError, match="is the toplevel"):
+        launch.target_for(with_dev.toplevel)
+    with pytest.raises(WorkspaceError, match="not inside a chtop workspace"):
+        launch.target_for(tmp_path)
+    with pytest.raises(UsageError, match="refusing to sandbox"):
+        launch.target_for(tmp_path, Path.home())
+
+
+def test_dir_mode_target_uses_user_or_shipped_policy(tmp_path):
+    project = tmp_path / "proj"
+    project.mkdir()
+    target = launch.target_for(tmp_path, project)
+    assert target.kind == "dir" and target.root == project.resolve()
+    assert target.policy_dir == launch.default_policy_dir()
+    assert target.group_dir == Path.home() / ".config" / "chtop"
+    user_policy = target.group_dir / "sandbox"
+    user_policy.mkdir(parents=True)
+    (user_policy / "fs-allow.txt").write_text("")
+    assert launch.target_for(tmp_path, project).policy_dir == user_policy
+
+
+def test_plan_launch_argv_and_env(with_dev, monkeypatch):
+    dev = with_dev.path("dev")
+    monkeypatch.setenv("EDITOR", "nano")
+    monkeypatch.setenv("CHTOP_TEST_SECRET", "hunter2")
+    target = launch.target_for(dev)
+    plan = launch.plan_launch(target, ["sh", "-c", "exit 7"], interactive=False, network="open",
+                              extra_env={"ANTHROPIC_API_KEY": "sk-test"}, purpose="agent")
+    argv = plan.argv
+    assert argv[:3] == ["podman", "run", "--rm"] and argv[-3:] == ["sh", "-c", "exit 7"]
+    assert "--network=host" in argv and "--read-only" in argv
+    assert f"--label=chtop.worktree=dev" in argv and "--label=chtop.purpose=agent" in argv
+    assert plan.container_name.startswith("chtop-dev-agent-")
+    assert "--env=EDITOR" in argv and plan.env["EDITOR"] == "nano"
+    assert "--env=ANTHROPIC_API_KEY" in argv and plan.env["ANTHROPIC_API_KEY"] == "sk-test"
+    assert "sk-test" not in " ".join(argv) and "hunter2" not in " ".join(argv)
+    assert "CHTOP_TEST_SECRET" not in plan.env
+    assert any("open egress" in w for w in plan.warnings)
+    with pytest.raises(UsageError):
+        launch.plan_launch(target, ["true"], interactive=False, network="open", extra_env={"PATH": "/x"})
+    with pytest.raises(UsageError):
+        launch.plan_launch(target, ["true"], interactive=False, network="wide-open")
+
+
+def test_missing_fs_allow_refuses_launch(with_dev):
+    (with_dev.toplevel / "sandbox" / "fs-allow.txt").unlink()
+    with pytest.raises(PolicyError, match="missing"):
+        launch.plan_launch(launch.target_for(with_dev.path("dev")), ["true"], interactive=False, network="open")
+
+
+def test_tampered_git_file_refuses_launch(with_dev, tmp_path):
+    dev = with_dev.path("dev")
+    (dev / "alpha" / ".git").write_text(f"gitdir: {tmp_path}\n")
+    with pytest.raises(WorkspaceError, match="refusing"):
+        launch.plan_launch(launch.target_for(dev), ["true"], interactive=False, network="open")
+
+
+def test_proxy_that_cannot_start_refuses_launch(with_dev):
+    from chtop_tasks.errors import ChtopError
+
+    (with_dev.toplevel / "sandbox" / "net-allow.txt").unlink(missing_ok=True)
+    with pytest.raises(ChtopError):
+        launch.plan_launch(launch.target_for(with_dev.path("dev")), ["true"], interactive=False)

@@ -1,0 +1,115 @@
+"""The sandbox/ policy files: formats, expansion, and errors that name file:line."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from chtop_tasks.errors import PolicyError
+from chtop_tasks.sandbox.policy import (STRUCTURAL_ENV, load_policy, parse_devices, parse_env_allow,
+                                        parse_fs_allow)
+
+
+@pytest.fixture
+def home(tmp_path):
+    h = tmp_path / "home"
+    (h / ".config" / "git").mkdir(parents=True)
+    (h / ".gitconfig").write_text("")
+    (h / "data1").mkdir()
+    (h / "data2").mkdir()
+    return h
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_fs_allow_modes_expansion_globs_and_absent(tmp_path, home):
+    ch = tmp_path / "ch"
+    (ch / "extern").mkdir(parents=True)
+    f = write(tmp_path / "fs-allow.txt",
+              "# comment\n\nro ~/.gitconfig   # trailing comment\nrw $HOME/data*\nro ${CH}/extern\n"
+              "ro ~/absent\nrw /usr/share/doc\n")
+    rules = parse_fs_allow(f, home, ch)
+    assert [(r.mode, r.pattern) for r in rules] == [
+        ("ro", "~/.gitconfig"), ("rw", "$HOME/data*"), ("ro", "${CH}/extern"), ("ro", "~/absent"),
+        ("rw", "/usr/share/doc")]
+    assert rules[0].paths == (home / ".gitconfig",)
+    assert rules[1].paths == (home / "data1", home / "data2")
+    assert rules[2].paths == (ch / "extern",)
+    assert rules[3].paths == ()                       # absent: skipped
+    assert rules[0].where == f"{f}:3"
+
+
+@pytest.mark.parametrize("line, why", [
+    ("rx ~/x", "expected 'ro PATH' or 'rw PATH'"),
+    ("ro", "expected 'ro PATH' or 'rw PATH'"),
+    ("ro relative/path", "must be absolute"),
+    ("ro $SECRET_DIR/x", "unknown variable $SECRET_DIR"),
+    ("ro ~bob/x", "'~user' paths are not supported"),
+    ("ro /a /b", "one path per line"),
+])
+def test_fs_allow_malformed_line_names_file_and_line(tmp_path, home, line, why):
+    f = write(tmp_path / "fs-allow.txt", "ro ~/.gitconfig\n" + line + "\n")
+    with pytest.raises(PolicyError) as exc:
+        parse_fs_allow(f, home, tmp_path)
+    assert f"{f}:2:" in str(exc.value) and why in str(exc.value)
+
+
+def test_missing_fs_allow_refuses(tmp_path, home):
+    with pytest.raises(PolicyError, match="fs-allow.txt is missing"):
+        load_policy(tmp_path, home, None)
+
+
+def test_ch_is_undefined_in_dir_mode(tmp_path, home):
+    f = write(tmp_path / "fs-allow.txt", "ro $CH/extern\n")
+    with pytest.raises(PolicyError, match="CH is not defined"):
+        parse_fs_allow(f, home, None)
+
+
+def test_devices_only_existing_character_devices(tmp_path):
+    (tmp_path / "regular").write_text("x")
+    f = write(tmp_path / "devices.txt", f"/dev/null\n/dev/nvidia*\n{tmp_path}/regular\n/dev/zer?\n")
+    devices, warnings = parse_devices(f)
+    assert devices == [Path("/dev/null"), Path("/dev/zero")]
+    assert len(warnings) == 1 and "regular is not a character device" in warnings[0]
+    assert f"{f}:3" in warnings[0]
+    with pytest.raises(PolicyError, match=f"{f}:1"):
+        parse_devices(write(f, "nvidia0\n"))
+    assert parse_devices(tmp_path / "absent.txt") == ([], [])
+
+
+def test_env_allow_reserved_and_invalid_names_warn(tmp_path):
+    f = write(tmp_path / "env-allow.txt", "EDITOR\nLC_*\nPATH\nHTTPS_PROXY\n9BAD\nBAD-NAME\nEDITOR\n")
+    names, warnings = parse_env_allow(f)
+    assert names == ["EDITOR", "LC_*"]
+    assert any(f"{f}:3" in w and "structural" in w for w in warnings)
+    assert any(f"{f}:4" in w and "structural" in w for w in warnings)
+    assert any(f"{f}:5" in w and "not a valid variable name" in w for w in warnings)
+    assert any(f"{f}:6" in w for w in warnings)
+    with pytest.raises(PolicyError, match=f"{f}:1"):
+        parse_env_allow(write(f, "EDITOR VISUAL\n"))
+
+
+def test_env_from_forwards_only_allowlisted_non_structural(tmp_path, home):
+    write(tmp_path / "fs-allow.txt", "")
+    write(tmp_path / "env-allow.txt", "EDITOR\nLC_*\nTERM\n")
+    policy = load_policy(tmp_path, home, None)
+    env = {"EDITOR": "vim", "LC_ALL": "C", "LC_TIME": "C", "TERM": "xterm", "AWS_SECRET_ACCESS_KEY": "k",
+           "PATH": "/evil", "SSH_AUTH_SOCK": "/tmp/s"}
+    assert policy.env_from(env) == {"EDITOR": "vim", "LC_ALL": "C", "LC_TIME": "C", "TERM": "xterm"}
+    # a glob that would catch structural names never does
+    write(tmp_path / "env-allow.txt", "*\n")
+    assert "PATH" not in load_policy(tmp_path, home, None).env_from(env)
+
+
+def test_shipped_policy_parses(home):
+    shipped = Path(__file__).resolve().parent.parent / "sandbox"
+    policy = load_policy(shipped, home, home)
+    assert policy.fs and all(r.mode in ("ro", "rw") for r in policy.fs)
+    assert {"EDITOR", "LANG", "LC_*", "TERM"} <= set(policy.env_names)
+    assert not set(policy.env_names) & STRUCTURAL_ENV
+    assert os.path.samefile(shipped, Path(__file__).resolve().parent.parent / "chtop_tasks" / "default_policy")
