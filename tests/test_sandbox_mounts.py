@@ -66,7 +66,7 @@ def test_self_edit_opens_management_code_only(with_dev):
 
 def test_rw_policy_lines_cannot_open_the_group(with_dev):
     g = with_dev
-    (g.path("dev2")).mkdir()
+    g.path(".chtop").mkdir()
     plan = plan_for(g.path("dev"), policy_text=f"rw {g.grouping}\nrw {g.toplevel}/alpha\nrw $CH/.chtop\n")
     m = modes(plan)
     assert m[str(g.grouping)] == "ro"                 # downgraded
