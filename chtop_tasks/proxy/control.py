@@ -26,6 +26,7 @@ from .logs import net_dir
 from .policy import Policy, check_worktree_name
 
 START_TIMEOUT = 15.0
+MAX_RUNTIME_BASE = 46
 PORT_BASE, PORT_SPAN = 20000, 20000
 
 
@@ -43,6 +44,8 @@ def _key(group_dir: Path) -> str:
 def runtime_dir(group_dir: Path, create: bool = False) -> Path:
     """${XDG_RUNTIME_DIR or /tmp}/chtop-<uid>/<12 hex of group_dir>, mode 0700."""
     base = Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp") / f"chtop-{os.getuid()}"
+    if len(str(base)) > MAX_RUNTIME_BASE:   # keep socket paths under 100 bytes
+        base = Path("/tmp") / f"chtop-{os.getuid()}"
     path = base / _key(group_dir)[:12]
     if create:
         for d in (base, path):
@@ -53,6 +56,14 @@ def runtime_dir(group_dir: Path, create: bool = False) -> Path:
             if st.st_mode & 0o077:
                 os.chmod(d, 0o700)
     return path
+
+
+def worktree_socket(runtime: Path, worktree: str) -> Path:
+    """<runtime>/wt/<worktree>/proxy.sock (a long name shortened with a hash)."""
+    name = worktree
+    if len(name) > 24:
+        name = name[:15] + "-" + hashlib.sha256(name.encode()).hexdigest()[:8]
+    return Path(runtime) / "wt" / name / "proxy.sock"
 
 
 def proxy_port(group_dir: Path) -> int:

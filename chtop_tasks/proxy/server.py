@@ -26,6 +26,7 @@ from pathlib import Path
 
 from . import tls
 from .hostmatch import BadHost, address_is_public, canonical_host, is_ip, parse_authority
+from .control import worktree_socket
 from .logs import RequestLog, net_dir
 from .policy import Policy, check_worktree_name
 
@@ -304,14 +305,27 @@ class Server:
 
     def listen_worktree(self, name: str) -> Path:
         check_worktree_name(name)
-        path = self.cfg.runtime_dir / "wt" / name / "proxy.sock"
+        path = worktree_socket(self.cfg.runtime_dir, name)
         key = "wt:" + name
         if key not in self.listeners or not path.exists():
             if key in self.listeners:
                 self._unlisten(key)
             self._listen_unix(key, path, name)
             self.worktree_sockets[name] = path
+            self._remember_worktrees()
         return path
+
+    def _known_worktrees(self) -> list[str]:
+        try:
+            return json.loads((self.cfg.runtime_dir / "worktrees.json").read_text())
+        except (OSError, ValueError):
+            return []
+
+    def _remember_worktrees(self):
+        path = self.cfg.runtime_dir / "worktrees.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(sorted(self.worktree_sockets)))
+        os.replace(tmp, path)
 
     def _unlisten(self, key: str):
         sock = self.listeners.pop(key)
@@ -704,13 +718,11 @@ class Server:
             raise
         self._listen("tcp", tcp, None, tcp=True)
         self._listen_unix("group", rt / "group" / "proxy.sock", None)
-        wt_root = rt / "wt"
-        if wt_root.is_dir():
-            for d in sorted(wt_root.iterdir()):
-                try:
-                    self.listen_worktree(d.name)
-                except Exception as exc:
-                    self.log.note(f"cannot re-open worktree socket {d}: {exc}")
+        for name in self._known_worktrees():
+            try:
+                self.listen_worktree(name)
+            except Exception as exc:
+                self.log.note(f"cannot re-open the socket of worktree {name}: {exc}")
         control_path = rt / "control.sock"
         try:
             control_path.unlink()

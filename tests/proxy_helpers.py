@@ -1,0 +1,252 @@
+"""Shared pieces for the proxy tests: local servers, a proxy per test, raw clients.
+
+Name resolution goes through the proxy's test-only hosts file
+(CHTOP_PROXY_HOSTS_FILE), never the internet.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import socket
+import ssl
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from chtop_tasks.proxy import control
+
+NAMES = ["echo.example.test", "tls.example.test", "other.example.test", "pypi.example.test",
+         "plain.example.test", "loop.example.test", "wt.example.test", "dead.example.test",
+         "api.anthropic.com"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class EchoServer:
+    """Threaded TCP echo server on 127.0.0.1; counts the connections it accepted."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(1024)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self._stop = False
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _echo(conn):
+        with conn:
+            try:
+                while True:
+                    data = conn.recv(65536)
+                    if not data:
+                        conn.shutdown(socket.SHUT_WR)
+                        return
+                    conn.sendall(data)
+            except OSError:
+                return
+
+    def close(self):
+        self._stop = True
+        self.sock.close()
+
+
+def make_certs(directory: Path, names: list[str]) -> dict[str, Path]:
+    """A throwaway CA and a server certificate for ``names`` (openssl CLI)."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    ca_key, ca, key, csr, crt = (d / n for n in ("ca.key", "ca.pem", "server.key", "server.csr", "server.pem"))
+    run = lambda *a: subprocess.run(a, check=True, capture_output=True, cwd=d)  # noqa: E731
+    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key),
+        "-out", str(ca), "-days", "2", "-subj", "/CN=chtop test CA")
+    run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
+        "-subj", f"/CN={names[0]}")
+    ext = d / "ext.cnf"
+    ext.write_text("subjectAltName=" + ",".join(f"DNS:{n}" for n in names) + "\n"
+                   "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
+                   "extendedKeyUsage=serverAuth\n")
+    run("openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key),
+        "-CAcreateserial", "-out", str(crt), "-days", "2", "-extfile", str(ext))
+    return {"ca": ca, "cert": crt, "key": key}
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+class HTTPSServer:
+    """A TLS HTTP server serving ``root`` on 127.0.0.1 (threaded)."""
+
+    def __init__(self, root: Path, certs: dict, tls: bool = True):
+        handler = lambda *a, **k: _QuietHandler(*a, directory=str(root), **k)  # noqa: E731
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd.daemon_threads = True
+        if tls:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(certs["cert"], certs["key"])
+            self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@dataclass
+class ProxyUnderTest:
+    group: Path
+    policy: Path
+    port: int
+    hosts_file: Path
+    endpoints: list = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, worktree: str | None = None):
+        ep = control.ensure_proxy(self.group, self.policy, worktree)
+        self.endpoints.append(ep)
+        return ep
+
+    def allow(self, *lines: str, worktree: str | None = None):
+        path = self.policy / ("worktrees/" + worktree if worktree else "") / "net-allow.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as fh:
+            fh.write("".join(line + "\n" for line in lines))
+
+    def deny(self, *lines: str):
+        with open(self.policy / "net-deny.txt", "a") as fh:
+            fh.write("".join(line + "\n" for line in lines))
+
+    def records(self) -> list[dict]:
+        path = self.group / ".chtop" / "net" / "requests.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def wait_record(self, pred, timeout: float = 10.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for rec in self.records():
+                if pred(rec):
+                    return rec
+            time.sleep(0.05)
+        raise AssertionError(f"no matching log record; log has:\n{self.records()[-10:]}")
+
+    def pid(self) -> int:
+        return int((self.group / ".chtop" / "net" / "proxy.pid").read_text())
+
+
+@pytest.fixture
+def proxy(tmp_path, monkeypatch):
+    """A proxy for one test: its own group dir, lists, hosts file and port."""
+    group = tmp_path / "grp"
+    policy = group / "top" / "sandbox"
+    policy.mkdir(parents=True)
+    (policy / "net-allow.txt").write_text("# test allowlist\n")
+    (policy / "net-deny.txt").write_text("# test denylist\n")
+    hosts = tmp_path / "hosts"
+    hosts.write_text("".join(f"127.0.0.1 {n}\n" for n in NAMES if n != "api.anthropic.com"))
+    port = free_port()
+    monkeypatch.setenv("CHTOP_PROXY_PORT", str(port))
+    monkeypatch.setenv("CHTOP_PROXY_HOSTS_FILE", str(hosts))
+    monkeypatch.setenv("CHTOP_PROXY_CONNECT_TIMEOUT", "3")
+    put = ProxyUnderTest(group, policy, port, hosts)
+    yield put
+    control.stop_proxy(group)
+
+
+@pytest.fixture
+def echo():
+    server = EchoServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory):
+    return make_certs(tmp_path_factory.mktemp("certs"), NAMES)
+
+
+def connect_proxy(p: ProxyUnderTest | str, timeout: float = 10.0) -> socket.socket:
+    if isinstance(p, (str, Path)):
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(timeout)
+        s.connect(str(p))
+        return s
+    return socket.create_connection(("127.0.0.1", p.port), timeout=timeout)
+
+
+def read_head(s: socket.socket) -> tuple[int, bytes]:
+    """Status code of the proxy's answer and whatever followed the head (or the body)."""
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    if not head:
+        return 0, b""
+    status = int(head.split(b" ")[1])
+    return status, rest
+
+
+def read_all(s: socket.socket) -> bytes:
+    buf = b""
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except (ConnectionResetError, TimeoutError):
+            break
+        if not chunk:
+            break
+        buf += chunk
+    return buf
+
+
+def raw_request(p, data: bytes, timeout: float = 10.0) -> tuple[int, bytes]:
+    """Send raw bytes; return (status, rest of the answer until close)."""
+    with connect_proxy(p, timeout) as s:
+        s.sendall(data)
+        status, rest = read_head(s)
+        if status != 200:
+            rest += read_all(s)
+        return status, rest
+
+
+def tunnel(p, target: str, timeout: float = 10.0) -> socket.socket:
+    """An established CONNECT tunnel (asserts the 200)."""
+    s = connect_proxy(p, timeout)
+    s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+    status, rest = read_head(s)
+    assert status == 200, (status, rest)
+    assert rest == b""
+    return s
+
+
+def fd_count(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
