@@ -270,8 +270,10 @@ def run_plan(plan: LaunchPlan) -> int:
     return 128 - code if code < 0 else code
 
 
-def shell_command() -> list[str]:
+def shell_command(interactive: bool = True) -> list[str]:
     """bash with rcfile ~/.bashrc then .claude/env.sh (what the agent's Bash tool sees)."""
+    if not interactive:
+        return ["bash", "-c", f". {podman_mod.SHELLRC} && . /dev/stdin"]
     return ["bash", "--rcfile", podman_mod.SHELLRC, "-i"]
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from .mounts import Mount
 
 RELAY_PORT = 3128
+INIT_PATHS = ("/usr/libexec/podman/catatonit", "/usr/bin/catatonit", "/usr/libexec/catatonit/catatonit")
 ENTRY_DIR = "/.chtop"          # in the skeleton (read-only root); files chtop puts there
 ENTRY = f"{ENTRY_DIR}/entry.sh"
 SHELLRC = f"{ENTRY_DIR}/shellrc"
@@ -115,6 +116,8 @@ def build_argv(*, name: str, labels: dict[str, str], mounts: list[Mount], skelet
     argv += ["-it"] if interactive else ["-i"]
     argv += ["--network=host" if network in ("host", "open") else "--network=none"]
     argv += ["--read-only", "--security-opt=no-new-privileges"]
+    if any(Path(p).exists() for p in INIT_PATHS):
+        argv.append("--init")        # a real PID 1: forwards signals, reaps the relay, 128+sig on a kill
     if Path("/dev/mqueue").is_dir():   # --ipc host (CUDA IPC) needs the host's mqueue mount
         argv.append("--ipc=host")
     argv += identity.uidmap

@@ -42,9 +42,12 @@ def run(c, dir=None, network="proxy", allow_self_edit=False, dry_run=False):  # 
 @reports_errors
 def shell(c, dir=None, network="proxy", allow_self_edit=False):  # noqa: A002
     """Interactive bash in this worktree's sandbox (sees what the agent sees)."""
+    import sys
+
     from ..interactive import run_interactive
 
-    plan = _plan(sandbox.shell_command(), True, "shell", dir, network, allow_self_edit)
+    tty = sys.stdin.isatty()          # no terminal: bash reads commands from stdin, no pty
+    plan = _plan(sandbox.shell_command(interactive=tty), tty, "shell", dir, network, allow_self_edit)
     return run_interactive(plan.argv, plan.env)
 
 
