@@ -451,7 +451,7 @@ class Server:
                     del self.holds[host]
             verdict = self.policy.judge(host, worktree)
             verdict.reason += f" (held for watch: {answer})"
-        rec["reason"] = verdict.reason
+        rec["reason"] = rec["rule"] = verdict.reason
         if verdict.decision == "denied":
             raise Refusal(403, "denied", verdict.reason,
                           f"chtop egress proxy: {host} is denied (sandbox/net-deny.txt)\n")

@@ -99,13 +99,13 @@ _LIST_HELP = {
 
 @task(positional=["domain"], help=dict(_LIST_HELP, private=(
     "the domain may resolve to loopback/private/link-local addresses (intended)")))
-def allow(c, domain="", worktree="", private=False):
+def allow(c, domain=None, worktree="", private=False):
     """Allow DOMAIN (more after --) for every worktree, or --worktree NAME only."""
     _add("allow", domain, worktree, private)
 
 
 @task(positional=["domain"], help=dict(_LIST_HELP, private="(ignored for deny)"))
-def deny(c, domain="", worktree="", private=False):
+def deny(c, domain=None, worktree="", private=False):
     """Deny DOMAIN (more after --) for good; deny wins, never prompted again."""
     _add("deny", domain, worktree, False)
 

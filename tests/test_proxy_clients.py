@@ -1,0 +1,129 @@
+"""Real clients through the proxy: curl, pip and the claude CLI."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+from conftest import require_tool
+from proxy_helpers import certs, HTTPSServer, proxy  # noqa: F401  (fixtures)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def site(tmp_path, certs):
+    root = tmp_path / "www"
+    (root / "simple" / "tinypkg").mkdir(parents=True)
+    (root / "files").mkdir()
+    (root / "index.html").write_text("hello over tls\n")
+    wheel = root / "files" / "tinypkg-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("tinypkg/__init__.py", "VALUE = 1\n")
+        zf.writestr("tinypkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: tinypkg\nVersion: 1.0\n")
+        zf.writestr("tinypkg-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        zf.writestr("tinypkg-1.0.dist-info/RECORD", "")
+    (root / "simple" / "tinypkg" / "index.html").write_text(
+        '<html><body><a href="../../files/tinypkg-1.0-py3-none-any.whl">tinypkg-1.0-py3-none-any.whl</a></body></html>\n')
+    server = HTTPSServer(root, certs)
+    yield server
+    server.close()
+
+
+def _env(proxy, **extra):
+    env = dict(os.environ)
+    for var in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
+        env[var] = proxy.url
+    for var in list(env):   # this machine's CA/pip settings must not mask the test's own
+        if var in ("NO_PROXY", "no_proxy") or var.startswith("PIP_") or var in (
+                "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR", "CURL_CA_BUNDLE"):
+            del env[var]
+    env.update(extra)
+    return env
+
+
+def test_curl_https_allowed_and_blocked(proxy, site, certs):
+    curl = require_tool("curl")
+    proxy.allow("tls.example.test private")
+    proxy.start()
+    url = f"https://tls.example.test:{site.port}/index.html"
+    ok = subprocess.run([curl, "-sS", "--cacert", str(certs["ca"]), url], env=_env(proxy),
+                        capture_output=True, text=True, timeout=30)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout == "hello over tls\n"
+    bad = subprocess.run([curl, "-sS", "--cacert", str(certs["ca"]),
+                          f"https://other.example.test:{site.port}/index.html"],
+                         env=_env(proxy), capture_output=True, text=True, timeout=30)
+    assert bad.returncode != 0 and "403" in bad.stderr
+    decisions = {(r["host"], r["decision"]) for r in proxy.records()}
+    assert decisions == {("tls.example.test", "allowed"), ("other.example.test", "blocked")}
+    # the allowed tunnel carried TLS both ways
+    rec = proxy.wait_record(lambda r: r["decision"] == "allowed")
+    assert rec["bytes_up"] > 200 and rec["bytes_down"] > 500
+
+
+def test_curl_resolve_trick_is_caught_by_sni(proxy, site, certs):
+    """curl --connect-to: CONNECT an allowed name, TLS to another (domain fronting)."""
+    curl = require_tool("curl")
+    proxy.allow("tls.example.test private")
+    proxy.start()
+    run = subprocess.run(
+        [curl, "-sS", "--cacert", str(certs["ca"]), "--connect-to",
+         f"other.example.test:{site.port}:tls.example.test:{site.port}",
+         f"https://other.example.test:{site.port}/index.html"],
+        env=_env(proxy), capture_output=True, text=True, timeout=30)
+    assert run.returncode != 0
+    assert proxy.wait_record(lambda r: "SNI mismatch" in r.get("reason", ""))
+
+
+def test_pip_download_through_proxy(proxy, site, certs, tmp_path):
+    proxy.allow("pypi.example.test private")
+    proxy.start()
+    out = tmp_path / "dl"
+    run = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir", "-d", str(out),
+         "--index-url", f"https://pypi.example.test:{site.port}/simple/", "--cert", str(certs["ca"]),
+         "--retries", "0", "--timeout", "10", "tinypkg"],
+        env=_env(proxy, PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1"),
+        capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (out / "tinypkg-1.0-py3-none-any.whl").exists()
+    assert all(r["decision"] == "allowed" and r["host"] == "pypi.example.test" for r in proxy.records())
+    blocked = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir", "-d", str(out),
+         "--index-url", f"https://other.example.test:{site.port}/simple/", "--cert", str(certs["ca"]),
+         "--retries", "0", "--timeout", "10", "tinypkg"],
+        env=_env(proxy, PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1"),
+        capture_output=True, text=True, timeout=120)
+    assert blocked.returncode != 0
+    assert proxy.wait_record(lambda r: r["host"] == "other.example.test" and r["decision"] == "blocked")
+
+
+@pytest.mark.slow
+def test_claude_cli_reaches_api_through_shipped_list(proxy, tmp_path):
+    claude = require_tool("claude")
+    shutil.copy(REPO / "sandbox" / "net-allow.txt", proxy.policy / "net-allow.txt")
+    proxy.start()
+    home = tmp_path / "claude-home"
+    home.mkdir()
+    env = _env(proxy, HOME=str(home), CLAUDE_CONFIG_DIR=str(home / ".claude"),
+               ANTHROPIC_API_KEY="sk-ant-test-dummy", DISABLE_AUTOUPDATER="1")
+    proc = subprocess.Popen([claude, "-p", "hello"], env=env, cwd=home, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        rec = proxy.wait_record(lambda r: r.get("host") == "api.anthropic.com", timeout=60)
+    finally:
+        proc.kill()
+        proc.wait(10)
+    assert rec["method"] == "CONNECT" and rec["port"] == 443
+    assert rec["decision"] == "allowed"
+    assert "'anthropic.com" in rec["rule"]      # the shipped entry
+    assert "not in the test hosts file" in rec["reason"]
+    # no internet in tests: the proxy cannot resolve it (test hosts file) -> 502
+    assert rec["status"] == 502

@@ -1,0 +1,51 @@
+"""The inv net.* tasks in a real workspace (as a user runs them)."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from proxy_helpers import free_port, raw_request, ProxyUnderTest  # noqa: F401
+
+from chtop_tasks.proxy import stop_proxy
+
+
+@pytest.mark.slow
+def test_net_tasks_end_to_end(initialized, monkeypatch):
+    g = initialized
+    port = free_port()
+    monkeypatch.setenv("CHTOP_PROXY_PORT", str(port))
+    top = g.toplevel
+    try:
+        url = g.inv(top, "net.start").stdout.strip()
+        assert url == f"http://127.0.0.1:{port}"
+        assert g.inv(top, "net.start").stdout.strip() == url            # idempotent
+        assert g.inv(top, "net.url").stdout.strip() == url
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(b"CONNECT blocked.example.org:443 HTTP/1.1\r\n\r\n")
+            assert b" 403 " in s.recv(4096)
+        status = g.inv(top, "net.status").stdout
+        assert "running" in status and url in status and "proxy.sock" in status
+        assert "1 blocked" in status
+        pending = g.inv(top, "net.pending").stdout
+        assert "blocked.example.org" in pending and "     1  " in pending
+        out = g.inv(top, "net.allow", "blocked.example.org", "--", "b.example.org", "*.c.example.org").stdout
+        assert out.count("added to") == 3
+        assert "already in" in g.inv(top, "net.allow", "BLOCKED.example.org.").stdout
+        allow_file = (top / "sandbox" / "net-allow.txt").read_text()
+        assert allow_file.startswith("# net-allow.txt")                # comments kept
+        assert allow_file.endswith("blocked.example.org\nb.example.org\nc.example.org\n")
+        assert "no blocked domains" in g.inv(top, "net.pending").stdout
+        for bad in ("https://x.example.org/", "com", "x.example.org/p", "a*b.example.org"):
+            r = g.inv(top, "net.allow", bad, check=False)
+            assert r.returncode == 2, r.stderr
+            assert "refused" in r.stderr
+        assert "added to" in g.inv(top, "net.deny", "ugc.example.org").stdout
+        r = g.inv(top, "net.allow", "--worktree", "feat", "only-feat.example.org")
+        assert (top / "sandbox" / "worktrees" / "feat" / "net-allow.txt").read_text() == "only-feat.example.org\n"
+        assert "BLOCKED" in g.inv(top, "net.log").stdout
+        assert "stopped proxy" in g.inv(top, "net.stop").stdout
+        r = g.inv(top, "net.status", check=False)
+        assert r.returncode == 3 and "not running" in r.stdout
+    finally:
+        stop_proxy(g.grouping)
