@@ -495,8 +495,8 @@ class Server:
             s = socket.socket(fam, socket.SOCK_STREAM)
             s.setblocking(False)
             try:
-                await asyncio.wait_for(self.loop.sock_connect(s, (addr, port)),
-                                       self.cfg.connect_timeout)
+                async with asyncio.timeout(self.cfg.connect_timeout):
+                    await self.loop.sock_connect(s, (addr, port))
             except (OSError, TimeoutError) as exc:
                 s.close()
                 errors.append(f"{addr}: {exc or 'connect timed out'}")
