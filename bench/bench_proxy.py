@@ -206,6 +206,8 @@ def proc_sample(pid):
     with open(f"/proc/{pid}/stat") as fh:
         fields = fh.read().rsplit(")", 1)[1].split()
     tick = os.sysconf("SC_CLK_TCK")
+    if os.environ.get("BENCH_SPLIT"):
+        print("utime", int(fields[11]) / tick, "stime", int(fields[12]) / tick)
     return rss, (int(fields[11]) + int(fields[12])) / tick
 
 

@@ -156,6 +156,14 @@ class ProxyUnderTest:
             time.sleep(0.05)
         raise AssertionError(f"no matching log record; log has:\n{self.records()[-10:]}")
 
+    def wait_records(self, count: int, timeout: float = 10.0) -> list[dict]:
+        """The log once it holds at least ``count`` records (it is written in batches)."""
+        deadline = time.monotonic() + timeout
+        while len(self.records()) < count:
+            assert time.monotonic() < deadline, f"log has only {self.records()}"
+            time.sleep(0.05)
+        return self.records()
+
     def pid(self) -> int:
         return int((self.group / ".chtop" / "net" / "proxy.pid").read_text())
 

@@ -82,7 +82,7 @@ def test_blocked_and_denied_answers(proxy, echo):
     assert b"inv net.allow other.example.test" in body
     status, body = raw_request(proxy, b"CONNECT x.evil.example.test:443 HTTP/1.1\r\n\r\n")
     assert status == 403 and b"denied" in body and b"net.allow" not in body
-    decisions = [(r["host"], r["decision"]) for r in proxy.records()]
+    decisions = [(r["host"], r["decision"]) for r in proxy.wait_records(2)]
     assert ("other.example.test", "blocked") in decisions
     assert ("x.evil.example.test", "denied") in decisions
     assert echo.accepted == 0
@@ -215,7 +215,7 @@ def test_plain_http_and_host_header(proxy, certs, tmp_path):
         for bad in (f"GET http://u@{host}/ HTTP/1.1\r\n\r\n", f"GET http://plain%2eexample.test:{server.port}/ HTTP/1.1\r\n\r\n",
                     f"GET /f.txt HTTP/1.1\r\nHost: {host}\r\n\r\n"):
             assert raw_request(proxy, bad.encode())[0] == 400
-        assert any("disagrees" in r.get("reason", "") for r in proxy.records())
+        assert proxy.wait_record(lambda r: "disagrees" in r.get("reason", ""))
     finally:
         server.close()
 

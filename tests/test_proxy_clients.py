@@ -61,7 +61,7 @@ def test_curl_https_allowed_and_blocked(proxy, site, certs):
                           f"https://other.example.test:{site.port}/index.html"],
                          env=_env(proxy), capture_output=True, text=True, timeout=30)
     assert bad.returncode != 0 and "403" in bad.stderr
-    decisions = {(r["host"], r["decision"]) for r in proxy.records()}
+    decisions = {(r["host"], r["decision"]) for r in proxy.wait_records(2)}
     assert decisions == {("tls.example.test", "allowed"), ("other.example.test", "blocked")}
     # the allowed tunnel carried TLS both ways
     rec = proxy.wait_record(lambda r: r["decision"] == "allowed")
@@ -94,7 +94,7 @@ def test_pip_download_through_proxy(proxy, site, certs, tmp_path):
         capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
     assert (out / "tinypkg-1.0-py3-none-any.whl").exists()
-    assert all(r["decision"] == "allowed" and r["host"] == "pypi.example.test" for r in proxy.records())
+    assert all(r["decision"] == "allowed" and r["host"] == "pypi.example.test" for r in proxy.wait_records(1))
     blocked = subprocess.run(
         [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir", "-d", str(out),
          "--index-url", f"https://other.example.test:{site.port}/simple/", "--cert", str(certs["ca"]),

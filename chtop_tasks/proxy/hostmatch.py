@@ -8,6 +8,7 @@ zone ids) all reduce to one string before a list is consulted.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from dataclasses import dataclass
@@ -111,6 +112,7 @@ def parse_ipv6(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     return mapped if mapped is not None else addr
 
 
+@functools.lru_cache(maxsize=4096)
 def canonical_host(raw: str) -> str:
     """The one spelling of a host we compare: punycode domain or plain IP.
 
@@ -127,11 +129,14 @@ def canonical_host(raw: str) -> str:
     _check_chars(raw)
     if ":" in raw:
         raise BadHost(f"port or colon in host {raw!r}")
-    try:
-        mapped = idna.uts46_remap(raw, std3_rules=False, transitional=False)
-    except idna.IDNAError as exc:
-        raise BadHost(f"invalid international name {raw!r}: {exc}") from None
-    _check_chars(mapped)
+    if raw.isascii():
+        mapped = raw.lower()        # what UTS-46 mapping does to ASCII
+    else:
+        try:
+            mapped = idna.uts46_remap(raw, std3_rules=False, transitional=False)
+        except idna.IDNAError as exc:
+            raise BadHost(f"invalid international name {raw!r}: {exc}") from None
+        _check_chars(mapped)
     if _ends_in_number(mapped):
         return str(parse_ipv4(mapped))
     host = mapped[:-1] if mapped.endswith(".") else mapped
@@ -161,6 +166,7 @@ def canonical_host(raw: str) -> str:
     return host
 
 
+@functools.lru_cache(maxsize=4096)
 def is_ip(host: str) -> bool:
     """True when a canonical host is an IP address."""
     try:
@@ -170,6 +176,7 @@ def is_ip(host: str) -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_authority(target: str, default_port: int | None = None) -> tuple[str, int]:
     """``host:port`` (CONNECT target, URL authority) -> (canonical host, port)."""
     if "@" in target:
@@ -203,6 +210,7 @@ def parse_authority(target: str, default_port: int | None = None) -> tuple[str, 
     return canonical_host(host_part), port
 
 
+@functools.lru_cache(maxsize=4096)
 def address_is_public(addr: str) -> bool:
     """False for loopback, private, link-local (cloud metadata), reserved..."""
     ip = ipaddress.ip_address(addr)

@@ -24,7 +24,9 @@ def net_dir(group_dir: Path) -> Path:
 class RequestLog:
     """Append-only writer; rotates each file to .1 past ROTATE_BYTES."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, line_buffered: bool = True):
+        self.line_buffered = line_buffered   # else the owner calls flush() soon after writes
+        self._queue: list[dict] = []
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._human = self._open(HUMAN)
@@ -32,7 +34,19 @@ class RequestLog:
         self._writes = 0
 
     def _open(self, name):
-        return open(self.dir / name, "a", encoding="utf-8", buffering=1)
+        return open(self.dir / name, "a", encoding="utf-8", buffering=1 if self.line_buffered else 65536)
+
+    def flush(self):
+        queued, self._queue = self._queue, []
+        for rec in queued:
+            self.record(rec)
+        self._human.flush()
+        self._json.flush()
+
+    def queue(self, rec: dict) -> None:
+        """Record later (at the next flush): keeps formatting off the hot path."""
+        rec.setdefault("time", round(time.time(), 3))
+        self._queue.append(rec)
 
     def _maybe_rotate(self):
         self._writes += 1
@@ -68,6 +82,7 @@ class RequestLog:
         self._maybe_rotate()
 
     def close(self):
+        self.flush()
         self._human.close()
         self._json.close()
 

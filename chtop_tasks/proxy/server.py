@@ -140,11 +140,7 @@ class Pump:
         self.tunnel, self.loop = tunnel, tunnel.loop
         self.src, self.dst = src.fileno(), dst.fileno()
         self.dst_sock = dst
-        self.pr, self.pw = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            fcntl.fcntl(self.pw, F_SETPIPE_SZ, PIPE_SIZE)
-        except OSError:
-            pass
+        self.pr = self.pw = -1          # the pipe is made on first data (cheap short tunnels)
         self.buffered = 0
         self.bytes = 0
         self.eof = False
@@ -165,8 +161,17 @@ class Pump:
             self.loop.remove_reader(self.src)
             self.reading = False
 
+    def _make_pipe(self):
+        self.pr, self.pw = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            fcntl.fcntl(self.pw, F_SETPIPE_SZ, PIPE_SIZE)
+        except OSError:
+            pass
+
     def _on_readable(self):
-        for _ in range(16):
+        if self.pw < 0:
+            self._make_pipe()
+        for _ in range(32):
             try:
                 n = os.splice(self.src, self.pw, PIPE_SIZE, flags=SPLICE_FLAGS)
             except BlockingIOError:
@@ -228,10 +233,9 @@ class Pump:
     def close(self):
         self.stop()
         for fd in (self.pr, self.pw):
-            try:
+            if fd >= 0:
                 os.close(fd)
-            except OSError:
-                pass
+        self.pr = self.pw = -1
 
 
 class Tunnel:
@@ -271,7 +275,8 @@ class Server:
     def __init__(self, cfg: Config):
         self.cfg = cfg
         self.policy = Policy(cfg.policy_dir)
-        self.log = RequestLog(net_dir(cfg.group_dir))
+        self.log = RequestLog(net_dir(cfg.group_dir), line_buffered=False)
+        self._flush_pending = False
         self.hosts = read_hosts_file(cfg.hosts_file) if cfg.hosts_file else None
         self.active = 0
         self.peak = 0
@@ -363,6 +368,13 @@ class Server:
             self.peak = max(self.peak, self.active)
             self.loop.create_task(self._handle(conn, client, worktree))
 
+    def _flush_log(self):
+        self._flush_pending = False
+        try:
+            self.log.flush()
+        except (OSError, ValueError):
+            pass
+
     def _count(self, decision: str):
         self.counts[decision] = self.counts.get(decision, 0) + 1
 
@@ -432,7 +444,10 @@ class Server:
             if rec is not None:
                 rec["ms"] = round((time.monotonic() - t0) * 1000, 2)
                 self._count(rec.get("decision", "error"))
-                self.log.record(rec)
+                self.log.queue(rec)
+                if not self._flush_pending:       # batch log writes, at most 0.1 s late
+                    self._flush_pending = True
+                    self.loop.call_later(0.1, self._flush_log)
 
     async def _judge(self, host: str, port: int, worktree: str | None, rec: dict):
         verdict = self.policy.judge(host, worktree)
@@ -480,6 +495,30 @@ class Server:
                 addrs.append(addr)
         return addrs
 
+    async def _sock_connect(self, s: socket.socket, addr) -> None:
+        """Non-blocking connect; loopback usually completes inside the syscall."""
+        err = s.connect_ex(addr)
+        if err == 0:
+            return
+        if err not in (errno.EINPROGRESS, errno.EAGAIN):
+            raise OSError(err, os.strerror(err))
+        try:
+            s.getpeername()
+            return                      # already connected: skip a trip round the loop
+        except OSError:
+            pass
+        fut = self.loop.create_future()
+        fd = s.fileno()
+        self.loop.add_writer(fd, lambda: fut.done() or fut.set_result(None))
+        try:
+            async with asyncio.timeout(self.cfg.connect_timeout):
+                await fut
+        finally:
+            self.loop.remove_writer(fd)
+        err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            raise OSError(err, os.strerror(err))
+
     async def _open_upstream(self, host: str, port: int, verdict, rec: dict) -> socket.socket:
         addrs = await self._resolve(host, port)
         if not verdict.entry.private:
@@ -495,8 +534,7 @@ class Server:
             s = socket.socket(fam, socket.SOCK_STREAM)
             s.setblocking(False)
             try:
-                async with asyncio.timeout(self.cfg.connect_timeout):
-                    await self.loop.sock_connect(s, (addr, port))
+                await self._sock_connect(s, (addr, port))
             except (OSError, TimeoutError) as exc:
                 s.close()
                 errors.append(f"{addr}: {exc or 'connect timed out'}")
@@ -691,6 +729,7 @@ class Server:
             if answer == "allow-once":
                 self.policy.allowed_once.add(host)
             self.log.note(f"WATCH    {host}: {answer}")
+            self._flush_log()
             fut = self.holds.pop(host, None)
             if fut is not None and not fut.done():
                 fut.set_result(answer)
@@ -736,6 +775,7 @@ class Server:
                       f"{self.info()['socket']} policy {self.cfg.policy_dir}")
         for err in self.policy.errors():
             self.log.note(f"LIST     {err}")
+        self.log.flush()
         await self.stopping.wait()
         control.close()
         for key in list(self.listeners):
