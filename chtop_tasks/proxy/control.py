@@ -151,6 +151,10 @@ def _start(group_dir: Path, policy_dir: Path) -> dict:
     rt = runtime_dir(group_dir, create=True)
     nd = net_dir(group_dir)
     port = proxy_port(group_dir)
+    old = _read_pid(group_dir)
+    if old is not None and _is_our_proxy(old, group_dir):   # alive but not answering: hung
+        os.kill(old, signal.SIGKILL)
+        time.sleep(0.1)
     _clean_stale(group_dir)
     out_path = nd / "server.out"
     env = dict(os.environ)

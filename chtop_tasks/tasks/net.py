@@ -51,7 +51,8 @@ def url(c):
     """Print the proxy URL (http://127.0.0.1:PORT), stable across restarts."""
     try:
         group, _ = commands.locate()
-        print(f"http://127.0.0.1:{control.proxy_port(group)}")
+        running = control.proxy_status(group)
+        print(running.url if running else f"http://127.0.0.1:{control.proxy_port(group)}")
     except ChtopError as exc:
         _fail(exc)
 
