@@ -190,8 +190,8 @@ def resolve_target(cwd: Path, dir: Path | None = None):
 
 
 def check_dir_allowed(root: Path, home: Path | None = None) -> None:
+    secrets = secrets_path(home).resolve()
     home = (home or Path.home()).resolve()
-    secrets = secrets_path(home)
     for guarded, what in ((home, "your home directory"), (secrets, "the secrets file")):
         if guarded == root or root in guarded.parents:
             raise Refused(f"{root}: refusing to sandbox a directory that holds {what} ({guarded}); "

@@ -22,7 +22,10 @@ from .errors import PolicyError, Refused
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 def config_home(home: Path | None = None) -> Path:
-    """~/.config/chtop: the user's chtop config (secrets, --dir group, agents)."""
+    """~/.config/chtop ($XDG_CONFIG_HOME/chtop): the user's chtop config
+    (secrets, the --dir group, extra agents)."""
+    if home is None and os.environ.get("XDG_CONFIG_HOME"):
+        return Path(os.environ["XDG_CONFIG_HOME"]) / "chtop"
     return (home or Path.home()) / ".config" / "chtop"
 
 
