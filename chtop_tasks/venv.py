@@ -44,6 +44,33 @@ TAIL_LINES = 15
 IMPORT_CODE = "import importlib, sys; importlib.import_module(sys.argv[1])"
 PREFIX_CODE = "import sys; print(sys.prefix)"
 
+UNMET_SCRIPT = f"{THROWAWAY}/chtop_unmet_requirements.py"
+# Run by the venv's python: the requirements of the venv's own distributions
+# (the repos just installed) that nothing on sys.path satisfies, one a line.
+# The base's distributions count: that is the point of the overlay.
+UNMET_CODE = """\
+import sys, importlib.metadata as md
+try:
+    from packaging.requirements import Requirement
+except ImportError:
+    from pip._vendor.packaging.requirements import Requirement
+own = [p for p in sys.path if p.startswith(sys.prefix + '/') and p.endswith('site-packages')]
+unmet = []
+for dist in md.distributions(path=own):
+    for text in dist.requires or ():
+        req = Requirement(text)
+        if req.marker is not None and not req.marker.evaluate({'extra': ''}):
+            continue
+        try:
+            have = md.version(req.name)
+        except md.PackageNotFoundError:
+            unmet.append(str(req))
+            continue
+        if not req.specifier.contains(have, prereleases=True):
+            unmet.append(str(req))
+print('\\n'.join(dict.fromkeys(unmet)))
+"""
+
 # pip's closing boilerplate says nothing about the cause; leave it out of tails.
 _BOILERPLATE = (
     "note: This error originates from a subprocess",
@@ -58,9 +85,11 @@ _BOILERPLATE = (
 class Step:
     """One thing the build does.
 
-    ``kind``: "remove" (delete the venv), "create", "check" (the venv's
-    python runs and is the venv's), "install", "skip" (install = "none"),
-    "smoke", "test".  ``argv`` is empty for "skip".  ``cwd`` None with
+    ``kind``: "remove" (delete the venv), "create", "trim" (drop the
+    setuptools ensurepip put in the venv, so the base's shows through),
+    "check" (the venv's python runs and is the venv's), "install", "skip"
+    (install = "none"), "deps" (uv only: list the requirements nothing
+    satisfies; ``then`` installs them with pip), "smoke", "test".  ``argv`` is empty for "skip".  ``cwd`` None with
     ``throwaway`` means a fresh temporary directory at run time.
     """
 
@@ -73,6 +102,7 @@ class Step:
     note: str = ""
     timeout: float = INSTALL_TIMEOUT
     expect: str | None = None  # "check": the stdout it must print
+    then: tuple[str, ...] = ()  # "deps": the command its output lines are appended to
 
     def describe(self) -> str:
         """The step as one line of the printed plan."""
@@ -86,6 +116,8 @@ class Step:
             line += f"  (cwd={cwd})"
         if self.note:
             line += f"  # {self.note}"
+        if self.then:
+            line += f"\n$ {shlex.join(self.then)} <each unmet requirement>  # only if there are any"
         return line
 
 
@@ -99,10 +131,13 @@ class BuildReport:
     skipped: list[str] = field(default_factory=list)
     smoked: list[str] = field(default_factory=list)
     tested: list[str] = field(default_factory=list)
+    deps: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         parts = [f"venv ready: {self.venv} (installer {self.installer})"]
         parts.append("installed " + (", ".join(self.installed) or "nothing"))
+        if self.deps:
+            parts.append("with pip, unmet requirements " + ", ".join(self.deps))
         if self.skipped:
             parts.append("skipped " + ", ".join(self.skipped) + ' (install = "none")')
         if self.smoked:
@@ -169,10 +204,16 @@ def choose_installer(installer: str | None = None) -> str:
 
 
 def install_argv(installer: str, python: Path, repo: Repo, src: Path) -> tuple[str, ...]:
-    """The command that installs ``repo`` from ``src`` into the venv of ``python``."""
+    """The command that installs ``repo`` from ``src`` into the venv of ``python``.
+
+    uv gets ``--no-deps``: it does not count the base's packages
+    (--system-site-packages) as installed and would put a second copy of,
+    say, the conda env's numpy into the venv (astral-sh/uv#4466); pip reuses
+    them.  The "deps" step then installs what is really missing, with pip.
+    """
     flags = ["--no-build-isolation"] if repo.install == "editable-no-build-isolation" else []
     if installer == "uv":
-        head = [shutil.which("uv") or "uv", "pip", "install", "--python", str(python)]
+        head = [shutil.which("uv") or "uv", "pip", "install", "--python", str(python), "--no-deps"]
     else:
         head = [str(python), "-m", "pip", "install"]
     return tuple(head + flags + ["-e", str(src)])
@@ -211,6 +252,10 @@ def plan_build(
     if recreate or not exists:
         base = python or base_python()
         steps.append(Step("create", None, (str(base), "-m", "venv", "--system-site-packages", str(vdir)), cwd=root))
+        steps.append(Step(
+            "trim", None, (str(vpy), "-m", "pip", "uninstall", "-y", "-q", "setuptools"), cwd=root,
+            note="Python < 3.12's ensurepip adds setuptools; builds use the base's",
+        ))
     steps.append(Step(
         "check", None, (str(vpy), "-c", PREFIX_CODE), throwaway=True, env=tuple(SAFE_ENV.items()),
         timeout=CHECK_TIMEOUT, expect=str(vdir), note="the venv's python runs",
@@ -220,6 +265,12 @@ def plan_build(
             steps.append(Step("skip", repo.name, (), note=f'skip {repo.name}: install = "none" in {MANIFEST_NAME}'))
             continue
         steps.append(Step("install", repo.name, install_argv(installer, vpy, repo, root / repo.name), cwd=root))
+    if installer == "uv" and any(r.install != "none" for r in manifest.repos):
+        steps.append(Step(
+            "deps", None, (str(vpy), UNMET_SCRIPT), throwaway=True, env=tuple(SAFE_ENV.items()),
+            timeout=CHECK_TIMEOUT, then=(str(vpy), "-m", "pip", "install"),
+            note="requirements neither the base nor the venv meets",
+        ))
     for repo in manifest.repos:
         for module in repo.smoke_import:
             steps.append(Step(
@@ -227,7 +278,7 @@ def plan_build(
                 env=tuple(SAFE_ENV.items()), timeout=CHECK_TIMEOUT, note=f"import {module}",
             ))
     if test:
-        env = (("PATH", f"{vdir / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"), ("VIRTUAL_ENV", str(vdir)))
+        env = (("PATH", f"{vdir / 'bin'}{os.pathsep}$PATH"), ("VIRTUAL_ENV", str(vdir)))
         for repo in manifest.repos:
             if repo.test:
                 steps.append(Step(
@@ -247,18 +298,28 @@ def _tail(result: runner.Result, lines: int = TAIL_LINES) -> str:
     return "\n".join("  " + ln for ln in kept[-lines:])
 
 
-def _failure(step: Step, root: Path, result: runner.Result | None, cwd, test: bool) -> CommandFailed:
+def _runtime_env(step: Step) -> dict[str, str]:
+    """The step's env, with a symbolic ``$PATH`` in PATH expanded."""
+    env = dict(step.env)
+    if "PATH" in env:
+        env["PATH"] = env["PATH"].replace("$PATH", os.environ.get("PATH", ""))
+    return env
+
+
+def _failure(step: Step, root: Path, result: runner.Result | None, cwd, test: bool, argv=None) -> CommandFailed:
     where = f"repo {step.repo!r}" if step.repo else f"venv {venv_dir(root)}"
     what = {
         "remove": "removing the old venv failed",
         "create": "creating the venv failed",
+        "trim": "removing the venv's own setuptools failed",
+        "deps": "installing the repos' unmet requirements failed",
         "check": "the venv's python does not run (or is not the venv's)",
         "install": "install failed",
         "smoke": f"smoke import {step.argv[-1]!r} failed (run from a throwaway dir with PYTHONSAFEPATH=1)",
         "test": "test command failed",
     }[step.kind]
     code = f" (exit {result.returncode})" if result is not None else ""
-    lines = [f"venv build, {where}: {what}{code}", "  " + runner.format_command(step.argv, cwd)]
+    lines = [f"venv build, {where}: {what}{code}", "  " + runner.format_command(argv or step.argv, cwd)]
     if result is not None and (result.stdout or result.stderr):
         lines.append(_tail(result))
     elif step.kind == "test":
@@ -274,6 +335,7 @@ def run_plan(steps: list[Step], root: Path, *, test: bool = False, installer: st
     """Run the steps in order; raise CommandFailed naming the first that fails."""
     report = BuildReport(venv_dir(root), installer)
     with tempfile.TemporaryDirectory(prefix="chtop-venv-") as scratch:
+        Path(UNMET_SCRIPT.replace(THROWAWAY, scratch)).write_text(UNMET_CODE)
         for step in steps:
             if step.kind == "skip":
                 print(step.note, flush=True)
@@ -283,12 +345,20 @@ def run_plan(steps: list[Step], root: Path, *, test: bool = False, installer: st
             stream = step.kind == "test"  # a test suite's progress is worth seeing live
             try:
                 result = runner.run(
-                    step.argv, cwd, check=False, capture=not stream, env=dict(step.env), timeout=step.timeout,
+                    [a.replace(THROWAWAY, scratch) for a in step.argv], cwd,
+                    check=False, capture=not stream, env=_runtime_env(step), timeout=step.timeout,
                 )
             except CommandFailed as exc:  # not found, or timed out
                 raise _failure(step, root, None, cwd, test) from exc
             if not result.ok or (step.expect is not None and not _same_path(result.stdout.strip(), step.expect)):
                 raise _failure(step, root, result, cwd, test)
+            unmet = [ln.strip() for ln in result.stdout.splitlines() if ln.strip()] if step.then else []
+            if unmet:
+                argv = step.then + tuple(unmet)
+                result = runner.run(argv, root, check=False, timeout=INSTALL_TIMEOUT)
+                if not result.ok:
+                    raise _failure(step, root, result, root, test, argv=argv)
+                report.deps.extend(unmet)
             if step.kind == "install":
                 report.installed.append(step.repo)
             elif step.kind == "smoke":

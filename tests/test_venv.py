@@ -22,11 +22,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import IN_CI, hermetic_env, require_tool
 
 from chtop_tasks import venv as V
 from chtop_tasks.errors import CommandFailed, Refused, UsageError
 from chtop_tasks.manifest import parse_manifest
-from conftest import IN_CI, hermetic_env, require_tool
 
 HAVE_UV = shutil.which("uv") is not None
 INSTALLERS = ["pip", pytest.param("uv", marks=pytest.mark.skipif(not HAVE_UV and not IN_CI, reason="uv not on PATH"))]
@@ -152,15 +152,16 @@ def test_plan_is_data_in_manifest_order(tmp_path):
     root, manifest = make_root(tmp_path / "ws", [A, B, {"name": "docs", "install": "none", "test": "true"}])
     steps = V.plan_build(root, manifest, installer="pip", python=Path("/base/python3"))
     assert [(s.kind, s.repo) for s in steps] == [
-        ("create", None), ("check", None), ("install", "a"), ("install", "b"), ("skip", "docs"),
+        ("create", None), ("trim", None), ("check", None), ("install", "a"), ("install", "b"), ("skip", "docs"),
         ("smoke", "a"), ("smoke", "b"),
     ]
-    create, _, inst_a, inst_b, skip = steps[:5]
+    create, trim, _, inst_a, inst_b, skip = steps[:6]
     assert create.argv == ("/base/python3", "-m", "venv", "--system-site-packages", str(root / ".venv"))
+    assert trim.argv == (venv_py(root), "-m", "pip", "uninstall", "-y", "-q", "setuptools")
     assert inst_a.argv == (venv_py(root), "-m", "pip", "install", "-e", str(root / "a"))
     assert inst_b.argv == (venv_py(root), "-m", "pip", "install", "--no-build-isolation", "-e", str(root / "b"))
     assert 'install = "none"' in skip.note and skip.argv == ()
-    for smoke in steps[5:]:
+    for smoke in steps[6:]:
         assert smoke.throwaway and dict(smoke.env) == {"PYTHONSAFEPATH": "1"}
     assert "PYTHONSAFEPATH=1" in V.format_plan(steps) and V.THROWAWAY in V.format_plan(steps)
 
@@ -169,15 +170,19 @@ def test_plan_uv_recreate_and_test(tmp_path):
     root, manifest = make_root(tmp_path / "ws", [A, {**B, "test": "python -m b_frb.selftest --fast"}])
     (root / ".venv").mkdir()
     reuse = V.plan_build(root, manifest, installer="uv", python=Path("/base/python3"))
-    assert [s.kind for s in reuse][:2] == ["check", "install"]  # existing venv: reused, not recreated
-    assert reuse[1].argv[1:5] == ("pip", "install", "--python", venv_py(root))
+    # An existing venv is reused, not recreated; uv installs without deps,
+    # then the "deps" step installs (with pip) only what the base lacks.
+    assert [s.kind for s in reuse] == ["check", "install", "install", "deps", "smoke", "smoke"]
+    assert reuse[1].argv[1:6] == ("pip", "install", "--python", venv_py(root), "--no-deps")
+    assert reuse[3].then == (venv_py(root), "-m", "pip", "install")
     steps = V.plan_build(root, manifest, recreate=True, test=True, installer="uv", python=Path("/base/python3"))
-    assert [s.kind for s in steps][:2] == ["remove", "create"]
+    assert [s.kind for s in steps][:3] == ["remove", "create", "trim"]
     assert steps[0].argv == ("rm", "-rf", str(root / ".venv"))
     test = steps[-1]
     assert (test.kind, test.repo, test.argv) == ("test", "b", ("python", "-m", "b_frb.selftest", "--fast"))
-    env = dict(test.env)
-    assert env["PATH"].startswith(str(root / ".venv" / "bin") + os.pathsep) and env["PYTHONSAFEPATH"] == "1"
+    env = V._runtime_env(test)
+    assert env["PATH"] == str(root / ".venv" / "bin") + os.pathsep + os.environ["PATH"]
+    assert env["PYTHONSAFEPATH"] == "1" and env["VIRTUAL_ENV"] == str(root / ".venv")
 
 
 def test_choose_installer(monkeypatch, tmp_path):
@@ -226,10 +231,25 @@ def test_base_python_is_not_a_venv():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("installer", INSTALLERS)
-def test_build_imports_from_anywhere_and_beats_cwd_shadowing(installer, offline, tmp_path, capsys):
+def test_build_imports_from_anywhere_beats_cwd_shadowing_and_reuses_the_base(
+    installer, offline, wheelhouse, tmp_path, capsys
+):
+    """Both installers: imports work from any dir (not shadowed at the root by
+    the checkout dirs), and the overlay reuses the base's packages (pip does;
+    uv alone would copy them into the venv)."""
     if installer == "uv":
         require_tool("uv")
     root, manifest = make_root(tmp_path / "ws", [A, B])
+    # b needs jinja2 (in the base: chtop depends on it) and wheelhouse-only
+    # "tinydep" (not in the base), which must land in the venv.
+    tiny = tmp_path / "tinydep"
+    (tiny / "tinydep").mkdir(parents=True)
+    (tiny / "pyproject.toml").write_text(PYPROJECT.format(name="tinydep", package="tinydep"))
+    (tiny / "tinydep" / "__init__.py").write_text("")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "-w", str(wheelhouse), str(tiny)], check=True, capture_output=True)
+    pyproject = root / "b" / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('version = "0.1"', 'version = "0.1"\ndependencies = ["jinja2", "tinydep"]'))
     V.build_venv(root, manifest, installer=installer)
     out = capsys.readouterr().out
     assert f"installer {installer}" in out and "installed a, b" in out and "b:b_frb" in out
@@ -243,6 +263,16 @@ def test_build_imports_from_anywhere_and_beats_cwd_shadowing(installer, offline,
     assert shadowed.returncode != 0 and "cannot import name 'X' from 'a'" in shadowed.stderr
     # ... and PYTHONSAFEPATH=1 (what the smoke check and the dotfiles set) defuses it.
     assert run_py(root, "import b_frb", root, safe=True).returncode == 0
+    own = subprocess.run(
+        [venv_py(root), "-c", "import sys, importlib.metadata as md; "
+         "print(sorted(d.metadata['Name'].lower() for d in md.distributions(path=[p for p in sys.path "
+         "if p.startswith(sys.prefix + '/') and p.endswith('site-packages')])))"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    assert "'jinja2'" not in own and "'markupsafe'" not in own, own  # the base's, not a copy
+    assert "'tinydep'" in own and "'setuptools'" not in own, own  # ensurepip's setuptools trimmed
+    origin = run_py(root, "import jinja2, setuptools; print(jinja2.__file__, setuptools.__file__)", tmp_path, safe=True)
+    assert str(root) not in origin.stdout, origin.stdout
 
 
 @pytest.mark.slow
