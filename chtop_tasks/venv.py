@@ -247,19 +247,21 @@ def plan_build(
     vdir, vpy = venv_dir(root), venv_python(root)
     steps: list[Step] = []
     exists = vdir.exists() or vdir.is_symlink()
+    fresh = recreate or not exists
     if recreate and exists:
         steps.append(Step("remove", None, ("rm", "-rf", str(vdir)), note="--recreate"))
-    if recreate or not exists:
+    if fresh:
         base = python or base_python()
         steps.append(Step("create", None, (str(base), "-m", "venv", "--system-site-packages", str(vdir)), cwd=root))
-        steps.append(Step(
-            "trim", None, (str(vpy), "-m", "pip", "uninstall", "-y", "-q", "setuptools"), cwd=root,
-            note="Python < 3.12's ensurepip adds setuptools; builds use the base's",
-        ))
     steps.append(Step(
         "check", None, (str(vpy), "-c", PREFIX_CODE), throwaway=True, env=tuple(SAFE_ENV.items()),
         timeout=CHECK_TIMEOUT, expect=str(vdir), note="the venv's python runs",
     ))
+    if fresh:
+        steps.append(Step(
+            "trim", None, (str(vpy), "-m", "pip", "uninstall", "-y", "-q", "setuptools"), cwd=root,
+            note="Python < 3.12's ensurepip adds setuptools; builds use the base's",
+        ))
     for repo in manifest.repos:
         if repo.install == "none":
             steps.append(Step("skip", repo.name, (), note=f'skip {repo.name}: install = "none" in {MANIFEST_NAME}'))

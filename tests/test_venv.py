@@ -149,13 +149,13 @@ def run_py(root: Path, code: str, cwd: Path, safe: bool) -> subprocess.Completed
 
 
 def test_plan_is_data_in_manifest_order(tmp_path):
-    root, manifest = make_root(tmp_path / "ws", [A, B, {"name": "docs", "install": "none", "test": "true"}])
+    root, manifest = make_root(tmp_path / "ws", [A, B, {"name": "papers", "install": "none", "test": "true"}])
     steps = V.plan_build(root, manifest, installer="pip", python=Path("/base/python3"))
     assert [(s.kind, s.repo) for s in steps] == [
-        ("create", None), ("trim", None), ("check", None), ("install", "a"), ("install", "b"), ("skip", "docs"),
+        ("create", None), ("check", None), ("trim", None), ("install", "a"), ("install", "b"), ("skip", "papers"),
         ("smoke", "a"), ("smoke", "b"),
     ]
-    create, trim, _, inst_a, inst_b, skip = steps[:6]
+    create, _, trim, inst_a, inst_b, skip = steps[:6]
     assert create.argv == ("/base/python3", "-m", "venv", "--system-site-packages", str(root / ".venv"))
     assert trim.argv == (venv_py(root), "-m", "pip", "uninstall", "-y", "-q", "setuptools")
     assert inst_a.argv == (venv_py(root), "-m", "pip", "install", "-e", str(root / "a"))
@@ -176,7 +176,7 @@ def test_plan_uv_recreate_and_test(tmp_path):
     assert reuse[1].argv[1:6] == ("pip", "install", "--python", venv_py(root), "--no-deps")
     assert reuse[3].then == (venv_py(root), "-m", "pip", "install")
     steps = V.plan_build(root, manifest, recreate=True, test=True, installer="uv", python=Path("/base/python3"))
-    assert [s.kind for s in steps][:3] == ["remove", "create", "trim"]
+    assert [s.kind for s in steps][:4] == ["remove", "create", "check", "trim"]
     assert steps[0].argv == ("rm", "-rf", str(root / ".venv"))
     test = steps[-1]
     assert (test.kind, test.repo, test.argv) == ("test", "b", ("python", "-m", "b_frb.selftest", "--fast"))
@@ -289,10 +289,10 @@ def test_broken_package_names_repo_tail_and_retry(offline, tmp_path):
 
 @pytest.mark.slow
 def test_reuse_then_recreate_and_none_is_reported(offline, tmp_path, capsys):
-    root, manifest = make_root(tmp_path / "ws", [A, B, {"name": "docs", "install": "none"}])
+    root, manifest = make_root(tmp_path / "ws", [A, B, {"name": "papers", "install": "none"}])
     V.build_venv(root, manifest)
     out = capsys.readouterr().out
-    assert 'skip docs: install = "none"' in out and 'skipped docs (install = "none")' in out
+    assert 'skip papers: install = "none"' in out and 'skipped papers (install = "none")' in out
     marker = root / ".venv" / "extra-file"
     marker.write_text("left by hand\n")
     V.build_venv(root, manifest)  # reused: the file stays
