@@ -202,7 +202,7 @@ def proc_sample(pid):
     if pid is None:
         return 0, 0.0
     with open(f"/proc/{pid}/status") as fh:
-        rss = next(int(l.split()[1]) * 1024 for l in fh if l.startswith("VmRSS:"))
+        rss = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS:"))
     with open(f"/proc/{pid}/stat") as fh:
         fields = fh.read().rsplit(")", 1)[1].split()
     tick = os.sysconf("SC_CLK_TCK")

@@ -1,4 +1,5 @@
 """The proxy process end to end, driven by raw-socket clients."""
+# ruff: noqa: F811  (pytest fixtures imported from proxy_helpers are redefined as arguments)
 
 from __future__ import annotations
 
@@ -14,11 +15,21 @@ from pathlib import Path
 
 import pytest
 from proxy_helpers import (  # noqa: F401  (fixtures)
-    certs, connect_proxy, echo, fd_count, free_port, HTTPSServer, proxy, raw_request, read_all,
-    read_head, tunnel)
+    HTTPSServer,
+    certs,
+    connect_proxy,
+    echo,
+    fd_count,
+    free_port,
+    proxy,
+    raw_request,
+    read_all,
+    read_head,
+    tunnel,
+)
 
 from chtop_tasks.errors import ChtopError
-from chtop_tasks.proxy import control, ensure_proxy, proxy_status, stop_proxy
+from chtop_tasks.proxy import control, proxy_status, stop_proxy
 from chtop_tasks.proxy.commands import format_pending, format_status
 
 REPO = Path(__file__).resolve().parents[1]

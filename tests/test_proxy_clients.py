@@ -1,4 +1,5 @@
 """Real clients through the proxy: curl, pip and the claude CLI."""
+# ruff: noqa: F811  (pytest fixtures imported from proxy_helpers are redefined as arguments)
 
 from __future__ import annotations
 
@@ -6,13 +7,12 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
 import pytest
 from conftest import require_tool
-from proxy_helpers import certs, HTTPSServer, proxy  # noqa: F401  (fixtures)
+from proxy_helpers import HTTPSServer, certs, proxy  # noqa: F401  (fixtures)
 
 REPO = Path(__file__).resolve().parents[1]
 

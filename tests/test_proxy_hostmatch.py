@@ -13,7 +13,13 @@ import pytest
 from chtop_tasks.errors import PolicyError, UsageError
 from chtop_tasks.proxy import tls
 from chtop_tasks.proxy.hostmatch import (
-    BadHost, address_is_public, canonical_host, entry_matches, parse_authority, parse_entry)
+    BadHost,
+    address_is_public,
+    canonical_host,
+    entry_matches,
+    parse_authority,
+    parse_entry,
+)
 from chtop_tasks.proxy.policy import Policy, append_entry, list_path, parse_list
 
 
@@ -205,3 +211,22 @@ def test_sni_from_real_client_hello():
     rest = hello[5 + 100:]
     second = b"\x16\x03\x01" + len(rest).to_bytes(2, "big") + rest
     assert tls.server_name(bytes(split) + second) == "tls.example.test"   # spread over two records
+
+
+def test_compat_timeout_for_python_310():
+    import asyncio
+
+    from chtop_tasks.proxy.server import TIMEOUTS, _compat_timeout
+
+    async def slow():
+        async with _compat_timeout(0.05):
+            await asyncio.sleep(5)
+
+    async def fast():
+        async with _compat_timeout(5):
+            await asyncio.sleep(0)
+        return "done"
+
+    with pytest.raises(TIMEOUTS):
+        asyncio.run(slow())
+    assert asyncio.run(fast()) == "done"

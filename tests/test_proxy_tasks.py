@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 
 import pytest
-from proxy_helpers import free_port, raw_request, ProxyUnderTest  # noqa: F401
+from proxy_helpers import ProxyUnderTest, free_port, raw_request  # noqa: F401
 
 from chtop_tasks.proxy import stop_proxy
 

@@ -6,7 +6,8 @@ import sys
 from invoke import Exit, task
 
 from ..errors import ChtopError
-from ..proxy import commands, control, watch as watching
+from ..proxy import commands, control
+from ..proxy import watch as watching
 
 
 def _fail(exc: ChtopError):
