@@ -435,3 +435,23 @@ def test_watch_hold_times_out(proxy, monkeypatch):
     finally:
         watcher.stdin.close()
         watcher.wait(10)
+
+
+@pytest.mark.slow
+def test_a_thousand_concurrent_tunnels(proxy, echo):
+    """More tunnels than select() could watch (fds above 1024): all must work."""
+    proxy.allow("echo.example.test private")
+    pid = proxy.start().pid
+    socks = [tunnel(proxy, f"echo.example.test:{echo.port}", timeout=30) for _ in range(1000)]
+    for i, s in enumerate(socks):
+        s.sendall(b"%d;" % i)
+    for i, s in enumerate(socks):
+        want = b"%d;" % i
+        got = b""
+        while len(got) < len(want):
+            got += s.recv(64)
+        assert got == want
+    assert control.status(proxy.group)["active"] == 1000
+    assert fd_count(pid) > 2000
+    for s in socks:
+        s.close()

@@ -51,6 +51,7 @@ async def _compat_timeout(delay: float):
 _timeout = getattr(asyncio, "timeout", _compat_timeout)
 TIMEOUTS = (TimeoutError, asyncio.TimeoutError)   # distinct classes before 3.11
 PIPE_SIZE = 1024 * 1024
+DNS_TTL = 30.0
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 SPLICE_FLAGS = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
 _REQUEST_LINE = re.compile(r"^([A-Z]{1,20}) (\S{1,8000}) HTTP/1\.([01])$")
@@ -365,6 +366,7 @@ class Server:
         self.log = RequestLog(net_dir(cfg.group_dir), line_buffered=False)
         self._flush_pending = False
         self.hosts = read_hosts_file(cfg.hosts_file) if cfg.hosts_file else None
+        self.dns_cache: dict[str, tuple[float, list[str]]] = {}
         self.active = 0
         self.peak = 0
         self.counts: dict[str, int] = {}
@@ -569,10 +571,13 @@ class Server:
             if not addrs:
                 raise Refusal(502, "allowed", f"cannot resolve {host}: not in the test hosts file")
             return addrs
+        cached = self.dns_cache.get(host)
+        now = time.monotonic()
+        if cached is not None and cached[0] > now:
+            return cached[1]
         try:
-            infos = await asyncio.wait_for(
-                self.loop.getaddrinfo(host, port, type=socket.SOCK_STREAM),
-                self.cfg.connect_timeout)
+            async with _timeout(self.cfg.connect_timeout):
+                infos = await self.loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except (OSError, *TIMEOUTS) as exc:
             raise Refusal(502, "allowed", f"cannot resolve {host}: {exc or 'timeout'}") from None
         addrs = []
@@ -580,6 +585,11 @@ class Server:
             addr = info[4][0].split("%", 1)[0]
             if addr not in addrs:
                 addrs.append(addr)
+        if len(self.dns_cache) > 4096:
+            self.dns_cache.clear()
+        # a short cache: faster repeat tunnels, and one answer per name for a while
+        # (a rebinding name cannot flip between a checked and an unchecked address)
+        self.dns_cache[host] = (now + DNS_TTL, addrs)
         return addrs
 
     async def _sock_connect(self, s: socket.socket, addr) -> None:
