@@ -455,3 +455,27 @@ def test_a_thousand_concurrent_tunnels(proxy, echo):
     assert fd_count(pid) > 2000
     for s in socks:
         s.close()
+
+
+def test_plain_http_inside_a_tunnel_must_name_the_connect_host(proxy, certs, tmp_path):
+    (tmp_path / "www").mkdir()
+    (tmp_path / "www" / "f.txt").write_text("vhost body")
+    server = HTTPSServer(tmp_path / "www", certs, tls=False)
+    try:
+        proxy.allow("plain.example.test private")
+        proxy.start()
+        target = f"plain.example.test:{server.port}"
+        s = tunnel(proxy, target)
+        s.sendall(f"GET /f.txt HTTP/1.1\r\nHost: other.example.test:{server.port}\r\n\r\n".encode())
+        assert read_all(s) == b""                       # fronting another vhost: cut off
+        s.close()
+        rec = proxy.wait_record(lambda r: "in the tunnel disagrees" in r.get("reason", ""))
+        assert rec["decision"] == "blocked" and rec["bytes_down"] == 0
+        s = tunnel(proxy, target)
+        s.sendall(b"G")                                 # split across packets: still judged
+        time.sleep(0.1)
+        s.sendall(f"ET /f.txt HTTP/1.0\r\nHost: {target}\r\n\r\n".encode())
+        assert read_all(s).endswith(b"vhost body")
+        s.close()
+    finally:
+        server.close()

@@ -221,6 +221,56 @@ class Mux:
         self.ep.close()
 
 
+_METHODS = (b"GET", b"POST", b"PUT", b"HEAD", b"DELETE", b"OPTIONS", b"PATCH", b"TRACE", b"CONNECT")
+
+
+def inspect_first(data: bytes, host: str, port: int, max_head: int = 16384) -> bool:
+    """Judge a tunnel's first client bytes: True (pass), False (need more), or Refusal.
+
+    A TLS ClientHello must name the CONNECT host in its SNI (no domain
+    fronting); a plain HTTP request's Host header must name it too (no
+    virtual-host fronting on a shared address).  Anything else passes.
+    """
+    if tls.looks_like_tls(data):
+        try:
+            sni = tls.server_name(data)
+        except tls.NeedMore:
+            return False
+        except tls.BadHello as exc:
+            raise Refusal(400, "blocked", f"malformed TLS ClientHello: {exc}") from None
+        if sni is not None:
+            try:
+                same = canonical_host(sni) == host
+            except BadHost:
+                same = False
+            if not same:
+                raise Refusal(403, "blocked", f"SNI mismatch: CONNECT {host} but TLS SNI {sni!r}")
+        return True
+    word, space, _ = data.partition(b" ")
+    if not space:
+        return not (len(data) < 8 and any(m.startswith(data) for m in _METHODS))
+    if word not in _METHODS:
+        return True
+    end = data.find(b"\r\n\r\n")
+    if end < 0:
+        if len(data) > max_head:
+            raise Refusal(400, "blocked", "HTTP head in the tunnel too large")
+        return False
+    req = parse_head(data[:end])
+    hosts = [v for n, v in req.headers if n.lower() == "host"]
+    if len(hosts) > 1:
+        raise Refusal(400, "blocked", "more than one Host header in the tunnel")
+    if hosts:
+        try:
+            same = parse_authority(hosts[0], default_port=port) == (host, port)
+        except BadHost:
+            same = False
+        if not same:
+            raise Refusal(403, "blocked",
+                          f"Host header {hosts[0]!r} in the tunnel disagrees with CONNECT {host}:{port}")
+    return True
+
+
 class Pump:
     """One direction of a tunnel: src socket -> pipe -> dst socket via splice()."""
 
@@ -655,7 +705,7 @@ class Server:
         self.tunnels.add(tunnel)
         tunnel.down.start()
         try:
-            first = await self._client_hello(conn, rest, host, tunnel)
+            first = await self._client_hello(conn, rest, host, port)
         except Refusal as r:
             rec.update(decision=r.decision, status=200, reason=r.reason)
             tunnel.fail()
@@ -674,43 +724,22 @@ class Server:
         tunnel.check_done()
         await tunnel.done
 
-    async def _client_hello(self, conn, data: bytes, host: str, tunnel) -> bytes | None:
-        """The client's first bytes; refuse a TLS ClientHello naming another host."""
+    async def _client_hello(self, conn, data: bytes, host: str, port: int) -> bytes | None:
+        """The client's first bytes, once ``inspect_first`` is satisfied with them."""
         try:
             async with _timeout(self.cfg.hello_timeout):
-                while True:
-                    if data and not tls.looks_like_tls(data):
-                        return data
-                    if data:
-                        try:
-                            sni = tls.server_name(data)
-                        except tls.NeedMore:
-                            sni = NotImplemented
-                        except tls.BadHello as exc:
-                            raise Refusal(400, "blocked", f"malformed TLS ClientHello: {exc}") from None
-                        if sni is not NotImplemented:
-                            if sni is not None:
-                                try:
-                                    same = canonical_host(sni) == host
-                                except BadHost:
-                                    same = False
-                                if not same:
-                                    raise Refusal(403, "blocked",
-                                                  f"SNI mismatch: CONNECT {host} but TLS SNI {sni!r}")
-                            return data
+                while not data or not inspect_first(data, host, port, self.cfg.max_header):
                     chunk = await self.loop.sock_recv(conn, 65536)
                     if not chunk:
                         return data or None
                     data += chunk
+                return data
         except TIMEOUTS:
             if data:
-                raise Refusal(400, "blocked", "incomplete TLS ClientHello") from None
-            return await self._wait_first(conn)
-
-    async def _wait_first(self, conn) -> bytes | None:
-        chunk = await self.loop.sock_recv(conn, 65536)
-        if chunk and tls.looks_like_tls(chunk):
-            raise Refusal(400, "blocked", "TLS ClientHello after the inspection window")
+                raise Refusal(400, "blocked", "incomplete TLS ClientHello or HTTP head") from None
+        chunk = await self.loop.sock_recv(conn, 65536)      # a slow talker: judged alone
+        if chunk and not inspect_first(chunk, host, port, self.cfg.max_header):
+            raise Refusal(400, "blocked", "TLS ClientHello or HTTP head after the inspection window")
         return chunk or None
 
     async def _plain(self, conn, req: Request, rest: bytes, rec: dict, worktree, st: dict):
