@@ -206,9 +206,18 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
     identity = podman_mod.identity_for(target.root)
     if identity.note:
         warnings.append(identity.note)
+    if identity.rootful and proxy_socket is not None:
+        # the agent is an unprivileged host uid: hand it this worktree's socket (dir 0700, socket 0600)
+        for path in (proxy_socket.parent, proxy_socket):
+            os.chown(path, identity.host_uid, identity.host_gid)
     key = group_id(target.root)[:8] if target.kind == "dir" else _slug(target.name)
-    skeleton = ensure_skeleton(target.state_dir / "sbox" / "rootfs" / key, mounts, policy.devices)
+    skeleton = ensure_skeleton(_skeleton_dir(target, key, identity.rootful), mounts, policy.devices)
     podman_mod.write_entry_files(skeleton)
+    if identity.rootful:
+        # the container's root is an unprivileged host uid: it must own its (read-only) root
+        for dirpath, dirnames, filenames in os.walk(skeleton):
+            for name in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
+                os.lchown(name, identity.host_uid, identity.host_gid)
 
     venv = target.root / ".venv"
     env_values = {"HOME": str(home), "PATH": f"{venv}/bin:{host_env.get('PATH', '/usr/bin:/bin')}",
@@ -249,6 +258,19 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
         interactive=interactive, identity=identity, hostname=f"sbox-{_slug(target.name)}"[:63],
         command=command)
     return LaunchPlan(argv, name, podman_env, warnings)
+
+
+def _skeleton_dir(target: Target, key: str, rootful: bool) -> Path:
+    """Rootless: in the group's state dir.  Rootful: the agent's unprivileged uid must reach
+    it, and a root home (0700) is in the way, so under a root-owned /tmp/chtop-rootfs-0/."""
+    if not rootful:
+        return target.state_dir / "sbox" / "rootfs" / key
+    base = Path("/tmp/chtop-rootfs-0")
+    base.mkdir(mode=0o755, exist_ok=True)
+    st = os.lstat(base)
+    if st.st_uid != 0 or base.is_symlink() or st.st_mode & 0o022:
+        raise ChtopError(f"{base} is not a root-owned directory writable only by root; remove it and retry")
+    return base / group_id(target.group_dir) / key
 
 
 def _which_host(name: str) -> bool:

@@ -50,6 +50,8 @@ class Identity:
     rootful: bool
     uidmap: list[str] = field(default_factory=list)
     note: str | None = None
+    host_uid: int | None = None      # rootful: the host uid the agent runs as
+    host_gid: int | None = None
 
 
 def identity_for(root: Path) -> Identity:
@@ -67,11 +69,12 @@ def identity_for(root: Path) -> Identity:
     if owner == 0:
         return Identity(True, [f"--uidmap=0:{base}:65536", f"--gidmap=0:{base}:65536"],
                         f"running as root: {root} is root-owned, so the agent runs as unprivileged uid {base} "
-                        "in a user namespace and cannot write it; run chtop as the tree's owner (rootless)")
+                        "in a user namespace and cannot write it; run chtop as the tree's owner (rootless)",
+                        base, base)
     return Identity(True, [f"--uidmap=0:{owner}:1", f"--uidmap=1:{base}:65535",
                            f"--gidmap=0:{group}:1", f"--gidmap=1:{base}:65535"],
                     f"running as root: rootful podman with a user namespace; the agent is uid {owner} "
-                    f"(the owner of {root}) on the host, never root")
+                    f"(the owner of {root}) on the host, never root", owner, group)
 
 
 def _subid_base(uid: int) -> int | None:
@@ -86,11 +89,27 @@ def _subid_base(uid: int) -> int | None:
     return None
 
 
-def _ulimit(res, name: str, *, force_unlimited: bool = False) -> str:
-    soft, hard = resource.getrlimit(res)
-    if force_unlimited or hard == resource.RLIM_INFINITY:
-        return f"--ulimit={name}=-1:-1"
-    return f"--ulimit={name}={hard}:{hard}"
+def _hard(res) -> int:
+    return resource.getrlimit(res)[1]
+
+
+def _limit(value: int) -> str:
+    return "-1:-1" if value == resource.RLIM_INFINITY else f"{value}:{value}"
+
+
+def ulimit_args(rootful: bool) -> list[str]:
+    """memlock as high as we may (unlimited where the host allows: CUDA pinned memory).
+
+    Rootful: podman asks for limits above what the VM grants (crun: setrlimit
+    ... Operation not permitted), and inside a user namespace nothing can be
+    raised; so nofile/nproc are pinned at our hard nofile limit (shared notes).
+    """
+    args = [f"--ulimit=memlock={_limit(_hard(resource.RLIMIT_MEMLOCK))}"]
+    if rootful:
+        nofile = _hard(resource.RLIMIT_NOFILE)
+        nproc = min(_hard(resource.RLIMIT_NPROC), nofile)
+        args += [f"--ulimit=nofile={_limit(nofile)}", f"--ulimit=nproc={_limit(nproc)}"]
+    return args
 
 
 def mount_args(mounts: list[Mount]) -> list[str]:
@@ -121,11 +140,9 @@ def build_argv(*, name: str, labels: dict[str, str], mounts: list[Mount], skelet
     if Path("/dev/mqueue").is_dir():   # --ipc host (CUDA IPC) needs the host's mqueue mount
         argv.append("--ipc=host")
     argv += identity.uidmap
-    if identity.rootful:
-        argv += [_ulimit(resource.RLIMIT_NOFILE, "nofile"), _ulimit(resource.RLIMIT_NPROC, "nproc"),
-                 "--ulimit=memlock=-1:-1"]
-    else:
-        argv += [_ulimit(resource.RLIMIT_MEMLOCK, "memlock"), "--group-add=keep-groups"]
+    argv += ulimit_args(identity.rootful)
+    if not identity.rootful:
+        argv.append("--group-add=keep-groups")
     for dev in devices:
         argv.append(f"--device={dev}")
     argv += mount_args(mounts)
