@@ -53,7 +53,7 @@ def format_status(group_dir: Path) -> tuple[str, bool]:
         f"{info['lists']['deny']} denied entries)",
         "requests: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in
                                  ("allowed", "blocked", "denied", "bad-request", "busy", "error")),
-        f"open:     {info['active']} connections (peak {info['peak']}), "
+        f"open:     {info['active']} connections (peak {info['peak']}, cap {info.get('max_conns')}), "
         f"{info['watchers']} watcher(s)",
     ]
     if info["allowed_once"]:

@@ -487,8 +487,11 @@ class Server:
                 conn, addr = lsock.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError as exc:
-                self.log.note(f"accept failed: {exc}")
+            except OSError as exc:           # EMFILE/ENFILE: pause this listener a moment
+                self.log.note(f"accept failed: {exc}; pausing accepts for 0.2 s")
+                fd = lsock.fileno()
+                self.loop.remove_reader(fd)
+                self.loop.call_later(0.2, self._resume_accept, lsock, worktree, tcp)
                 return
             client = f"{addr[0]}:{addr[1]}" if tcp else ("unix:" + (worktree or "group"))
             if self.active >= self.cfg.max_conns:
@@ -506,6 +509,10 @@ class Server:
             self.active += 1
             self.peak = max(self.peak, self.active)
             self.loop.create_task(self._handle(conn, client, worktree))
+
+    def _resume_accept(self, lsock, worktree, tcp):
+        if lsock.fileno() >= 0 and lsock in self.listeners.values():
+            self.loop.add_reader(lsock.fileno(), self._on_accept, lsock, worktree, tcp)
 
     def _flush_log(self):
         self._flush_pending = False
@@ -806,6 +813,7 @@ class Server:
             "worktree_sockets": {k: str(v) for k, v in self.worktree_sockets.items()},
             "group_dir": str(self.cfg.group_dir), "policy_dir": str(self.cfg.policy_dir),
             "started": self.started, "active": self.active, "peak": self.peak,
+            "max_conns": self.cfg.max_conns,
             "counts": self.counts, "lists": self.policy.sizes(),
             "list_errors": self.policy.errors(), "watchers": len(self.watchers),
             "held": sorted(h for h, f in self.holds.items() if not f.done()),
@@ -924,13 +932,16 @@ class Server:
         return 0
 
 
-def raise_nofile():
+def raise_nofile() -> int:
+    """Soft RLIMIT_NOFILE up to the hard limit; returns the soft limit now in force."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
         except (ValueError, OSError):
             pass
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
 
 
 def detach():
@@ -952,8 +963,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.detach:
         detach()
-    raise_nofile()
+    soft = raise_nofile()
     cfg = Config(args.group_dir, args.policy_dir, args.port, args.runtime_dir)
+    cfg.max_conns = max(16, min(cfg.max_conns, (soft - 64) // 6))   # 2 sockets + 4 pipe fds each
     policy = Policy(cfg.policy_dir)
     try:
         policy.require()
