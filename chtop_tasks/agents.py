@@ -215,6 +215,8 @@ def launch(agent_name: str, args: list[str], cwd: Path, *, dir: Path | None = No
     target, note = resolve_target(cwd, dir)
     source = secrets_path()
     env, notes = agent_env(agent, load_secrets(source), target.config_dir, source)
+    if agent.config_env:  # some CLIs refuse a state dir that does not exist
+        Path(env[agent.config_env]).mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
     interactive = os.isatty(fd)
     plan = plan_launch(target, agent.argv(args), interactive=interactive, extra_env=env,
