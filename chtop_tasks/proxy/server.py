@@ -965,7 +965,7 @@ def main(argv=None) -> int:
         detach()
     soft = raise_nofile()
     cfg = Config(args.group_dir, args.policy_dir, args.port, args.runtime_dir)
-    cfg.max_conns = max(16, min(cfg.max_conns, (soft - 64) // 6))   # 2 sockets + 4 pipe fds each
+    cfg.max_conns = min(cfg.max_conns, max(16, (soft - 64) // 6))   # 2 sockets + 4 pipe fds each
     policy = Policy(cfg.policy_dir)
     try:
         policy.require()
