@@ -32,7 +32,7 @@ def venv_builder(enabled: bool):
     """The venv step for init/create, or None with --no-venv."""
     if not enabled:
         return None
-    from ..venv import build_venv, retry_hint
+    from ..venv import build_venv
 
     def build(ws):
         if (ws.venv_dir / "bin" / "python").exists() and ws.is_toplevel:
@@ -41,6 +41,6 @@ def venv_builder(enabled: bool):
         try:
             build_venv(ws.root, ws.manifest)
         except ChtopError as exc:
-            raise ChtopError(f"{exc}\nThe worktrees are kept; retry the venv alone with:\n  {retry_hint(ws.root)}") from exc
+            raise ChtopError(f"{exc}\n(The worktrees are kept: only the venv needs the retry.)") from exc
 
     return build
