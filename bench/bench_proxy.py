@@ -319,6 +319,7 @@ def main():
     ap.add_argument("--setups", type=int, default=3000, help="tunnel setups for the latency test")
     ap.add_argument("--seconds", type=float, default=3.0, help="duration of each concurrency run")
     ap.add_argument("--levels", default="50,200,1000", help="concurrency levels")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the best of each is shown")
     args = ap.parse_args()
     resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
     q = mp.Queue()
@@ -332,18 +333,32 @@ def main():
     routes = [Route("direct"), chtop] + ([tiny] if tiny else [])
     levels = [int(x) for x in args.levels.split(",")]
     res = {}
+    med = statistics.median
     try:
-        for r in routes:
-            print(f"== {r.name} ...", file=sys.stderr, flush=True)
-            out = res[r.name] = {}
-            out["up"], out["down"] = throughput(r, ports, args.mib)
-            out["t200"], out["techo"] = setup_latency(r, ports, args.setups)
-            for n in levels:
-                out[n] = concurrent(r, ports, n, args.seconds)
-            if r.proxy_port:
-                out["deny"] = denial_latency(r, min(args.setups, 2000))
-            if r.pid:
-                out["rss_end"] = proc_sample(r.pid)[0] / 2**20
+        # Rounds interleave the routes, and each figure is the best round: on a
+        # shared machine that is the figure least disturbed by other load.
+        for rnd in range(args.rounds):
+            for r in routes:
+                print(f"== round {rnd + 1}/{args.rounds}: {r.name} ...", file=sys.stderr, flush=True)
+                out = res.setdefault(r.name, {})
+                up, down = throughput(r, ports, args.mib)
+                out["up"], out["down"] = max(out.get("up", 0), up), max(out.get("down", 0), down)
+                t200, techo = setup_latency(r, ports, args.setups)
+                if "t200" not in out or med(t200) < med(out["t200"]):
+                    out["t200"], out["techo"] = t200, techo
+                for n in levels:
+                    c = concurrent(r, ports, n, args.seconds)
+                    if n not in out or c["rt_s"] > out[n]["rt_s"]:
+                        c["errors"] += out.get(n, {}).get("errors", 0)
+                        out[n] = c
+                    else:
+                        out[n]["errors"] += c["errors"]
+                if r.proxy_port:
+                    deny = denial_latency(r, min(args.setups, 2000))
+                    if "deny" not in out or med(deny) < med(out["deny"]):
+                        out["deny"] = deny
+                if r.pid:
+                    out["rss_end"] = proc_sample(r.pid)[0] / 2**20
     finally:
         from chtop_tasks.proxy import stop_proxy
         stop_proxy(group)
@@ -351,8 +366,9 @@ def main():
             tiny_proc.terminate()
         srv.terminate()
     d = res["direct"]
-    print(f"\nproxy benchmark ({os.cpu_count()} cpus, python {sys.version.split()[0]}); "
-          f"ratios are proxy/direct")
+    print(f"\nproxy benchmark ({os.cpu_count()} cpus, python {sys.version.split()[0]}, load "
+          f"{os.getloadavg()[0]:.1f}); best of {args.rounds} rounds; ratios are proxy/direct; "
+          f"errors summed over rounds")
     for name in [r.name for r in routes]:
         x = res[name]
         print(f"\n[{name}]")
