@@ -60,7 +60,7 @@ def ensure_test_user() -> pwd.struct_passwd:
 def ensure_user_venv() -> Path:
     """A venv from /usr/bin/python3 with chtop's deps, world-readable (built once)."""
     key = hashlib.sha256("\n".join(VENV_DEPS).encode()).hexdigest()[:10]
-    venv = Path(f"/var/tmp/chtop-sbt-venv-{key}")
+    venv = Path(f"/var/tmp/chtop-sbt-venv-{key}-c")
     if (venv / ".complete").exists():
         return venv
     with _locked(f"chtop-sbt-venv-{key}"):
@@ -79,6 +79,9 @@ def ensure_user_venv() -> Path:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, HOME=str(venv)))
         if proc.returncode:
             missing(f"cannot install chtop's deps for the test user: {proc.stderr.strip()[-500:]}")
+        # the test user cannot write __pycache__ here: compile now, or every run recompiles
+        subprocess.run([str(venv / "bin" / "python"), "-m", "compileall", "-q", str(venv / "lib")],
+                       capture_output=True)
         subprocess.run(["chmod", "-R", "a+rX", str(venv)], check=True)
         (venv / ".complete").write_text("ok\n")
     return venv
@@ -242,10 +245,17 @@ def user_group(remote_template):
 
 
 def stop_proxy_as(base: Path) -> None:
-    """Kill the test user's proxies started under ``base`` (by their pid files)."""
-    for pid_file in base.glob("**/.chtop/net/proxy.pid"):
+    """Stop the proxies this test started: those whose command line names a path under ``base``."""
+    marker = str(base).encode()
+    for proc_dir in Path("/proc").iterdir():
+        if not proc_dir.name.isdigit():
+            continue
         try:
-            pid = int(pid_file.read_text().split()[0])
-            os.kill(pid, 15)
-        except (OSError, ValueError):
-            pass
+            cmdline = (proc_dir / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"chtop_tasks.proxy.server" in cmdline and marker + b"/" in cmdline:
+            try:
+                os.kill(int(proc_dir.name), 15)
+            except OSError:
+                pass

@@ -109,21 +109,24 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.") or "x"
 
 
+IDENTITY_VARS = {f"GIT_{role}_{field_}": key for role in ("AUTHOR", "COMMITTER")
+                 for field_, key in (("NAME", "user.name"), ("EMAIL", "user.email"))}
+
+
 def _git_identity(root: Path, host_env: dict[str, str]) -> dict[str, str]:
-    """The host's identity for commits inside: env overrides, else ``git config``."""
+    """The host's identity for commits inside: env overrides, else ``git config`` (one call)."""
+    config: dict[str, str] = {}
+    if not all(host_env.get(var) for var in IDENTITY_VARS):
+        proc = subprocess.run(["git", "-C", str(root), "config", "--get-regexp", r"^user\.(name|email)$"],
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=10)
+        for line in proc.stdout.splitlines():
+            key, _, value = line.partition(" ")
+            config[key] = value.strip()       # the last one wins, as in git
     out = {}
-    config = {}
-    for key in ("user.name", "user.email"):
-        proc = subprocess.run(["git", "-C", str(root), "config", "--get", key], capture_output=True,
-                              text=True, stdin=subprocess.DEVNULL, timeout=10)
-        if proc.returncode == 0 and proc.stdout.strip():
-            config[key] = proc.stdout.strip()
-    for role in ("AUTHOR", "COMMITTER"):
-        for field_, key in (("NAME", "user.name"), ("EMAIL", "user.email")):
-            var = f"GIT_{role}_{field_}"
-            value = host_env.get(var) or config.get(key)
-            if value:
-                out[var] = value
+    for var, key in IDENTITY_VARS.items():
+        value = host_env.get(var) or config.get(key)
+        if value:
+            out[var] = value
     return out
 
 
@@ -290,6 +293,17 @@ def run_plan(plan: LaunchPlan) -> int:
     finally:
         signal.signal(signal.SIGINT, old_int)
     return 128 - code if code < 0 else code
+
+
+def exec_plan(plan: LaunchPlan):
+    """Become the podman process (sbox.run: no Python left around it, exit status is podman's)."""
+    echo(plan.argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(plan.argv[0], plan.argv, plan.env)
+    except FileNotFoundError as exc:
+        raise CommandFailed("podman is not installed (apt-get install podman uidmap crun)") from exc
 
 
 def shell_command(interactive: bool = True) -> list[str]:

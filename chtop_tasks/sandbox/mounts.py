@@ -89,11 +89,9 @@ class MountPlan:
 
 
 def is_within(path: Path, parent: Path) -> bool:
-    try:
-        Path(path).relative_to(parent)
-        return True
-    except ValueError:
-        return False
+    """``path`` is ``parent`` or below it (lexically; both absolute and normalised)."""
+    p, q = str(path), str(parent)
+    return p == q or p.startswith(q if q.endswith("/") else q + "/")
 
 
 def pin(plan: MountPlan, path: Path, why: str) -> None:

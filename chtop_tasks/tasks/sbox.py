@@ -35,7 +35,7 @@ def run(c, dir=None, network="proxy", allow_self_edit=False, dry_run=False):  # 
     if dry_run:
         say(format_command(plan.argv))
         return 0
-    return sandbox.run_plan(plan)
+    sandbox.exec_plan(plan)     # never returns: podman's exit status is ours
 
 
 @task(help=_COMMON_HELP)

@@ -1,0 +1,105 @@
+"""Launch overhead of `inv sbox.run -- true` against the bare `podman run` it wraps.
+
+Run as root (it builds a throwaway workspace owned by the unprivileged test
+user, as the tests do) or as a user with rootless podman:
+
+    python bench/bench_sandbox.py [--runs N]
+
+Prints the median wall time of each and the ratio (target: under 1.3x).
+Not run by the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+
+
+def build(base: Path):
+    import conftest
+    from sandbox_helpers import (build_user_group, conftest_builder, ensure_test_user, ensure_user_venv,
+                                 podman_works)
+
+    user = ensure_test_user()
+    venv = ensure_user_venv()
+    template = base / "template"
+    template.mkdir()
+    (base / "tmpl-home").mkdir()
+    conftest.write_gitconfig(base / "tmpl-home" / ".gitconfig")
+    saved = dict(os.environ)
+    os.environ.update(conftest.hermetic_env(base / "tmpl-home"))
+    try:
+        conftest.make_sub_remote(template, "alpha", "main")
+        conftest.make_sub_remote(template, "beta", "kms")
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    work = base / "w"
+    work.mkdir()
+    group = build_user_group(work, template, user, venv, conftest_builder(template))
+    podman_works(user, group.env, group.base)
+    return group
+
+
+def timed(argv, cwd) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+    took = time.perf_counter() - start
+    if proc.returncode:
+        raise SystemExit(f"failed ({proc.returncode}): {shlex.join(argv)[:200]}\n{proc.stderr[-800:]}")
+    return took
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10)
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("run as root (it runs the sandbox as the unprivileged test user, like the tests)")
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="csb-bench-", dir="/tmp"))
+    base.chmod(0o755)
+    try:
+        g = build(base)
+        as_user = ["runuser", "-u", g.user.pw_name, "--", "env", "-i", *[f"{k}={v}" for k, v in g.env.items()]]
+        inv = as_user + [str(g.venv / "bin" / "python"), "-m", "invoke", "sbox.run", "--", "true"]
+        dry = subprocess.run(as_user + [str(g.venv / "bin" / "python"), "-m", "invoke", "sbox.run",
+                                        "--dry-run", "--", "true"], cwd=g.dev, capture_output=True, text=True)
+        bare = shlex.split(dry.stdout.strip().removeprefix("$ "))
+        timed(inv, g.dev)                      # warm: proxy started, skeleton made
+        timed(as_user + bare, g.dev)
+        t_inv, t_bare = [], []
+        for i in range(args.runs):             # interleaved, so load drifts hit both alike
+            t_inv.append(timed(inv, g.dev))
+            name = next(a for a in bare if a.startswith("--name="))
+            t_bare.append(timed(as_user + [a if a != name else f"{name}-b{i}" for a in bare], g.dev))
+        m_inv, m_bare = statistics.median(t_inv), statistics.median(t_bare)
+        print(f"runs: {args.runs} each (interleaved), as {g.user.pw_name}, rootless")
+        print(f"bare podman run   median {m_bare * 1000:7.1f} ms  (min {min(t_bare) * 1000:.1f})")
+        print(f"inv sbox.run      median {m_inv * 1000:7.1f} ms  (min {min(t_inv) * 1000:.1f})")
+        print(f"ratio             {m_inv / m_bare:.2f}x  (target < 1.30x)")
+    finally:
+        for pid_file in base.glob("**/.chtop/net/proxy.pid"):
+            try:
+                os.kill(int(pid_file.read_text().split()[0]), 15)
+            except (OSError, ValueError):
+                pass
+        shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
