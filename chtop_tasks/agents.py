@@ -222,9 +222,10 @@ def launch(agent_name: str, args: list[str], cwd: Path, *, dir: Path | None = No
     plan = plan_launch(target, agent.argv(args), interactive=interactive, extra_env=env,
                        purpose=agent.name, network=network, allow_self_edit=allow_self_edit, cwd=cwd)
     if image:
-        from .image import ensure_image, use_image
+        from .image import ensure_image, storage_warning, use_image
 
         plan = use_image(plan, ensure_image())
+        notes += [w for w in [storage_warning()] if w]
     for line in ([note] if note else []) + notes:
         print(f"chtop: {line}", file=sys.stderr, flush=True)
     show_warnings(plan)

@@ -212,3 +212,14 @@ def use_image(plan, image: str, context: Path | None = None):
     dropped = {f"--volume={p}:{p}:ro" for p in copied}
     argv = [arg for arg in argv if arg not in dropped]
     return replace(plan, argv=argv)
+
+
+def storage_warning(podman: str = "podman") -> str | None:
+    """A warning when podman's storage driver copies the whole image per container."""
+    result = run([podman, "info", "--format", "{{.Store.GraphDriverName}}"], check=False, quiet=True, timeout=60)
+    if result.ok and result.stdout.strip() == "vfs":
+        return ("podman stores images with the vfs driver here, which copies the whole image (the size of "
+                "/usr) for every launch -- minutes, not seconds. Use the overlay driver "
+                "(~/.config/containers/storage.conf: [storage] driver = \"overlay\"; it takes effect "
+                "after `podman system reset`, which deletes your podman images and containers).")
+    return None
