@@ -83,7 +83,7 @@ def tree_digest(*roots: Path) -> dict[str, str]:
     out = {}
     for root in roots:
         for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = [d for d in dirnames if d != "objects"]
+            dirnames[:] = [d for d in dirnames if d not in ("objects", "__pycache__")]
             out[dirpath] = "dir"
             for name in filenames:
                 path = os.path.join(dirpath, name)

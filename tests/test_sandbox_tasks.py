@@ -68,8 +68,7 @@ def test_no_proxy_no_launch(user_group):
     g = user_group
     net_allow = g.toplevel / "sandbox" / "net-allow.txt"
     original = net_allow.read_text() if net_allow.exists() else None
-    g.run(["rm", "-f", str(net_allow)])
-    g.run(["sh", "-c", f"kill $(cat {g.grouping}/.chtop/net/proxy.pid) 2>/dev/null; sleep 0.3; true"])
+    g.run(["rm", "-f", str(net_allow)])        # ensure_proxy refuses without it, running or not
     try:
         proc = g.inv("sbox.run", "--", "sh", "-c", "echo RAN")
         assert proc.returncode != 0 and "RAN" not in proc.stdout
