@@ -211,3 +211,18 @@ def test_chtop_outside_any_workspace_sandboxes_the_current_directory(group):
     top = as_user(g.user, [str(g.venv / "bin" / "python"), *chtop, "sbox.agent", "--agent", "standin"],
                   env, g.toplevel, check=False)
     assert top.returncode == 2 and "toplevel" in top.stderr
+
+
+def test_agent_killed_by_a_signal_is_128_plus_signal_with_and_without_a_tty(group):
+    g = group
+    write_registry(g, "[selfkill]\ncommand = ['sh', '-c', 'echo ABOUT-TO-DIE; kill -TERM $$', 'selfkill']\n")
+    proc = g.inv("sbox.agent", "--agent", "selfkill")
+    assert "ABOUT-TO-DIE" in proc.stdout
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
+    child = spawn_inv(g, "sbox.agent", "--agent", "selfkill")
+    try:
+        child.expect("ABOUT-TO-DIE", timeout=90)
+        child.expect(pexpect.EOF, timeout=60)
+    finally:
+        child.close(force=True)
+    assert (child.exitstatus, child.signalstatus) == (128 + signal.SIGTERM, None)
