@@ -1,5 +1,9 @@
 """The egress proxy server: one asyncio (epoll) loop, splice()d tunnels.
 
+Policy and naming live in policy.py/hostmatch.py, HTTP messages in
+messages.py, the data path in tunnel.py; this module accepts, judges,
+connects and answers, and serves the control socket.
+
 Run as ``python -m chtop_tasks.proxy.server --group-dir G --policy-dir P
 --port N --runtime-dir R [--detach]``; ``control.ensure_proxy`` does that.
 Listens on 127.0.0.1:N, on R/group/proxy.sock, on R/wt/<name>/proxy.sock
@@ -13,12 +17,9 @@ import argparse
 import asyncio
 import contextlib
 import errno
-import fcntl
 import json
 import os
-import re
 import resource
-import select
 import signal
 import socket
 import sys
@@ -26,11 +27,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import tls
 from .control import worktree_socket
 from .hostmatch import BadHost, address_is_public, canonical_host, is_ip, parse_authority
 from .logs import RequestLog, net_dir
+from .messages import HOP_BY_HOP, TOKEN_BYTES, Refusal, Request, blocked_body, inspect_first, parse_head, reply_bytes
 from .policy import Policy, check_worktree_name
+from .tunnel import Mux, Tunnel
 
 
 @contextlib.asynccontextmanager
@@ -50,20 +52,7 @@ async def _compat_timeout(delay: float):
 
 _timeout = getattr(asyncio, "timeout", _compat_timeout)
 TIMEOUTS = (TimeoutError, asyncio.TimeoutError)   # distinct classes before 3.11
-PIPE_SIZE = 1024 * 1024
 DNS_TTL = 30.0
-F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
-SPLICE_FLAGS = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
-_REQUEST_LINE = re.compile(r"^([A-Z]{1,20}) (\S{1,8000}) HTTP/1\.([01])$")
-_HEADER = re.compile(r"^([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*([^\x00\n\r]*?)[ \t]*$")
-_TOKEN_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
-_HOP_BY_HOP = {"connection", "proxy-connection", "keep-alive", "proxy-authorization",
-               "proxy-authenticate"}
-_PHRASES = {200: "OK", 400: "Bad Request", 403: "Forbidden", 408: "Request Timeout",
-            431: "Request Header Fields Too Large", 502: "Bad Gateway",
-            503: "Service Unavailable"}
-
-
 def _env_float(name: str, default: float) -> float:
     try:
         return float(os.environ.get(name, default))
@@ -86,61 +75,6 @@ class Config:
     hosts_file: str | None = field(default_factory=lambda: os.environ.get("CHTOP_PROXY_HOSTS_FILE"))
 
 
-class Refusal(Exception):
-    """Answer the client with this status, log this decision and reason."""
-
-    def __init__(self, status: int, decision: str, reason: str, body: str | None = None):
-        super().__init__(reason)
-        self.status, self.decision, self.reason = status, decision, reason
-        self.body = body if body is not None else f"chtop egress proxy: {reason}\n"
-
-
-@dataclass
-class Request:
-    method: str
-    target: str
-    minor: str
-    headers: list
-
-
-def parse_head(head: bytes) -> Request:
-    """Request line + headers (CRLF-separated, already cut at the blank line)."""
-    try:
-        text = head.decode("ascii")
-    except UnicodeDecodeError:
-        raise Refusal(400, "bad-request", "non-ASCII bytes in the request head") from None
-    lines = text.split("\r\n")
-    m = _REQUEST_LINE.match(lines[0])
-    if not m:
-        raise Refusal(400, "bad-request", "malformed request line")
-    headers = []
-    for line in lines[1:]:
-        hm = _HEADER.match(line)
-        if not hm:
-            raise Refusal(400, "bad-request", "malformed header line")
-        headers.append((hm.group(1), hm.group(2)))
-    return Request(m.group(1), m.group(2), m.group(3), headers)
-
-
-def reply_bytes(status: int, body: str, decision: str = "") -> bytes:
-    data = body.encode("utf-8")
-    head = (f"HTTP/1.1 {status} {_PHRASES.get(status, 'Error')}\r\n"
-            f"Content-Type: text/plain; charset=utf-8\r\nContent-Length: {len(data)}\r\n"
-            f"Connection: close\r\nX-Chtop-Proxy: {decision or status}\r\n\r\n")
-    return head.encode("ascii") + data
-
-
-def blocked_body(host: str, port: int, worktree: str | None) -> str:
-    lines = [f"chtop egress proxy: blocked {host}:{port}",
-             f"{host} is not on the allowlist (sandbox/net-allow.txt).",
-             "To approve it for every worktree in this group, run on the host:",
-             f"    inv net.allow {host}"]
-    if worktree:
-        lines += ["or, for this worktree only:", f"    inv net.allow --worktree {worktree} {host}"]
-    lines += ["then retry the request (or answer the prompt of `inv net.watch`)."]
-    return "\n".join(lines) + "\n"
-
-
 def read_hosts_file(path: str) -> dict[str, list[str]]:
     """The test-only resolver: lines of 'address name...' like /etc/hosts."""
     table: dict[str, list[str]] = {}
@@ -152,261 +86,6 @@ def read_hosts_file(path: str) -> dict[str, list[str]]:
         for name in words[1:]:
             table.setdefault(canonical_host(name), []).append(addr)
     return table
-
-
-class Mux:
-    """A second epoll set for tunnel fds, drained by one asyncio reader callback.
-
-    Tunnels move most of the events; dispatching them straight from
-    ``epoll.poll`` costs a fraction of asyncio's per-callback handles.
-    """
-
-    IN = select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR | select.EPOLLRDHUP
-    OUT = select.EPOLLOUT | select.EPOLLHUP | select.EPOLLERR
-
-    def __init__(self, loop):
-        self.ep = select.epoll()
-        self.handlers: dict[int, list] = {}
-        self.loop = loop
-        loop.add_reader(self.ep.fileno(), self._run)
-
-    def _set(self, fd: int, idx: int, cb) -> None:
-        h = self.handlers.get(fd)
-        if h is None:
-            if cb is None:
-                return
-            h = self.handlers[fd] = [None, None]
-            h[idx] = cb
-            self.ep.register(fd, self._mask(h))
-            return
-        h[idx] = cb
-        mask = self._mask(h)
-        if mask:
-            self.ep.modify(fd, mask)
-        else:
-            del self.handlers[fd]
-            self.ep.unregister(fd)
-
-    @staticmethod
-    def _mask(h) -> int:
-        return (select.EPOLLIN | select.EPOLLRDHUP if h[0] else 0) | (select.EPOLLOUT if h[1] else 0)
-
-    def add_reader(self, fd, cb):
-        self._set(fd, 0, cb)
-
-    def remove_reader(self, fd):
-        self._set(fd, 0, None)
-
-    def add_writer(self, fd, cb):
-        self._set(fd, 1, cb)
-
-    def remove_writer(self, fd):
-        self._set(fd, 1, None)
-
-    def _run(self):
-        for fd, ev in self.ep.poll(0, 512):
-            h = self.handlers.get(fd)
-            try:
-                if h is not None and h[0] is not None and ev & self.IN:
-                    h[0]()
-                    h = self.handlers.get(fd)
-                if h is not None and h[1] is not None and ev & self.OUT:
-                    h[1]()
-            except Exception as exc:  # never let one tunnel stop the loop
-                self.loop.call_exception_handler({"message": "tunnel callback failed",
-                                                  "exception": exc})
-
-    def close(self):
-        self.loop.remove_reader(self.ep.fileno())
-        self.ep.close()
-
-
-_METHODS = (b"GET", b"POST", b"PUT", b"HEAD", b"DELETE", b"OPTIONS", b"PATCH", b"TRACE", b"CONNECT")
-
-
-def inspect_first(data: bytes, host: str, port: int, max_head: int = 16384) -> bool:
-    """Judge a tunnel's first client bytes: True (pass), False (need more), or Refusal.
-
-    A TLS ClientHello must name the CONNECT host in its SNI (no domain
-    fronting); a plain HTTP request's Host header must name it too (no
-    virtual-host fronting on a shared address).  Anything else passes.
-    """
-    if tls.looks_like_tls(data):
-        try:
-            sni = tls.server_name(data)
-        except tls.NeedMore:
-            return False
-        except tls.BadHello as exc:
-            raise Refusal(400, "blocked", f"malformed TLS ClientHello: {exc}") from None
-        if sni is not None:
-            try:
-                same = canonical_host(sni) == host
-            except BadHost:
-                same = False
-            if not same:
-                raise Refusal(403, "blocked", f"SNI mismatch: CONNECT {host} but TLS SNI {sni!r}")
-        return True
-    word, space, _ = data.partition(b" ")
-    if not space:
-        return not (len(data) < 8 and any(m.startswith(data) for m in _METHODS))
-    if word not in _METHODS:
-        return True
-    end = data.find(b"\r\n\r\n")
-    if end < 0:
-        if len(data) > max_head:
-            raise Refusal(400, "blocked", "HTTP head in the tunnel too large")
-        return False
-    req = parse_head(data[:end])
-    hosts = [v for n, v in req.headers if n.lower() == "host"]
-    if len(hosts) > 1:
-        raise Refusal(400, "blocked", "more than one Host header in the tunnel")
-    if hosts:
-        try:
-            same = parse_authority(hosts[0], default_port=port) == (host, port)
-        except BadHost:
-            same = False
-        if not same:
-            raise Refusal(403, "blocked",
-                          f"Host header {hosts[0]!r} in the tunnel disagrees with CONNECT {host}:{port}")
-    return True
-
-
-class Pump:
-    """One direction of a tunnel: src socket -> pipe -> dst socket via splice()."""
-
-    def __init__(self, tunnel, src: socket.socket, dst: socket.socket):
-        self.tunnel, self.loop = tunnel, tunnel.mux
-        self.src, self.dst = src.fileno(), dst.fileno()
-        self.dst_sock = dst
-        self.pr = self.pw = -1          # the pipe is made on first data (cheap short tunnels)
-        self.buffered = 0
-        self.bytes = 0
-        self.eof = False
-        self.done = False
-        self.reading = False
-        self.writing = False
-
-    def start(self):
-        self._read_on()
-
-    def _read_on(self):
-        if not self.reading:
-            self.loop.add_reader(self.src, self._on_readable)
-            self.reading = True
-
-    def _read_off(self):
-        if self.reading:
-            self.loop.remove_reader(self.src)
-            self.reading = False
-
-    def _make_pipe(self):
-        self.pr, self.pw = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            fcntl.fcntl(self.pw, F_SETPIPE_SZ, PIPE_SIZE)
-        except OSError:
-            pass
-
-    def _on_readable(self):
-        if self.pw < 0:
-            self._make_pipe()
-        for _ in range(32):
-            try:
-                n = os.splice(self.src, self.pw, PIPE_SIZE, flags=SPLICE_FLAGS)
-            except BlockingIOError:
-                return
-            except OSError:
-                return self.tunnel.fail()
-            if n == 0:
-                self.eof = True
-                self._read_off()
-                if not self.buffered:
-                    self._finish()
-                return
-            self.buffered += n
-            self.bytes += n
-            if not self._flush() or n < PIPE_SIZE:
-                return      # a short read drained the socket: skip the EAGAIN splice
-
-    def _flush(self) -> bool:
-        while self.buffered:
-            try:
-                m = os.splice(self.pr, self.dst, self.buffered, flags=SPLICE_FLAGS)
-            except BlockingIOError:
-                self._read_off()
-                if not self.writing:
-                    self.loop.add_writer(self.dst, self._on_writable)
-                    self.writing = True
-                return False
-            except OSError:
-                self.tunnel.fail()
-                return False
-            self.buffered -= m
-        return True
-
-    def _on_writable(self):
-        if not self._flush():
-            return
-        self.loop.remove_writer(self.dst)
-        self.writing = False
-        if self.eof:
-            self._finish()
-        else:
-            self._read_on()
-
-    def _finish(self):
-        """Source said EOF and everything is through: pass the half-close on."""
-        try:
-            self.dst_sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
-        self.done = True
-        self.tunnel.check_done()
-
-    def stop(self):
-        self._read_off()
-        if self.writing:
-            self.loop.remove_writer(self.dst)
-            self.writing = False
-
-    def close(self):
-        self.stop()
-        for fd in (self.pr, self.pw):
-            if fd >= 0:
-                os.close(fd)
-        self.pr = self.pw = -1
-
-
-class Tunnel:
-    """Two pumps; ``done`` resolves once both directions ended (or one failed)."""
-
-    def __init__(self, loop, mux: Mux, client: socket.socket, upstream: socket.socket):
-        self.loop, self.mux = loop, mux
-        self.client, self.upstream = client, upstream
-        self.done = loop.create_future()
-        self.down = Pump(self, upstream, client)
-        self.up = Pump(self, client, upstream)
-        self.up_started = False
-        self.failed = False
-
-    def check_done(self):
-        if self.down.done and self.up.done and not self.done.done():
-            self.done.set_result(True)
-
-    def fail(self):
-        self.failed = True
-        self.down.stop()
-        self.up.stop()
-        for s in (self.client, self.upstream):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        if not self.done.done():
-            self.done.set_result(False)
-
-    def close(self):
-        self.down.close()
-        self.up.close()
 
 
 class Server:
@@ -536,7 +215,7 @@ class Server:
             if end >= 0 and end + 4 <= self.cfg.max_header:
                 return buf[:end], buf[end + 4 :]
             first = buf[:24].split(b" ", 1)[0]
-            if any(b not in _TOKEN_BYTES for b in first) or (b" " not in buf[:24] and len(buf) >= 24):
+            if any(b not in TOKEN_BYTES for b in first) or (b" " not in buf[:24] and len(buf) >= 24):
                 raise Refusal(400, "bad-request", "garbage instead of an HTTP request")
             if len(buf) > self.cfg.max_header:
                 raise Refusal(431, "bad-request", f"request head over {self.cfg.max_header} bytes")
@@ -783,7 +462,7 @@ class Server:
         lines = [f"{req.method} {path} HTTP/1.{req.minor}"]
         if not host_headers:
             lines.append(f"Host: {authority}")
-        lines += [f"{n}: {v}" for n, v in req.headers if n.lower() not in _HOP_BY_HOP]
+        lines += [f"{n}: {v}" for n, v in req.headers if n.lower() not in HOP_BY_HOP]
         lines.append("Connection: close")
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("ascii") + rest
         st["tunnel"] = tunnel = Tunnel(self.loop, self.mux, conn, upstream)

@@ -1,0 +1,123 @@
+"""HTTP proxy messages: parse a request head, build answers, judge a tunnel's first bytes."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from . import tls
+from .hostmatch import BadHost, canonical_host, parse_authority
+
+_REQUEST_LINE = re.compile(r"^([A-Z]{1,20}) (\S{1,8000}) HTTP/1\.([01])$")
+_HEADER = re.compile(r"^([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*([^\x00\n\r]*?)[ \t]*$")
+TOKEN_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+HOP_BY_HOP = {"connection", "proxy-connection", "keep-alive", "proxy-authorization",
+              "proxy-authenticate"}
+_PHRASES = {200: "OK", 400: "Bad Request", 403: "Forbidden", 408: "Request Timeout",
+            431: "Request Header Fields Too Large", 502: "Bad Gateway",
+            503: "Service Unavailable"}
+
+
+class Refusal(Exception):
+    """Answer the client with this status, log this decision and reason."""
+
+    def __init__(self, status: int, decision: str, reason: str, body: str | None = None):
+        super().__init__(reason)
+        self.status, self.decision, self.reason = status, decision, reason
+        self.body = body if body is not None else f"chtop egress proxy: {reason}\n"
+
+
+@dataclass
+class Request:
+    method: str
+    target: str
+    minor: str
+    headers: list
+
+
+def parse_head(head: bytes) -> Request:
+    """Request line + headers (CRLF-separated, already cut at the blank line)."""
+    try:
+        text = head.decode("ascii")
+    except UnicodeDecodeError:
+        raise Refusal(400, "bad-request", "non-ASCII bytes in the request head") from None
+    lines = text.split("\r\n")
+    m = _REQUEST_LINE.match(lines[0])
+    if not m:
+        raise Refusal(400, "bad-request", "malformed request line")
+    headers = []
+    for line in lines[1:]:
+        hm = _HEADER.match(line)
+        if not hm:
+            raise Refusal(400, "bad-request", "malformed header line")
+        headers.append((hm.group(1), hm.group(2)))
+    return Request(m.group(1), m.group(2), m.group(3), headers)
+
+
+def reply_bytes(status: int, body: str, decision: str = "") -> bytes:
+    data = body.encode("utf-8")
+    head = (f"HTTP/1.1 {status} {_PHRASES.get(status, 'Error')}\r\n"
+            f"Content-Type: text/plain; charset=utf-8\r\nContent-Length: {len(data)}\r\n"
+            f"Connection: close\r\nX-Chtop-Proxy: {decision or status}\r\n\r\n")
+    return head.encode("ascii") + data
+
+
+def blocked_body(host: str, port: int, worktree: str | None) -> str:
+    lines = [f"chtop egress proxy: blocked {host}:{port}",
+             f"{host} is not on the allowlist (sandbox/net-allow.txt).",
+             "To approve it for every worktree in this group, run on the host:",
+             f"    inv net.allow {host}"]
+    if worktree:
+        lines += ["or, for this worktree only:", f"    inv net.allow --worktree {worktree} {host}"]
+    lines += ["then retry the request (or answer the prompt of `inv net.watch`)."]
+    return "\n".join(lines) + "\n"
+
+
+_METHODS = (b"GET", b"POST", b"PUT", b"HEAD", b"DELETE", b"OPTIONS", b"PATCH", b"TRACE", b"CONNECT")
+
+
+def inspect_first(data: bytes, host: str, port: int, max_head: int = 16384) -> bool:
+    """Judge a tunnel's first client bytes: True (pass), False (need more), or Refusal.
+
+    A TLS ClientHello must name the CONNECT host in its SNI (no domain
+    fronting); a plain HTTP request's Host header must name it too (no
+    virtual-host fronting on a shared address).  Anything else passes.
+    """
+    if tls.looks_like_tls(data):
+        try:
+            sni = tls.server_name(data)
+        except tls.NeedMore:
+            return False
+        except tls.BadHello as exc:
+            raise Refusal(400, "blocked", f"malformed TLS ClientHello: {exc}") from None
+        if sni is not None:
+            try:
+                same = canonical_host(sni) == host
+            except BadHost:
+                same = False
+            if not same:
+                raise Refusal(403, "blocked", f"SNI mismatch: CONNECT {host} but TLS SNI {sni!r}")
+        return True
+    word, space, _ = data.partition(b" ")
+    if not space:
+        return not (len(data) < 8 and any(m.startswith(data) for m in _METHODS))
+    if word not in _METHODS:
+        return True
+    end = data.find(b"\r\n\r\n")
+    if end < 0:
+        if len(data) > max_head:
+            raise Refusal(400, "blocked", "HTTP head in the tunnel too large")
+        return False
+    req = parse_head(data[:end])
+    hosts = [v for n, v in req.headers if n.lower() == "host"]
+    if len(hosts) > 1:
+        raise Refusal(400, "blocked", "more than one Host header in the tunnel")
+    if hosts:
+        try:
+            same = parse_authority(hosts[0], default_port=port) == (host, port)
+        except BadHost:
+            same = False
+        if not same:
+            raise Refusal(403, "blocked",
+                          f"Host header {hosts[0]!r} in the tunnel disagrees with CONNECT {host}:{port}")
+    return True
