@@ -280,10 +280,13 @@ def test_proxy_allows_listed_domain_and_blocks_the_rest(g, tls_server):
 
 
 def test_commit_in_the_worktree_lands_on_the_host_with_host_identity(g):
-    proc = g.sbox("cd alpha && echo inside >> alpha.txt && git commit -qam 'from the sandbox' && "
+    proc = g.sbox("echo inside >> git_repositories.toml; git commit -qam nope 2>/dev/null && echo ESCAPED; "
+                  "echo inside >> README.md && git commit -qam 'container repo from the sandbox' && "
+                  "cd alpha && echo inside >> alpha.txt && git commit -qam 'from the sandbox' && "
                   "cd .. && echo change > beta/new.txt && git -C beta add new.txt && "
                   "git -C beta commit -qm 'beta from the sandbox' && echo COMMITTED")
-    assert "COMMITTED" in proc.stdout, proc.stdout + proc.stderr
+    assert "COMMITTED" in proc.stdout and "ESCAPED" not in proc.stdout, proc.stdout + proc.stderr
+    assert g.git(g.dev, "log", "-1", "--format=%s|%an") == "container repo from the sandbox|Sandbox Tester"
     log = g.git(g.dev / "alpha", "log", "-1", "--format=%s|%an|%ae|%cn")
     assert log == "from the sandbox|Sandbox Tester|sbt@example.invalid|Sandbox Tester"
     assert g.git(g.toplevel / "beta", "log", "-1", "--format=%s", "dev") == "beta from the sandbox"

@@ -50,6 +50,9 @@ def test_worktree_plan(with_dev):
         assert str(store) not in m and str(store / "config") not in m     # inside the ro toplevel
     assert m[str(top / ".git" / "worktrees" / "dev")] == "rw"
     assert m[str(g.path("claude"))] == "rw"
+    assert str(g.path("extern")) not in m                                   # absent: not mounted
+    g.path("extern").mkdir()
+    assert modes(plan_for(dev))[str(g.path("extern"))] == "ro"
     assert m[str(Path.home())] == "tmpfs"
     assert m["/usr"] == m["/etc"] == "ro"
     # never mounted: the grouping dir itself, siblings, chtop's state

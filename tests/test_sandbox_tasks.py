@@ -125,3 +125,14 @@ def test_shell_with_a_terminal(user_group):
     finally:
         child.close()
     assert child.exitstatus == 5
+
+
+def test_network_modes_host_and_open_are_warned(user_group):
+    g = user_group
+    proc = g.inv("sbox.run", "--network", "host", "--", "sh", "-c", "echo proxy=$HTTPS_PROXY")
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: --network host" in proc.stderr and "--network=host" in proc.stderr
+    url = proc.stdout.strip().removeprefix("proxy=")
+    assert url.startswith("http://127.0.0.1:") and not url.endswith(":3128")     # the proxy's TCP port
+    proc = g.inv("sbox.run", "--network", "open", "--", "sh", "-c", "echo proxy=${HTTPS_PROXY:-none}")
+    assert proc.stdout.strip() == "proxy=none" and "open egress" in proc.stderr
