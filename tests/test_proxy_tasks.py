@@ -49,3 +49,44 @@ def test_net_tasks_end_to_end(initialized, monkeypatch):
         assert r.returncode == 3 and "not running" in r.stdout
     finally:
         stop_proxy(g.grouping)
+
+
+@pytest.mark.slow
+def test_net_watch_in_a_terminal(initialized, monkeypatch):
+    """inv net.watch in a pty: a held CONNECT completes once answered 'o'."""
+    import os
+    import sys
+    import threading
+
+    import pexpect
+    from proxy_helpers import EchoServer, read_head
+
+    g = initialized
+    port = free_port()
+    monkeypatch.setenv("CHTOP_PROXY_PORT", str(port))
+    echo = EchoServer()
+    (g.toplevel / "sandbox" / "net-allow.txt").write_text("127.0.0.1 private\n")
+    try:
+        g.inv(g.toplevel, "net.start")
+        child = pexpect.spawn(sys.executable, ["-m", "invoke", "net.watch"], cwd=str(g.toplevel),
+                              env=dict(os.environ), timeout=20, encoding="utf-8")
+        child.expect("watching")
+        result = {}
+
+        def client():
+            with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+                s.sendall(f"CONNECT 127.0.0.2:{echo.port} HTTP/1.1\r\n\r\n".encode())
+                result["status"] = read_head(s)[0]
+        t = threading.Thread(target=client)
+        t.start()
+        child.expect(r"BLOCKED 127\.0\.0\.2")
+        child.expect(r"\?")
+        child.sendline("i")
+        t.join(20)
+        assert result["status"] == 403        # ignored: refused, after being held
+        child.expect("left blocked")
+        child.sendeof()
+        child.expect(pexpect.EOF)
+    finally:
+        stop_proxy(g.grouping)
+        echo.close()
