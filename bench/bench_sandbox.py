@@ -28,8 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 def build(base: Path):
     import conftest
-    from sandbox_helpers import (build_user_group, conftest_builder, ensure_test_user, ensure_user_venv,
-                                 podman_works)
+    from sandbox_helpers import build_user_group, conftest_builder, ensure_test_user, ensure_user_venv, podman_works
 
     user = ensure_test_user()
     venv = ensure_user_venv()

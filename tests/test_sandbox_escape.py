@@ -20,7 +20,6 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from sandbox_helpers import user_group_cm
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]

@@ -144,7 +144,7 @@ def test_plan_launch_argv_and_env(with_dev, monkeypatch):
     argv = plan.argv
     assert argv[:3] == ["podman", "run", "--rm"] and argv[-3:] == ["sh", "-c", "exit 7"]
     assert "--network=host" in argv and "--read-only" in argv
-    assert f"--label=chtop.worktree=dev" in argv and "--label=chtop.purpose=agent" in argv
+    assert "--label=chtop.worktree=dev" in argv and "--label=chtop.purpose=agent" in argv
     assert plan.container_name.startswith("chtop-dev-agent-")
     assert "--env=EDITOR" in argv and plan.env["EDITOR"] == "nano"
     assert "--env=ANTHROPIC_API_KEY" in argv and plan.env["ANTHROPIC_API_KEY"] == "sk-test"

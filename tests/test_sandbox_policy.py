@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from chtop_tasks.errors import PolicyError
-from chtop_tasks.sandbox.policy import (STRUCTURAL_ENV, load_policy, parse_devices, parse_env_allow,
-                                        parse_fs_allow)
+from chtop_tasks.sandbox.policy import STRUCTURAL_ENV, load_policy, parse_devices, parse_env_allow, parse_fs_allow
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from sandbox_helpers import missing, user_group_cm
 
 pytestmark = [pytest.mark.podman, pytest.mark.rootful, pytest.mark.slow]

@@ -6,10 +6,16 @@ import subprocess
 import time
 
 import pytest
-
-from sandbox_helpers import as_user, user_group  # noqa: F401
+from sandbox_helpers import as_user, user_group_cm
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def user_group(remote_template):
+    """One test-user workspace for this module."""
+    with user_group_cm(remote_template) as group:
+        yield group
 
 
 def test_run_passes_exit_status_args_and_stdio(user_group):

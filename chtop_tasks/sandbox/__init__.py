@@ -6,8 +6,18 @@ Public interface: ``Target``, ``target_for``, ``LaunchPlan``,
 docstring and the README's "Security model".
 """
 
-from .launch import (LaunchPlan, Target, exec_plan, group_dir_for, list_sandboxes, plan_launch, run_plan, shell_command, show_warnings,
-                     target_for)
+from .launch import (
+                     LaunchPlan,
+                     Target,
+                     exec_plan,
+                     group_dir_for,
+                     list_sandboxes,
+                     plan_launch,
+                     run_plan,
+                     shell_command,
+                     show_warnings,
+                     target_for,
+)
 
 __all__ = ["LaunchPlan", "Target", "exec_plan", "group_dir_for", "list_sandboxes", "plan_launch", "run_plan", "shell_command",
            "show_warnings", "target_for"]
