@@ -69,12 +69,12 @@ def test_net_watch_in_a_terminal(initialized, monkeypatch):
     try:
         g.inv(g.toplevel, "net.start")
         child = pexpect.spawn(sys.executable, ["-m", "invoke", "net.watch"], cwd=str(g.toplevel),
-                              env=dict(os.environ), timeout=20, encoding="utf-8")
+                              env=dict(os.environ), timeout=60, encoding="utf-8")
         child.expect("watching")
         result = {}
 
         def client():
-            with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+            with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
                 s.sendall(f"CONNECT 127.0.0.2:{echo.port} HTTP/1.1\r\n\r\n".encode())
                 result["status"] = read_head(s)[0]
         t = threading.Thread(target=client)
@@ -82,7 +82,7 @@ def test_net_watch_in_a_terminal(initialized, monkeypatch):
         child.expect(r"BLOCKED 127\.0\.0\.2")
         child.expect(r"\?")
         child.sendline("i")
-        t.join(20)
+        t.join(60)
         assert result["status"] == 403        # ignored: refused, after being held
         child.expect("left blocked")
         child.sendeof()

@@ -54,9 +54,20 @@ def watch(group_dir: Path, policy_dir: Path, stdin=None, stdout=None) -> int:
     except OSError:
         raise ChtopError("the proxy is not running; start it with `inv net.start`", 3) from None
     sock.sendall(b'{"cmd": "watch"}\n')
+    sbuf = b""
+    sock.settimeout(10)
+    while b"\n" not in sbuf:            # attached only once the proxy says so
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ChtopError("the proxy closed the control connection", 1)
+        sbuf += chunk
+    sock.settimeout(None)
+    line, sbuf = sbuf.split(b"\n", 1)
+    if not json.loads(line).get("ok"):
+        raise ChtopError(f"the proxy refused the watcher: {line.decode(errors='replace')}", 1)
     queue: list[dict] = []
     prompting = None
-    sbuf = ibuf = b""
+    ibuf = b""
     in_fd = stdin.fileno()
     print("watching for blocked requests (Ctrl-D to stop) ...", file=stdout, flush=True)
     try:
