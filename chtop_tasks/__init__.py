@@ -2,15 +2,17 @@
 
 The root Invoke collection, one namespace per noun.  The namespace modules
 in ``chtop_tasks.tasks`` hold only thin @task functions; the logic lives in
-the plain modules beside this file.
+the plain modules beside this file.  The collection is built on first use
+(``from chtop_tasks import namespace``), so processes that only need a plain
+module, such as the proxy daemon, do not import every task.
 """
 
-from invoke import Collection
 
-from .tasks import NAMESPACES, ROOT_TASKS
+def build_namespace():
+    from invoke import Collection
 
+    from .tasks import NAMESPACES, ROOT_TASKS
 
-def build_namespace() -> Collection:
     root = Collection()
     for module in NAMESPACES:
         root.add_collection(Collection.from_module(module))
@@ -19,4 +21,9 @@ def build_namespace() -> Collection:
     return root
 
 
-namespace = build_namespace()
+def __getattr__(name):
+    if name == "namespace":
+        value = build_namespace()
+        globals()["namespace"] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
