@@ -131,11 +131,12 @@ def test_claude_draws_its_first_screen_follows_resizes_and_exits_on_keys(group):
         # The folder-trust screen, drawn across the full 120 columns of our pty.
         child.expect("─" * 120, timeout=90)
         child.expect("trust")
-        child.expect("confirm")
+        child.expect("confirm", timeout=60)
         child.setwinsize(30, 90)          # SIGWINCH -> our runner -> podman -> claude
         child.expect("─" * 90 + "\x1b", timeout=30)
-        child.send("\x1b[B")              # down to "2. No, exit"
-        child.expect("exit")
+        child.send("\x1b[B")              # down to "2. No, exit"; wait until it is selected
+        esc = r"(?:\x1b\[[0-9;]*[mGABCD]|\s)*"
+        child.expect(f"❯{esc}(?:2\\.{esc})?No,", timeout=30)
         child.send("\r")
         child.expect(pexpect.EOF, timeout=60)
     finally:
