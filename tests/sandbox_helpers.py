@@ -145,8 +145,26 @@ class UserGroup:
         return as_user(self.user, argv, self.env, cwd or self.base, check=check)
 
 
+def free_proxy_port() -> int:
+    """A free port below the kernel's ephemeral range (the proxy's derived ports reach into
+    it, where a busy machine's outgoing connections can hold them for a moment)."""
+    import random
+    import socket
+
+    for _ in range(200):
+        port = random.randrange(12000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port for the proxy")
+
+
 def user_env(user, venv: Path, home: Path, run_dir: Path) -> dict:
     return {
+        "CHTOP_PROXY_PORT": str(free_proxy_port()),
         "HOME": str(home), "USER": user.pw_name, "LOGNAME": user.pw_name,
         "PATH": f"{venv}/bin:/usr/local/bin:/usr/bin:/bin",
         "XDG_RUNTIME_DIR": str(run_dir), "XDG_CONFIG_HOME": str(home / ".config"),

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import missing, user_group_cm
+from sandbox_helpers import free_proxy_port, missing, user_group_cm
 
 pytestmark = [pytest.mark.podman, pytest.mark.rootful, pytest.mark.slow]
 
@@ -30,7 +30,7 @@ def root_env(tmp_path, owned):
         f'[storage]\ndriver = "vfs"\ngraphroot = "{store}/graph"\nrunroot = "{store}/run"\n')
     (store / "containers.conf").write_text(f'[engine]\ntmp_dir = "{store}/tmp"\n')
     env = dict(os.environ, CONTAINERS_STORAGE_CONF=str(store / "storage.conf"),
-               CONTAINERS_CONF=str(store / "containers.conf"))
+               CONTAINERS_CONF=str(store / "containers.conf"), CHTOP_PROXY_PORT=str(free_proxy_port()))
     skel = store / "probe"
     for d in ("usr", "etc", "proc", "dev", "sys", "tmp", "run"):
         (skel / d).mkdir(parents=True)
