@@ -27,7 +27,8 @@ from .policy import Policy, check_worktree_name
 
 START_TIMEOUT = 15.0
 MAX_RUNTIME_BASE = 46
-PORT_BASE, PORT_SPAN = 20000, 20000
+# Below the kernel's ephemeral range (32768+), so an outgoing connection never holds our port.
+PORT_BASE, PORT_SPAN = 20000, 12000
 
 
 @dataclass(frozen=True)
