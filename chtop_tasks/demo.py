@@ -135,7 +135,7 @@ def edit_and_commit(checkout: Path, rel: str, old: str, new: str, message: str) 
     git(checkout, "commit", "-q", "-am", message)
 
 
-def run_demo(base: Path | None = None, venv: bool = True) -> Path:
+def run_demo(base: Path | None = None, venv: bool = True, sandbox: bool = True) -> Path:
     base = Path(base or tempfile.mkdtemp(prefix="chtop-demo-"))
     remotes, grouping = base / "remotes", base / "ch"
     remotes.mkdir(parents=True, exist_ok=True)
@@ -172,7 +172,16 @@ def run_demo(base: Path | None = None, venv: bool = True) -> Path:
     inv(dev, "git.merge-up")
     inv(dev, "git.status", check=False)
 
-    narrate("9. worktree.delete: nothing unmerged, so dev goes (its branches too)")
+    if sandbox:
+        narrate("9. The egress proxy, then a probe in dev's sandbox: what can it see and reach?")
+        inv(top, "net.start")
+        inv(dev, "sbox.run", "--", "python3", "chtop_tasks/probe.py",
+            "--host-home", str(Path.home()), "--toplevel", str(top))
+        narrate("   The proxy's log: the allowed and the blocked CONNECT (approve with inv net.allow)")
+        inv(top, "net.pending")
+        inv(top, "net.stop")
+
+    narrate("10. worktree.delete: nothing unmerged, so dev goes (its branches too)")
     inv(top, "worktree.delete", "--name", "dev")
     inv(top, "worktree.list")
 

@@ -34,7 +34,7 @@ HOST_EXECUTED = (".git", ".envrc", ".venv", ".claude", ".nox", ".direnv", ".vsco
 # chtop's own management code in the container repo: read-only unless the
 # user opts in (--allow-self-edit).
 MANAGEMENT = ("tasks.py", "noxfile.py", "chtop_tasks", "invoke.yaml", "invoke.yml", "pyproject.toml",
-              "dotfile_templates", "sandbox", "git_repositories.toml")
+              "dotfile_templates", "sandbox", "git_repositories.toml", "bootstrap", ".ci", "containers")
 STORE_RW = ("objects", "refs", "logs")
 
 
