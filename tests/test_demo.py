@@ -1,5 +1,6 @@
 """`inv demo`, the README's first command, runs end to end."""
 
+import re
 import subprocess
 import sys
 
@@ -14,11 +15,21 @@ def test_demo_runs_the_whole_workflow(tmp_path):
                           cwd=REPO_ROOT, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
-    for step in ("## 3. toplevel.init", "## 4. worktree.create", "## 7. git.rebase-down", "## 9. worktree.delete"):
+    for step in ("## 3. toplevel.init", "## 4. worktree.create", "## 7. git.rebase-down", "## 9. The egress proxy", "## 10. worktree.delete"):
         assert step in out
     assert "nothing to do" in out                                  # init is idempotent
     assert "dev/mathcore is 1 commit ahead of top/mathcore (main branch)" in out
     assert "dev/mathapp is 1 commit behind top/mathapp (main branch)" in out
+    for check, answer in [
+        (r"read this worktree \(\S+/ch/dev\)", "can"),
+        (r"read /etc/shadow", "cannot"),
+        (r"write the toplevel's \S+/tasks.py", "cannot"),
+        (r"connect to 1.1.1.1:443 directly", "cannot"),
+        (r"resolve example.com with DNS", "cannot"),
+        (r"CONNECT github.com:443 via the proxy \(not allowed\)", "HTTP/1.1 403 Forbidden"),
+    ]:
+        assert re.search(rf"^  {check}\s+{re.escape(answer)}", out, re.M), check
+    assert "github.com" in out.split("inv net.pending", 1)[1]
     top = tmp_path / "ch" / "top"
     assert not (tmp_path / "ch" / "dev").exists()
     assert "return b + a" in (top / "mathcore" / "mathcore" / "__init__.py").read_text()   # merged up
