@@ -10,12 +10,13 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
 import pexpect
 import pytest
-from sandbox_helpers import IN_CI, as_user, user_group  # noqa: F401
+from sandbox_helpers import IN_CI, as_user, stop_proxy_as, user_group  # noqa: F401
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
@@ -116,6 +117,7 @@ def group(user_group):  # noqa: F811
                      g.env, g.base, check=False)
     for ident in listed.stdout.split():
         as_user(g.user, ["podman", "rm", "-f", ident], g.env, g.base, check=False)
+    stop_proxy_as(g.home / ".config" / "chtop")   # the --dir group's proxy
     shutil.rmtree(g.home / ".config" / "chtop", ignore_errors=True)
 
 
@@ -199,7 +201,9 @@ def test_chtop_outside_any_workspace_sandboxes_the_current_directory(group):
     chown(g, project)
     chtop = ["-c", "import sys; sys.path.insert(0, sys.argv.pop(1)); from chtop_tasks.cli import main; main()",
              str(g.toplevel)]
-    env = g.env
+    with socket.socket() as probe:   # the --dir group's proxy needs its own port
+        probe.bind(("127.0.0.1", 0))
+        env = dict(g.env, CHTOP_PROXY_PORT=str(probe.getsockname()[1]))
     proc = as_user(g.user, [str(g.venv / "bin" / "python"), *chtop, "sbox.agent", "--agent", "standin",
                             "--", "in-dir"], env, project, check=False)
     assert "not inside a chtop workspace: sandboxing the current directory" in proc.stderr, proc.stderr
