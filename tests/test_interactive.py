@@ -85,7 +85,7 @@ def terminal(tmp_path, probe):
             env=env,
             cwd=str(tmp_path),
             dimensions=(30, 100),
-            timeout=15,
+            timeout=60,
             encoding="utf-8",
         )
         children.append(child)
