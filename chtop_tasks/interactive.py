@@ -109,8 +109,11 @@ def _run_pty(argv, env, cwd, fd) -> int:
         raise CommandFailed(f"{argv[0]}: cannot start ({exc})") from exc
 
     def on_winch(signum, frame):
-        if child.isalive():
+        # No isalive() here: reaping from a signal handler races interact()'s own waitpid.
+        try:
             child.setwinsize(*terminal_size(fd))
+        except OSError:
+            pass
 
     old_winch = signal.signal(signal.SIGWINCH, on_winch)
     try:
