@@ -116,15 +116,19 @@ def _run_pty(argv, env, cwd, fd) -> int:
             pass
 
     old_winch = signal.signal(signal.SIGWINCH, on_winch)
+    relayed = False
     try:
         # A resize between spawn and here would otherwise be lost.
         child.setwinsize(*terminal_size(fd))
         try:
             child.interact(escape_character=None)
-        except OSError:  # the pty went away under us: the child is gone
+        except OSError:  # our terminal went away: nothing can reach the child any more
             pass
+        relayed = True
     finally:
         signal.signal(signal.SIGWINCH, old_winch)
+        if not relayed and child.isalive():  # interrupted before the session ran: never orphan it
+            child.terminate(force=True)
     _drain(child)
     if child.isalive():
         child.wait()
