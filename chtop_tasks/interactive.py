@@ -123,7 +123,8 @@ def _run_pty(argv, env, cwd, fd) -> int:
         try:
             child.interact(escape_character=None)
         except OSError:  # our terminal went away: nothing can reach the child any more
-            pass
+            if child.isalive():
+                child.terminate(force=True)
         relayed = True
     finally:
         signal.signal(signal.SIGWINCH, old_winch)
