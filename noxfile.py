@@ -1,6 +1,5 @@
 """nox sessions: tests and lint by default; per-worktree venvs and the GPU check on demand."""
 
-import shutil
 import sys
 from pathlib import Path
 

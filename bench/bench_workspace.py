@@ -78,10 +78,10 @@ def bench_create(top: Path, rounds: int) -> tuple[float, float]:
     ws = find_workspace(top)
     bare, chtop = [], []
     for i in range(rounds):
-        bare.append(timed(lambda: bare_adds(top, f"b{i}")))
+        bare.append(timed(lambda i=i: bare_adds(top, f"b{i}")))
         remove_all(top, f"b{i}")
         with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-            chtop.append(timed(lambda: create_worktree(ws, f"c{i}")))
+            chtop.append(timed(lambda i=i: create_worktree(ws, f"c{i}")))
             delete_worktree(ws, f"c{i}", cwd=top)
     return statistics.median(bare), statistics.median(chtop)
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from . import runner
 from .errors import Refused
 from .gitops import head_branch

@@ -13,7 +13,13 @@ from pathlib import Path
 from . import runner
 from .errors import ChtopError, CommandFailed, Refused, UsageError
 from .gitops import (
-    ahead_behind, dirty_paths, display_name, fan_out, git, head_branch, integration_branch,
+    ahead_behind,
+    dirty_paths,
+    display_name,
+    fan_out,
+    git,
+    head_branch,
+    integration_branch,
 )
 from .manifest import check_plain_dir_name
 from .render import refresh_workspace_files
@@ -265,5 +271,5 @@ def list_worktrees(ws: Workspace) -> list[str]:
             lines.append(f"{root.name}: {exc}")
             continue
         lines.append(f"{root.name}  ({root})")
-        lines.extend(fan_out(lambda c: describe_checkout(wt, c), wt.checkouts()))
+        lines.extend(fan_out(lambda c, wt=wt: describe_checkout(wt, c), wt.checkouts()))
     return lines or [f"no feature worktrees in {ws.grouping} (make one: inv worktree.create --name NAME)"]

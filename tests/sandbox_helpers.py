@@ -15,6 +15,7 @@ import hashlib
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -250,9 +251,19 @@ def user_group_cm(remote_template, extra_worktrees=(), prepare=None):
             yield group
         finally:
             stop_proxy_as(base)
+            end_pause_process(base / "run")
             shutil.rmtree(base, ignore_errors=True)
 
     return cm()
+
+
+def end_pause_process(run_dir: Path) -> None:
+    """Rootless podman leaves a pause process per runtime dir; end the one of ``run_dir``."""
+    pid_file = run_dir / "libpod" / "tmp" / "pause.pid"
+    try:
+        os.kill(int(pid_file.read_text().strip()), signal.SIGTERM)
+    except (OSError, ValueError):
+        pass
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ Runs as the unprivileged test user with rootless podman (sandbox_helpers).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import socket
@@ -94,17 +93,6 @@ def spawn_inv(g, *args, dimensions=(40, 120)):
             str(g.venv / "bin" / "python"), "-m", "invoke", *args]
     return pexpect.spawn("runuser", argv, cwd=str(g.dev), dimensions=dimensions, timeout=60,
                          encoding="utf-8", codec_errors="replace")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def no_pause_process_left(user_group):  # noqa: F811
-    """Rootless podman leaves a pause process per runtime dir; end ours."""
-    yield
-    pid_file = Path(user_group.env["XDG_RUNTIME_DIR"]) / "libpod" / "tmp" / "pause.pid"
-    try:
-        os.kill(int(pid_file.read_text().strip()), signal.SIGTERM)
-    except (OSError, ValueError):
-        pass
 
 
 @pytest.fixture

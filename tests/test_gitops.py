@@ -1,6 +1,5 @@
 """git.status / diff / rebase-down / merge-up across real repos."""
 
-import pytest
 
 from conftest import git
 

@@ -4,12 +4,12 @@ import os
 import subprocess
 
 import pytest
+from conftest import git, require_tool
 
 from chtop_tasks.errors import CommandFailed, Refused, UsageError
 from chtop_tasks.toplevel import init_toplevel
 from chtop_tasks.workspace import find_workspace
-from chtop_tasks.worktrees import create_worktree, delete_worktree, list_worktrees
-from conftest import git, require_tool
+from chtop_tasks.worktrees import create_worktree, delete_worktree
 
 
 def branches(path):
@@ -193,8 +193,8 @@ def test_list_shows_branches_ahead_behind_and_dirty(with_dev):
     (g.path("dev", "beta", "beta.txt")).write_text("dirty\n")
     out = g.inv(g.toplevel, "worktree.list").stdout
     assert "dev  (" in out
-    assert any(l.split()[:5] == ["alpha", "dev", "+1/-0", "vs", "main"] and l.endswith("clean") for l in out.splitlines())
-    assert any(l.split()[:5] == ["beta", "dev", "+0/-1", "vs", "kms"] and l.endswith("dirty") for l in out.splitlines())
+    assert any(ln.split()[:5] == ["alpha", "dev", "+1/-0", "vs", "main"] and ln.endswith("clean") for ln in out.splitlines())
+    assert any(ln.split()[:5] == ["beta", "dev", "+0/-1", "vs", "kms"] and ln.endswith("dirty") for ln in out.splitlines())
 
 
 def test_inv_list_works_from_worktree_and_subrepo(with_dev):
