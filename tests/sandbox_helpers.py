@@ -261,7 +261,7 @@ def end_pause_process(run_dir: Path) -> None:
     """Rootless podman leaves a pause process per runtime dir; end the one of ``run_dir``."""
     pid_file = run_dir / "libpod" / "tmp" / "pause.pid"
     try:
-        os.kill(int(pid_file.read_text().strip()), signal.SIGTERM)
+        os.kill(int(pid_file.read_text().strip()), signal.SIGKILL)   # it ignores SIGTERM
     except (OSError, ValueError):
         pass
 
