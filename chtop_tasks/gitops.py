@@ -47,6 +47,11 @@ def toplevel_branch(ws: Workspace) -> str:
     return head[len("ref: refs/heads/"):]
 
 
+def main_checkout_dir(ws: Workspace, checkout: Checkout) -> Path:
+    """Where ``checkout``'s repo has its integration branch checked out: in the toplevel."""
+    return ws.toplevel / checkout.name if checkout.name else ws.toplevel
+
+
 def integration_branch(ws: Workspace, checkout: Checkout) -> str:
     return ws.manifest.get(checkout.name).branch if checkout.name else toplevel_branch(ws)
 
@@ -149,7 +154,7 @@ def describe_relation(ws: Workspace, rel: Relation) -> str | None:
     if rel.ahead == 0 and rel.behind == 0:
         return None
     here = display_name(ws, rel.checkout.path)
-    top = display_name(ws, ws.toplevel / rel.checkout.name) if rel.checkout.name else display_name(ws, ws.toplevel)
+    top = display_name(ws, main_checkout_dir(ws, rel.checkout))
     parts = []
     if rel.ahead:
         parts.append(f"{rel.ahead} commit{'s' if rel.ahead != 1 else ''} ahead of")
@@ -281,13 +286,16 @@ def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False) ->
     steps = plan_rebase_down(ws, rels, rebase_args)
     say(f"rebase-down in {ws.root}:")
     print_plan(ws, rels, steps, "rebase")
-    if dry_run or not steps:
-        return 0
-    for step in steps:
-        result = runner.run(step.argv, cwd=step.cwd, check=False, capture=False)
-        if not result.ok:
-            raise ChtopError(conflict_instructions(ws, step))
+    if not dry_run:
+        run_steps(steps, lambda step: ChtopError(conflict_instructions(ws, step)))
     return 0
+
+
+def run_steps(steps: list[Step], failure) -> None:
+    """Run the planned commands one repo at a time; stop at the first failure."""
+    for step in steps:
+        if not runner.run(step.argv, cwd=step.cwd, check=False, capture=False).ok:
+            raise failure(step)
 
 
 def conflict_instructions(ws: Workspace, step: Step) -> str:
@@ -304,7 +312,7 @@ def conflict_instructions(ws: Workspace, step: Step) -> str:
 
 def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool) -> list[str]:
     problems = preflight_problems(ws, rel)
-    main_dir = ws.toplevel / rel.checkout.name if rel.checkout.name else ws.toplevel
+    main_dir = main_checkout_dir(ws, rel.checkout)
     main_branch = head_branch(main_dir)
     if rel.ahead and main_branch != rel.integration:
         problems.append(
@@ -325,7 +333,7 @@ def plan_merge_up(ws: Workspace, rels: list[Relation], no_ff: bool) -> list[Step
     for rel in rels:
         if rel.ahead == 0:
             continue
-        main_dir = ws.toplevel / rel.checkout.name if rel.checkout.name else ws.toplevel
+        main_dir = main_checkout_dir(ws, rel.checkout)
         steps.append(Step(rel.checkout, main_dir, ["git", "merge", *mode, rel.branch],
                           f"{rel.ahead} commit(s) to land on {rel.integration}"))
     return steps
@@ -340,13 +348,8 @@ def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False) -> int:
     steps = plan_merge_up(ws, rels, no_ff)
     say(f"merge-up from {ws.root}:")
     print_plan(ws, rels, steps, "land")
-    if dry_run or not steps:
-        return 0
-    for step in steps:
-        result = runner.run(step.argv, cwd=step.cwd, check=False, capture=False)
-        if not result.ok:
-            raise CommandFailed(
-                f"merge into {display_name(ws, step.cwd)} failed (see git's message above); "
-                "repos already merged stay merged. Run `inv git.rebase-down` in the worktree and retry."
-            )
+    if not dry_run:
+        run_steps(steps, lambda step: CommandFailed(
+            f"merge into {display_name(ws, step.cwd)} failed (see git's message above); "
+            "repos already merged stay merged. Run `inv git.rebase-down` in the worktree and retry."))
     return 0

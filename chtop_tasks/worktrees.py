@@ -20,6 +20,7 @@ from .gitops import (
     git,
     head_branch,
     integration_branch,
+    main_checkout_dir,
 )
 from .manifest import check_plain_dir_name
 from .render import refresh_workspace_files
@@ -225,7 +226,7 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
     kept = []
     top = ws.for_root(ws.toplevel)
     for checkout in reversed(wt.checkouts()):
-        main_dir = top.toplevel / checkout.name if checkout.name else top.toplevel
+        main_dir = main_checkout_dir(top, checkout)
         branch = head_branch(checkout.path) if checkout.path.exists() else name
         if checkout.path.exists():
             runner.run(["git", "worktree", "remove", "--force", str(checkout.path)], cwd=main_dir)
