@@ -20,18 +20,19 @@ from .term import bold, say
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
+
+def pyproject(name: str) -> str:
+    return (
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
+        f'[project]\nname = "{name}"\nversion = "0.1.0"\n'
+    )
+
+
 SAMPLES = {
     "mathcore": {
         "branch": "main",
         "files": {
-            "pyproject.toml": """\
-                [build-system]
-                requires = ["setuptools>=61"]
-                build-backend = "setuptools.build_meta"
-                [project]
-                name = "mathcore"
-                version = "0.1.0"
-                """,
+            "pyproject.toml": pyproject("mathcore"),
             "mathcore/__init__.py": """\
                 def add(a, b):
                     return a + b
@@ -41,14 +42,7 @@ SAMPLES = {
     "mathapp": {
         "branch": "main",
         "files": {
-            "pyproject.toml": """\
-                [build-system]
-                requires = ["setuptools>=61"]
-                build-backend = "setuptools.build_meta"
-                [project]
-                name = "mathapp"
-                version = "0.1.0"
-                """,
+            "pyproject.toml": pyproject("mathapp"),
             "mathapp/__init__.py": """\
                 from mathcore import add
 
