@@ -15,7 +15,7 @@ nox.options.default_venv_backend = "uv|virtualenv"
 @nox.session
 def tests(session):
     """The whole test suite (pytest -n auto); extra args pass to pytest."""
-    session.install("-e", ".[test]")
+    session.install("-e", ".[test]", "pip")   # tests drive pip as a real client; uv venvs lack it
     args = session.posargs or ["-n", "auto"]
     session.run("pytest", *args)
 

@@ -236,12 +236,16 @@ def read_all(s: socket.socket) -> bytes:
     return buf
 
 
-def raw_request(p, data: bytes, timeout: float = 10.0) -> tuple[int, bytes]:
-    """Send raw bytes; return (status, rest of the answer until close)."""
+def raw_request(p, data: bytes, timeout: float = 10.0, to_close: bool = False) -> tuple[int, bytes]:
+    """Send raw bytes; return (status, rest of the answer until close).
+
+    A 200 to a CONNECT leaves the tunnel open, so its rest is read only with
+    ``to_close`` (a plain-HTTP answer, which the proxy closes after).
+    """
     with connect_proxy(p, timeout) as s:
         s.sendall(data)
         status, rest = read_head(s)
-        if status != 200:
+        if status != 200 or to_close:
             rest += read_all(s)
         return status, rest
 

@@ -215,7 +215,7 @@ def test_plain_http_and_host_header(proxy, certs, tmp_path):
         proxy.start()
         host = f"plain.example.test:{server.port}"
         status, body = raw_request(proxy, f"GET http://{host}/f.txt HTTP/1.1\r\nHost: {host}\r\n"
-                                          "Proxy-Connection: keep-alive\r\n\r\n".encode())
+                                          "Proxy-Connection: keep-alive\r\n\r\n".encode(), to_close=True)
         assert status == 200 and body.endswith(b"plain body")
         status, _ = raw_request(proxy, f"GET http://{host}/f.txt HTTP/1.1\r\n"
                                        f"Host: other.example.test:{server.port}\r\n\r\n".encode())
