@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import jinja2
-
 TEMPLATE_DIR = "dotfile_templates"
 SUFFIX = ".j2"
 EXCLUDE_BEGIN = "# >>> chtop: managed, do not edit this block >>>"
@@ -25,6 +23,8 @@ def template_files(template_root: Path) -> list[Path]:
 
 
 def render_text(template_path: Path, context: dict) -> str:
+    import jinja2   # here, not at the top: every `inv` start would pay for it
+
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
     return env.from_string(template_path.read_text()).render(**context)
 
