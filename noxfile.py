@@ -15,7 +15,9 @@ nox.options.default_venv_backend = "uv|virtualenv"
 @nox.session
 def tests(session):
     """The whole test suite (pytest -n auto); extra args pass to pytest."""
-    session.install("-e", ".[test]", "pip")   # tests drive pip as a real client; uv venvs lack it
+    # pip and setuptools: tests drive pip as a real client and build sample
+    # packages without isolation; venvs made by uv have neither.
+    session.install("-e", ".[test]", "pip", "setuptools>=70.1", "wheel")
     args = session.posargs or ["-n", "auto"]
     session.run("pytest", *args)
 
