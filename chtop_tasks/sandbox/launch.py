@@ -96,7 +96,7 @@ def target_for(cwd: Path, dir: Path | None = None) -> Target:  # noqa: A002 - th
         raise WorkspaceError(
             f"{ws.root} is the toplevel: the sandbox runs only in a feature worktree "
             "(the toplevel is not containerized; the management commands run there).\n"
-            "Make one and run from it:  inv worktree.create NAME && cd ../NAME"
+            "Make one and run from it:  inv worktree.create --name NAME && cd ../NAME"
         )
     return Target("worktree", ws.root, ws, ws.policy_dir, ws.grouping, ws.claude_dir)
 
