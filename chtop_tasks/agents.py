@@ -219,13 +219,15 @@ def launch(agent_name: str, args: list[str], cwd: Path, *, dir: Path | None = No
         Path(env[agent.config_env]).mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
     interactive = os.isatty(fd)
-    plan = plan_launch(target, agent.argv(args), interactive=interactive, extra_env=env,
-                       purpose=agent.name, network=network, allow_self_edit=allow_self_edit, cwd=cwd)
+    image_args = {}
     if image:
-        from .image import ensure_image, storage_warning, use_image
+        from .image import ensure_image, image_trees, storage_warning
 
-        plan = use_image(plan, ensure_image())
+        image_args = {"image": ensure_image(), "image_trees": image_trees()}
         notes += [w for w in [storage_warning()] if w]
+    plan = plan_launch(target, agent.argv(args), interactive=interactive, extra_env=env,
+                       purpose=agent.name, network=network, allow_self_edit=allow_self_edit, cwd=cwd,
+                       **image_args)
     for line in ([note] if note else []) + notes:
         print(f"chtop: {line}", file=sys.stderr, flush=True)
     show_warnings(plan)

@@ -20,7 +20,7 @@ import hashlib
 import os
 import subprocess
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import CommandFailed, PolicyError, UsageError
@@ -193,25 +193,10 @@ def ensure_image(context: Path | None = None, tag: str = IMAGE, *, force: bool =
     return tag
 
 
-def use_image(plan, image: str, context: Path | None = None):
-    """Run ``plan``'s container from ``image`` instead of the host-overlay skeleton.
-
-    A hook on the finished plan until plan_launch takes an ``image``
-    parameter: ``--rootfs SKELETON`` becomes ``IMAGE`` (with the skeleton's
-    /.chtop entry files mounted read-only), and the host binds of the trees
-    the image holds its own copy of (host-paths.txt ``copy`` lines: /usr,
-    /etc) are dropped.  Every other mount, the network and the env stay.
-    """
-    argv = list(plan.argv)
-    if "--rootfs" not in argv:
-        raise UsageError("this launch plan has no --rootfs to replace with an image")
-    at = argv.index("--rootfs")
-    skeleton = argv[at + 1]
-    argv[at:at + 2] = [f"--volume={skeleton}/.chtop:/.chtop:ro", image]
-    copied = read_host_paths(CONTAINERS_DIR if context is None else context).copy
-    dropped = {f"--volume={p}:{p}:ro" for p in copied}
-    argv = [arg for arg in argv if arg not in dropped]
-    return replace(plan, argv=argv)
+def image_trees(context: Path | None = None) -> tuple[Path, ...]:
+    """The host trees the image holds its own copy of (host-paths.txt ``copy``
+    lines: /usr, /etc): a launch from the image does not bind them from the host."""
+    return tuple(read_host_paths(CONTAINERS_DIR if context is None else context).copy)
 
 
 def storage_warning(podman: str = "podman") -> str | None:

@@ -23,7 +23,7 @@ def template_files(template_root: Path) -> list[Path]:
 
 
 def render_text(template_path: Path, context: dict) -> str:
-    import jinja2   # here, not at the top: every `inv` start would pay for it
+    import jinja2  # here, not at the top: every `inv` start would pay for it
 
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
     return env.from_string(template_path.read_text()).render(**context)

@@ -68,19 +68,27 @@ def test_hash_follows_copied_trees(context, tmp_path):
     assert image.input_hash(context) != before
 
 
-def test_use_image_swaps_the_skeleton_for_the_image():
-    from chtop_tasks.sandbox import LaunchPlan
+def test_an_image_launch_takes_the_image_as_root_and_binds_no_copied_tree(with_dev):
+    from chtop_tasks.sandbox import launch, podman
+    from chtop_tasks.sandbox.mounts import plan_mounts
+    from chtop_tasks.sandbox.policy import load_policy
 
-    argv = ["podman", "run", "--rm", "--volume=/usr:/usr:ro", "--volume=/etc:/etc:ro",
-            "--volume=/usr/local/x:/usr/local/x:ro", "--volume=/g/dev:/g/dev:rw", "--env=A",
-            "--workdir=/g/dev", "--rootfs", "/s/kel", "/bin/sh", "/.chtop/entry.sh", "", "3128", "claude"]
-    plan = image.use_image(LaunchPlan(argv, "n", {"A": "1"}, []), "localhost/chtop-sandbox:latest",
-                           REPO / "containers")
-    assert plan.argv == ["podman", "run", "--rm", "--volume=/usr/local/x:/usr/local/x:ro",
-                         "--volume=/g/dev:/g/dev:rw", "--env=A", "--workdir=/g/dev",
-                         "--volume=/s/kel/.chtop:/.chtop:ro", "localhost/chtop-sandbox:latest",
-                         "/bin/sh", "/.chtop/entry.sh", "", "3128", "claude"]
-    assert plan.env == {"A": "1"}
+    target = launch.target_for(with_dev.path("dev"))
+    policy = load_policy(target.policy_dir, launch._home(), target.workspace.grouping)
+    trees = image.image_trees(REPO / "containers")
+    assert set(trees) == {Path("/usr"), Path("/etc")}
+    mounts = plan_mounts(launch._mount_context(target, None, False, trees), policy.fs).mounts()
+    assert not {Path("/usr"), Path("/etc")} & {m.dst for m in mounts}
+    assert {Path("/usr"), Path("/etc")} <= {m.dst for m in plan_mounts(launch._mount_context(target, None, False),
+                                                                      policy.fs).mounts()}
+    argv = podman.build_argv(name="n", labels={}, mounts=mounts, skeleton=Path("/s/kel"), workdir=target.root,
+                             env_values={}, env_names=[], devices=[], network="proxy", proxy_socket=None,
+                             interactive=False, identity=podman.identity_for(target.root), hostname="h",
+                             command=["claude"], image="localhost/chtop-sandbox:latest")
+    assert "--rootfs" not in argv
+    at = argv.index("localhost/chtop-sandbox:latest")
+    assert argv[at - 1] == "--volume=/s/kel/.chtop:/.chtop:ro" and argv[at + 1:at + 3] == ["/bin/sh", "/.chtop/entry.sh"]
+    assert argv[-1] == "claude"
 
 
 def test_bad_host_paths_line(context):

@@ -130,7 +130,8 @@ def _git_identity(root: Path, host_env: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def _mount_context(target: Target, proxy_dir: Path | None, self_edit: bool) -> MountContext:
+def _mount_context(target: Target, proxy_dir: Path | None, self_edit: bool,
+                   image_trees: tuple[Path, ...] = ()) -> MountContext:
     home = _home()
     target.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)   # exists before it is masked
     if target.kind == "worktree":
@@ -142,20 +143,26 @@ def _mount_context(target: Target, proxy_dir: Path | None, self_edit: bool) -> M
         return MountContext(
             "worktree", target.root, target.config_dir, home, grouping=ws.grouping, toplevel=ws.toplevel,
             repo_names=tuple(ws.manifest.names), stores=tuple(stores), extern=ws.grouping / "extern",
-            guarded=(ws.grouping,), state_dirs=(ws.state_dir,), proxy_dir=proxy_dir, self_edit=self_edit)
+            guarded=(ws.grouping,), state_dirs=(ws.state_dir,), proxy_dir=proxy_dir, self_edit=self_edit,
+            image_trees=image_trees)
     return MountContext("dir", target.root, target.config_dir, home, guarded=(target.group_dir,),
-                        state_dirs=(target.state_dir,), proxy_dir=proxy_dir, self_edit=self_edit)
+                        state_dirs=(target.state_dir,), proxy_dir=proxy_dir, self_edit=self_edit,
+                        image_trees=image_trees)
 
 
 def plan_launch(target: Target, command: list[str], *, interactive: bool,
                 extra_env: dict[str, str] | None = None, purpose: str = "run",
                 network: str = "proxy", allow_self_edit: bool = False,
-                cwd: Path | None = None) -> LaunchPlan:
+                cwd: Path | None = None, image: str | None = None,
+                image_trees: tuple[Path, ...] = ()) -> LaunchPlan:
     """The full ``podman run`` for ``command`` in ``target``'s sandbox.
 
     Reads the policy (PolicyError if broken), checks the git layout
     (WorkspaceError if tampered), ensures the proxy (ChtopError if it cannot
     start: no launch), builds the skeleton root.  Nothing is run yet.
+    With ``image``, that local image is the root instead of the host
+    overlay, and ``image_trees`` (its own copies of /usr, /etc) are not
+    bound from the host.
     """
     if network not in NETWORKS:
         raise UsageError(f"network must be one of {', '.join(NETWORKS)}, not {network!r}")
@@ -201,7 +208,8 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
         raise ChtopError("socat is not installed on the host (/usr/bin/socat); the proxy relay inside the "
                          "sandbox needs it.  Install it: apt-get install socat")
 
-    ctx = _mount_context(target, proxy_socket.parent if proxy_socket else None, allow_self_edit)
+    ctx = _mount_context(target, proxy_socket.parent if proxy_socket else None, allow_self_edit,
+                         tuple(Path(p) for p in image_trees) if image else ())
     plan = plan_mounts(ctx, policy.fs)
     warnings += plan.warnings
     mounts = plan.mounts()
@@ -259,7 +267,7 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
         name=name, labels=labels, mounts=mounts, skeleton=skeleton, workdir=workdir, env_values=env_values,
         env_names=sorted(named), devices=policy.devices, network=network, proxy_socket=proxy_socket,
         interactive=interactive, identity=identity, hostname=f"sbox-{_slug(target.name)}"[:63],
-        command=command)
+        command=command, image=image)
     return LaunchPlan(argv, name, podman_env, warnings)
 
 

@@ -240,13 +240,16 @@ class MountContext:
     state_dirs: tuple[Path, ...] = ()    # never mounted
     proxy_dir: Path | None = None
     self_edit: bool = False
+    image_trees: tuple[Path, ...] = ()   # trees a local image has its own copy of (not bound from the host)
 
 
 def plan_mounts(ctx: MountContext, fs_rules) -> MountPlan:
     """The whole mount plan for one launch (see the module docstring)."""
     plan = MountPlan()
-    plan.add("/usr", "/usr", "ro", "host toolchain (the container's /usr)")
-    plan.add("/etc", "/etc", "ro", "host /etc")
+    if Path("/usr") not in ctx.image_trees:
+        plan.add("/usr", "/usr", "ro", "host toolchain (the container's /usr)")
+    if Path("/etc") not in ctx.image_trees:
+        plan.add("/etc", "/etc", "ro", "host /etc")
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         top = Path("/") / name
         if top.is_dir() and not top.is_symlink():

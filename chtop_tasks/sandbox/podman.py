@@ -128,7 +128,7 @@ def mount_args(mounts: list[Mount]) -> list[str]:
 def build_argv(*, name: str, labels: dict[str, str], mounts: list[Mount], skeleton: Path, workdir: Path,
                env_values: dict[str, str], env_names: list[str], devices: list[Path], network: str,
                proxy_socket: Path | None, interactive: bool, identity: Identity, hostname: str,
-               command: list[str]) -> list[str]:
+               command: list[str], image: str | None = None) -> list[str]:
     argv = ["podman", "run", "--rm", f"--name={name}", f"--hostname={hostname}"]
     for key, value in labels.items():
         argv.append(f"--label={key}={value}")
@@ -150,7 +150,11 @@ def build_argv(*, name: str, labels: dict[str, str], mounts: list[Mount], skelet
         argv.append(f"--env={key}={value}")
     for key in env_names:          # values come from podman's own env (never echoed)
         argv.append(f"--env={key}")
-    argv += [f"--workdir={workdir}", "--rootfs", str(skeleton)]
+    argv.append(f"--workdir={workdir}")
+    if image:       # a local image is the root; the skeleton lends it only the entry files
+        argv += [f"--volume={skeleton}{ENTRY_DIR}:{ENTRY_DIR}:ro", image]
+    else:
+        argv += ["--rootfs", str(skeleton)]
     argv += ["/bin/sh", ENTRY, str(proxy_socket or ""), str(RELAY_PORT)]
     argv += list(command)
     return argv
