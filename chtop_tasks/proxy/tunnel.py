@@ -8,6 +8,10 @@ import select
 import socket
 
 PIPE_SIZE = 1024 * 1024
+# A read shorter than this drained the socket (small messages): skip the
+# splice that would only say EAGAIN.  Longer ones are bulk: read on while
+# data keeps coming, rather than a trip through the event loop per chunk.
+BULK_READ = 64 * 1024
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 SPLICE_FLAGS = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
 
@@ -132,8 +136,8 @@ class Pump:
                 return
             self.buffered += n
             self.bytes += n
-            if not self._flush() or n < PIPE_SIZE:
-                return      # a short read drained the socket: skip the EAGAIN splice
+            if not self._flush() or n < BULK_READ:
+                return
 
     def _flush(self) -> bool:
         while self.buffered:
