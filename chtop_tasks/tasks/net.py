@@ -1,96 +1,69 @@
 """net.*: the per-group egress proxy and its allow/deny lists."""
 
 import os
-import sys
 
-from invoke import Exit, task
+from invoke import task
 
-from ..errors import ChtopError
+from ..argv import remainder_args
 from ..proxy import commands, control
 from ..proxy import watch as watching
-
-
-def _fail(exc: ChtopError):
-    raise Exit(str(exc), exc.exit_code)
+from ..term import say
+from .common import reports_errors
 
 
 @task
+@reports_errors
 def start(c):
     """Start the group's egress proxy (no-op when it runs); print its URL."""
-    try:
-        group, policy = commands.locate()
-        print(control.ensure_proxy(group, policy).url)
-    except ChtopError as exc:
-        _fail(exc)
+    group, policy = commands.locate()
+    say(control.ensure_proxy(group, policy).url)
 
 
 @task
+@reports_errors
 def stop(c):
     """Stop the group's egress proxy (running sandboxes lose the network)."""
-    try:
-        group, _ = commands.locate()
-    except ChtopError as exc:
-        _fail(exc)
-    pid = control.stop_proxy(group)
-    print(f"stopped proxy pid {pid}" if pid else "proxy was not running")
+    pid = control.stop_proxy(commands.locate()[0])
+    say(f"stopped proxy pid {pid}" if pid else "proxy was not running")
 
 
 @task
+@reports_errors
 def status(c):
     """Show pid, URL, socket, list sizes and request counts (exit 3 when stopped)."""
-    try:
-        text, running = commands.format_status(commands.locate()[0])
-    except ChtopError as exc:
-        _fail(exc)
-    print(text)
-    if not running:
-        raise Exit(code=3)
+    text, running = commands.format_status(commands.locate()[0])
+    say(text)
+    return 0 if running else 3
 
 
 @task
+@reports_errors
 def url(c):
     """Print the proxy URL (http://127.0.0.1:PORT), stable across restarts."""
-    try:
-        group, _ = commands.locate()
-        running = control.proxy_status(group)
-        print(running.url if running else f"http://127.0.0.1:{control.proxy_port(group)}")
-    except ChtopError as exc:
-        _fail(exc)
+    group, _ = commands.locate()
+    running = control.proxy_status(group)
+    say(running.url if running else f"http://127.0.0.1:{control.proxy_port(group)}")
 
 
 @task(help={"follow": "keep printing new lines as they come (Ctrl-C to stop)",
             "lines": "how many of the last lines to show (default 40)"})
+@reports_errors
 def log(c, follow=False, lines=40):
     """Show the proxy's human log (--follow to tail it)."""
-    try:
-        path = commands.log_path(commands.locate()[0])
-    except ChtopError as exc:
-        _fail(exc)
+    path = commands.log_path(commands.locate()[0])
     if not path.exists():
-        raise Exit(f"no log yet at {path}", 1)
-    argv = ["tail", "-n", str(int(lines))] + (["-F"] if follow else []) + [str(path)]
-    os.execvp("tail", argv)
-
-
-def _remainder():
-    try:
-        from ..argv import remainder_args
-    except ImportError:  # the lead's helper not there yet
-        argv = sys.argv
-        return argv[argv.index("--") + 1:] if "--" in argv else []
-    return remainder_args()
+        say(f"no log yet at {path}")
+        return 1
+    os.execvp("tail", ["tail", "-n", str(int(lines))] + (["-F"] if follow else []) + [str(path)])
 
 
 def _add(kind, domain, worktree, private):
-    specs = ([domain] if domain else []) + _remainder()
+    specs = ([domain] if domain else []) + remainder_args()
     if private:
         specs = [s + " private" for s in specs]
-    try:
-        _, policy = commands.locate()
-        for line in commands.add_entries(policy, specs, kind, worktree or None):
-            print(line)
-    except ChtopError as exc:
-        _fail(exc)
+    _, policy = commands.locate()
+    for line in commands.add_entries(policy, specs, kind, worktree or None):
+        say(line)
 
 
 _LIST_HELP = {
@@ -101,31 +74,29 @@ _LIST_HELP = {
 
 @task(positional=["domain"], help=dict(_LIST_HELP, private=(
     "the domain may resolve to loopback/private/link-local addresses (intended)")))
+@reports_errors
 def allow(c, domain=None, worktree="", private=False):
     """Allow DOMAIN (more after --) for every worktree, or --worktree NAME only."""
     _add("allow", domain, worktree, private)
 
 
 @task(positional=["domain"], help=dict(_LIST_HELP, private="(ignored for deny)"))
+@reports_errors
 def deny(c, domain=None, worktree="", private=False):
     """Deny DOMAIN (more after --) for good; deny wins, never prompted again."""
     _add("deny", domain, worktree, False)
 
 
 @task
+@reports_errors
 def pending(c):
     """List blocked domains not yet allowed or denied, newest first."""
-    try:
-        print(commands.format_pending(*commands.locate()))
-    except ChtopError as exc:
-        _fail(exc)
+    say(commands.format_pending(*commands.locate()))
 
 
 @task
+@reports_errors
 def watch(c):
     """Prompt for each blocked domain and hold the request until you answer."""
-    try:
-        group, policy = commands.locate()
-        raise Exit(code=watching.watch(group, policy))
-    except ChtopError as exc:
-        _fail(exc)
+    group, policy = commands.locate()
+    return watching.watch(group, policy)
