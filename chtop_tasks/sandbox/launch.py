@@ -164,6 +164,43 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
     overlay, and ``image_trees`` (its own copies of /usr, /etc) are not
     bound from the host.
     """
+    extra_env = _checked_launch_args(command, purpose, network, extra_env)
+    host_env = dict(os.environ)
+    if target.kind == "worktree":
+        verify_git_dirs(target.workspace)
+    policy = load_policy(target.policy_dir, _home(), target.workspace.grouping if target.workspace else None)
+    warnings = list(policy.warnings)
+    proxy_socket, proxy_url = _proxy_for(target, network, warnings)
+    if allow_self_edit:
+        warnings.append("--allow-self-edit: chtop's own code in this worktree (tasks.py, chtop_tasks/, "
+                        "sandbox/, ...) is WRITABLE by the agent, and you run it on the host with inv/nox. "
+                        "Review every change before running it.")
+
+    ctx = _mount_context(target, proxy_socket.parent if proxy_socket else None, allow_self_edit,
+                         tuple(Path(p) for p in image_trees) if image else ())
+    mount_plan = plan_mounts(ctx, policy.fs)
+    warnings += mount_plan.warnings
+    mounts = mount_plan.mounts()
+    identity = podman_mod.identity_for(target.root)
+    if identity.note:
+        warnings.append(identity.note)
+    skeleton = _prepare_root(target, identity, mounts, policy.devices, proxy_socket)
+
+    named = {**policy.env_from(host_env), **{k: host_env[k] for k in PASS_THROUGH_CUDA if host_env.get(k)},
+             **_git_identity(target.root, host_env), **extra_env}
+    podman_env = {k: host_env[k] for k in PODMAN_ENV if k in host_env}
+    podman_env.update(named)       # values reach podman by env, never on its command line
+    name = f"chtop-{_slug(target.name)}-{purpose}-{secrets.token_hex(3)}"
+    argv = podman_mod.build_argv(
+        name=name, labels=_labels(target, purpose, network), mounts=mounts, skeleton=skeleton,
+        workdir=_workdir(target, cwd), env_values=_structural_env(target, host_env, proxy_url),
+        env_names=sorted(named), devices=policy.devices, network=network, proxy_socket=proxy_socket,
+        interactive=interactive, identity=identity, hostname=f"sbox-{_slug(target.name)}"[:63],
+        command=command, image=image)
+    return LaunchPlan(argv, name, podman_env, warnings)
+
+
+def _checked_launch_args(command, purpose, network, extra_env) -> dict[str, str]:
     if network not in NETWORKS:
         raise UsageError(f"network must be one of {', '.join(NETWORKS)}, not {network!r}")
     if not PURPOSE_RE.match(purpose):
@@ -174,101 +211,77 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
     for key in extra_env:
         if not ENV_NAME_RE.match(key) or key in STRUCTURAL_ENV:
             raise UsageError(f"extra env name {key!r} is invalid or structural (set by chtop itself)")
-    host_env = dict(os.environ)
-    home = _home()
-    warnings: list[str] = []
+    return extra_env
 
-    if target.kind == "worktree":
-        verify_git_dirs(target.workspace)
-    ch = target.workspace.grouping if target.workspace else None
-    policy = load_policy(target.policy_dir, home, ch)
-    warnings += policy.warnings
 
-    proxy_socket = None
-    proxy_url = None
-    if network in ("proxy", "host"):
-        from ..proxy import ensure_proxy
-
-        endpoint = ensure_proxy(target.group_dir, target.policy_dir,
-                                worktree=target.name if target.kind == "worktree" else None)
-        if network == "proxy":
-            proxy_socket = endpoint.socket_path
-            proxy_url = f"http://127.0.0.1:{podman_mod.RELAY_PORT}"
-        else:
-            proxy_url = endpoint.url
-            warnings.append("--network host: the agent shares the host's network; the proxy is only honoured "
-                            "by clients that use HTTPS_PROXY, a raw socket goes around it")
-    else:
+def _proxy_for(target: Target, network: str, warnings: list[str]) -> tuple[Path | None, str | None]:
+    """(socket to mount, proxy URL inside) for ``network``; starts the proxy (fail closed)."""
+    if network == "open":
         warnings.append("no proxy: open egress (host network, nothing filtered); for debugging only")
-    if allow_self_edit:
-        warnings.append("--allow-self-edit: chtop's own code in this worktree (tasks.py, chtop_tasks/, "
-                        "sandbox/, ...) is WRITABLE by the agent, and you run it on the host with inv/nox. "
-                        "Review every change before running it.")
-    if proxy_socket is not None and not _which_host("socat"):
+        return None, None
+    from ..proxy import ensure_proxy
+
+    endpoint = ensure_proxy(target.group_dir, target.policy_dir,
+                            worktree=target.name if target.kind == "worktree" else None)
+    if network == "host":
+        warnings.append("--network host: the agent shares the host's network; the proxy is only honoured "
+                        "by clients that use HTTPS_PROXY, a raw socket goes around it")
+        return None, endpoint.url
+    if not _which_host("socat"):
         raise ChtopError("socat is not installed on the host (/usr/bin/socat); the proxy relay inside the "
                          "sandbox needs it.  Install it: apt-get install socat")
+    return endpoint.socket_path, f"http://127.0.0.1:{podman_mod.RELAY_PORT}"
 
-    ctx = _mount_context(target, proxy_socket.parent if proxy_socket else None, allow_self_edit,
-                         tuple(Path(p) for p in image_trees) if image else ())
-    plan = plan_mounts(ctx, policy.fs)
-    warnings += plan.warnings
-    mounts = plan.mounts()
 
-    identity = podman_mod.identity_for(target.root)
-    if identity.note:
-        warnings.append(identity.note)
+def _prepare_root(target: Target, identity, mounts, devices, proxy_socket: Path | None) -> Path:
+    """The skeleton root with its entry files; rootful: owned by the agent's unprivileged uid."""
     if identity.rootful and proxy_socket is not None:
         # the agent is an unprivileged host uid: hand it this worktree's socket (dir 0700, socket 0600)
         for path in (proxy_socket.parent, proxy_socket):
             os.chown(path, identity.host_uid, identity.host_gid)
     key = group_id(target.root)[:8] if target.kind == "dir" else _slug(target.name)
-    skeleton = ensure_skeleton(_skeleton_dir(target, key, identity.rootful), mounts, policy.devices)
+    skeleton = ensure_skeleton(_skeleton_dir(target, key, identity.rootful), mounts, devices)
     podman_mod.write_entry_files(skeleton)
     if identity.rootful:
-        # the container's root is an unprivileged host uid: it must own its (read-only) root
         for dirpath, dirnames, filenames in os.walk(skeleton):
             for name in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
                 os.lchown(name, identity.host_uid, identity.host_gid)
+    return skeleton
 
+
+def _structural_env(target: Target, host_env: dict[str, str], proxy_url: str | None) -> dict[str, str]:
+    """The variables chtop itself sets inside (never taken from the policy or an agent)."""
     venv = target.root / ".venv"
-    env_values = {"HOME": str(home), "PATH": f"{venv}/bin:{host_env.get('PATH', '/usr/bin:/bin')}",
-                  "IS_SANDBOX": "1", "PYTHONSAFEPATH": "1", "CLAUDE_CONFIG_DIR": str(target.config_dir),
-                  "CHTOP_SANDBOX": target.name}
+    env = {"HOME": str(_home()), "PATH": f"{venv}/bin:{host_env.get('PATH', '/usr/bin:/bin')}",
+           "IS_SANDBOX": "1", "PYTHONSAFEPATH": "1", "CLAUDE_CONFIG_DIR": str(target.config_dir),
+           "CHTOP_SANDBOX": target.name}
     if venv.is_dir():
-        env_values["VIRTUAL_ENV"] = str(venv)
+        env["VIRTUAL_ENV"] = str(venv)
     env_file = target.root / ".claude" / "env.sh"
     if env_file.is_file():
-        env_values["CLAUDE_ENV_FILE"] = str(env_file)
+        env["CLAUDE_ENV_FILE"] = str(env_file)
     if host_env.get("CONDA_PREFIX"):
-        env_values["CONDA_PREFIX"] = host_env["CONDA_PREFIX"]
+        env["CONDA_PREFIX"] = host_env["CONDA_PREFIX"]
     if proxy_url:
         for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
-            env_values[var] = proxy_url
-        env_values["NO_PROXY"] = env_values["no_proxy"] = NO_PROXY
-    named = {}
-    named.update(policy.env_from(host_env))
-    named.update({k: host_env[k] for k in PASS_THROUGH_CUDA if host_env.get(k)})
-    named.update(_git_identity(target.root, host_env))
-    named.update(extra_env)
+            env[var] = proxy_url
+        env["NO_PROXY"] = env["no_proxy"] = NO_PROXY
+    return env
 
-    podman_env = {k: host_env[k] for k in PODMAN_ENV if k in host_env}
-    podman_env.update(named)
 
-    workdir = target.root
+def _workdir(target: Target, cwd: Path | None) -> Path:
+    """Where the command starts: ``cwd`` when it is inside the target, else its root."""
     if cwd is not None:
         cwd = Path(cwd).resolve()
         if cwd == target.root or target.root in cwd.parents:
-            workdir = cwd
-    name = f"chtop-{_slug(target.name)}-{purpose}-{secrets.token_hex(3)}"
-    labels = {f"{LABEL}.group": str(target.group_dir), f"{LABEL}.group_id": group_id(target.group_dir),
-              f"{LABEL}.worktree": target.name, f"{LABEL}.root": str(target.root),
-              f"{LABEL}.purpose": purpose, f"{LABEL}.network": network}
-    argv = podman_mod.build_argv(
-        name=name, labels=labels, mounts=mounts, skeleton=skeleton, workdir=workdir, env_values=env_values,
-        env_names=sorted(named), devices=policy.devices, network=network, proxy_socket=proxy_socket,
-        interactive=interactive, identity=identity, hostname=f"sbox-{_slug(target.name)}"[:63],
-        command=command, image=image)
-    return LaunchPlan(argv, name, podman_env, warnings)
+            return cwd
+    return target.root
+
+
+def _labels(target: Target, purpose: str, network: str) -> dict[str, str]:
+    return {f"{LABEL}.group": str(target.group_dir), f"{LABEL}.group_id": group_id(target.group_dir),
+            f"{LABEL}.worktree": target.name, f"{LABEL}.root": str(target.root),
+            f"{LABEL}.purpose": purpose, f"{LABEL}.network": network}
 
 
 def _skeleton_dir(target: Target, key: str, rootful: bool) -> Path:
