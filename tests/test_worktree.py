@@ -242,3 +242,24 @@ def test_submodules_are_initialised_in_toplevel_and_worktree(group):
     assert git(g.path("dev", "alpha"), "status", "--porcelain") == ""
     delete_worktree(find_workspace(g.toplevel), "dev", cwd=g.toplevel)
     assert not g.path("dev").exists()
+
+
+def test_init_with_an_unreachable_repo_fails_clearly_and_can_be_rerun(group):
+    g = group
+    os.rename(g.remotes / "beta.git", g.remotes / "beta-away.git")
+    result = g.inv(g.toplevel, "toplevel.init", "--no-venv", check=False)
+    assert result.returncode == 1
+    assert "git clone --branch kms" in result.stderr and "beta.git" in result.stderr
+    assert not (g.toplevel / "beta").exists()
+    os.rename(g.remotes / "beta-away.git", g.remotes / "beta.git")
+    again = g.inv(g.toplevel, "toplevel.init", "--no-venv")
+    assert "beta: cloned (kms)" in again.stdout and "alpha: cloned" not in again.stdout
+
+
+def test_broken_manifest_is_a_clear_error_and_changes_nothing(group):
+    g = group
+    (g.toplevel / "git_repositories.toml").write_text('[[repo]]\nname = "../x"\nurl = "u"\nbranch = "main"\n')
+    result = g.inv(g.toplevel, "toplevel.init", "--no-venv", check=False)
+    assert result.returncode == 2
+    assert "git_repositories.toml: repo #1 ('../x'): 'name' must not contain '/'" in result.stderr
+    assert sorted(p.name for p in g.toplevel.iterdir() if p.name.startswith(".env")) == []
