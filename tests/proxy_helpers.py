@@ -22,7 +22,7 @@ import pytest
 from chtop_tasks.proxy import control
 
 NAMES = ["echo.example.test", "tls.example.test", "other.example.test", "pypi.example.test",
-         "plain.example.test", "loop.example.test", "wt.example.test", "dead.example.test",
+         "plain.example.test", "loop.example.test", "wt.example.test", "dead.example.test", "git.example.test",
          "api.anthropic.com"]
 
 
@@ -99,6 +99,7 @@ class HTTPSServer:
     """A TLS HTTP server serving ``root`` on 127.0.0.1 (threaded)."""
 
     def __init__(self, root: Path, certs: dict, tls: bool = True):
+        self.root = root
         handler = lambda *a, **k: _QuietHandler(*a, directory=str(root), **k)  # noqa: E731
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True

@@ -1,4 +1,4 @@
-"""Real clients through the proxy: curl, pip and the claude CLI."""
+"""Real clients through the proxy: curl, pip, git and the claude CLI."""
 # ruff: noqa: F811  (pytest fixtures imported from proxy_helpers are redefined as arguments)
 
 from __future__ import annotations
@@ -103,6 +103,30 @@ def test_pip_download_through_proxy(proxy, site, certs, tmp_path):
         capture_output=True, text=True, timeout=120)
     assert blocked.returncode != 0
     assert proxy.wait_record(lambda r: r["host"] == "other.example.test" and r["decision"] == "blocked")
+
+
+def test_git_clone_over_https_through_proxy(proxy, site, certs, tmp_path):
+    """git over https (dumb HTTP: a bare repo served as files) honours HTTPS_PROXY and the lists."""
+    seed = tmp_path / "seed"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(seed)], check=True)
+    (seed / "hello.txt").write_text("through the proxy\n")
+    subprocess.run(["git", "-C", str(seed), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(seed), "commit", "-q", "-m", "hello"], check=True)
+    bare = site.root / "repo.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(seed), str(bare)], check=True)
+    subprocess.run(["git", "-C", str(bare), "update-server-info"], check=True)
+    proxy.allow("git.example.test private")
+    proxy.start()
+    env = _env(proxy, GIT_SSL_CAINFO=str(certs["ca"]), GIT_TERMINAL_PROMPT="0")
+    clone = subprocess.run(["git", "clone", "-q", f"https://git.example.test:{site.port}/repo.git",
+                            str(tmp_path / "got")], env=env, capture_output=True, text=True, timeout=60)
+    assert clone.returncode == 0, clone.stderr
+    assert (tmp_path / "got" / "hello.txt").read_text() == "through the proxy\n"
+    blocked = subprocess.run(["git", "clone", "-q", f"https://other.example.test:{site.port}/repo.git",
+                              str(tmp_path / "nope")], env=env, capture_output=True, text=True, timeout=60)
+    assert blocked.returncode != 0 and "403" in blocked.stderr
+    assert not (tmp_path / "nope").exists()
+    assert proxy.wait_record(lambda r: r["host"] == "git.example.test" and r["decision"] == "allowed")
 
 
 @pytest.mark.slow
