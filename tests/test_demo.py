@@ -9,6 +9,7 @@ from conftest import REPO_ROOT, git
 
 
 @pytest.mark.slow
+@pytest.mark.podman   # its sandbox step runs a probe in a container
 def test_demo_runs_the_whole_workflow(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "invoke", "demo", "--dir", str(tmp_path)],
                           cwd=REPO_ROOT, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=900)
