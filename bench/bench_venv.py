@@ -30,18 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from chtop_tasks import venv as V  # noqa: E402
 from chtop_tasks.manifest import parse_manifest  # noqa: E402
 
-PYPROJECT = """\
-[build-system]
-requires = ["setuptools>=64"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "{name}"
-version = "0.1"
-
-[tool.setuptools]
-packages = ["{package}"]
-"""
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from venv_samples import write_sample_packages  # noqa: E402  (the tests' own samples)
 
 MANIFEST = """\
 [[repo]]
@@ -61,12 +51,7 @@ smoke_import = "b_frb"
 
 
 def make_root(root: Path):
-    (root / "a" / "lib").mkdir(parents=True)
-    (root / "a" / "pyproject.toml").write_text(PYPROJECT.format(name="a", package="a") + 'package-dir = {"a" = "lib"}\n')
-    (root / "a" / "lib" / "__init__.py").write_text("X = 1\n")
-    (root / "b" / "b_frb").mkdir(parents=True)
-    (root / "b" / "pyproject.toml").write_text(PYPROJECT.format(name="b-frb", package="b_frb"))
-    (root / "b" / "b_frb" / "__init__.py").write_text("from a import X as _X\n\nX = _X + 1\n")
+    write_sample_packages(root)
     (root / "git_repositories.toml").write_text(MANIFEST)
     return parse_manifest(root / "git_repositories.toml", MANIFEST)
 

@@ -7,6 +7,7 @@ real tasks.py and chtop_tasks run), with a manifest naming two tiny repos.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -57,6 +58,22 @@ def hermetic_env(home: Path) -> dict[str, str]:
         "GIT_COMMITTER_DATE": GIT_DATE,
         "NO_COLOR": "1",
     }
+
+
+@contextlib.contextmanager
+def hermetic_os_env(home: Path):
+    """os.environ made hermetic around ``home`` (with its gitconfig) for a block, then restored.
+
+    For session-scoped and helper code that cannot use monkeypatch."""
+    home.mkdir(parents=True, exist_ok=True)
+    write_gitconfig(home / ".gitconfig")
+    saved = dict(os.environ)
+    os.environ.update(hermetic_env(home))
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def write_gitconfig(path: Path) -> None:
@@ -169,19 +186,11 @@ class Group:
 def remote_template(tmp_path_factory):
     """Bare remotes built once per worker; each test copies them."""
     base = tmp_path_factory.mktemp("remote-template")
-    home = base / "home"
-    home.mkdir()
-    write_gitconfig(home / ".gitconfig")
-    saved = dict(os.environ)
-    os.environ.update(hermetic_env(home))
-    try:
+    with hermetic_os_env(base / "home"):
         remotes = base / "remotes"
         remotes.mkdir()
         make_sub_remote(remotes, "alpha", "main")
         make_sub_remote(remotes, "beta", "kms")
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
     return remotes
 
 

@@ -97,11 +97,7 @@ def podman_works(user: pwd.struct_passwd, env: dict, cwd: Path) -> None:
     proc = as_user(user, ["podman", "run", "--rm", "--network=none", "-v", "/usr:/usr:ro", "-v", "/etc:/etc:ro",
                           "--rootfs", str(skel), "/bin/true"], env, cwd, check=False)
     if proc.returncode:
-        hint = ""
-        if "hybrid mode" in proc.stderr:
-            hint = ("\nfix (as root, see shared notes): mkdir -p /sys/fs/cgroup/hugetlb && "
-                    "mount -t cgroup -o hugetlb cgroup /sys/fs/cgroup/hugetlb")
-        missing(f"rootless podman does not run here: {proc.stderr.strip()[-300:]}{hint}")
+        missing(f"rootless podman does not run here: {proc.stderr.strip()[-300:]}{cgroup_hint(proc.stderr)}")
 
 
 def as_user(user, argv, env, cwd, *, check=True, timeout=120, input=None) -> subprocess.CompletedProcess:
@@ -163,6 +159,14 @@ def free_proxy_port() -> int:
     raise RuntimeError("no free port for the proxy")
 
 
+def cgroup_hint(stderr: str) -> str:
+    """What to do when crun refuses the VM's hybrid cgroup layout."""
+    if "hybrid mode" not in stderr:
+        return ""
+    return ("\nfix: run ./bootstrap as root (it moves the controllers cgroup2 holds to v1 mounts; "
+            "see shared/notes/podman-on-these-machines.md)")
+
+
 def user_env(user, venv: Path, home: Path, run_dir: Path) -> dict:
     return {
         "CHTOP_PROXY_PORT": str(free_proxy_port()),
@@ -201,15 +205,11 @@ def python_for_tests() -> str:
 
 def conftest_builder(remote_template, extra_worktrees=()):
     """Build toplevel + ``dev`` with the lead's conftest helpers (as root, hermetic env)."""
-    from conftest import build_group, hermetic_env, write_gitconfig
+    from conftest import build_group, hermetic_os_env
 
     def build(base: Path):
         root_home = base / "root-home"
-        root_home.mkdir()
-        write_gitconfig(root_home / ".gitconfig")
-        saved = dict(os.environ)
-        os.environ.update(hermetic_env(root_home))
-        try:
+        with hermetic_os_env(root_home):
             from chtop_tasks.toplevel import init_toplevel
             from chtop_tasks.workspace import find_workspace
             from chtop_tasks.worktrees import create_worktree
@@ -219,9 +219,6 @@ def conftest_builder(remote_template, extra_worktrees=()):
             create_worktree(find_workspace(group.toplevel), "dev")
             for name in extra_worktrees:
                 create_worktree(find_workspace(group.toplevel), name)
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
         shutil.rmtree(root_home)
         return group
 

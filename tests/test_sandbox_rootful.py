@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import free_proxy_port, missing, user_group_cm
+from sandbox_helpers import cgroup_hint, free_proxy_port, missing, user_group_cm
 
 pytestmark = [pytest.mark.podman, pytest.mark.rootful, pytest.mark.slow]
 
@@ -40,11 +40,7 @@ def root_env(tmp_path, owned):
                             "--ulimit=nproc=1024:1024", "-v", "/usr:/usr:ro", "-v", "/etc:/etc:ro",
                             "--rootfs", str(skel), "/bin/true"], env=env, capture_output=True, text=True)
     if probe.returncode:
-        hint = ""
-        if "hybrid mode" in probe.stderr:
-            hint = (" -- fix (see shared notes): mkdir -p /sys/fs/cgroup/hugetlb && "
-                    "mount -t cgroup -o hugetlb cgroup /sys/fs/cgroup/hugetlb")
-        missing(f"rootful podman does not run here: {probe.stderr.strip()[-300:]}{hint}")
+        missing(f"rootful podman does not run here: {probe.stderr.strip()[-300:]}{cgroup_hint(probe.stderr)}")
     return env
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from conftest import IN_CI, hermetic_env, require_tool
+from venv_samples import PYPROJECT, write_sample_packages
 
 from chtop_tasks import venv as V
 from chtop_tasks.errors import CommandFailed, Refused, UsageError
@@ -87,31 +88,10 @@ def offline(wheelhouse, base_can_build, monkeypatch):
     monkeypatch.delenv(V.INSTALLER_ENV, raising=False)
 
 
-PYPROJECT = """\
-[build-system]
-requires = ["setuptools>=64"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "{name}"
-version = "0.1"
-
-[tool.setuptools]
-packages = ["{package}"]
-"""
-
-
 def make_root(root: Path, repos: list[dict]) -> tuple[Path, object]:
     """A workspace root holding repo dirs ``a`` and ``b``, and its manifest."""
     root.mkdir(parents=True, exist_ok=True)
-    a = root / "a"
-    (a / "lib").mkdir(parents=True)
-    (a / "pyproject.toml").write_text(PYPROJECT.format(name="a", package="a") + 'package-dir = {"a" = "lib"}\n')
-    (a / "lib" / "__init__.py").write_text("X = 1\n")
-    b = root / "b"
-    (b / "b_frb").mkdir(parents=True)
-    (b / "pyproject.toml").write_text(PYPROJECT.format(name="b-frb", package="b_frb"))
-    (b / "b_frb" / "__init__.py").write_text("from a import X as _X\n\nX = _X + 1\n")
+    write_sample_packages(root)
     lines = []
     for spec in repos:
         lines.append("[[repo]]")
