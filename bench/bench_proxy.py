@@ -4,7 +4,8 @@
     python bench/bench_proxy.py [--mib 512] [--setups 3000] [--seconds 3]
 
 Measures, for direct / chtop proxy / tinyproxy (if installed):
-  * one-stream CONNECT tunnel throughput, MIB each way (upload, then download)
+  * one-stream CONNECT tunnel throughput, MIB each way (upload, then download),
+    with the CPU seconds per GiB each party spent (client, servers, proxy)
   * tunnel setup latency (median, p99) to the 200 and to a first echoed byte
   * 50 / 200 / 1000 concurrent tunnels echoing 64-byte messages: errors,
     round-trips/s, proxy peak RSS and CPU
@@ -203,12 +204,36 @@ def proc_sample(pid):
         return 0, 0.0
     with open(f"/proc/{pid}/status") as fh:
         rss = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS:"))
+    return rss, sum(cpu_split(pid))
+
+
+def cpu_split(pid):
+    """(user, system) CPU seconds a process has used so far."""
     with open(f"/proc/{pid}/stat") as fh:
         fields = fh.read().rsplit(")", 1)[1].split()
     tick = os.sysconf("SC_CLK_TCK")
-    if os.environ.get("BENCH_SPLIT"):
-        print("utime", int(fields[11]) / tick, "stime", int(fields[12]) / tick)
-    return rss, (int(fields[11]) + int(fields[12])) / tick
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def stream_costs(route, ports, mib, server_pid):
+    """throughput() plus who spent the CPU: seconds per GiB moved, and cores kept busy.
+
+    The parties are this process (the client), the servers' process and the
+    proxy.  If the cores busy are the same for direct and proxied streams, the
+    throughput ratio is the ratio of their CPU costs per GiB.
+    """
+    parties = {"client": os.getpid(), "servers": server_pid, "proxy": route.pid}
+    before = {k: cpu_split(pid) for k, pid in parties.items() if pid}
+    t0 = time.perf_counter()
+    up, down = throughput(route, ports, mib)
+    wall = time.perf_counter() - t0
+    gib = 2 * mib / 1024
+    cost = {}
+    for k, (user0, sys0) in before.items():
+        user1, sys1 = cpu_split(parties[k])
+        cost[k] = ((user1 - user0) / gib, (sys1 - sys0) / gib)
+    busy = sum(sum(c) for c in cost.values()) * gib / wall
+    return up, down, cost, busy
 
 
 def concurrent(route, ports, nconn, seconds):
@@ -341,7 +366,9 @@ def main():
             for r in routes:
                 print(f"== round {rnd + 1}/{args.rounds}: {r.name} ...", file=sys.stderr, flush=True)
                 out = res.setdefault(r.name, {})
-                up, down = throughput(r, ports, args.mib)
+                up, down, cost, busy = stream_costs(r, ports, args.mib, srv.pid)
+                if up + down > out.get("up", 0) + out.get("down", 0):
+                    out["cost"], out["busy"] = cost, busy
                 out["up"], out["down"] = max(out.get("up", 0), up), max(out.get("down", 0), down)
                 t200, techo = setup_latency(r, ports, args.setups)
                 if "t200" not in out or med(t200) < med(out["t200"]):
@@ -369,11 +396,15 @@ def main():
     print(f"\nproxy benchmark ({os.cpu_count()} cpus, python {sys.version.split()[0]}, load "
           f"{os.getloadavg()[0]:.1f}); best of {args.rounds} rounds; ratios are proxy/direct; "
           f"errors summed over rounds")
+    d_total = sum(sum(c) for c in d["cost"].values())
     for name in [r.name for r in routes]:
         x = res[name]
         print(f"\n[{name}]")
         print(f"  one stream up   {x['up']:9.0f} MiB/s   ratio {x['up'] / d['up']:.2f}")
         print(f"  one stream down {x['down']:9.0f} MiB/s   ratio {x['down'] / d['down']:.2f}")
+        total = sum(sum(c) for c in x["cost"].values())
+        print("  stream CPU/GiB  " + ", ".join(f"{k} {sum(c):.2f} s (user {c[0]:.2f})" for k, c in x["cost"].items())
+              + f"; total {total:.2f} s, ratio {d_total / total:.2f}; cores busy {x['busy']:.2f}")
         for key, label in (("t200", "setup to 200    "), ("techo", "setup to echo   ")):
             med, p99 = statistics.median(x[key]), pct(x[key], 0.99)
             print(f"  {label}median {ms(med):.3f} ms (+{ms(med - statistics.median(d[key])):.3f})"

@@ -5,7 +5,9 @@ user, as the tests do) or as a user with rootless podman:
 
     python bench/bench_sandbox.py [--runs N]
 
-Prints the median wall time of each and the ratio (target: under 1.3x).
+Prints the median wall time of each and the ratio (target: under 1.3x), and the
+floor any `inv` task pays (starting Python and importing invoke, measured in
+the same interleaved runs) as the best ratio `inv` could reach.
 Not run by the tests.
 """
 
@@ -80,16 +82,25 @@ def main() -> int:
         bare = shlex.split(dry.stdout.strip().removeprefix("$ "))
         timed(inv, g.dev)                      # warm: proxy started, skeleton made
         timed(as_user + bare, g.dev)
-        t_inv, t_bare = [], []
+        py = str(g.venv / "bin" / "python")
+        floors = {"true": ["true"], "python": [py, "-c", "pass"], "invoke": [py, "-c", "import invoke.main"]}
+        t_inv, t_bare, t_floor = [], [], {k: [] for k in floors}
         for i in range(args.runs):             # interleaved, so load drifts hit both alike
             t_inv.append(timed(inv, g.dev))
             name = next(a for a in bare if a.startswith("--name="))
             t_bare.append(timed(as_user + [a if a != name else f"{name}-b{i}" for a in bare], g.dev))
+            for key, argv in floors.items():
+                t_floor[key].append(timed(as_user + argv, g.dev))
         m_inv, m_bare = statistics.median(t_inv), statistics.median(t_bare)
+        m = {k: statistics.median(v) for k, v in t_floor.items()}
         print(f"runs: {args.runs} each (interleaved), as {g.user.pw_name}, rootless")
         print(f"bare podman run   median {m_bare * 1000:7.1f} ms  (min {min(t_bare) * 1000:.1f})")
         print(f"inv sbox.run      median {m_inv * 1000:7.1f} ms  (min {min(t_inv) * 1000:.1f})")
         print(f"ratio             {m_inv / m_bare:.2f}x  (target < 1.30x)")
+        floor = m["invoke"] - m["true"]
+        print(f"floor of any inv task: starting python {(m['python'] - m['true']) * 1000:.1f} ms, "
+              f"+ importing invoke {(m['invoke'] - m['python']) * 1000:.1f} ms = {floor * 1000:.1f} ms;\n"
+              f"  so inv sbox.run is at best {(m_bare + floor) / m_bare:.2f}x before any chtop code runs")
     finally:
         for pid_file in base.glob("**/.chtop/net/proxy.pid"):
             try:
