@@ -185,10 +185,15 @@ def _tls_client(sock, server_hostname, ca):
     return ctx.wrap_socket(sock, server_hostname=server_hostname)
 
 
-def test_sni_must_match_connect_host(proxy, certs, tmp_path):
+def _serve_file(tmp_path, certs, name, body, tls=True):
+    """A local HTTP(S) server whose www root holds one file."""
     (tmp_path / "www").mkdir()
-    (tmp_path / "www" / "index.html").write_text("hi")
-    server = HTTPSServer(tmp_path / "www", certs)
+    (tmp_path / "www" / name).write_text(body)
+    return HTTPSServer(tmp_path / "www", certs, tls=tls)
+
+
+def test_sni_must_match_connect_host(proxy, certs, tmp_path):
+    server = _serve_file(tmp_path, certs, "index.html", "hi")
     try:
         proxy.allow("tls.example.test private")
         proxy.start()
@@ -207,9 +212,7 @@ def test_sni_must_match_connect_host(proxy, certs, tmp_path):
 
 
 def test_plain_http_and_host_header(proxy, certs, tmp_path):
-    (tmp_path / "www").mkdir()
-    (tmp_path / "www" / "f.txt").write_text("plain body")
-    server = HTTPSServer(tmp_path / "www", certs, tls=False)
+    server = _serve_file(tmp_path, certs, "f.txt", "plain body", tls=False)
     try:
         proxy.allow("plain.example.test private")
         proxy.start()
@@ -458,9 +461,7 @@ def test_a_thousand_concurrent_tunnels(proxy, echo):
 
 
 def test_plain_http_inside_a_tunnel_must_name_the_connect_host(proxy, certs, tmp_path):
-    (tmp_path / "www").mkdir()
-    (tmp_path / "www" / "f.txt").write_text("vhost body")
-    server = HTTPSServer(tmp_path / "www", certs, tls=False)
+    server = _serve_file(tmp_path, certs, "f.txt", "vhost body", tls=False)
     try:
         proxy.allow("plain.example.test private")
         proxy.start()

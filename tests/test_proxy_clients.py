@@ -82,25 +82,24 @@ def test_curl_resolve_trick_is_caught_by_sni(proxy, site, certs):
     assert proxy.wait_record(lambda r: "SNI mismatch" in r.get("reason", ""))
 
 
+def _pip_download(proxy, site, certs, out, host):
+    return subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir", "-d", str(out),
+         "--index-url", f"https://{host}:{site.port}/simple/", "--cert", str(certs["ca"]),
+         "--retries", "0", "--timeout", "10", "tinypkg"],
+        env=_env(proxy, PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1"),
+        capture_output=True, text=True, timeout=120)
+
+
 def test_pip_download_through_proxy(proxy, site, certs, tmp_path):
     proxy.allow("pypi.example.test private")
     proxy.start()
     out = tmp_path / "dl"
-    run = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir", "-d", str(out),
-         "--index-url", f"https://pypi.example.test:{site.port}/simple/", "--cert", str(certs["ca"]),
-         "--retries", "0", "--timeout", "10", "tinypkg"],
-        env=_env(proxy, PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1"),
-        capture_output=True, text=True, timeout=120)
+    run = _pip_download(proxy, site, certs, out, "pypi.example.test")
     assert run.returncode == 0, run.stdout + run.stderr
     assert (out / "tinypkg-1.0-py3-none-any.whl").exists()
     assert all(r["decision"] == "allowed" and r["host"] == "pypi.example.test" for r in proxy.wait_records(1))
-    blocked = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir", "-d", str(out),
-         "--index-url", f"https://other.example.test:{site.port}/simple/", "--cert", str(certs["ca"]),
-         "--retries", "0", "--timeout", "10", "tinypkg"],
-        env=_env(proxy, PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1"),
-        capture_output=True, text=True, timeout=120)
+    blocked = _pip_download(proxy, site, certs, out, "other.example.test")
     assert blocked.returncode != 0
     assert proxy.wait_record(lambda r: r["host"] == "other.example.test" and r["decision"] == "blocked")
 
