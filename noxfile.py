@@ -32,14 +32,14 @@ def lint(session):
 @nox.session(python=False, default=False)
 def venv(session):
     """Build a worktree's .venv: nox -s venv -- --name dev [--recreate] [--test]."""
-    from chtop_tasks.venv import venv_session
+    from chtop_tasks.nox_sessions import venv_body
 
-    venv_session(session)
+    venv_body(session)
 
 
 @nox.session(python=False, default=False)
 def gpu_smoke(session):
     """GPU compute check in a worktree's sandbox: nox -s gpu_smoke [-- --name NAME]."""
-    from chtop_tasks.gpu_smoke import session_body
+    from chtop_tasks.nox_sessions import gpu_smoke_body
 
-    session_body(session)
+    gpu_smoke_body(session)

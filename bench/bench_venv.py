@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from chtop_tasks import venv as V  # noqa: E402
-from chtop_tasks.manifest import parse_manifest  # noqa: E402
+from chtop_tasks.venv import build as V  # noqa: E402
+from chtop_tasks.workspace.manifest import parse_manifest  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from venv_samples import write_sample_packages  # noqa: E402  (the tests' own samples)

@@ -28,9 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from chtop_tasks import demo, gitops  # noqa: E402
-from chtop_tasks.workspace import find_workspace  # noqa: E402
-from chtop_tasks.worktrees import create_worktree, delete_worktree  # noqa: E402
+from chtop_tasks import demo  # noqa: E402
+from chtop_tasks.workspace import gitops  # noqa: E402
+from chtop_tasks.workspace.layout import find_workspace  # noqa: E402
+from chtop_tasks.workspace.worktrees import create_worktree, delete_worktree  # noqa: E402
 
 REPOS = ("one", "two", "three")
 

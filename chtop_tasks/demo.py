@@ -169,7 +169,7 @@ def run_demo(base: Path | None = None, venv: bool = True, sandbox: bool = True) 
     if sandbox:
         narrate("9. The egress proxy, then a probe in dev's sandbox: what can it see and reach?")
         inv(top, "net.start")
-        inv(dev, "sbox.run", "--", "python3", "chtop_tasks/probe.py",
+        inv(dev, "sbox.run", "--", "python3", "chtop_tasks/incontainer/probe.py",
             "--host-home", str(Path.home()), "--toplevel", str(top))
         narrate("   The proxy's log: the allowed and the blocked CONNECT (approve with inv net.allow)")
         inv(top, "net.pending")

@@ -219,8 +219,8 @@ def group(tmp_path, remote_template) -> Group:
 @pytest.fixture
 def initialized(group) -> Group:
     """A group whose toplevel has run toplevel.init (no venv)."""
-    from chtop_tasks.toplevel import init_toplevel
-    from chtop_tasks.workspace import find_workspace
+    from chtop_tasks.workspace.layout import find_workspace
+    from chtop_tasks.workspace.toplevel import init_toplevel
 
     init_toplevel(find_workspace(group.toplevel))
     return group
@@ -229,8 +229,8 @@ def initialized(group) -> Group:
 @pytest.fixture
 def with_dev(initialized) -> Group:
     """An initialized group with feature worktree ``dev`` (no venv)."""
-    from chtop_tasks.workspace import find_workspace
-    from chtop_tasks.worktrees import create_worktree
+    from chtop_tasks.workspace.layout import find_workspace
+    from chtop_tasks.workspace.worktrees import create_worktree
 
     create_worktree(find_workspace(initialized.toplevel), "dev")
     return initialized

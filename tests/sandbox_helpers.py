@@ -210,9 +210,9 @@ def conftest_builder(remote_template, extra_worktrees=()):
     def build(base: Path):
         root_home = base / "root-home"
         with hermetic_os_env(root_home):
-            from chtop_tasks.toplevel import init_toplevel
-            from chtop_tasks.workspace import find_workspace
-            from chtop_tasks.worktrees import create_worktree
+            from chtop_tasks.workspace.layout import find_workspace
+            from chtop_tasks.workspace.toplevel import init_toplevel
+            from chtop_tasks.workspace.worktrees import create_worktree
 
             group = build_group(base, remote_template)
             init_toplevel(find_workspace(group.toplevel))

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from chtop_tasks import agents, secrets
+from chtop_tasks.agents import registry as agents
+from chtop_tasks.agents import secrets
+from chtop_tasks.agents.interactive import run_interactive
 from chtop_tasks.errors import PolicyError, Refused, UsageError
-from chtop_tasks.interactive import run_interactive
 
 
 @pytest.fixture

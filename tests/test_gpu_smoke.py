@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from chtop_tasks import gpu_check, gpu_smoke
+from chtop_tasks import nox_sessions as gpu_smoke
 from chtop_tasks.errors import UsageError
+from chtop_tasks.incontainer import gpu_check
 
 REPO = Path(__file__).resolve().parent.parent
 no_gpu = pytest.mark.skipif(bool(gpu_check.device_nodes()), reason="this machine has NVIDIA device nodes")
@@ -19,7 +20,7 @@ no_gpu = pytest.mark.skipif(bool(gpu_check.device_nodes()), reason="this machine
 
 @no_gpu
 def test_check_script_standalone_skips_without_devices():
-    out = subprocess.run([sys.executable, str(REPO / "chtop_tasks" / "gpu_check.py")],
+    out = subprocess.run([sys.executable, str(REPO / "chtop_tasks" / "incontainer" / "gpu_check.py")],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == gpu_check.SKIP
     assert "SKIP: no NVIDIA device nodes (/dev/nvidia*)" in out.stdout

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from chtop_tasks import image
+from chtop_tasks.agents import image
 from chtop_tasks.errors import PolicyError
 
 REPO = Path(__file__).resolve().parent.parent

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from chtop_tasks.errors import ManifestError
-from chtop_tasks.manifest import load_manifest, parse_manifest
+from chtop_tasks.workspace.manifest import load_manifest, parse_manifest
 
 GOOD = """
 [[repo]]

@@ -151,7 +151,7 @@ def test_cannot_write_what_the_host_runs(g):
     after = tree_digest(*[p for p in watched if p.is_dir()])
     assert after == before
     assert {str(p): p.read_bytes() for p in watched if p.is_file()} == before_files
-    from chtop_tasks.workspace import find_workspace, verify_git_dirs
+    from chtop_tasks.workspace.layout import find_workspace, verify_git_dirs
 
     verify_git_dirs(find_workspace(dev))
 
@@ -182,7 +182,7 @@ def test_renaming_a_parent_cannot_plant_a_hook(g):
     assert (store / "hooks").is_dir() and not (store / "h2").exists()
     assert sorted(p.name for p in (store / "hooks").iterdir()) == hooks_before, proc.stdout
     assert not (dev / "alpha2").exists() and not (g.grouping / "dev-x").exists()
-    from chtop_tasks.workspace import find_workspace, verify_git_dirs
+    from chtop_tasks.workspace.layout import find_workspace, verify_git_dirs
 
     verify_git_dirs(find_workspace(dev))
 

@@ -80,8 +80,8 @@ def test_rw_policy_lines_cannot_open_the_group(with_dev):
 
 
 def test_rw_sibling_by_policy_gets_its_pins(with_dev):
-    from chtop_tasks.workspace import find_workspace
-    from chtop_tasks.worktrees import create_worktree
+    from chtop_tasks.workspace.layout import find_workspace
+    from chtop_tasks.workspace.worktrees import create_worktree
 
     g = with_dev
     create_worktree(find_workspace(g.toplevel), "dev2")

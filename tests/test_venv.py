@@ -25,9 +25,9 @@ import pytest
 from conftest import IN_CI, hermetic_env, require_tool
 from venv_samples import PYPROJECT, write_sample_packages
 
-from chtop_tasks import venv as V
 from chtop_tasks.errors import CommandFailed, Refused, UsageError
-from chtop_tasks.manifest import parse_manifest
+from chtop_tasks.venv import build as V
+from chtop_tasks.workspace.manifest import parse_manifest
 
 HAVE_UV = shutil.which("uv") is not None
 INSTALLERS = ["pip", pytest.param("uv", marks=pytest.mark.skipif(not HAVE_UV and not IN_CI, reason="uv not on PATH"))]
@@ -320,11 +320,11 @@ def test_nox_session_builds_named_worktree(with_dev):
         import sys
         sys.path.insert(0, {str(with_dev.toplevel)!r})
         import nox
-        from chtop_tasks.venv import venv_session
+        from chtop_tasks.nox_sessions import venv_body
 
         @nox.session(venv_backend="none")
         def venv(session):
-            venv_session(session)
+            venv_body(session)
         """))
     argv = [nox, "-f", str(noxfile), "-s", "venv", "--"]
     ok = subprocess.run(argv + ["--name", "dev", "--dry-run"], cwd=with_dev.toplevel,

@@ -6,7 +6,7 @@ import pytest
 from conftest import build_group, git
 
 from chtop_tasks.errors import WorkspaceError
-from chtop_tasks.workspace import admin_dir_for, find_workspace, verify_git_dirs
+from chtop_tasks.workspace.layout import admin_dir_for, find_workspace, verify_git_dirs
 
 
 def test_found_from_toplevel_worktree_and_subrepo_dirs(with_dev):

@@ -7,9 +7,9 @@ import pytest
 from conftest import git, require_tool
 
 from chtop_tasks.errors import CommandFailed, Refused, UsageError
-from chtop_tasks.toplevel import init_toplevel
-from chtop_tasks.workspace import find_workspace
-from chtop_tasks.worktrees import create_worktree, delete_worktree
+from chtop_tasks.workspace.layout import find_workspace
+from chtop_tasks.workspace.toplevel import init_toplevel
+from chtop_tasks.workspace.worktrees import create_worktree, delete_worktree
 
 
 def branches(path):
@@ -104,7 +104,7 @@ def test_failure_halfway_undoes_this_runs_work(initialized):
 
 def test_interrupted_creation_is_undone(initialized, monkeypatch):
     g = initialized
-    import chtop_tasks.worktrees as wt
+    import chtop_tasks.workspace.worktrees as wt
     real = wt.init_submodules
     calls = []
 

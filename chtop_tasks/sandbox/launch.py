@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..errors import ChtopError, CommandFailed, UsageError, WorkspaceError
 from ..runner import echo
-from ..workspace import Workspace, admin_dir_for, find_workspace, verify_git_dirs
+from ..workspace.layout import Workspace, admin_dir_for, find_workspace, verify_git_dirs
 from . import podman as podman_mod
 from .mounts import MountContext, plan_mounts
 from .policy import STRUCTURAL_ENV, load_policy

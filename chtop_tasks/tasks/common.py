@@ -32,7 +32,7 @@ def venv_builder(enabled: bool):
     """The venv step for init/create, or None with --no-venv."""
     if not enabled:
         return None
-    from ..venv import build_venv
+    from ..venv.build import build_venv
 
     def build(ws):
         if (ws.venv_dir / "bin" / "python").exists() and ws.is_toplevel:

@@ -2,10 +2,10 @@
 
 from invoke import task
 
-from .. import gitops
 from ..argv import remainder_args
-from ..render import refresh_workspace_files
-from ..workspace import find_workspace
+from ..workspace import gitops
+from ..workspace.dotfiles import refresh_workspace_files
+from ..workspace.layout import find_workspace
 from .common import reports_errors
 
 

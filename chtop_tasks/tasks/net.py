@@ -5,7 +5,7 @@ import os
 from invoke import task
 
 from ..argv import remainder_args
-from ..proxy import commands, control
+from ..proxy import control, report
 from ..proxy import watch as watching
 from ..term import say
 from .common import reports_errors
@@ -15,7 +15,7 @@ from .common import reports_errors
 @reports_errors
 def start(c):
     """Start the group's egress proxy (no-op when it runs); print its URL."""
-    group, policy = commands.locate()
+    group, policy = report.locate()
     say(control.ensure_proxy(group, policy).url)
 
 
@@ -23,7 +23,7 @@ def start(c):
 @reports_errors
 def stop(c):
     """Stop the group's egress proxy (running sandboxes lose the network)."""
-    pid = control.stop_proxy(commands.locate()[0])
+    pid = control.stop_proxy(report.locate()[0])
     say(f"stopped proxy pid {pid}" if pid else "proxy was not running")
 
 
@@ -31,7 +31,7 @@ def stop(c):
 @reports_errors
 def status(c):
     """Show pid, URL, socket, list sizes and request counts (exit 3 when stopped)."""
-    text, running = commands.format_status(commands.locate()[0])
+    text, running = report.format_status(report.locate()[0])
     say(text)
     return 0 if running else 3
 
@@ -40,7 +40,7 @@ def status(c):
 @reports_errors
 def url(c):
     """Print the proxy URL (http://127.0.0.1:PORT), stable across restarts."""
-    group, _ = commands.locate()
+    group, _ = report.locate()
     running = control.proxy_status(group)
     say(running.url if running else f"http://127.0.0.1:{control.proxy_port(group)}")
 
@@ -50,7 +50,7 @@ def url(c):
 @reports_errors
 def log(c, follow=False, lines=40):
     """Show the proxy's human log (--follow to tail it)."""
-    path = commands.log_path(commands.locate()[0])
+    path = report.log_path(report.locate()[0])
     if not path.exists():
         say(f"no log yet at {path}")
         return 1
@@ -61,8 +61,8 @@ def _add(kind, domain, worktree, private):
     specs = ([domain] if domain else []) + remainder_args()
     if private:
         specs = [s + " private" for s in specs]
-    _, policy = commands.locate()
-    for line in commands.add_entries(policy, specs, kind, worktree or None):
+    _, policy = report.locate()
+    for line in report.add_entries(policy, specs, kind, worktree or None):
         say(line)
 
 
@@ -91,12 +91,12 @@ def deny(c, domain=None, worktree="", private=False):
 @reports_errors
 def pending(c):
     """List blocked domains not yet allowed or denied, newest first."""
-    say(commands.format_pending(*commands.locate()))
+    say(report.format_pending(*report.locate()))
 
 
 @task
 @reports_errors
 def watch(c):
     """Prompt for each blocked domain and hold the request until you answer."""
-    group, policy = commands.locate()
+    group, policy = report.locate()
     return watching.watch(group, policy)

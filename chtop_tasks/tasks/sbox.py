@@ -44,7 +44,7 @@ def shell(c, dir=None, network="proxy", allow_self_edit=False):  # noqa: A002
     """Interactive bash in this worktree's sandbox (sees what the agent sees)."""
     import sys
 
-    from ..interactive import run_interactive
+    from ..agents.interactive import run_interactive
 
     tty = sys.stdin.isatty()          # no terminal: bash reads commands from stdin, no pty
     plan = _plan(sandbox.shell_command(interactive=tty), tty, "shell", dir, network, allow_self_edit)
@@ -63,7 +63,7 @@ def ps(c, dir=False):  # noqa: A002
             f"{row['command']}")
 
 
-# -- agents: claude, agent, build-image (logic in chtop_tasks/agents.py, image.py) --
+# -- agents: claude, agent, build-image (logic in chtop_tasks/agents/) --
 
 _AGENT_HELP = {
     **_COMMON_HELP,
@@ -73,7 +73,7 @@ _AGENT_HELP = {
 
 
 def _launch(name, dir, image, network, allow_self_edit):  # noqa: A002
-    from ..agents import launch
+    from ..agents.registry import launch
 
     return launch(name, remainder_args(), Path.cwd(), dir=Path(dir) if dir else None, image=image,
                   network=network, allow_self_edit=allow_self_edit)
@@ -92,7 +92,7 @@ def claude(c, dir=None, network="proxy", allow_self_edit=False, image=False):  #
 def agent(c, agent=None, dir=None, network="proxy", allow_self_edit=False, image=False):  # noqa: A002
     """Any registered agent CLI in the sandbox: inv sbox.agent --agent kimi [-- ARGS]."""
     if not agent:
-        from ..agents import describe, load_registry
+        from ..agents.registry import describe, load_registry
 
         say(describe(load_registry()))
         return 0
@@ -103,6 +103,6 @@ def agent(c, agent=None, dir=None, network="proxy", allow_self_edit=False, image
 @reports_errors
 def build_image(c, force=False):
     """Build the local sandbox image from containers/ (a no-op when it is up to date)."""
-    from ..image import ensure_image
+    from ..agents.image import ensure_image
 
     ensure_image(force=force)

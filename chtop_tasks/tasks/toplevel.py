@@ -2,8 +2,8 @@
 
 from invoke import task
 
-from .. import toplevel as toplevel_ops
-from ..workspace import find_workspace
+from ..workspace import toplevel as toplevel_ops
+from ..workspace.layout import find_workspace
 from .common import reports_errors, venv_builder
 
 

@@ -4,8 +4,8 @@ from pathlib import Path
 
 from invoke import task
 
-from ..venv import INSTALLER_ENV, build_venv
-from ..workspace import find_workspace
+from ..venv.build import INSTALLER_ENV, build_venv
+from ..workspace.layout import find_workspace
 from .common import reports_errors
 
 

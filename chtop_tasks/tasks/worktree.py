@@ -2,9 +2,9 @@
 
 from invoke import task
 
-from .. import worktrees
 from ..term import say, warn
-from ..workspace import find_workspace
+from ..workspace import worktrees
+from ..workspace.layout import find_workspace
 from .common import reports_errors, venv_builder
 
 

@@ -23,8 +23,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import CommandFailed, PolicyError, UsageError
-from .runner import echo, format_command, run
+from ..errors import CommandFailed, PolicyError, UsageError
+from ..runner import echo, format_command, run
 
 CONTAINERS_DIR = Path(__file__).resolve().parent.parent / "containers"
 IMAGE = "localhost/chtop-sandbox:latest"

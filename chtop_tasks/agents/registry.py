@@ -20,7 +20,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from .errors import PolicyError, Refused, UsageError, WorkspaceError
+from ..errors import PolicyError, Refused, UsageError, WorkspaceError
 from .secrets import ENV_NAME, config_home, load_secrets, secrets_path
 
 AGENT_NAME = re.compile(r"[a-z][a-z0-9-]{0,19}\Z")
@@ -74,7 +74,7 @@ def parse_entry(name: str, table: dict, source: str) -> Agent:
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
         raise PolicyError(f"{source}: [{name}] env must be a table of strings")
     config_env = table.get("config_env", "")
-    from .sandbox.policy import STRUCTURAL_ENV
+    from ..sandbox.policy import STRUCTURAL_ENV
 
     for var in (*credentials, *tokens, *env, *([config_env] if config_env else [])):
         if not ENV_NAME.match(var):
@@ -174,8 +174,8 @@ def resolve_target(cwd: Path, dir: Path | None = None):
     toplevel is refused).  A directory holding your home or the secrets file
     is always refused.
     """
-    from .sandbox import target_for
-    from .workspace import find_workspace
+    from ..sandbox import target_for
+    from ..workspace.layout import find_workspace
 
     note = None
     if dir is None:
@@ -207,8 +207,8 @@ def launch(agent_name: str, args: list[str], cwd: Path, *, dir: Path | None = No
     Interactive (a pty, resized with the terminal) when stdin is a terminal.
     Git identity, CLAUDE_CONFIG_DIR and IS_SANDBOX are the sandbox's own.
     """
+    from ..sandbox import plan_launch, run_plan, show_warnings
     from .interactive import run_interactive
-    from .sandbox import plan_launch, run_plan, show_warnings
 
     agent = get_agent(agent_name)
     check_installed(agent)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A real GPU compute check: `python chtop_tasks/gpu_check.py`.
+"""A real GPU compute check: `python chtop_tasks/incontainer/gpu_check.py`.
 
 Runs standalone (no chtop imports) on a host or inside a sandbox, one line
 per step.  Exit status: 0 the GPU computed the right answer; 1 it did not

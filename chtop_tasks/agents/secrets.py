@@ -17,7 +17,7 @@ import re
 import stat
 from pathlib import Path
 
-from .errors import PolicyError, Refused
+from ..errors import PolicyError, Refused
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 

@@ -12,10 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import runner
-from .errors import ChtopError, CommandFailed, Refused, WorkspaceError
-from .term import bold, git_color_args, say, warn
-from .workspace import Checkout, Workspace, verify_git_dirs
+from .. import runner
+from ..errors import ChtopError, CommandFailed, Refused, WorkspaceError
+from ..term import bold, git_color_args, say, warn
+from .layout import Checkout, Workspace, verify_git_dirs
 
 POOL_SIZE = max(1, min(os.cpu_count() or 1, 8))
 

@@ -10,8 +10,10 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import runner
-from .errors import ChtopError, CommandFailed, Refused, UsageError
+from .. import runner
+from ..errors import ChtopError, CommandFailed, Refused, UsageError
+from ..term import say, warn
+from .dotfiles import refresh_workspace_files
 from .gitops import (
     ahead_behind,
     dirty_paths,
@@ -22,10 +24,8 @@ from .gitops import (
     integration_branch,
     main_checkout_dir,
 )
+from .layout import Checkout, Workspace, find_workspace, verify_git_dirs
 from .manifest import check_plain_dir_name
-from .render import refresh_workspace_files
-from .term import say, warn
-from .workspace import Checkout, Workspace, find_workspace, verify_git_dirs
 
 
 def name_problem(ws: Workspace, name: str) -> str | None:

@@ -16,7 +16,6 @@ The build is planned as data (``plan_build`` returns the steps), printed by
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import shutil
@@ -25,9 +24,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import runner
-from .errors import ChtopError, CommandFailed, Refused, UsageError
-from .manifest import MANIFEST_NAME, Manifest, Repo
+from .. import runner
+from ..errors import ChtopError, CommandFailed, Refused, UsageError
+from ..workspace.manifest import MANIFEST_NAME, Manifest, Repo
 
 VENV_DIR = ".venv"
 INSTALLERS = ("pip", "uv")
@@ -404,52 +403,3 @@ def build_venv(
 
 
 # --- nox ----------------------------------------------------------------------
-
-
-class _ArgParser(argparse.ArgumentParser):
-    def error(self, message):  # argparse would sys.exit
-        raise UsageError(f"nox -s venv: {message}\n{self.format_usage().strip()}")
-
-
-def parse_session_args(posargs: list[str]) -> argparse.Namespace:
-    parser = _ArgParser(prog="nox -s venv --", add_help=False)
-    parser.add_argument("--name", default=None, help="worktree name (default: the current checkout)")
-    parser.add_argument("--recreate", action="store_true")
-    parser.add_argument("--test", action="store_true")
-    parser.add_argument("--installer", choices=INSTALLERS, default=None)
-    parser.add_argument("--dry-run", action="store_true")
-    return parser.parse_args(posargs)
-
-
-def session_root(name: str | None, start: Path | None = None):
-    """The workspace a ``nox -s venv -- --name NAME`` run builds."""
-    from .workspace import find_workspace  # the workspace model reads the real layout
-
-    ws = find_workspace(start)
-    if not name:
-        return ws
-    if name == ws.toplevel.name:
-        root = ws.toplevel
-    elif name in ws.reserved_names() or "/" in name or name in (".", ".."):
-        raise UsageError(f"{name!r} is not a worktree name")
-    else:
-        root = ws.worktree_root(name)
-    if not root.is_dir():
-        raise UsageError(f"no worktree {name!r} in {ws.grouping} (make it with `inv worktree.create {name}`)")
-    other = find_workspace(root)
-    if other.root != root.resolve():
-        raise UsageError(f"{root} is not a checkout of this workspace")
-    return other
-
-
-def venv_session(session) -> None:
-    """nox session body: build a named worktree's venv (``nox -s venv -- --name dev``)."""
-    try:
-        args = parse_session_args(list(session.posargs))
-        ws = session_root(args.name)
-        build_venv(
-            ws.root, ws.manifest, recreate=args.recreate, test=args.test,
-            installer=args.installer, dry_run=args.dry_run,
-        )
-    except ChtopError as exc:
-        session.error(str(exc))

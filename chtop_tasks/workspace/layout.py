@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import WorkspaceError
+from ..errors import WorkspaceError
 from .manifest import MANIFEST_NAME, Manifest, load_manifest
 
 MARKERS = ("tasks.py", MANIFEST_NAME)

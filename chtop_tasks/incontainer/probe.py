@@ -1,6 +1,6 @@
 """A probe run inside a sandbox by `inv demo`: what can it see and reach?
 
-    python3 chtop_tasks/probe.py --host-home DIR --toplevel DIR
+    python3 chtop_tasks/incontainer/probe.py --host-home DIR --toplevel DIR
 
 Standard library only (it runs with whatever python the sandbox has).
 Each line says "can" or "cannot" and why; nothing is left behind.

@@ -17,7 +17,7 @@ def locate(start: Path | None = None) -> tuple[Path, Path]:
     Outside a workspace: ~/.config/chtop with its sandbox/ (the --dir mode group).
     """
     try:
-        from ..workspace import find_workspace
+        from ..workspace.layout import find_workspace
     except ImportError:  # the workspace model not there yet
         find_workspace = None
     if find_workspace is not None:

@@ -21,8 +21,8 @@ import sys
 import termios
 from pathlib import Path
 
-from .errors import CommandFailed
-from .runner import echo
+from ..errors import CommandFailed
+from ..runner import echo
 
 DEFAULT_SIZE = (24, 80)
 

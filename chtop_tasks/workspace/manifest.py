@@ -17,7 +17,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from .errors import ManifestError
+from ..errors import ManifestError
 
 MANIFEST_NAME = "git_repositories.toml"
 

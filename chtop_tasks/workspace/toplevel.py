@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from . import runner
-from .errors import Refused
+from .. import runner
+from ..errors import Refused
+from ..term import say, warn
+from .dotfiles import refresh_workspace_files
 from .gitops import head_branch
+from .layout import Workspace, verify_git_dirs
 from .manifest import Repo
-from .render import refresh_workspace_files
-from .term import say, warn
-from .workspace import Workspace, verify_git_dirs
 from .worktrees import init_submodules
 
 

@@ -1,0 +1,12 @@
+"""The workspace and its git: where every checkout is, and the operations on them.
+
+- ``layout``: the Workspace model (grouping dir, toplevel, worktrees, stores),
+  found from any path by reading files only; ``verify_git_dirs``.
+- ``manifest``: ``git_repositories.toml``, parsed and checked.
+- ``toplevel``, ``worktrees``: ``toplevel.init``, ``worktree.create/delete/list``.
+- ``gitops``: the cross-repo git loop (status, diff, rebase-down, merge-up).
+- ``dotfiles``: ``.envrc`` and ``.claude/env.sh`` rendered from ``dotfile_templates/``.
+
+May import: ``chtop_tasks.errors``, ``runner``, ``term``, ``places`` and
+``venv``; never ``sandbox``, ``proxy``, ``agents`` or ``tasks``.
+"""
