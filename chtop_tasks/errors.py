@@ -46,3 +46,7 @@ class WorkspaceError(ChtopError):
     """We are not where a workspace says we should be."""
 
     exit_code = 2
+
+
+class NotInWorkspace(WorkspaceError):
+    """The path is inside no chtop workspace at all (as opposed to a broken one)."""

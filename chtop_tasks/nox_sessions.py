@@ -44,7 +44,8 @@ def check_command() -> list[str]:
 
 def run_in_sandbox(cwd: Path, name: str | None = None) -> int:
     """gpu_check.py's exit status, run in the sandbox of worktree ``name`` (or ``cwd``'s)."""
-    from .sandbox import plan_launch, run_plan, target_for
+    from .places import target_for
+    from .sandbox import plan_launch, run_plan
     from .workspace.layout import find_workspace
 
     root = cwd

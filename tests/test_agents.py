@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from chtop_tasks import places
 from chtop_tasks.agents import registry as agents
 from chtop_tasks.agents import secrets
 from chtop_tasks.agents.interactive import run_interactive
@@ -57,7 +58,7 @@ def register_stand_in(home: Path, tmp_path: Path) -> Path:
     script = tmp_path / "stand-in-agent"
     script.write_text(STAND_IN)
     script.chmod(0o755)
-    user = secrets.config_home(home) / "agents.toml"
+    user = places.user_config_dir(home) / "agents.toml"
     user.parent.mkdir(parents=True, exist_ok=True)
     user.write_text(
         f'[standin]\ncommand = ["{script}"]\nskip_permissions = ["--yolo-standin"]\n'
@@ -106,7 +107,7 @@ def test_user_registry_overrides_and_unknown_agent_is_usage_error(home, tmp_path
     ],
 )
 def test_bad_registry_entries_are_refused(home, table, message):
-    path = secrets.config_home(home) / "agents.toml"
+    path = places.user_config_dir(home) / "agents.toml"
     path.parent.mkdir(parents=True)
     path.write_text(table)
     with pytest.raises(PolicyError, match=message):
@@ -205,7 +206,7 @@ def test_no_secrets_file_is_empty(home):
 # -- what may be sandboxed --------------------------------------------------
 
 def test_dir_holding_home_or_secrets_is_refused(home, tmp_path):
-    for bad in (home, home.parent, home / ".config", secrets.config_home(home)):
+    for bad in (home, home.parent, home / ".config", places.user_config_dir(home)):
         with pytest.raises(Refused):
-            agents.check_dir_allowed(bad, home=home)
-    agents.check_dir_allowed(home / "projects" / "x", home=home)
+            places.check_dir_allowed(bad, home=home)
+    places.check_dir_allowed(home / "projects" / "x", home=home)

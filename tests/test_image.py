@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from chtop_tasks import places
 from chtop_tasks.agents import image
 from chtop_tasks.errors import PolicyError
 
@@ -73,8 +74,8 @@ def test_an_image_launch_takes_the_image_as_root_and_binds_no_copied_tree(with_d
     from chtop_tasks.sandbox.mounts import plan_mounts
     from chtop_tasks.sandbox.policy import load_policy
 
-    target = launch.target_for(with_dev.path("dev"))
-    policy = load_policy(target.policy_dir, launch._home(), target.workspace.grouping)
+    target = places.target_for(with_dev.path("dev"))
+    policy = load_policy(target.policy_dir, places.home_dir(), target.workspace.grouping)
     trees = image.image_trees(REPO / "containers")
     assert set(trees) == {Path("/usr"), Path("/etc")}
     mounts = plan_mounts(launch._mount_context(target, None, False, trees), policy.fs).mounts()

@@ -10,17 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from chtop_tasks.errors import PolicyError, UsageError, WorkspaceError
+from chtop_tasks import places
+from chtop_tasks.errors import PolicyError, Refused, UsageError, WorkspaceError
 from chtop_tasks.sandbox import launch
 from chtop_tasks.sandbox.mounts import MountPlan, rename_proof
 from chtop_tasks.sandbox.policy import load_policy
 
 
 def plan_for(root: Path, self_edit=False, policy_text=None):
-    target = launch.target_for(root)
+    target = places.target_for(root)
     if policy_text is not None:
         (target.policy_dir / "fs-allow.txt").write_text(policy_text)
-    policy = load_policy(target.policy_dir, launch._home(), target.workspace.grouping)
+    policy = load_policy(target.policy_dir, places.home_dir(), target.workspace.grouping)
     ctx = launch._mount_context(target, None, self_edit)
     from chtop_tasks.sandbox.mounts import plan_mounts
 
@@ -114,31 +115,53 @@ def test_venv_base_interpreter_prefix_is_mounted(with_dev, tmp_path):
 
 def test_refuses_toplevel_and_outside(with_dev, tmp_path):
     with pytest.raises(WorkspaceError, match="is the toplevel"):
-        launch.target_for(with_dev.toplevel)
-    with pytest.raises(WorkspaceError, match="not inside a chtop workspace"):
-        launch.target_for(tmp_path)
-    with pytest.raises(UsageError, match="refusing to sandbox"):
-        launch.target_for(tmp_path, Path.home())
+        places.target_for(with_dev.toplevel)
+    outside = places.target_for(tmp_path)
+    assert outside.kind == "dir" and outside.root == tmp_path.resolve()
+    assert "not inside a chtop workspace: sandboxing the current directory" in outside.note
+    with pytest.raises(Refused, match="refusing to sandbox"):
+        places.target_for(tmp_path, Path.home())
+
+
+def test_every_entry_point_guards_the_config_dir(tmp_path):
+    """--dir of the config dir, a dir holding it, or one inside it is refused by target_for itself,
+    which sbox.run, sbox.shell, sbox.claude/agent and gpu_smoke all go through."""
+    config = places.user_config_dir()
+    (config / "sandbox").mkdir(parents=True)
+    (config / "secrets.env").write_text("X=1\n")
+    for bad in (config, config.parent, config / "sandbox"):
+        with pytest.raises(Refused, match="refusing to sandbox"):
+            places.target_for(tmp_path, bad)
+
+
+def test_xdg_config_home_moves_every_group_place(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    assert places.user_config_dir() == tmp_path / "xdg" / "chtop"
+    assert places.secrets_path() == tmp_path / "xdg" / "chtop" / "secrets.env"
+    assert places.group_and_policy_for(tmp_path)[0] == tmp_path / "xdg" / "chtop"
+    assert places.group_dir_for(tmp_path) == tmp_path / "xdg" / "chtop"
+    from chtop_tasks.proxy.report import locate
+    assert locate(tmp_path)[0] == tmp_path / "xdg" / "chtop"
 
 
 def test_dir_mode_target_uses_user_or_shipped_policy(tmp_path):
     project = tmp_path / "proj"
     project.mkdir()
-    target = launch.target_for(tmp_path, project)
+    target = places.target_for(tmp_path, project)
     assert target.kind == "dir" and target.root == project.resolve()
-    assert target.policy_dir == launch.default_policy_dir()
+    assert target.policy_dir == places.default_policy_dir()
     assert target.group_dir == Path.home() / ".config" / "chtop"
     user_policy = target.group_dir / "sandbox"
     user_policy.mkdir(parents=True)
     (user_policy / "fs-allow.txt").write_text("")
-    assert launch.target_for(tmp_path, project).policy_dir == user_policy
+    assert places.target_for(tmp_path, project).policy_dir == user_policy
 
 
 def test_plan_launch_argv_and_env(with_dev, monkeypatch):
     dev = with_dev.path("dev")
     monkeypatch.setenv("EDITOR", "nano")
     monkeypatch.setenv("CHTOP_TEST_SECRET", "hunter2")
-    target = launch.target_for(dev)
+    target = places.target_for(dev)
     plan = launch.plan_launch(target, ["sh", "-c", "exit 7"], interactive=False, network="open",
                               extra_env={"ANTHROPIC_API_KEY": "sk-test"}, purpose="agent")
     argv = plan.argv
@@ -160,14 +183,14 @@ def test_plan_launch_argv_and_env(with_dev, monkeypatch):
 def test_missing_fs_allow_refuses_launch(with_dev):
     (with_dev.toplevel / "sandbox" / "fs-allow.txt").unlink()
     with pytest.raises(PolicyError, match="missing"):
-        launch.plan_launch(launch.target_for(with_dev.path("dev")), ["true"], interactive=False, network="open")
+        launch.plan_launch(places.target_for(with_dev.path("dev")), ["true"], interactive=False, network="open")
 
 
 def test_tampered_git_file_refuses_launch(with_dev, tmp_path):
     dev = with_dev.path("dev")
     (dev / "alpha" / ".git").write_text(f"gitdir: {tmp_path}\n")
     with pytest.raises(WorkspaceError, match="refusing"):
-        launch.plan_launch(launch.target_for(dev), ["true"], interactive=False, network="open")
+        launch.plan_launch(places.target_for(dev), ["true"], interactive=False, network="open")
 
 
 def test_proxy_that_cannot_start_refuses_launch(with_dev):
@@ -175,4 +198,4 @@ def test_proxy_that_cannot_start_refuses_launch(with_dev):
 
     (with_dev.toplevel / "sandbox" / "net-allow.txt").unlink(missing_ok=True)
     with pytest.raises(ChtopError):
-        launch.plan_launch(launch.target_for(with_dev.path("dev")), ["true"], interactive=False)
+        launch.plan_launch(places.target_for(with_dev.path("dev")), ["true"], interactive=False)

@@ -2,6 +2,7 @@
 
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 from conftest import git, require_tool
@@ -58,7 +59,7 @@ def test_create_makes_worktrees_branches_dotfiles_and_hints(initialized):
     ("..", "must not be"), ("a/b", "must not contain '/'"), ("-x", "must not start with '-'"),
     (".x", "must not start with '.'"), ("a b", "may only contain"), ("top", "reserved"),
     ("claude", "reserved"), ("extern", "reserved"), ("x.lock", "not a valid git branch name"),
-    ("a..b", "not a valid git branch name"),
+    ("a..b", "not a valid git branch name"), ("fix+1", "may only contain"), ("x" * 65, "at most 64"),
 ])
 def test_bad_names_are_refused_and_nothing_is_created(initialized, name, why):
     g = initialized
@@ -67,6 +68,22 @@ def test_bad_names_are_refused_and_nothing_is_created(initialized, name, why):
         create_worktree(find_workspace(g.toplevel), name)
     assert sorted(os.listdir(g.grouping)) == before
     assert branches(g.toplevel / "alpha") == ["main"]
+
+
+def test_one_name_rule_for_create_the_proxy_and_the_sandbox():
+    """A name worktree.create accepts is one the proxy's sockets and policy layers accept, and back."""
+    from chtop_tasks.places import check_worktree_name, worktree_name_problem
+    from chtop_tasks.proxy.policy import list_path
+
+    for name in ("dev", "fix-1", "a.b_c", "x" * 64, "fix+1", "x" * 65, ".x", "a..b"):
+        ok = worktree_name_problem(name) is None
+        try:
+            check_worktree_name(name)
+            list_path(Path("/p"), "allow", name)
+            proxy_ok = True
+        except UsageError:
+            proxy_ok = False
+        assert ok == proxy_ok, name
 
 
 def test_existing_path_is_refused(initialized):

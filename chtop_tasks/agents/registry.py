@@ -20,8 +20,9 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from ..errors import PolicyError, Refused, UsageError, WorkspaceError
-from .secrets import ENV_NAME, config_home, load_secrets, secrets_path
+from ..errors import PolicyError, UsageError
+from ..places import secrets_path, target_for, user_config_dir
+from .secrets import ENV_NAME, load_secrets
 
 AGENT_NAME = re.compile(r"[a-z][a-z0-9-]{0,19}\Z")
 REGISTRY_FILE = Path(__file__).with_name("agents.toml")
@@ -105,7 +106,7 @@ def parse_entry(name: str, table: dict, source: str) -> Agent:
 
 def load_registry(extra: list[Path] | None = None, home: Path | None = None) -> dict[str, Agent]:
     """The shipped registry, then ~/.config/chtop/agents.toml, then ``extra`` files."""
-    files = [REGISTRY_FILE, config_home(home) / USER_REGISTRY, *(extra or [])]
+    files = [REGISTRY_FILE, user_config_dir(home) / USER_REGISTRY, *(extra or [])]
     agents: dict[str, Agent] = {}
     for path in files:
         try:
@@ -125,7 +126,7 @@ def get_agent(name: str, registry: dict[str, Agent] | None = None) -> Agent:
     registry = load_registry() if registry is None else registry
     if name not in registry:
         raise UsageError(f"unknown agent {name!r}; registered: {', '.join(sorted(registry))} "
-                         f"(add one in {config_home() / USER_REGISTRY})")
+                         f"(add one in {user_config_dir() / USER_REGISTRY})")
     return registry[name]
 
 
@@ -166,38 +167,6 @@ def check_installed(agent: Agent, search_path: str | None = None) -> None:
         raise UsageError(f"{agent.name}: {agent.command[0]!r} is not on PATH{hint}")
 
 
-def resolve_target(cwd: Path, dir: Path | None = None):
-    """The Target to sandbox, and a note.
-
-    Outside any chtop workspace with no --dir, the current directory is
-    sandboxed (as if --dir .); inside one, target_for's rules hold (the
-    toplevel is refused).  A directory holding your home or the secrets file
-    is always refused.
-    """
-    from ..sandbox import target_for
-    from ..workspace.layout import find_workspace
-
-    note = None
-    if dir is None:
-        try:
-            find_workspace(cwd)
-        except WorkspaceError:
-            dir = cwd
-            note = f"not inside a chtop workspace: sandboxing the current directory {cwd} (as --dir .)"
-    if dir is not None:
-        check_dir_allowed(Path(dir).resolve())
-    return target_for(cwd, dir=dir), note
-
-
-def check_dir_allowed(root: Path, home: Path | None = None) -> None:
-    secrets = secrets_path(home).resolve()
-    home = (home or Path.home()).resolve()
-    for guarded, what in ((home, "your home directory"), (secrets, "the secrets file")):
-        if guarded == root or root in guarded.parents:
-            raise Refused(f"{root}: refusing to sandbox a directory that holds {what} ({guarded}); "
-                          f"pick the project directory itself")
-
-
 def launch(agent_name: str, args: list[str], cwd: Path, *, dir: Path | None = None,
            image: bool = False, network: str = "proxy", allow_self_edit: bool = False,
            stdin_fd: int | None = None) -> int:
@@ -212,7 +181,7 @@ def launch(agent_name: str, args: list[str], cwd: Path, *, dir: Path | None = No
 
     agent = get_agent(agent_name)
     check_installed(agent)
-    target, note = resolve_target(cwd, dir)
+    target = target_for(cwd, dir)
     source = secrets_path()
     env, notes = agent_env(agent, load_secrets(source), target.config_dir, source)
     if agent.config_env:  # some CLIs refuse a state dir that does not exist
@@ -228,7 +197,7 @@ def launch(agent_name: str, args: list[str], cwd: Path, *, dir: Path | None = No
     plan = plan_launch(target, agent.argv(args), interactive=interactive, extra_env=env,
                        purpose=agent.name, network=network, allow_self_edit=allow_self_edit, cwd=cwd,
                        **image_args)
-    for line in ([note] if note else []) + notes:
+    for line in ([target.note] if target.note else []) + notes:
         print(f"chtop: {line}", file=sys.stderr, flush=True)
     show_warnings(plan)
     if interactive:

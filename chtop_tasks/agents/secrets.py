@@ -18,20 +18,9 @@ import stat
 from pathlib import Path
 
 from ..errors import PolicyError, Refused
+from ..places import secrets_path, user_config_dir  # noqa: F401 - secrets_path is this module's API
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-
-def config_home(home: Path | None = None) -> Path:
-    """~/.config/chtop ($XDG_CONFIG_HOME/chtop): the user's chtop config
-    (secrets, the --dir group, extra agents)."""
-    if home is None and os.environ.get("XDG_CONFIG_HOME"):
-        return Path(os.environ["XDG_CONFIG_HOME"]) / "chtop"
-    return (home or Path.home()) / ".config" / "chtop"
-
-
-def secrets_path(home: Path | None = None) -> Path:
-    return config_home(home) / "secrets.env"
-
 
 def parse_env(text: str, source: str = "secrets.env") -> dict[str, str]:
     """KEY=VALUE lines: blank lines and # comments skipped, optional ``export``,

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ChtopError
+from ..places import check_worktree_name, group_key, runtime_dir
 from .logs import net_dir
-from .policy import Policy, check_worktree_name
+from .policy import Policy
 
 START_TIMEOUT = 15.0
-MAX_RUNTIME_BASE = 46
 # Below the kernel's ephemeral range (32768+), so an outgoing connection never holds our port.
 PORT_BASE, PORT_SPAN = 20000, 12000
 
@@ -36,27 +36,6 @@ class ProxyEndpoint:
     url: str              # "http://127.0.0.1:PORT" (TCP, group policy)
     socket_path: Path     # unix socket to mount into a container (mount its parent dir)
     pid: int
-
-
-def _key(group_dir: Path) -> str:
-    return hashlib.sha256(str(Path(group_dir).resolve()).encode()).hexdigest()
-
-
-def runtime_dir(group_dir: Path, create: bool = False) -> Path:
-    """${XDG_RUNTIME_DIR or /tmp}/chtop-<uid>/<12 hex of group_dir>, mode 0700."""
-    base = Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp") / f"chtop-{os.getuid()}"
-    if len(str(base)) > MAX_RUNTIME_BASE:   # keep socket paths under 100 bytes
-        base = Path("/tmp") / f"chtop-{os.getuid()}"
-    path = base / _key(group_dir)[:12]
-    if create:
-        for d in (base, path):
-            d.mkdir(mode=0o700, exist_ok=True)
-            st = os.lstat(d)
-            if st.st_uid != os.getuid() or not os.path.isdir(d) or os.path.islink(d):
-                raise ChtopError(f"{d} is not a directory owned by you; refusing to use it")
-            if st.st_mode & 0o077:
-                os.chmod(d, 0o700)
-    return path
 
 
 def worktree_socket(runtime: Path, worktree: str) -> Path:
@@ -78,7 +57,7 @@ def proxy_port(group_dir: Path) -> int:
         if not 1 <= port <= 65535:
             raise ChtopError(f"CHTOP_PROXY_PORT={override!r} is not a port number", 2)
         return port
-    return PORT_BASE + int(_key(group_dir)[:8], 16) % PORT_SPAN
+    return PORT_BASE + int(group_key(group_dir)[:8], 16) % PORT_SPAN
 
 
 def control_request(group_dir: Path, msg: dict, timeout: float = 5.0) -> dict:

@@ -12,13 +12,15 @@ import os
 import time
 from pathlib import Path
 
+from ..places import state_dir
+
 HUMAN = "proxy.log"
 JSONL = "requests.jsonl"
 ROTATE_BYTES = 20 * 1024 * 1024
 
 
 def net_dir(group_dir: Path) -> Path:
-    return Path(group_dir) / ".chtop" / "net"
+    return state_dir(group_dir) / "net"
 
 
 class RequestLog:

@@ -9,22 +9,15 @@ from __future__ import annotations
 
 import fcntl
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import PolicyError, UsageError
+from ..places import check_worktree_name
 from .hostmatch import BadHost, Entry, find_match, is_ip, parse_entry
 
 ALLOW = "net-allow.txt"
 DENY = "net-deny.txt"
-_WORKTREE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,63}$")
-
-
-def check_worktree_name(name: str) -> str:
-    if not _WORKTREE_NAME.match(name or ""):
-        raise UsageError(f"bad worktree name {name!r} (letters, digits, . _ -)")
-    return name
 
 
 def list_path(policy_dir: Path, kind: str, worktree: str | None = None) -> Path:

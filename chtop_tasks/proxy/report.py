@@ -5,34 +5,16 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..errors import ChtopError, UsageError, WorkspaceError
+from ..errors import ChtopError, UsageError
+from ..places import group_and_policy_for
 from .control import status
 from .logs import HUMAN, net_dir, pending
 from .policy import Policy, append_entry, list_path
 
 
 def locate(start: Path | None = None) -> tuple[Path, Path]:
-    """(group_dir, policy_dir) of the workspace we are in.
-
-    Outside a workspace: ~/.config/chtop with its sandbox/ (the --dir mode group).
-    """
-    try:
-        from ..workspace.layout import find_workspace
-    except ImportError:  # the workspace model not there yet
-        find_workspace = None
-    if find_workspace is not None:
-        try:
-            ws = find_workspace(start)
-            return ws.grouping, ws.policy_dir
-        except WorkspaceError:
-            pass
-    group = Path.home() / ".config" / "chtop"
-    policy = group / "sandbox"
-    if not policy.is_dir():
-        raise WorkspaceError(
-            "not inside a chtop workspace, and ~/.config/chtop/sandbox does not exist; "
-            "cd into a worktree (or create ~/.config/chtop/sandbox for --dir sandboxes)")
-    return group, policy
+    """(group_dir, policy_dir) of the workspace we are in; outside one, the --dir group's."""
+    return group_and_policy_for(start)
 
 
 def format_status(group_dir: Path) -> tuple[str, bool]:

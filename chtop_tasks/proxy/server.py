@@ -27,11 +27,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..places import check_worktree_name
 from .control import worktree_socket
 from .hostmatch import BadHost, address_is_public, canonical_host, is_ip, parse_authority
 from .logs import RequestLog, net_dir
 from .messages import HOP_BY_HOP, TOKEN_BYTES, Refusal, Request, blocked_body, inspect_first, parse_head, reply_bytes
-from .policy import Policy, check_worktree_name
+from .policy import Policy
 from .tunnel import Mux, Tunnel
 
 

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from ..errors import ChtopError
-from .control import runtime_dir
+from ..places import runtime_dir
 from .policy import append_entry, list_path
 
 ANSWERS = {"o": "allow-once", "a": "allow-always", "d": "deny", "i": "ignore",

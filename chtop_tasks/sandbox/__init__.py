@@ -1,23 +1,23 @@
 """The sandbox boundary: rootless podman around a worktree (or a --dir).
 
-Public interface: ``Target``, ``target_for``, ``LaunchPlan``,
-``plan_launch``, ``run_plan`` (and ``list_sandboxes``, ``shell_command``,
-``show_warnings`` for the tasks).  The security model is in mounts.py's
-docstring and the README's "Security model".
+Public interface: ``LaunchPlan``, ``plan_launch``, ``run_plan``,
+``exec_plan`` (and ``list_sandboxes``, ``shell_command``, ``show_warnings``
+for the tasks).  What a target is comes from ``chtop_tasks.places``.  The
+security model is in mounts.py's docstring and the README's "Security
+model".
+
+May import: ``errors``, ``runner``, ``places``, ``workspace`` and ``proxy``
+(to start the group's proxy); never ``agents`` or ``tasks``.
 """
 
 from .launch import (
-                     LaunchPlan,
-                     Target,
-                     exec_plan,
-                     group_dir_for,
-                     list_sandboxes,
-                     plan_launch,
-                     run_plan,
-                     shell_command,
-                     show_warnings,
-                     target_for,
+    LaunchPlan,
+    exec_plan,
+    list_sandboxes,
+    plan_launch,
+    run_plan,
+    shell_command,
+    show_warnings,
 )
 
-__all__ = ["LaunchPlan", "Target", "exec_plan", "group_dir_for", "list_sandboxes", "plan_launch", "run_plan", "shell_command",
-           "show_warnings", "target_for"]
+__all__ = ["LaunchPlan", "exec_plan", "list_sandboxes", "plan_launch", "run_plan", "shell_command", "show_warnings"]

@@ -1,14 +1,13 @@
 """What gets sandboxed, and the podman launch for it (plan, then run).
 
-``target_for`` finds the worktree (or the ``--dir`` directory) and its
-policy; ``plan_launch`` reads the policy, ensures the egress proxy (fail
+``places.target_for`` finds the worktree (or the ``--dir`` directory) and
+its policy; ``plan_launch reads the policy, ensures the egress proxy (fail
 closed), computes the mount plan and returns the full ``podman run`` argv;
 ``run_plan`` runs a non-interactive plan with stdio passed through.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -19,9 +18,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ChtopError, CommandFailed, UsageError, WorkspaceError
+from ..errors import ChtopError, CommandFailed, UsageError
+from ..places import Target, group_id, home_dir
 from ..runner import echo
-from ..workspace.layout import Workspace, admin_dir_for, find_workspace, verify_git_dirs
+from ..workspace.layout import admin_dir_for, verify_git_dirs
 from . import podman as podman_mod
 from .mounts import MountContext, plan_mounts
 from .policy import STRUCTURAL_ENV, load_policy
@@ -38,71 +38,12 @@ NO_PROXY = "localhost,127.0.0.1,::1"
 LABEL = "chtop"
 
 
-@dataclass(frozen=True)
-class Target:
-    kind: str                      # "worktree" or "dir"
-    root: Path
-    workspace: Workspace | None
-    policy_dir: Path
-    group_dir: Path
-    config_dir: Path
-
-    @property
-    def name(self) -> str:
-        return self.root.name
-
-    @property
-    def state_dir(self) -> Path:
-        return self.group_dir / ".chtop"
-
-
 @dataclass
 class LaunchPlan:
     argv: list[str]
     container_name: str
     env: dict[str, str]
     warnings: list[str] = field(default_factory=list)
-
-
-def user_config_dir() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "chtop"
-
-
-def default_policy_dir() -> Path:
-    """The policy shipped with chtop (chtop_tasks/default_policy -> ../sandbox)."""
-    return (Path(__file__).resolve().parent.parent / "default_policy").resolve()
-
-
-def _home() -> Path:
-    return Path(os.environ.get("HOME") or Path.home())
-
-
-def target_for(cwd: Path, dir: Path | None = None) -> Target:  # noqa: A002 - the contract's name
-    """The worktree around ``cwd``, or ``dir`` (--dir mode)."""
-    if dir is not None:
-        root = Path(dir).expanduser().resolve()
-        if not root.is_dir():
-            raise UsageError(f"--dir {dir}: not a directory")
-        home = _home().resolve()
-        if root == Path("/") or root == home or root in home.parents:
-            raise UsageError(f"--dir {root}: refusing to sandbox $HOME or one of its parents (it would mount "
-                             "everything in it); pick a project directory")
-        group = user_config_dir()
-        policy = group / "sandbox" if (group / "sandbox" / "fs-allow.txt").is_file() else default_policy_dir()
-        return Target("dir", root, None, policy, group, group / "claude")
-    ws = find_workspace(Path(cwd))
-    if ws.is_toplevel:
-        raise WorkspaceError(
-            f"{ws.root} is the toplevel: the sandbox runs only in a feature worktree "
-            "(the toplevel is not containerized; the management commands run there).\n"
-            "Make one and run from it:  inv worktree.create --name NAME && cd ../NAME"
-        )
-    return Target("worktree", ws.root, ws, ws.policy_dir, ws.grouping, ws.claude_dir)
-
-
-def group_id(group_dir: Path) -> str:
-    return hashlib.sha256(str(Path(group_dir).resolve()).encode()).hexdigest()[:12]
 
 
 def _slug(text: str) -> str:
@@ -132,7 +73,7 @@ def _git_identity(root: Path, host_env: dict[str, str]) -> dict[str, str]:
 
 def _mount_context(target: Target, proxy_dir: Path | None, self_edit: bool,
                    image_trees: tuple[Path, ...] = ()) -> MountContext:
-    home = _home()
+    home = home_dir()
     target.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)   # exists before it is masked
     if target.kind == "worktree":
         ws = target.workspace
@@ -168,7 +109,7 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
     host_env = dict(os.environ)
     if target.kind == "worktree":
         verify_git_dirs(target.workspace)
-    policy = load_policy(target.policy_dir, _home(), target.workspace.grouping if target.workspace else None)
+    policy = load_policy(target.policy_dir, home_dir(), target.workspace.grouping if target.workspace else None)
     warnings = list(policy.warnings)
     proxy_socket, proxy_url = _proxy_for(target, network, warnings)
     if allow_self_edit:
@@ -252,7 +193,7 @@ def _prepare_root(target: Target, identity, mounts, devices, proxy_socket: Path 
 def _structural_env(target: Target, host_env: dict[str, str], proxy_url: str | None) -> dict[str, str]:
     """The variables chtop itself sets inside (never taken from the policy or an agent)."""
     venv = target.root / ".venv"
-    env = {"HOME": str(_home()), "PATH": f"{venv}/bin:{host_env.get('PATH', '/usr/bin:/bin')}",
+    env = {"HOME": str(home_dir()), "PATH": f"{venv}/bin:{host_env.get('PATH', '/usr/bin:/bin')}",
            "IS_SANDBOX": "1", "PYTHONSAFEPATH": "1", "CLAUDE_CONFIG_DIR": str(target.config_dir),
            "CHTOP_SANDBOX": target.name}
     if venv.is_dir():
@@ -358,10 +299,3 @@ def list_sandboxes(group_dir: Path) -> list[dict[str, str]]:
 def show_warnings(plan: LaunchPlan, stream=None) -> None:
     for line in plan.warnings:
         print(f"warning: {line}", file=stream or sys.stderr, flush=True)
-
-
-def group_dir_for(cwd: Path, dir_mode: bool = False) -> Path:
-    """The proxy/sandbox group of ``cwd``: its grouping dir (toplevel included), or ~/.config/chtop."""
-    if dir_mode:
-        return user_config_dir()
-    return find_workspace(Path(cwd)).grouping

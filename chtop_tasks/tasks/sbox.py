@@ -4,7 +4,7 @@ from pathlib import Path
 
 from invoke import task
 
-from .. import sandbox
+from .. import places, sandbox
 from ..argv import remainder_args
 from ..runner import format_command
 from ..term import say
@@ -20,7 +20,7 @@ _COMMON_HELP = {
 
 
 def _plan(command, interactive, purpose, dir, network, allow_self_edit):
-    target = sandbox.target_for(Path.cwd(), Path(dir) if dir else None)
+    target = places.target_for(Path.cwd(), Path(dir) if dir else None)
     plan = sandbox.plan_launch(target, command, interactive=interactive, purpose=purpose, network=network,
                                allow_self_edit=allow_self_edit, cwd=Path.cwd())
     sandbox.show_warnings(plan)
@@ -55,7 +55,7 @@ def shell(c, dir=None, network="proxy", allow_self_edit=False):  # noqa: A002
 @reports_errors
 def ps(c, dir=False):  # noqa: A002
     """The running sandboxes of this group: name, worktree, purpose, network, status."""
-    rows = sandbox.list_sandboxes(sandbox.group_dir_for(Path.cwd(), dir))
+    rows = sandbox.list_sandboxes(places.group_dir_for(Path.cwd(), dir))
     if not rows:
         say("no sandboxes running")
     for row in rows:

@@ -21,11 +21,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import WorkspaceError
+from ..errors import NotInWorkspace, WorkspaceError
+from ..places import STATE_DIR_NAME, state_dir
 from .manifest import MANIFEST_NAME, Manifest, load_manifest
 
 MARKERS = ("tasks.py", MANIFEST_NAME)
-RESERVED_GROUP_NAMES = ("claude", "extern", ".chtop")
+RESERVED_GROUP_NAMES = ("claude", "extern", STATE_DIR_NAME)
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class Workspace:
 
     @property
     def state_dir(self) -> Path:
-        return self.grouping / ".chtop"
+        return state_dir(self.grouping)
 
     @property
     def venv_dir(self) -> Path:
@@ -101,7 +102,7 @@ def find_root(start: Path) -> Path:
     for candidate in (start, *start.parents):
         if _is_checkout_root(candidate):
             return candidate
-    raise WorkspaceError(
+    raise NotInWorkspace(
         f"{start} is not inside a chtop workspace (no parent has {' and '.join(MARKERS)} and .git).\n"
         "Run this from the toplevel, a feature worktree, or a repo inside one."
     )

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .. import runner
 from ..errors import ChtopError, CommandFailed, Refused, UsageError
+from ..places import worktree_name_problem
 from ..term import say, warn
 from .dotfiles import refresh_workspace_files
 from .gitops import (
@@ -25,16 +26,13 @@ from .gitops import (
     main_checkout_dir,
 )
 from .layout import Checkout, Workspace, find_workspace, verify_git_dirs
-from .manifest import check_plain_dir_name
 
 
 def name_problem(ws: Workspace, name: str) -> str | None:
     """Why ``name`` cannot be a new worktree, or None."""
-    why = check_plain_dir_name(name)
+    why = worktree_name_problem(name)
     if why:
         return f"worktree name {name!r} {why}"
-    if any(ch.isspace() for ch in name):
-        return f"worktree name {name!r} must not contain whitespace"
     if name in ws.reserved_names():
         return f"worktree name {name!r} is reserved in the grouping dir ({', '.join(ws.reserved_names())})"
     check = runner.run(["git", "check-ref-format", "--branch", name], check=False, quiet=True)
@@ -179,7 +177,7 @@ def closing_hints(ws: Workspace) -> str:
 
 def worktree_workspace(ws: Workspace, name: str) -> Workspace:
     root = ws.worktree_root(name)
-    if name in ws.reserved_names() or check_plain_dir_name(name):
+    if name in ws.reserved_names() or worktree_name_problem(name):
         raise UsageError(f"{name!r} is not a worktree name")
     if not (root / ".git").is_file():
         raise UsageError(f"no worktree {name!r}: {root} is not a feature worktree of {ws.toplevel}")

@@ -1,0 +1,234 @@
+"""Where everything belongs: the one place that answers it.
+
+- the user's chtop config dir (``$XDG_CONFIG_HOME/chtop``, else
+  ``~/.config/chtop``), its ``secrets.env``, and the ``--dir`` group that
+  lives there;
+- a group's id, state dir (``<group>/.chtop``) and runtime dir (sockets);
+- the one rule for a worktree's name (``worktree.create``, the proxy's
+  per-worktree sockets and layers, and the sandbox all use it);
+- the ``--dir`` guard (never a directory that is or holds ``$HOME``, the
+  config dir or the secrets file), applied by :func:`target_for`, which
+  every sandbox entry point goes through;
+- which sandbox target a path is (:class:`Target`).
+
+Only the standard library, ``errors`` and (lazily, in :func:`target_for`)
+``workspace.layout`` are imported here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .errors import ChtopError, NotInWorkspace, Refused, UsageError, WorkspaceError
+
+if TYPE_CHECKING:
+    from .workspace.layout import Workspace
+
+STATE_DIR_NAME = ".chtop"
+SECRETS_NAME = "secrets.env"
+WORKTREE_NAME_MAX = 64
+_WORKTREE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
+MAX_RUNTIME_BASE = 46      # unix socket paths must stay under ~100 bytes
+
+
+# -- the user's config ---------------------------------------------------------------------------
+
+def home_dir() -> Path:
+    return Path(os.environ.get("HOME") or Path.home())
+
+
+def user_config_dir(home: Path | None = None) -> Path:
+    """``$XDG_CONFIG_HOME/chtop``, else ``~/.config/chtop``: secrets, extra agents, the --dir group.
+
+    An explicit ``home`` (tests) ignores ``XDG_CONFIG_HOME``.
+    """
+    if home is None and os.environ.get("XDG_CONFIG_HOME"):
+        return Path(os.environ["XDG_CONFIG_HOME"]) / "chtop"
+    return (home or home_dir()) / ".config" / "chtop"
+
+
+def secrets_path(home: Path | None = None) -> Path:
+    return user_config_dir(home) / SECRETS_NAME
+
+
+def default_policy_dir() -> Path:
+    """The policy shipped with chtop (chtop_tasks/default_policy -> ../sandbox)."""
+    return (Path(__file__).resolve().parent / "default_policy").resolve()
+
+
+def dir_group_policy_dir() -> Path:
+    """The --dir group's policy: ``<config>/sandbox`` when it has an fs-allow.txt, else the shipped one."""
+    own = user_config_dir() / "sandbox"
+    return own if (own / "fs-allow.txt").is_file() else default_policy_dir()
+
+
+# -- a group's places ----------------------------------------------------------------------------
+
+def group_id(group_dir: Path) -> str:
+    """12 hex digits naming a group (its resolved path), for labels and runtime dirs."""
+    return group_key(group_dir)[:12]
+
+
+def group_key(group_dir: Path) -> str:
+    return hashlib.sha256(str(Path(group_dir).resolve()).encode()).hexdigest()
+
+
+def state_dir(group_dir: Path) -> Path:
+    """``<group>/.chtop``: chtop's host-side state (proxy logs, pid, rootfs skeletons)."""
+    return Path(group_dir) / STATE_DIR_NAME
+
+
+def runtime_base() -> Path:
+    base = Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp") / f"chtop-{os.getuid()}"
+    if len(str(base)) > MAX_RUNTIME_BASE:
+        base = Path("/tmp") / f"chtop-{os.getuid()}"
+    return base
+
+
+def runtime_dir(group_dir: Path, create: bool = False) -> Path:
+    """``${XDG_RUNTIME_DIR or /tmp}/chtop-<uid>/<group id>``, mode 0700 (the proxy's sockets)."""
+    base = runtime_base()
+    path = base / group_id(group_dir)
+    if create:
+        for d in (base, path):
+            d.mkdir(mode=0o700, exist_ok=True)
+            st = os.lstat(d)
+            if st.st_uid != os.getuid() or not os.path.isdir(d) or os.path.islink(d):
+                raise ChtopError(f"{d} is not a directory owned by you; refusing to use it")
+            if st.st_mode & 0o077:
+                os.chmod(d, 0o700)
+    return path
+
+
+# -- names ---------------------------------------------------------------------------------------
+
+def worktree_name_problem(name) -> str | None:
+    """Why ``name`` cannot be a worktree's name, or None.  Letters, digits and ``. _ -``, not
+    starting with ``.`` or ``-``, at most 64 characters (it names a dir, a branch, a socket dir
+    and a policy layer)."""
+    if not isinstance(name, str) or not name:
+        return "must be a non-empty string"
+    if name in (".", ".."):
+        return "must not be '.' or '..'"
+    if "/" in name or "\\" in name:
+        return "must not contain '/'"
+    if name.startswith("-"):
+        return "must not start with '-'"
+    if name.startswith("."):
+        return "must not start with '.'"
+    if len(name) > WORKTREE_NAME_MAX:
+        return f"must be at most {WORKTREE_NAME_MAX} characters"
+    if not _WORKTREE_NAME.match(name):
+        return "may only contain letters, digits and . _ -"
+    if name.endswith(".lock") or ".." in name:
+        return "is not a valid git branch name (no '..', not ending in '.lock')"
+    return None
+
+
+def check_worktree_name(name: str) -> str:
+    why = worktree_name_problem(name)
+    if why:
+        raise UsageError(f"bad worktree name {name!r}: {why}")
+    return name
+
+
+# -- the --dir guard -----------------------------------------------------------------------------
+
+def check_dir_allowed(root: Path, home: Path | None = None) -> None:
+    """Refuse a --dir that is ``/``, is or holds ``$HOME``, or is, holds or lies in the chtop config dir
+    (secrets, the --dir group's policy and agent login)."""
+    root = Path(root).resolve()
+    config = user_config_dir(home).resolve()
+    secrets = secrets_path(home).resolve()
+    home = (home or home_dir()).resolve()
+    if root == Path("/") or root == home or root in home.parents:
+        raise Refused(f"--dir {root}: refusing to sandbox a directory that holds your home directory ({home}); "
+                      "it would mount everything in it.  Pick the project directory itself")
+    for guarded, what in ((config, "chtop's config dir"), (secrets, "the secrets file")):
+        if guarded == root or root in guarded.parents or guarded in root.parents:
+            raise Refused(f"--dir {root}: refusing to sandbox {what} ({guarded}) or a directory that holds "
+                          "or lies in it; pick the project directory itself")
+
+
+# -- which target a path is ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Target:
+    """What a sandbox runs in: a feature worktree of a workspace, or a --dir directory."""
+
+    kind: str                      # "worktree" or "dir"
+    root: Path
+    workspace: "Workspace | None"
+    policy_dir: Path
+    group_dir: Path
+    config_dir: Path               # the agents' config dir (CLAUDE_CONFIG_DIR)
+    note: str | None = None        # said at launch (e.g. "sandboxing the current directory")
+
+    @property
+    def name(self) -> str:
+        return self.workspace.name if self.workspace else self.root.name
+
+    @property
+    def state_dir(self) -> Path:
+        return self.workspace.state_dir if self.workspace else state_dir(self.group_dir)
+
+
+def dir_target(dir: Path, note: str | None = None) -> Target:  # noqa: A002 - --dir is the flag's name
+    root = Path(dir).expanduser().resolve()
+    if not root.is_dir():
+        raise UsageError(f"--dir {dir}: not a directory")
+    check_dir_allowed(root)
+    group = user_config_dir()
+    return Target("dir", root, None, dir_group_policy_dir(), group, group / "claude", note)
+
+
+def target_for(cwd: Path, dir: Path | None = None) -> Target:  # noqa: A002
+    """The worktree around ``cwd``, or ``dir`` (--dir mode).
+
+    Outside any workspace with no ``dir``, the current directory is the target (as ``--dir .``,
+    said in ``note``).  The toplevel is refused: it is never containerized.
+    """
+    from .workspace.layout import find_workspace
+
+    if dir is not None:
+        return dir_target(dir)
+    try:
+        ws = find_workspace(Path(cwd))
+    except NotInWorkspace:
+        return dir_target(cwd, f"not inside a chtop workspace: sandboxing the current directory "
+                               f"{Path(cwd).resolve()} (as --dir .)")
+    if ws.is_toplevel:
+        raise WorkspaceError(
+            f"{ws.root} is the toplevel: the sandbox runs only in a feature worktree "
+            "(the toplevel is not containerized; the management commands run there).\n"
+            "Make one and run from it:  inv worktree.create --name NAME && cd ../NAME"
+        )
+    return Target("worktree", ws.root, ws, ws.policy_dir, ws.grouping, ws.claude_dir)
+
+
+def group_dir_for(cwd: Path, dir_mode: bool = False) -> Path:
+    """The group of ``cwd``: its grouping dir (toplevel included), else the --dir group."""
+    from .workspace.layout import find_workspace
+
+    if dir_mode:
+        return user_config_dir()
+    try:
+        return find_workspace(Path(cwd)).grouping
+    except NotInWorkspace:
+        return user_config_dir()
+
+
+def group_and_policy_for(cwd: Path | None = None) -> tuple[Path, Path]:
+    """(group dir, policy dir) for the ``net.*`` tasks: the workspace's, else the --dir group's."""
+    from .workspace.layout import find_workspace
+
+    try:
+        ws = find_workspace(cwd)
+        return ws.grouping, ws.policy_dir
+    except NotInWorkspace:
+        return user_config_dir(), dir_group_policy_dir()
