@@ -45,7 +45,7 @@ def check_command() -> list[str]:
 def run_in_sandbox(cwd: Path, name: str | None = None) -> int:
     """gpu_check.py's exit status, run in the sandbox of worktree ``name`` (or ``cwd``'s)."""
     from .places import target_for
-    from .sandbox import plan_launch, run_plan
+    from .sandbox import LaunchRequest, launch
     from .workspace.layout import find_workspace
 
     root = cwd
@@ -53,11 +53,7 @@ def run_in_sandbox(cwd: Path, name: str | None = None) -> int:
         root = find_workspace(cwd).worktree_root(name)
         if not root.is_dir():
             raise UsageError(f"no worktree {name!r} at {root}; see `inv worktree.list`")
-    target = target_for(root)
-    plan = plan_launch(target, check_command(), interactive=False, purpose="gpu-smoke")
-    for warning in plan.warnings:
-        print(f"chtop: {warning}")
-    return run_plan(plan)
+    return launch(LaunchRequest(target_for(root), check_command(), purpose="gpu-smoke"))
 
 
 def gpu_smoke_body(session) -> None:

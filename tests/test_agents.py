@@ -10,8 +10,8 @@ import pytest
 from chtop_tasks import places
 from chtop_tasks.agents import registry as agents
 from chtop_tasks.agents import secrets
-from chtop_tasks.agents.interactive import run_interactive
 from chtop_tasks.errors import PolicyError, Refused, UsageError
+from chtop_tasks.passthrough import run_interactive
 
 
 @pytest.fixture

@@ -70,7 +70,8 @@ def test_hash_follows_copied_trees(context, tmp_path):
 
 
 def test_an_image_launch_takes_the_image_as_root_and_binds_no_copied_tree(with_dev):
-    from chtop_tasks.sandbox import launch, podman
+    from chtop_tasks.sandbox import launcher as launch
+    from chtop_tasks.sandbox import podman
     from chtop_tasks.sandbox.mounts import plan_mounts
     from chtop_tasks.sandbox.policy import load_policy
 

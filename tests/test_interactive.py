@@ -1,7 +1,7 @@
 """The interactive launcher against a real local program under a real pty.
 
 The "user's terminal" is an outer pexpect pty; inside it a small runner
-script calls chtop_tasks.agents.interactive.run_interactive on a probe program
+script calls chtop_tasks.passthrough.run_interactive on a probe program
 that reports its terminal size, its signals and its exit.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from chtop_tasks.agents.interactive import run_interactive, status_from
+from chtop_tasks.passthrough import run_interactive, status_from
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -56,7 +56,7 @@ PROBE = textwrap.dedent(
 RUNNER = textwrap.dedent(
     """
     import signal, sys
-    from chtop_tasks.agents.interactive import run_interactive
+    from chtop_tasks.passthrough import run_interactive
     old = signal.getsignal(signal.SIGWINCH)
     rc = run_interactive([sys.executable, sys.argv[1]])
     print("RESTORED %s" % (signal.getsignal(signal.SIGWINCH) is old), flush=True)

@@ -12,7 +12,7 @@ import pytest
 
 from chtop_tasks import places
 from chtop_tasks.errors import PolicyError, Refused, UsageError, WorkspaceError
-from chtop_tasks.sandbox import launch
+from chtop_tasks.sandbox import launcher as launch
 from chtop_tasks.sandbox.mounts import MountPlan, rename_proof
 from chtop_tasks.sandbox.policy import load_policy
 
@@ -199,3 +199,22 @@ def test_proxy_that_cannot_start_refuses_launch(with_dev):
     (with_dev.toplevel / "sandbox" / "net-allow.txt").unlink(missing_ok=True)
     with pytest.raises(ChtopError):
         launch.plan_launch(places.target_for(with_dev.path("dev")), ["true"], interactive=False)
+
+
+def test_dry_run_starts_no_proxy_and_writes_nothing(with_dev):
+    """plan_launch only reads: `inv sbox.run --dry-run` prints the argv, and no proxy, socket,
+    state dir or skeleton root appears."""
+    from chtop_tasks.proxy.control import status
+
+    g = with_dev
+    dev = g.path("dev")
+    state = places.state_dir(g.grouping)
+    before = sorted(p.relative_to(g.grouping) for p in state.rglob("*")) if state.exists() else []
+    proc = g.inv(dev, "sbox.run", "--dry-run", "--", "true", check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "podman run" in proc.stdout
+    assert status(g.grouping) is None
+    assert not places.runtime_dir(g.grouping).exists()
+    after = sorted(p.relative_to(g.grouping) for p in state.rglob("*")) if state.exists() else []
+    assert after == before
+    assert not (launch.ROOTFUL_SKELETONS / places.group_id(g.grouping)).exists()

@@ -42,7 +42,7 @@ def test_refuses_toplevel_and_outside(user_group):
     assert proc.returncode == 2 and "is the toplevel" in proc.stderr
     assert "inv worktree.create" in proc.stderr
     proc = g.inv("-r", str(g.dev), "sbox.run", "--", "true", cwd=g.home)
-    assert proc.returncode == 2 and "not inside a chtop workspace" in proc.stderr
+    assert proc.returncode == 3 and "refusing to sandbox a directory that holds your home" in proc.stderr
 
 
 def test_dry_run_prints_argv_and_runs_nothing(user_group):

@@ -8,10 +8,8 @@ state lives; launch() turns it into a sandboxed, interactive run.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -176,8 +174,9 @@ def launch(agent_name: str, args: list[str], cwd: Path, *, dir: Path | None = No
     Interactive (a pty, resized with the terminal) when stdin is a terminal.
     Git identity, CLAUDE_CONFIG_DIR and IS_SANDBOX are the sandbox's own.
     """
-    from ..sandbox import plan_launch, run_plan, show_warnings
-    from .interactive import run_interactive
+    from ..passthrough import stdin_is_terminal
+    from ..sandbox import LaunchRequest
+    from ..sandbox import launch as launch_in_sandbox
 
     agent = get_agent(agent_name)
     check_installed(agent)
@@ -186,20 +185,13 @@ def launch(agent_name: str, args: list[str], cwd: Path, *, dir: Path | None = No
     env, notes = agent_env(agent, load_secrets(source), target.config_dir, source)
     if agent.config_env:  # some CLIs refuse a state dir that does not exist
         Path(env[agent.config_env]).mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
-    interactive = os.isatty(fd)
+    interactive = stdin_is_terminal(stdin_fd)
     image_args = {}
     if image:
         from .image import ensure_image, image_trees, storage_warning
 
         image_args = {"image": ensure_image(), "image_trees": image_trees()}
         notes += [w for w in [storage_warning()] if w]
-    plan = plan_launch(target, agent.argv(args), interactive=interactive, extra_env=env,
-                       purpose=agent.name, network=network, allow_self_edit=allow_self_edit, cwd=cwd,
-                       **image_args)
-    for line in ([target.note] if target.note else []) + notes:
-        print(f"chtop: {line}", file=sys.stderr, flush=True)
-    show_warnings(plan)
-    if interactive:
-        return run_interactive(plan.argv, env=plan.env, stdin_fd=fd)
-    return run_plan(plan)
+    return launch_in_sandbox(LaunchRequest(
+        target, agent.argv(args), interactive=interactive, extra_env=env, purpose=agent.name, network=network,
+        allow_self_edit=allow_self_edit, cwd=cwd, notes=tuple(notes), **image_args))

@@ -109,6 +109,15 @@ def _endpoint(info: dict) -> ProxyEndpoint:
     return ProxyEndpoint(url=info["url"], socket_path=Path(info["socket"]), pid=info["pid"])
 
 
+def planned_endpoint(group_dir: Path, worktree: str | None = None) -> ProxyEndpoint:
+    """Where the group's proxy listens (or will): its URL and the socket for ``worktree``
+    (the group socket for None).  Computed, nothing started: ``ensure_proxy`` gives the same."""
+    group_dir = Path(group_dir).resolve()
+    runtime = runtime_dir(group_dir)
+    socket_path = runtime / "group" / "proxy.sock" if worktree is None else worktree_socket(runtime, worktree)
+    return ProxyEndpoint(f"http://127.0.0.1:{proxy_port(group_dir)}", socket_path, 0)
+
+
 def proxy_status(group_dir: Path) -> ProxyEndpoint | None:
     """The running proxy of this group, or None when it is not running."""
     info = status(group_dir)

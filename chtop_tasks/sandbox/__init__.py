@@ -1,8 +1,8 @@
 """The sandbox boundary: rootless podman around a worktree (or a --dir).
 
-Public interface: ``LaunchPlan``, ``plan_launch``, ``run_plan``,
-``exec_plan`` (and ``list_sandboxes``, ``shell_command``, ``show_warnings``
-for the tasks).  What a target is comes from ``chtop_tasks.places``.  The
+Public interface: ``launch(LaunchRequest)`` (the one entry), and its parts
+``plan_launch`` (pure), ``prepare_launch`` (side effects), ``run_plan``;
+``list_sandboxes``, ``shell_command`` and ``show_warnings`` for the tasks.  What a target is comes from ``chtop_tasks.places``.  The
 security model is in mounts.py's docstring and the README's "Security
 model".
 
@@ -10,14 +10,17 @@ May import: ``errors``, ``runner``, ``places``, ``workspace`` and ``proxy``
 (to start the group's proxy); never ``agents`` or ``tasks``.
 """
 
-from .launch import (
+from .launcher import (
     LaunchPlan,
-    exec_plan,
+    LaunchRequest,
+    launch,
     list_sandboxes,
     plan_launch,
+    prepare_launch,
     run_plan,
     shell_command,
     show_warnings,
 )
 
-__all__ = ["LaunchPlan", "exec_plan", "list_sandboxes", "plan_launch", "run_plan", "shell_command", "show_warnings"]
+__all__ = ["LaunchPlan", "LaunchRequest", "launch", "list_sandboxes", "plan_launch", "prepare_launch", "run_plan",
+           "shell_command", "show_warnings"]

@@ -19,36 +19,35 @@ _COMMON_HELP = {
 }
 
 
-def _plan(command, interactive, purpose, dir, network, allow_self_edit):
+def _request(command, interactive, purpose, dir, network, allow_self_edit):  # noqa: A002
     target = places.target_for(Path.cwd(), Path(dir) if dir else None)
-    plan = sandbox.plan_launch(target, command, interactive=interactive, purpose=purpose, network=network,
-                               allow_self_edit=allow_self_edit, cwd=Path.cwd())
-    sandbox.show_warnings(plan)
-    return plan
+    return sandbox.LaunchRequest(target, command, interactive=interactive, purpose=purpose, network=network,
+                                 allow_self_edit=allow_self_edit, cwd=Path.cwd())
 
 
-@task(help={**_COMMON_HELP, "dry_run": "print the podman command line and exit"})
+@task(help={**_COMMON_HELP, "dry_run": "print the podman command line and exit: nothing is started or written"})
 @reports_errors
 def run(c, dir=None, network="proxy", allow_self_edit=False, dry_run=False):  # noqa: A002
     """Run a command in this worktree's sandbox: inv sbox.run -- CMD [ARGS...]."""
-    plan = _plan(remainder_args(), False, "run", dir, network, allow_self_edit)
+    request = _request(remainder_args(), False, "run", dir, network, allow_self_edit)
     if dry_run:
+        plan = sandbox.plan_launch(request.target, request.command, interactive=False, purpose="run",
+                                   network=network, allow_self_edit=allow_self_edit, cwd=request.cwd)
+        sandbox.show_warnings(plan)
         say(format_command(plan.argv))
         return 0
-    sandbox.exec_plan(plan)     # never returns: podman's exit status is ours
+    return sandbox.launch(request)
 
 
 @task(help=_COMMON_HELP)
 @reports_errors
 def shell(c, dir=None, network="proxy", allow_self_edit=False):  # noqa: A002
     """Interactive bash in this worktree's sandbox (sees what the agent sees)."""
-    import sys
+    from ..passthrough import stdin_is_terminal
 
-    from ..agents.interactive import run_interactive
-
-    tty = sys.stdin.isatty()          # no terminal: bash reads commands from stdin, no pty
-    plan = _plan(sandbox.shell_command(interactive=tty), tty, "shell", dir, network, allow_self_edit)
-    return run_interactive(plan.argv, plan.env)
+    tty = stdin_is_terminal()          # no terminal: bash reads commands from stdin, no pty
+    return sandbox.launch(_request(sandbox.shell_command(interactive=tty), tty, "shell", dir, network,
+                                   allow_self_edit))
 
 
 @task(help={"dir": "list the --dir sandboxes (group ~/.config/chtop) instead of this workspace's"})

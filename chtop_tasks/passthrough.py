@@ -1,4 +1,7 @@
-"""Run a child program the way a user's terminal expects: the interactive launcher.
+"""The one pass-through runner: a child attached to the user, and its exit status.
+
+Every sandbox launch (``sbox.run``, ``sbox.shell``, the agents, the GPU
+check) ends here, interactive or not.
 
 With a terminal on stdin, the child gets a real pty (pexpect) sized to the
 user's terminal, resized on every SIGWINCH, and every keystroke -- Ctrl-C
@@ -21,8 +24,8 @@ import sys
 import termios
 from pathlib import Path
 
-from ..errors import CommandFailed
-from ..runner import echo
+from .errors import CommandFailed
+from .runner import echo
 
 DEFAULT_SIZE = (24, 80)
 
@@ -48,7 +51,8 @@ def status_from(exitstatus: int | None, signalstatus: int | None) -> int:
     return exitstatus
 
 
-def _returncode_status(returncode: int) -> int:
+def returncode_status(returncode: int) -> int:
+    """subprocess's returncode (-N when killed by signal N) as the shell's status."""
     return 128 - returncode if returncode < 0 else returncode
 
 
@@ -58,22 +62,30 @@ def run_interactive(
     cwd: Path | str | None = None,
     *,
     stdin_fd: int | None = None,
+    pty: bool | None = None,
+    quiet: bool = False,
 ) -> int:
     """Run ``argv`` attached to the user; return its exit status (128+sig if killed).
 
     ``env`` is the child's complete environment (None: ours).  The pty path
-    is taken only when stdin is a terminal.
+    is taken when stdin is a terminal (``pty=False``: never, e.g. a command
+    that must read our stdin as data).  ``quiet``: the caller has already
+    said what runs.
     """
     argv = [str(a) for a in argv]
-    echo(argv, cwd)
+    if not quiet:
+        echo(argv, cwd)
     fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
-    try:
-        tty = os.isatty(fd)
-    except (OSError, ValueError):
-        tty = False
-    if tty:
+    if pty is not False and stdin_is_terminal(fd):
         return _run_pty(argv, env, cwd, fd)
     return _run_plain(argv, env, cwd)
+
+
+def stdin_is_terminal(fd: int | None = None) -> bool:
+    try:
+        return os.isatty(sys.stdin.fileno() if fd is None else fd)
+    except (OSError, ValueError):
+        return False
 
 
 def _run_plain(argv, env, cwd) -> int:
@@ -88,7 +100,7 @@ def _run_plain(argv, env, cwd) -> int:
         returncode = proc.wait()
     finally:
         signal.signal(signal.SIGINT, old_int)
-    return _returncode_status(returncode)
+    return returncode_status(returncode)
 
 
 def _run_pty(argv, env, cwd, fd) -> int:

@@ -3,7 +3,6 @@
 ``places.target_for`` finds the worktree (or the ``--dir`` directory) and
 its policy; ``plan_launch reads the policy, ensures the egress proxy (fail
 closed), computes the mount plan and returns the full ``podman run`` argv;
-``run_plan`` runs a non-interactive plan with stdio passed through.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ import json
 import os
 import re
 import secrets
-import signal
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -38,12 +37,59 @@ NO_PROXY = "localhost,127.0.0.1,::1"
 LABEL = "chtop"
 
 
+@dataclass(frozen=True)
+class ProxyNeed:
+    """The group proxy a launch needs, and where it will listen (computed, not started)."""
+
+    group_dir: Path
+    policy_dir: Path
+    worktree: str | None
+    socket_path: Path | None      # mounted into the container (network "proxy")
+    url: str
+
+
+@dataclass(frozen=True)
+class RootSetup:
+    """The skeleton root to write before podman runs: mount points, entry files, owner."""
+
+    skeleton: Path
+    mounts: tuple
+    devices: tuple
+    owner: tuple[int, int] | None  # rootful: the agent's unprivileged host uid/gid
+    rootful_base: Path | None      # rootful: the root-owned dir that must hold the skeleton
+
+
+@dataclass(frozen=True)
+class LaunchSetup:
+    state_dir: Path
+    proxy: ProxyNeed | None
+    root: RootSetup
+
+
 @dataclass
 class LaunchPlan:
     argv: list[str]
     container_name: str
     env: dict[str, str]
     warnings: list[str] = field(default_factory=list)
+    setup: LaunchSetup | None = None
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """Everything a caller decides about one launch (sbox.*, an agent, the GPU check)."""
+
+    target: Target
+    command: list[str]
+    interactive: bool = False
+    extra_env: dict[str, str] = field(default_factory=dict)
+    purpose: str = "run"
+    network: str = "proxy"
+    allow_self_edit: bool = False
+    cwd: Path | None = None
+    image: str | None = None
+    image_trees: tuple[Path, ...] = ()
+    notes: tuple[str, ...] = ()   # said before the warnings (e.g. which token an agent uses)
 
 
 def _slug(text: str) -> str:
@@ -74,7 +120,6 @@ def _git_identity(root: Path, host_env: dict[str, str]) -> dict[str, str]:
 def _mount_context(target: Target, proxy_dir: Path | None, self_edit: bool,
                    image_trees: tuple[Path, ...] = ()) -> MountContext:
     home = home_dir()
-    target.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)   # exists before it is masked
     if target.kind == "worktree":
         ws = target.workspace
         stores = []
@@ -96,14 +141,14 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
                 network: str = "proxy", allow_self_edit: bool = False,
                 cwd: Path | None = None, image: str | None = None,
                 image_trees: tuple[Path, ...] = ()) -> LaunchPlan:
-    """The full ``podman run`` for ``command`` in ``target``'s sandbox.
+    """The full ``podman run`` for ``command`` in ``target``'s sandbox; reads only.
 
     Reads the policy (PolicyError if broken), checks the git layout
-    (WorkspaceError if tampered), ensures the proxy (ChtopError if it cannot
-    start: no launch), builds the skeleton root.  Nothing is run yet.
-    With ``image``, that local image is the root instead of the host
-    overlay, and ``image_trees`` (its own copies of /usr, /etc) are not
-    bound from the host.
+    (WorkspaceError if tampered) and computes the mounts, the argv and the
+    ``LaunchSetup`` still to do.  Nothing is started or written: that is
+    ``prepare_launch``.  With ``image``, that local image is the root
+    instead of the host overlay, and ``image_trees`` (its own copies of
+    /usr, /etc) are not bound from the host.
     """
     extra_env = _checked_launch_args(command, purpose, network, extra_env)
     host_env = dict(os.environ)
@@ -111,7 +156,8 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
         verify_git_dirs(target.workspace)
     policy = load_policy(target.policy_dir, home_dir(), target.workspace.grouping if target.workspace else None)
     warnings = list(policy.warnings)
-    proxy_socket, proxy_url = _proxy_for(target, network, warnings)
+    proxy = _proxy_need(target, network, warnings)
+    proxy_socket = proxy.socket_path if proxy else None
     if allow_self_edit:
         warnings.append("--allow-self-edit: chtop's own code in this worktree (tasks.py, chtop_tasks/, "
                         "sandbox/, ...) is WRITABLE by the agent, and you run it on the host with inv/nox. "
@@ -125,7 +171,7 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
     identity = podman_mod.identity_for(target.root)
     if identity.note:
         warnings.append(identity.note)
-    skeleton = _prepare_root(target, identity, mounts, policy.devices, proxy_socket)
+    root = _root_setup(target, identity, mounts, policy.devices)
 
     named = {**policy.env_from(host_env), **{k: host_env[k] for k in PASS_THROUGH_CUDA if host_env.get(k)},
              **_git_identity(target.root, host_env), **extra_env}
@@ -133,12 +179,12 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
     podman_env.update(named)       # values reach podman by env, never on its command line
     name = f"chtop-{_slug(target.name)}-{purpose}-{secrets.token_hex(3)}"
     argv = podman_mod.build_argv(
-        name=name, labels=_labels(target, purpose, network), mounts=mounts, skeleton=skeleton,
-        workdir=_workdir(target, cwd), env_values=_structural_env(target, host_env, proxy_url),
+        name=name, labels=_labels(target, purpose, network), mounts=mounts, skeleton=root.skeleton,
+        workdir=_workdir(target, cwd), env_values=_structural_env(target, host_env, proxy.url if proxy else None),
         env_names=sorted(named), devices=policy.devices, network=network, proxy_socket=proxy_socket,
         interactive=interactive, identity=identity, hostname=f"sbox-{_slug(target.name)}"[:63],
         command=command, image=image)
-    return LaunchPlan(argv, name, podman_env, warnings)
+    return LaunchPlan(argv, name, podman_env, warnings, LaunchSetup(target.state_dir, proxy, root))
 
 
 def _checked_launch_args(command, purpose, network, extra_env) -> dict[str, str]:
@@ -155,39 +201,80 @@ def _checked_launch_args(command, purpose, network, extra_env) -> dict[str, str]
     return extra_env
 
 
-def _proxy_for(target: Target, network: str, warnings: list[str]) -> tuple[Path | None, str | None]:
-    """(socket to mount, proxy URL inside) for ``network``; starts the proxy (fail closed)."""
+def _proxy_need(target: Target, network: str, warnings: list[str]) -> ProxyNeed | None:
+    """The proxy ``network`` needs and where it listens; nothing is started here."""
     if network == "open":
         warnings.append("no proxy: open egress (host network, nothing filtered); for debugging only")
-        return None, None
-    from ..proxy import ensure_proxy
+        return None
+    from ..proxy.control import planned_endpoint
+    from ..proxy.policy import Policy
 
-    endpoint = ensure_proxy(target.group_dir, target.policy_dir,
-                            worktree=target.name if target.kind == "worktree" else None)
+    Policy(target.policy_dir).require()          # fail closed before anything else happens
+    worktree = target.name if target.kind == "worktree" else None
+    endpoint = planned_endpoint(target.group_dir, worktree)
     if network == "host":
         warnings.append("--network host: the agent shares the host's network; the proxy is only honoured "
                         "by clients that use HTTPS_PROXY, a raw socket goes around it")
-        return None, endpoint.url
+        return ProxyNeed(target.group_dir, target.policy_dir, worktree, None, endpoint.url)
     if not _which_host("socat"):
         raise ChtopError("socat is not installed on the host (/usr/bin/socat); the proxy relay inside the "
                          "sandbox needs it.  Install it: apt-get install socat")
-    return endpoint.socket_path, f"http://127.0.0.1:{podman_mod.RELAY_PORT}"
+    return ProxyNeed(target.group_dir, target.policy_dir, worktree, endpoint.socket_path,
+                     f"http://127.0.0.1:{podman_mod.RELAY_PORT}")
 
 
-def _prepare_root(target: Target, identity, mounts, devices, proxy_socket: Path | None) -> Path:
-    """The skeleton root with its entry files; rootful: owned by the agent's unprivileged uid."""
-    if identity.rootful and proxy_socket is not None:
-        # the agent is an unprivileged host uid: hand it this worktree's socket (dir 0700, socket 0600)
-        for path in (proxy_socket.parent, proxy_socket):
-            os.chown(path, identity.host_uid, identity.host_gid)
+def _root_setup(target: Target, identity, mounts, devices) -> RootSetup:
     key = group_id(target.root)[:8] if target.kind == "dir" else _slug(target.name)
-    skeleton = ensure_skeleton(_skeleton_dir(target, key, identity.rootful), mounts, devices)
-    podman_mod.write_entry_files(skeleton)
     if identity.rootful:
+        # the agent's unprivileged uid must reach the skeleton, and a root home (0700) is in the way
+        base = ROOTFUL_SKELETONS
+        skeleton = base / group_id(target.group_dir) / key
+        return RootSetup(skeleton, tuple(mounts), tuple(devices), (identity.host_uid, identity.host_gid), base)
+    return RootSetup(target.state_dir / "sbox" / "rootfs" / key, tuple(mounts), tuple(devices), None, None)
+
+
+ROOTFUL_SKELETONS = Path("/tmp/chtop-rootfs-0")
+
+
+def prepare_launch(plan: LaunchPlan) -> None:
+    """Do what ``plan_launch`` left to do: the state dir, the proxy (fail closed: it raises when the
+    proxy cannot start or listens elsewhere), the skeleton root and its entry files."""
+    setup = plan.setup
+    setup.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)   # exists before it is masked
+    if setup.proxy is not None:
+        _ensure_planned_proxy(setup.proxy)
+    _write_root(setup.root, setup.proxy.socket_path if setup.proxy else None)
+
+
+def _ensure_planned_proxy(need: ProxyNeed) -> None:
+    from ..proxy import ensure_proxy
+
+    endpoint = ensure_proxy(need.group_dir, need.policy_dir, worktree=need.worktree)
+    if need.socket_path is not None and endpoint.socket_path != need.socket_path:
+        raise ChtopError(f"the group's proxy listens on {endpoint.socket_path}, not {need.socket_path}; "
+                         "run `inv net.stop` and retry")
+
+
+def _write_root(root: RootSetup, proxy_socket: Path | None) -> None:
+    if root.owner is not None:
+        _check_rootful_base(root.rootful_base)
+        if proxy_socket is not None:
+            # the agent is an unprivileged host uid: hand it this worktree's socket (dir 0700, socket 0600)
+            for path in (proxy_socket.parent, proxy_socket):
+                os.chown(path, *root.owner)
+    skeleton = ensure_skeleton(root.skeleton, list(root.mounts), root.devices)
+    podman_mod.write_entry_files(skeleton)
+    if root.owner is not None:
         for dirpath, dirnames, filenames in os.walk(skeleton):
             for name in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
-                os.lchown(name, identity.host_uid, identity.host_gid)
-    return skeleton
+                os.lchown(name, *root.owner)
+
+
+def _check_rootful_base(base: Path) -> None:
+    base.mkdir(mode=0o755, exist_ok=True)
+    st = os.lstat(base)
+    if st.st_uid != 0 or base.is_symlink() or st.st_mode & 0o022:
+        raise ChtopError(f"{base} is not a root-owned directory writable only by root; remove it and retry")
 
 
 def _structural_env(target: Target, host_env: dict[str, str], proxy_url: str | None) -> dict[str, str]:
@@ -225,47 +312,31 @@ def _labels(target: Target, purpose: str, network: str) -> dict[str, str]:
             f"{LABEL}.purpose": purpose, f"{LABEL}.network": network}
 
 
-def _skeleton_dir(target: Target, key: str, rootful: bool) -> Path:
-    """Rootless: in the group's state dir.  Rootful: the agent's unprivileged uid must reach
-    it, and a root home (0700) is in the way, so under a root-owned /tmp/chtop-rootfs-0/."""
-    if not rootful:
-        return target.state_dir / "sbox" / "rootfs" / key
-    base = Path("/tmp/chtop-rootfs-0")
-    base.mkdir(mode=0o755, exist_ok=True)
-    st = os.lstat(base)
-    if st.st_uid != 0 or base.is_symlink() or st.st_mode & 0o022:
-        raise ChtopError(f"{base} is not a root-owned directory writable only by root; remove it and retry")
-    return base / group_id(target.group_dir) / key
-
-
 def _which_host(name: str) -> bool:
     return any(Path(d, name).is_file() for d in ("/usr/bin", "/bin", "/usr/local/bin"))
 
 
-def run_plan(plan: LaunchPlan) -> int:
-    """Run a non-interactive plan, stdio passed through; its exit status (128+signal if killed)."""
+def run_plan(plan: LaunchPlan, interactive: bool = False) -> int:
+    """Run a prepared plan through the one pass-through runner; its exit status (128+signal if killed)."""
+    from ..passthrough import run_interactive
+
     echo(plan.argv)
-    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        try:
-            proc = subprocess.Popen(plan.argv, env=plan.env)
-        except FileNotFoundError as exc:
-            raise CommandFailed("podman is not installed (apt-get install podman uidmap crun)") from exc
-        code = proc.wait()
-    finally:
-        signal.signal(signal.SIGINT, old_int)
-    return 128 - code if code < 0 else code
+    if shutil.which(plan.argv[0], path=plan.env.get("PATH")) is None:
+        raise CommandFailed("podman is not installed (apt-get install podman uidmap crun)")
+    return run_interactive(plan.argv, env=plan.env, pty=interactive, quiet=True)
 
 
-def exec_plan(plan: LaunchPlan):
-    """Become the podman process (sbox.run: no Python left around it, exit status is podman's)."""
-    echo(plan.argv)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        os.execvpe(plan.argv[0], plan.argv, plan.env)
-    except FileNotFoundError as exc:
-        raise CommandFailed("podman is not installed (apt-get install podman uidmap crun)") from exc
+def launch(request: LaunchRequest) -> int:
+    """The one launch entry: plan, say the notes and warnings, prepare, run; the child's exit status."""
+    plan = plan_launch(request.target, request.command, interactive=request.interactive,
+                       extra_env=request.extra_env, purpose=request.purpose, network=request.network,
+                       allow_self_edit=request.allow_self_edit, cwd=request.cwd, image=request.image,
+                       image_trees=request.image_trees)
+    for line in ([request.target.note] if request.target.note else []) + list(request.notes):
+        print(f"chtop: {line}", file=sys.stderr, flush=True)
+    show_warnings(plan)
+    prepare_launch(plan)
+    return run_plan(plan, interactive=request.interactive)
 
 
 def shell_command(interactive: bool = True) -> list[str]:
