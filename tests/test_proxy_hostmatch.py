@@ -216,7 +216,7 @@ def test_sni_from_real_client_hello():
 def test_compat_timeout_for_python_310():
     import asyncio
 
-    from chtop_tasks.proxy.server import TIMEOUTS, _compat_timeout
+    from chtop_tasks.proxy.aio import TIMEOUTS, _compat_timeout
 
     async def slow():
         async with _compat_timeout(0.05):

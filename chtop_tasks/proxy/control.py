@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +21,7 @@ from pathlib import Path
 
 from ..errors import ChtopError
 from ..places import check_worktree_name, group_key, runtime_dir
+from . import control_protocol
 from .logs import net_dir
 from .policy import Policy
 
@@ -60,22 +59,6 @@ def proxy_port(group_dir: Path) -> int:
     return PORT_BASE + int(group_key(group_dir)[:8], 16) % PORT_SPAN
 
 
-def control_request(group_dir: Path, msg: dict, timeout: float = 5.0) -> dict:
-    """One JSON request to the running proxy's control socket; raises OSError if none."""
-    path = runtime_dir(group_dir) / "control.sock"
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(timeout)
-        s.connect(str(path))
-        s.sendall((json.dumps(msg) + "\n").encode())
-        buf = b""
-        while not buf.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                raise ConnectionResetError("proxy closed the control connection")
-            buf += chunk
-    return json.loads(buf)
-
-
 def _read_pid(group_dir: Path) -> int | None:
     try:
         return int((net_dir(group_dir) / "proxy.pid").read_text().strip())
@@ -99,7 +82,7 @@ def status(group_dir: Path) -> dict | None:
     if pid is None or not _is_our_proxy(pid, group_dir):
         return None
     try:
-        info = control_request(group_dir, {"cmd": "status"})
+        info = control_protocol.request(group_dir, {"cmd": "status"})
     except (OSError, ValueError):
         return None
     return info if info.get("pid") == pid else None
@@ -197,7 +180,7 @@ def ensure_proxy(group_dir: Path, policy_dir: Path, worktree: str | None = None)
             info = _start(group_dir, policy_dir)
     endpoint = _endpoint(info)
     if worktree is not None:
-        reply = control_request(group_dir, {"cmd": "worktree", "name": worktree})
+        reply = control_protocol.request(group_dir, {"cmd": "worktree", "name": worktree})
         if not reply.get("ok"):
             raise ChtopError(f"proxy refused a socket for worktree {worktree}: {reply.get('error')}")
         endpoint = ProxyEndpoint(endpoint.url, Path(reply["socket"]), endpoint.pid)

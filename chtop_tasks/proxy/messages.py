@@ -108,16 +108,68 @@ def inspect_first(data: bytes, host: str, port: int, max_head: int = 16384) -> b
         if len(data) > max_head:
             raise Refusal(400, "blocked", "HTTP head in the tunnel too large")
         return False
-    req = parse_head(data[:end])
+    check_host_header(parse_head(data[:end]), host, port, default_port=port, in_tunnel=True)
+    return True
+
+
+def check_host_header(req: Request, host: str, port: int, *, default_port: int, in_tunnel: bool,
+                      url_authority: str = "") -> str | None:
+    """The one Host-header rule: at most one, and it names ``host:port``; returns it (or None).
+
+    Used for absolute-form requests (against the URL) and for the first
+    HTTP request inside a tunnel (against the CONNECT target).
+    """
     hosts = [v for n, v in req.headers if n.lower() == "host"]
     if len(hosts) > 1:
-        raise Refusal(400, "blocked", "more than one Host header in the tunnel")
-    if hosts:
-        try:
-            same = parse_authority(hosts[0], default_port=port) == (host, port)
-        except BadHost:
-            same = False
-        if not same:
-            raise Refusal(403, "blocked",
-                          f"Host header {hosts[0]!r} in the tunnel disagrees with CONNECT {host}:{port}")
-    return True
+        if in_tunnel:
+            raise Refusal(400, "blocked", "more than one Host header in the tunnel")
+        raise Refusal(400, "bad-request", "more than one Host header")
+    if not hosts:
+        return None
+    try:
+        same = parse_authority(hosts[0], default_port=default_port) == (host, port)
+    except BadHost:
+        same = False
+    if not same:
+        where = (f"in the tunnel disagrees with CONNECT {host}:{port}" if in_tunnel
+                 else f"disagrees with URL host {url_authority!r}")
+        raise Refusal(403, "blocked", f"Host header {hosts[0]!r} {where}")
+    return hosts[0]
+
+
+@dataclass(frozen=True)
+class PlainTarget:
+    """An absolute-form ``http://`` request's target, split."""
+
+    host: str
+    port: int
+    authority: str
+    path: str
+
+
+def plain_target(req: Request) -> PlainTarget:
+    """The host, port and path of an absolute-form request; Refusal for anything else."""
+    scheme, sep, after = req.target.partition("://")
+    if not sep:
+        raise Refusal(400, "bad-request", "not a proxy request (use absolute-form or CONNECT)")
+    if scheme.lower() != "http":
+        raise Refusal(400, "bad-request", f"scheme {scheme!r} not proxied (use CONNECT for https)")
+    cut = min([i for i in (after.find("/"), after.find("?"), after.find("#")) if i >= 0], default=len(after))
+    authority, path = after[:cut], after[cut:].split("#", 1)[0]
+    if not path.startswith("/"):
+        path = "/" + path
+    try:
+        host, port = parse_authority(authority, default_port=80)
+    except BadHost as exc:
+        raise Refusal(400, "bad-request", f"bad URL host: {exc}") from None
+    return PlainTarget(host, port, authority, path)
+
+
+def forward_head(req: Request, target: PlainTarget, had_host_header: bool) -> bytes:
+    """The origin-form head sent upstream: hop-by-hop headers dropped, one request per connection."""
+    lines = [f"{req.method} {target.path} HTTP/1.{req.minor}"]
+    if not had_host_header:
+        lines.append(f"Host: {target.authority}")
+    lines += [f"{n}: {v}" for n, v in req.headers if n.lower() not in HOP_BY_HOP]
+    lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii")

@@ -1,8 +1,10 @@
 """The egress proxy server: one asyncio (epoll) loop, splice()d tunnels.
 
-Policy and naming live in policy.py/hostmatch.py, HTTP messages in
-messages.py, the data path in tunnel.py; this module accepts, judges,
-connects and answers, and serves the control socket.
+This module accepts connections, reads the request head, judges it and
+answers.  Its parts live beside it: the lists (policy.py, hostmatch.py), the
+HTTP rules (messages.py), reaching the upstream (upstream.py), held
+requests and watchers (holds.py), the control socket (control_protocol.py)
+and the data path (tunnel.py).
 
 Run as ``python -m chtop_tasks.proxy.server --group-dir G --policy-dir P
 --port N --runtime-dir R [--detach]``; ``control.ensure_proxy`` does that.
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import errno
 import json
 import os
@@ -28,32 +29,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..places import check_worktree_name
+from .aio import TIMEOUTS, timeout
 from .control import worktree_socket
-from .hostmatch import BadHost, address_is_public, canonical_host, is_ip, parse_authority
+from .control_protocol import ControlService
+from .holds import Holds
+from .hostmatch import BadHost, canonical_host, parse_authority
 from .logs import RequestLog, net_dir
-from .messages import HOP_BY_HOP, TOKEN_BYTES, Refusal, Request, blocked_body, inspect_first, parse_head, reply_bytes
+from .messages import (
+    TOKEN_BYTES,
+    Refusal,
+    Request,
+    blocked_body,
+    check_host_header,
+    forward_head,
+    inspect_first,
+    parse_head,
+    plain_target,
+    reply_bytes,
+)
 from .policy import Policy
 from .tunnel import Mux, Tunnel
+from .upstream import Upstreams
 
 
-@contextlib.asynccontextmanager
-async def _compat_timeout(delay: float):
-    """asyncio.timeout for Python 3.10: cancel the task, raise TimeoutError."""
-    task, fired = asyncio.current_task(), []
-    handle = asyncio.get_running_loop().call_later(delay, lambda: (fired.append(1), task.cancel()))
-    try:
-        yield
-    except asyncio.CancelledError:
-        if fired:
-            raise TimeoutError from None
-        raise
-    finally:
-        handle.cancel()
-
-
-_timeout = getattr(asyncio, "timeout", _compat_timeout)
-TIMEOUTS = (TimeoutError, asyncio.TimeoutError)   # distinct classes before 3.11
-DNS_TTL = 30.0
 def _env_float(name: str, default: float) -> float:
     try:
         return float(os.environ.get(name, default))
@@ -76,32 +74,17 @@ class Config:
     hosts_file: str | None = field(default_factory=lambda: os.environ.get("CHTOP_PROXY_HOSTS_FILE"))
 
 
-def read_hosts_file(path: str) -> dict[str, list[str]]:
-    """The test-only resolver: lines of 'address name...' like /etc/hosts."""
-    table: dict[str, list[str]] = {}
-    for raw in Path(path).read_text().splitlines():
-        words = raw.split("#", 1)[0].split()
-        if len(words) < 2:
-            continue
-        addr = canonical_host(words[0])
-        for name in words[1:]:
-            table.setdefault(canonical_host(name), []).append(addr)
-    return table
-
-
 class Server:
     def __init__(self, cfg: Config):
         self.cfg = cfg
         self.policy = Policy(cfg.policy_dir)
         self.log = RequestLog(net_dir(cfg.group_dir), line_buffered=False)
         self._flush_pending = False
-        self.hosts = read_hosts_file(cfg.hosts_file) if cfg.hosts_file else None
-        self.dns_cache: dict[str, tuple[float, list[str]]] = {}
         self.active = 0
         self.peak = 0
         self.counts: dict[str, int] = {}
-        self.watchers: set = set()
-        self.holds: dict[str, asyncio.Future] = {}
+        self.holds: Holds | None = None
+        self.upstreams: Upstreams | None = None
         self.listeners: dict[str, socket.socket] = {}
         self.worktree_sockets: dict[str, Path] = {}
         self.tunnels: set[Tunnel] = set()
@@ -127,7 +110,7 @@ class Server:
         os.chmod(path, 0o600)
         self._listen(key, sock, worktree, tcp=False)
 
-    def listen_worktree(self, name: str) -> Path:
+    def open_worktree(self, name: str) -> Path:
         check_worktree_name(name)
         path = worktree_socket(self.cfg.runtime_dir, name)
         key = "wt:" + name
@@ -227,7 +210,7 @@ class Server:
         st: dict = {}
         try:
             try:
-                async with _timeout(self.cfg.header_timeout):
+                async with timeout(self.cfg.header_timeout):
                     head, rest = await self._read_head(conn)
             except TIMEOUTS:
                 raise Refusal(408, "bad-request", "request head not sent in time") from None
@@ -277,19 +260,8 @@ class Server:
 
     async def _judge(self, host: str, port: int, worktree: str | None, rec: dict):
         verdict = self.policy.judge(host, worktree)
-        if verdict.decision == "blocked" and self.watchers and self.cfg.hold_seconds > 0:
-            fut = self.holds.get(host)
-            if fut is None or fut.done():
-                fut = self.loop.create_future()
-                self.holds[host] = fut
-                self._notify({"event": "blocked", "host": host, "port": port,
-                              "worktree": worktree, "hold": self.cfg.hold_seconds})
-            try:
-                answer = await asyncio.wait_for(asyncio.shield(fut), self.cfg.hold_seconds)
-            except TIMEOUTS:
-                answer = "timeout"
-                if self.holds.get(host) is fut:
-                    del self.holds[host]
+        if verdict.decision == "blocked" and self.holds.active():
+            answer = await self.holds.wait_for_answer(host, port, worktree)
             verdict = self.policy.judge(host, worktree)
             verdict.reason += f" (held for watch: {answer})"
         rec["reason"] = rec["rule"] = verdict.reason
@@ -300,84 +272,6 @@ class Server:
             raise Refusal(403, "blocked", verdict.reason, blocked_body(host, port, worktree))
         return verdict
 
-    async def _resolve(self, host: str, port: int) -> list[str]:
-        if is_ip(host):
-            return [host]
-        if self.hosts is not None:
-            addrs = self.hosts.get(host)
-            if not addrs:
-                raise Refusal(502, "allowed", f"cannot resolve {host}: not in the test hosts file")
-            return addrs
-        cached = self.dns_cache.get(host)
-        now = time.monotonic()
-        if cached is not None and cached[0] > now:
-            return cached[1]
-        try:
-            async with _timeout(self.cfg.connect_timeout):
-                infos = await self.loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except (OSError, *TIMEOUTS) as exc:
-            raise Refusal(502, "allowed", f"cannot resolve {host}: {exc or 'timeout'}") from None
-        addrs = []
-        for info in infos:
-            addr = info[4][0].split("%", 1)[0]
-            if addr not in addrs:
-                addrs.append(addr)
-        if len(self.dns_cache) > 4096:
-            self.dns_cache.clear()
-        # a short cache: faster repeat tunnels, and one answer per name for a while
-        # (a rebinding name cannot flip between a checked and an unchecked address)
-        self.dns_cache[host] = (now + DNS_TTL, addrs)
-        return addrs
-
-    async def _sock_connect(self, s: socket.socket, addr) -> None:
-        """Non-blocking connect; loopback usually completes inside the syscall."""
-        err = s.connect_ex(addr)
-        if err == 0:
-            return
-        if err not in (errno.EINPROGRESS, errno.EAGAIN):
-            raise OSError(err, os.strerror(err))
-        try:
-            s.getpeername()
-            return                      # already connected: skip a trip round the loop
-        except OSError:
-            pass
-        fut = self.loop.create_future()
-        fd = s.fileno()
-        self.loop.add_writer(fd, lambda: fut.done() or fut.set_result(None))
-        try:
-            async with _timeout(self.cfg.connect_timeout):
-                await fut
-        finally:
-            self.loop.remove_writer(fd)
-        err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-        if err:
-            raise OSError(err, os.strerror(err))
-
-    async def _open_upstream(self, host: str, port: int, verdict, rec: dict) -> socket.socket:
-        addrs = await self._resolve(host, port)
-        if not verdict.entry.private:
-            for addr in addrs:
-                if not address_is_public(addr):
-                    raise Refusal(
-                        403, "blocked",
-                        f"{host} resolves to non-public address {addr}; mark the entry "
-                        f"'{verdict.entry.host} private' if that is intended")
-        errors = []
-        for addr in addrs:
-            fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
-            s = socket.socket(fam, socket.SOCK_STREAM)
-            s.setblocking(False)
-            try:
-                await self._sock_connect(s, (addr, port))
-            except (OSError, *TIMEOUTS) as exc:
-                s.close()
-                errors.append(f"{addr}: {exc or 'connect timed out'}")
-                continue
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            rec["upstream"] = addr
-            return s
-        raise Refusal(502, "allowed", f"cannot connect to {host}:{port}: " + "; ".join(errors))
-
     async def _connect(self, conn, req: Request, rest: bytes, rec: dict, worktree, st: dict):
         try:
             host, port = parse_authority(req.target)
@@ -385,7 +279,7 @@ class Server:
             raise Refusal(400, "bad-request", f"bad CONNECT target: {exc}") from None
         rec.update(host=host, port=port)
         verdict = await self._judge(host, port, worktree, rec)
-        st["upstream"] = upstream = await self._open_upstream(host, port, verdict, rec)
+        st["upstream"] = upstream = await self.upstreams.open(host, port, verdict.entry, rec)
         rec.update(decision="allowed", status=200)
         await self.loop.sock_sendall(conn, b"HTTP/1.1 200 Connection established\r\n\r\n")
         st["tunnel"] = tunnel = Tunnel(self.loop, self.mux, conn, upstream)
@@ -414,7 +308,7 @@ class Server:
     async def _client_hello(self, conn, data: bytes, host: str, port: int) -> bytes | None:
         """The client's first bytes, once ``inspect_first`` is satisfied with them."""
         try:
-            async with _timeout(self.cfg.hello_timeout):
+            async with timeout(self.cfg.hello_timeout):
                 while not data or not inspect_first(data, host, port, self.cfg.max_header):
                     chunk = await self.loop.sock_recv(conn, 65536)
                     if not chunk:
@@ -430,62 +324,26 @@ class Server:
         return chunk or None
 
     async def _plain(self, conn, req: Request, rest: bytes, rec: dict, worktree, st: dict):
-        target = req.target
-        scheme, sep, after = target.partition("://")
-        if not sep:
-            raise Refusal(400, "bad-request", "not a proxy request (use absolute-form or CONNECT)")
-        if scheme.lower() != "http":
-            raise Refusal(400, "bad-request", f"scheme {scheme!r} not proxied (use CONNECT for https)")
-        cut = min([i for i in (after.find("/"), after.find("?"), after.find("#")) if i >= 0],
-                  default=len(after))
-        authority, path = after[:cut], after[cut:].split("#", 1)[0]
-        if not path.startswith("/"):
-            path = "/" + path
-        try:
-            host, port = parse_authority(authority, default_port=80)
-        except BadHost as exc:
-            raise Refusal(400, "bad-request", f"bad URL host: {exc}") from None
-        rec.update(host=host, port=port)
-        host_headers = [v for n, v in req.headers if n.lower() == "host"]
-        if len(host_headers) > 1:
-            raise Refusal(400, "bad-request", "more than one Host header")
-        if host_headers:
-            try:
-                same = parse_authority(host_headers[0], default_port=80) == (host, port)
-            except BadHost:
-                same = False
-            if not same:
-                raise Refusal(403, "blocked",
-                              f"Host header {host_headers[0]!r} disagrees with URL host {authority!r}")
-        verdict = await self._judge(host, port, worktree, rec)
-        st["upstream"] = upstream = await self._open_upstream(host, port, verdict, rec)
+        target = plain_target(req)
+        rec.update(host=target.host, port=target.port)
+        had_host = check_host_header(req, target.host, target.port, default_port=80, in_tunnel=False,
+                                     url_authority=target.authority) is not None
+        verdict = await self._judge(target.host, target.port, worktree, rec)
+        st["upstream"] = upstream = await self.upstreams.open(target.host, target.port, verdict.entry, rec)
         rec.update(decision="allowed")
-        lines = [f"{req.method} {path} HTTP/1.{req.minor}"]
-        if not host_headers:
-            lines.append(f"Host: {authority}")
-        lines += [f"{n}: {v}" for n, v in req.headers if n.lower() not in HOP_BY_HOP]
-        lines.append("Connection: close")
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode("ascii") + rest
+        head = forward_head(req, target, had_host) + rest
         st["tunnel"] = tunnel = Tunnel(self.loop, self.mux, conn, upstream)
         self.tunnels.add(tunnel)
         try:
             await self.loop.sock_sendall(upstream, head)
         except OSError as exc:
-            raise Refusal(502, "allowed", f"upstream {host}:{port} closed: {exc}") from None
+            raise Refusal(502, "allowed", f"upstream {target.host}:{target.port} closed: {exc}") from None
         rec["_sent"] = len(head)
         tunnel.down.start()
         tunnel.up.start()
         await tunnel.done
 
-    # ---- control socket ------------------------------------------------------------
-    def _notify(self, event: dict):
-        line = (json.dumps(event) + "\n").encode()
-        for w in list(self.watchers):
-            try:
-                w.write(line)
-            except Exception:
-                self.watchers.discard(w)
-
+    # ---- what the control socket asks ---------------------------------------------
     def info(self) -> dict:
         return {
             "ok": True, "pid": os.getpid(), "url": f"http://127.0.0.1:{self.cfg.port}",
@@ -495,67 +353,26 @@ class Server:
             "started": self.started, "active": self.active, "peak": self.peak,
             "max_conns": self.cfg.max_conns,
             "counts": self.counts, "lists": self.policy.sizes(),
-            "list_errors": self.policy.errors(), "watchers": len(self.watchers),
-            "held": sorted(h for h, f in self.holds.items() if not f.done()),
+            "list_errors": self.policy.errors(), "watchers": len(self.holds.watchers) if self.holds else 0,
+            "held": self.holds.held() if self.holds else [],
             "allowed_once": sorted(self.policy.allowed_once),
         }
 
-    async def _control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        watching = False
-        try:
-            while True:
-                line = await reader.readline()
-                if not line:
-                    break
-                try:
-                    msg = json.loads(line)
-                    reply = self._command(msg, writer)
-                except Exception as exc:  # a bad command must not kill the proxy
-                    reply = {"ok": False, "error": str(exc)}
-                if msg.get("cmd") == "watch" and reply.get("ok"):
-                    watching = True
-                writer.write((json.dumps(reply) + "\n").encode())
-                await writer.drain()
-                if msg.get("cmd") == "stop":
-                    self.stopping.set()
-        except (ConnectionError, ValueError):
-            pass
-        finally:
-            if watching:
-                self.watchers.discard(writer)
-            writer.close()
-
-    def _command(self, msg: dict, writer) -> dict:
-        cmd = msg.get("cmd")
-        if cmd in ("ping", "status"):
-            return self.info()
-        if cmd == "worktree":
-            return {"ok": True, "socket": str(self.listen_worktree(str(msg.get("name"))))}
-        if cmd == "watch":
-            self.watchers.add(writer)
-            held = sorted(h for h, f in self.holds.items() if not f.done())
-            return {"ok": True, "held": held}
-        if cmd == "decide":
-            host = canonical_host(str(msg.get("host")))
-            answer = str(msg.get("answer"))
-            if answer not in ("allow-once", "allow-always", "deny", "ignore", "allow-worktree"):
-                return {"ok": False, "error": f"unknown answer {answer!r}"}
-            if answer == "allow-once":
-                self.policy.allowed_once.add(host)
-            self.log.note(f"WATCH    {host}: {answer}")
-            self._flush_log()
-            fut = self.holds.pop(host, None)
-            if fut is not None and not fut.done():
-                fut.set_result(answer)
-            return {"ok": True}
-        if cmd == "stop":
-            return {"ok": True, "pid": os.getpid()}
-        return {"ok": False, "error": f"unknown command {cmd!r}"}
+    def decided(self, host: str, answer: str) -> None:
+        """A watcher's answer: remember an allow-once, log it, release the held requests."""
+        host = canonical_host(host)
+        if answer == "allow-once":
+            self.policy.allowed_once.add(host)
+        self.log.note(f"WATCH    {host}: {answer}")
+        self._flush_log()
+        self.holds.decide(host, answer)
 
     # ---- lifetime ------------------------------------------------------------------
     async def run(self) -> int:
         self.loop = asyncio.get_running_loop()
         self.mux = Mux(self.loop)
+        self.holds = Holds(self.loop, self.cfg.hold_seconds)
+        self.upstreams = Upstreams(self.loop, self.cfg.connect_timeout, self.cfg.hosts_file)
         self.stopping = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             self.loop.add_signal_handler(sig, self.stopping.set)
@@ -574,7 +391,7 @@ class Server:
         self._listen_unix("group", rt / "group" / "proxy.sock", None)
         for name in self._known_worktrees():
             try:
-                self.listen_worktree(name)
+                self.open_worktree(name)
             except Exception as exc:
                 self.log.note(f"cannot re-open the socket of worktree {name}: {exc}")
         control_path = rt / "control.sock"
@@ -582,7 +399,7 @@ class Server:
             control_path.unlink()
         except FileNotFoundError:
             pass
-        control = await asyncio.start_unix_server(self._control, path=str(control_path))
+        control = await asyncio.start_unix_server(ControlService(self).serve, path=str(control_path))
         os.chmod(control_path, 0o600)
         pid_file = net_dir(self.cfg.group_dir) / "proxy.pid"
         pid_file.write_text(f"{os.getpid()}\n")
@@ -600,8 +417,7 @@ class Server:
         for task in asyncio.all_tasks() - {asyncio.current_task()}:
             task.cancel()
         await asyncio.sleep(0.05)
-        for w in list(self.watchers):
-            w.close()
+        self.holds.close()
         for path in (control_path, pid_file):
             try:
                 path.unlink()

@@ -10,16 +10,15 @@ from __future__ import annotations
 import json
 import os
 import select
-import socket
 import sys
 from pathlib import Path
 
 from ..errors import ChtopError
-from ..places import runtime_dir
+from . import control_protocol
 from .policy import append_entry, list_path
 
-ANSWERS = {"o": "allow-once", "a": "allow-always", "d": "deny", "i": "ignore",
-           "w": "allow-worktree", "": "ignore"}
+KEYS = {"o": "allow-once", "a": "allow-always", "d": "deny", "i": "ignore",
+        "w": "allow-worktree", "": "ignore"}   # the prompt's keys for control_protocol.ANSWERS
 
 
 def _prompt(event: dict) -> str:
@@ -48,23 +47,7 @@ def watch(group_dir: Path, policy_dir: Path, stdin=None, stdout=None) -> int:
     """Attach to the proxy and prompt until stdin closes (0) or the proxy stops (1)."""
     stdin = stdin or sys.stdin
     stdout = stdout or sys.stdout
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.connect(str(runtime_dir(group_dir) / "control.sock"))
-    except OSError:
-        raise ChtopError("the proxy is not running; start it with `inv net.start`", 3) from None
-    sock.sendall(b'{"cmd": "watch"}\n')
-    sbuf = b""
-    sock.settimeout(10)
-    while b"\n" not in sbuf:            # attached only once the proxy says so
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ChtopError("the proxy closed the control connection", 1)
-        sbuf += chunk
-    sock.settimeout(None)
-    line, sbuf = sbuf.split(b"\n", 1)
-    if not json.loads(line).get("ok"):
-        raise ChtopError(f"the proxy refused the watcher: {line.decode(errors='replace')}", 1)
+    sock, sbuf = control_protocol.attach_watcher(group_dir)
     queue: list[dict] = []
     prompting = None
     ibuf = b""
@@ -97,7 +80,7 @@ def watch(group_dir: Path, policy_dir: Path, stdin=None, stdout=None) -> int:
                 while b"\n" in ibuf and prompting is not None:
                     line, ibuf = ibuf.split(b"\n", 1)
                     key = line.decode(errors="replace").strip().lower()[:1]
-                    answer = ANSWERS.get(key)
+                    answer = KEYS.get(key)
                     if answer is None or (answer == "allow-worktree" and not prompting.get("worktree")):
                         print("  answer o, a, d, i" + (" or w" if prompting.get("worktree") else "")
                               + " ? ", end="", file=stdout, flush=True)
@@ -106,8 +89,7 @@ def watch(group_dir: Path, policy_dir: Path, stdin=None, stdout=None) -> int:
                         said = apply_answer(policy_dir, prompting, answer)
                     except ChtopError as exc:
                         said, answer = f"{exc} (left blocked)", "ignore"
-                    sock.sendall((json.dumps({"cmd": "decide", "host": prompting["host"],
-                                              "answer": answer}) + "\n").encode())
+                    control_protocol.decide(sock, prompting["host"], answer)
                     print(f"  {said}", file=stdout, flush=True)
                     prompting = None
                 if prompting is None:

@@ -1,0 +1,135 @@
+"""The proxy's control protocol: JSON lines on ``<runtime>/control.sock`` (mode 0600, host only,
+never mounted into a sandbox).  One client side, one server side, one list of answers.
+
+Requests (one JSON object a line, one reply a line):
+
+- ``{"cmd": "ping"}`` / ``{"cmd": "status"}``: the proxy's status (``Server.info``);
+- ``{"cmd": "worktree", "name": N}``: open (or reuse) worktree N's socket; ``{"socket": PATH}``;
+- ``{"cmd": "watch"}``: attach as a watcher; then ``{"event": "blocked", ...}`` lines follow;
+- ``{"cmd": "decide", "host": H, "answer": A}``: answer a held request, A one of ``ANSWERS``;
+- ``{"cmd": "stop"}``: stop the proxy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from pathlib import Path
+
+from ..errors import ChtopError
+from ..places import runtime_dir
+
+ANSWERS = ("allow-once", "allow-always", "deny", "ignore", "allow-worktree")
+
+
+def control_socket(group_dir: Path) -> Path:
+    return runtime_dir(group_dir) / "control.sock"
+
+
+def encode(msg: dict) -> bytes:
+    return (json.dumps(msg) + "\n").encode()
+
+
+# -- client side ---------------------------------------------------------------------------------
+
+def request(group_dir: Path, msg: dict, timeout: float = 5.0) -> dict:
+    """One request to the running proxy; its reply.  OSError when no proxy listens."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(str(control_socket(group_dir)))
+        s.sendall(encode(msg))
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                raise ConnectionResetError("proxy closed the control connection")
+            buf += chunk
+    return json.loads(buf)
+
+
+def attach_watcher(group_dir: Path) -> tuple[socket.socket, bytes]:
+    """A control connection attached as a watcher, and any bytes already read past the reply."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(str(control_socket(group_dir)))
+    except OSError:
+        sock.close()
+        raise ChtopError("the proxy is not running; start it with `inv net.start`", 3) from None
+    sock.sendall(encode({"cmd": "watch"}))
+    buf = b""
+    sock.settimeout(10)
+    while b"\n" not in buf:            # attached only once the proxy says so
+        chunk = sock.recv(65536)
+        if not chunk:
+            sock.close()
+            raise ChtopError("the proxy closed the control connection", 1)
+        buf += chunk
+    sock.settimeout(None)
+    line, rest = buf.split(b"\n", 1)
+    if not json.loads(line).get("ok"):
+        sock.close()
+        raise ChtopError(f"the proxy refused the watcher: {line.decode(errors='replace')}", 1)
+    return sock, rest
+
+
+def decide(sock: socket.socket, host: str, answer: str) -> None:
+    """Send a watcher's answer on its attached connection."""
+    if answer not in ANSWERS:
+        raise ValueError(f"unknown answer {answer!r}")
+    sock.sendall(encode({"cmd": "decide", "host": host, "answer": answer}))
+
+
+# -- server side ---------------------------------------------------------------------------------
+
+class ControlService:
+    """Serves the control socket for ``proxy`` (an object with ``info()``, ``open_worktree(name)``,
+    ``holds`` (a ``Holds``), ``decided(host, answer)`` and ``stopping`` (an asyncio.Event))."""
+
+    def __init__(self, proxy):
+        self.proxy = proxy
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        watching = False
+        try:
+            while True:
+                line = await reader.readline()
+                if not line:
+                    break
+                msg: dict = {}
+                try:
+                    msg = json.loads(line)
+                    reply = self.answer(msg, writer)
+                except Exception as exc:  # a bad command must not kill the proxy
+                    reply = {"ok": False, "error": str(exc)}
+                if msg.get("cmd") == "watch" and reply.get("ok"):
+                    watching = True
+                writer.write(encode(reply))
+                await writer.drain()
+                if msg.get("cmd") == "stop":
+                    self.proxy.stopping.set()
+        except (ConnectionError, ValueError):
+            pass
+        finally:
+            if watching:
+                self.proxy.holds.drop_watcher(writer)
+            writer.close()
+
+    def answer(self, msg: dict, writer) -> dict:
+        cmd = msg.get("cmd")
+        if cmd in ("ping", "status"):
+            return self.proxy.info()
+        if cmd == "worktree":
+            return {"ok": True, "socket": str(self.proxy.open_worktree(str(msg.get("name"))))}
+        if cmd == "watch":
+            self.proxy.holds.add_watcher(writer)
+            return {"ok": True, "held": self.proxy.holds.held()}
+        if cmd == "decide":
+            answer = str(msg.get("answer"))
+            if answer not in ANSWERS:
+                return {"ok": False, "error": f"unknown answer {answer!r}"}
+            self.proxy.decided(str(msg.get("host")), answer)
+            return {"ok": True}
+        if cmd == "stop":
+            return {"ok": True, "pid": self.proxy.info()["pid"]}
+        return {"ok": False, "error": f"unknown command {cmd!r}"}
