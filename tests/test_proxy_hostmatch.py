@@ -20,7 +20,7 @@ from chtop_tasks.proxy.hostmatch import (
     parse_authority,
     parse_entry,
 )
-from chtop_tasks.proxy.policy import Policy, append_entry, list_path, parse_list
+from chtop_tasks.proxy.policy import NetPolicy, append_entry, list_path, parse_list
 
 
 @pytest.mark.parametrize("raw, canon", [
@@ -136,7 +136,7 @@ def test_parse_list_reports_bad_lines_and_keeps_good():
 def test_policy_reload_layers_and_deny_wins(tmp_path):
     (tmp_path / "net-allow.txt").write_text("a.example.org\n")
     (tmp_path / "net-deny.txt").write_text("")
-    pol = Policy(tmp_path)
+    pol = NetPolicy(tmp_path)
     assert pol.judge("x.a.example.org").decision == "allowed"
     assert pol.judge("b.example.org").decision == "blocked"
     time.sleep(0.01)

@@ -23,7 +23,7 @@ from ..errors import ChtopError
 from ..places import check_worktree_name, group_key, runtime_dir
 from . import control_protocol
 from .logs import net_dir
-from .policy import Policy
+from .policy import NetPolicy
 
 START_TIMEOUT = 15.0
 # Below the kernel's ephemeral range (32768+), so an outgoing connection never holds our port.
@@ -164,7 +164,7 @@ def ensure_proxy(group_dir: Path, policy_dir: Path, worktree: str | None = None)
     Raises ChtopError when it cannot start (callers then refuse to launch).
     """
     group_dir, policy_dir = Path(group_dir).resolve(), Path(policy_dir).resolve()
-    Policy(policy_dir).require()
+    NetPolicy(policy_dir).require()
     if worktree is not None:
         check_worktree_name(worktree)
     nd = net_dir(group_dir)

@@ -50,7 +50,7 @@ class ListFile:
     """One list file, re-read whenever its (inode, size, mtime) changes.
 
     A missing file reads as empty; ``required`` makes the owner refuse to
-    start instead (see Policy).
+    start instead (see NetPolicy).
     """
 
     def __init__(self, path: Path, *, allow_list: bool):
@@ -88,7 +88,7 @@ class Verdict:
 
 
 @dataclass
-class Policy:
+class NetPolicy:
     """The lists of one policy dir, with per-worktree layers and allow-once."""
 
     policy_dir: Path

@@ -9,7 +9,7 @@ from ..errors import ChtopError, UsageError
 from ..places import group_and_policy_for
 from .control import status
 from .logs import HUMAN, net_dir, pending
-from .policy import Policy, append_entry, list_path
+from .policy import NetPolicy, append_entry, list_path
 
 
 def locate(start: Path | None = None) -> tuple[Path, Path]:
@@ -58,7 +58,7 @@ def add_entries(policy_dir: Path, specs: list[str], kind: str, worktree: str | N
         except BadHost as exc:
             raise UsageError(f"refused {spec!r}: {exc}") from None
     out = []
-    policy = Policy(policy_dir)
+    policy = NetPolicy(policy_dir)
     for spec in specs:
         changed, message = append_entry(path, spec, allow_list=(kind == "allow"))
         out.append(message)
@@ -69,7 +69,7 @@ def add_entries(policy_dir: Path, specs: list[str], kind: str, worktree: str | N
 
 
 def format_pending(group_dir: Path, policy_dir: Path) -> str:
-    items = pending(group_dir, Policy(policy_dir))
+    items = pending(group_dir, NetPolicy(policy_dir))
     if not items:
         return "no blocked domains waiting for a decision"
     lines = [f"{'COUNT':>6}  {'LAST SEEN':19}  DOMAIN"]

@@ -47,7 +47,7 @@ from .messages import (
     plain_target,
     reply_bytes,
 )
-from .policy import Policy
+from .policy import NetPolicy
 from .tunnel import Mux, Tunnel
 from .upstream import Upstreams
 
@@ -77,7 +77,7 @@ class Config:
 class Server:
     def __init__(self, cfg: Config):
         self.cfg = cfg
-        self.policy = Policy(cfg.policy_dir)
+        self.policy = NetPolicy(cfg.policy_dir)
         self.log = RequestLog(net_dir(cfg.group_dir), line_buffered=False)
         self._flush_pending = False
         self.active = 0
@@ -462,7 +462,7 @@ def main(argv=None) -> int:
     soft = raise_nofile()
     cfg = Config(args.group_dir, args.policy_dir, args.port, args.runtime_dir)
     cfg.max_conns = min(cfg.max_conns, max(16, (soft - 64) // 6))   # 2 sockets + 4 pipe fds each
-    policy = Policy(cfg.policy_dir)
+    policy = NetPolicy(cfg.policy_dir)
     try:
         policy.require()
     except Exception as exc:

@@ -207,9 +207,9 @@ def _proxy_need(target: Target, network: str, warnings: list[str]) -> ProxyNeed 
         warnings.append("no proxy: open egress (host network, nothing filtered); for debugging only")
         return None
     from ..proxy.control import planned_endpoint
-    from ..proxy.policy import Policy
+    from ..proxy.policy import NetPolicy
 
-    Policy(target.policy_dir).require()          # fail closed before anything else happens
+    NetPolicy(target.policy_dir).require()          # fail closed before anything else happens
     worktree = target.name if target.kind == "worktree" else None
     endpoint = planned_endpoint(target.group_dir, worktree)
     if network == "host":

@@ -61,7 +61,7 @@ class FsRule:
 
 
 @dataclass
-class Policy:
+class SandboxPolicy:
     fs: list[FsRule] = field(default_factory=list)
     devices: list[Path] = field(default_factory=list)
     env_names: list[str] = field(default_factory=list)   # names or prefix patterns ("LC_*")
@@ -179,10 +179,10 @@ def parse_env_allow(path: Path) -> tuple[list[str], list[str]]:
     return names, warnings
 
 
-def load_policy(policy_dir: Path, home: Path, ch: Path | None) -> Policy:
+def load_policy(policy_dir: Path, home: Path, ch: Path | None) -> SandboxPolicy:
     """Read all three files from ``policy_dir`` (raises PolicyError)."""
     policy_dir = Path(policy_dir)
     fs = parse_fs_allow(policy_dir / FS_ALLOW, home, ch)
     devices, dev_warnings = parse_devices(policy_dir / DEVICES)
     names, env_warnings = parse_env_allow(policy_dir / ENV_ALLOW)
-    return Policy(fs, devices, names, dev_warnings + env_warnings)
+    return SandboxPolicy(fs, devices, names, dev_warnings + env_warnings)

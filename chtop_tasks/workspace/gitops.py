@@ -248,7 +248,7 @@ def raise_if_problems(problems: list[str], what: str) -> None:
 
 
 @dataclass
-class Step:
+class GitStep:
     """One planned git command, and why."""
 
     checkout: Checkout
@@ -257,17 +257,17 @@ class Step:
     note: str
 
 
-def plan_rebase_down(ws: Workspace, rels: list[Relation], rebase_args: list[str]) -> list[Step]:
+def plan_rebase_down(ws: Workspace, rels: list[Relation], rebase_args: list[str]) -> list[GitStep]:
     steps = []
     for rel in rels:
         if rel.behind == 0:
             continue
-        steps.append(Step(rel.checkout, rel.checkout.path, ["git", "rebase", *rebase_args, rel.integration],
+        steps.append(GitStep(rel.checkout, rel.checkout.path, ["git", "rebase", *rebase_args, rel.integration],
                           f"{rel.behind} new commit(s) on {rel.integration}"))
     return steps
 
 
-def print_plan(ws: Workspace, rels: list[Relation], steps: list[Step], verb: str) -> None:
+def print_plan(ws: Workspace, rels: list[Relation], steps: list[GitStep], verb: str) -> None:
     planned = {id(s.checkout): s for s in steps}
     for rel in rels:
         step = planned.get(id(rel.checkout))
@@ -291,14 +291,14 @@ def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False) ->
     return 0
 
 
-def run_steps(steps: list[Step], failure) -> None:
+def run_steps(steps: list[GitStep], failure) -> None:
     """Run the planned commands one repo at a time; stop at the first failure."""
     for step in steps:
         if not runner.run(step.argv, cwd=step.cwd, check=False, capture=False).ok:
             raise failure(step)
 
 
-def conflict_instructions(ws: Workspace, step: Step) -> str:
+def conflict_instructions(ws: Workspace, step: GitStep) -> str:
     return (
         f"rebase stopped in {display_name(ws, step.cwd)} (see git's message above).\n"
         f"That repo is left mid-rebase; repos already rebased stay rebased. Finish by hand:\n"
@@ -327,14 +327,14 @@ def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool) -> list[str]:
     return problems
 
 
-def plan_merge_up(ws: Workspace, rels: list[Relation], no_ff: bool) -> list[Step]:
+def plan_merge_up(ws: Workspace, rels: list[Relation], no_ff: bool) -> list[GitStep]:
     steps = []
     mode = ["--no-ff", "--no-edit"] if no_ff else ["--ff-only"]
     for rel in rels:
         if rel.ahead == 0:
             continue
         main_dir = main_checkout_dir(ws, rel.checkout)
-        steps.append(Step(rel.checkout, main_dir, ["git", "merge", *mode, rel.branch],
+        steps.append(GitStep(rel.checkout, main_dir, ["git", "merge", *mode, rel.branch],
                           f"{rel.ahead} commit(s) to land on {rel.integration}"))
     return steps
 
