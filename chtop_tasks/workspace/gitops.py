@@ -284,11 +284,40 @@ def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False) ->
     rels = relations(ws)
     raise_if_problems([p for rel in rels for p in preflight_problems(ws, rel)], "rebase-down")
     steps = plan_rebase_down(ws, rels, rebase_args)
-    say(f"rebase-down in {ws.root}:")
+    say(f"rebase-down in {ws.root}{' (dry run: nothing will be changed)' if dry_run else ''}:")
     print_plan(ws, rels, steps, "rebase")
     if not dry_run:
         run_steps(steps, lambda step: ChtopError(conflict_instructions(ws, step)))
+        check_outcome(ws, steps, rebased_onto_integration, "rebase-down")
     return 0
+
+
+def rebased_onto_integration(ws: Workspace, rel: Relation) -> str | None:
+    """After a rebase: the feature branch holds every commit of its integration branch."""
+    if rel.off_branch:
+        return f"is on {rel.branch or 'a detached HEAD'}, expected {rel.expected_branch!r}"
+    if rel.behind:
+        return f"is still {rel.behind} commit(s) behind {rel.integration}"
+    return None
+
+
+def landed_on_integration(ws: Workspace, rel: Relation) -> str | None:
+    """After a merge: the integration branch holds every commit of the feature branch."""
+    if rel.ahead:
+        return f"{rel.integration} still lacks {rel.ahead} commit(s) of {rel.branch}"
+    return None
+
+
+def check_outcome(ws: Workspace, steps: list[GitStep], outcome, what: str) -> None:
+    """Re-read the relations of the repos acted on; fail if one is not what the plan meant."""
+    acted = [step.checkout for step in steps]
+    wrong = []
+    for checkout in acted:
+        problem = outcome(ws, relation_of(ws, checkout))
+        if problem:
+            wrong.append(f"{display_name(ws, checkout.path)} {problem}")
+    if wrong:
+        raise CommandFailed(f"{what} ran, but the result is not what was planned:\n  " + "\n  ".join(wrong))
 
 
 def run_steps(steps: list[GitStep], failure) -> None:
@@ -346,10 +375,11 @@ def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False) -> int:
     rels = relations(ws)
     raise_if_problems([p for rel in rels for p in merge_up_problems(ws, rel, no_ff)], "merge-up")
     steps = plan_merge_up(ws, rels, no_ff)
-    say(f"merge-up from {ws.root}:")
+    say(f"merge-up from {ws.root}{' (dry run: nothing will be changed)' if dry_run else ''}:")
     print_plan(ws, rels, steps, "land")
     if not dry_run:
         run_steps(steps, lambda step: CommandFailed(
             f"merge into {display_name(ws, step.cwd)} failed (see git's message above); "
             "repos already merged stay merged. Run `inv git.rebase-down` in the worktree and retry."))
+        check_outcome(ws, steps, landed_on_integration, "merge-up")
     return 0

@@ -1,0 +1,68 @@
+"""The git loop's plans, built from data: no repos, no processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from chtop_tasks.workspace.gitops import (
+    Relation,
+    landed_on_integration,
+    plan_merge_up,
+    plan_rebase_down,
+    rebased_onto_integration,
+)
+from chtop_tasks.workspace.layout import Checkout, Workspace
+from chtop_tasks.workspace.manifest import Manifest, Repo
+
+GROUP = Path("/g")
+
+
+def workspace(name="dev") -> Workspace:
+    manifest = Manifest(Path("/g/top/git_repositories.toml"),
+                        (Repo(name="alpha", url="file:///a", branch="main"),
+                         Repo(name="beta", url="file:///b", branch="kms")))
+    return Workspace(GROUP, GROUP / "top", GROUP / name, manifest)
+
+
+def rel(ws: Workspace, repo: str, ahead: int, behind: int, branch="dev", integration="main") -> Relation:
+    path = ws.root / repo if repo else ws.root
+    store = (ws.toplevel / repo if repo else ws.toplevel) / ".git"
+    return Relation(Checkout(repo, path, store), branch, integration, ahead, behind, "dev")
+
+
+def test_rebase_down_plans_only_repos_behind_their_integration_branch():
+    ws = workspace()
+    rels = [rel(ws, "", 1, 0), rel(ws, "alpha", 0, 2), rel(ws, "beta", 3, 1, integration="kms")]
+    steps = plan_rebase_down(ws, rels, ["--exec", "make test"])
+    assert [(s.checkout.name, s.cwd, s.argv) for s in steps] == [
+        ("alpha", GROUP / "dev" / "alpha", ["git", "rebase", "--exec", "make test", "main"]),
+        ("beta", GROUP / "dev" / "beta", ["git", "rebase", "--exec", "make test", "kms"]),
+    ]
+    assert "2 new commit(s) on main" in steps[0].note
+
+
+def test_merge_up_runs_in_the_toplevel_checkout_of_each_repo_ahead():
+    ws = workspace()
+    rels = [rel(ws, "", 1, 0), rel(ws, "alpha", 0, 0), rel(ws, "beta", 2, 0, integration="kms")]
+    steps = plan_merge_up(ws, rels, no_ff=False)
+    assert [(s.cwd, s.argv) for s in steps] == [
+        (GROUP / "top", ["git", "merge", "--ff-only", "dev"]),
+        (GROUP / "top" / "beta", ["git", "merge", "--ff-only", "dev"]),
+    ]
+    no_ff = plan_merge_up(ws, rels, no_ff=True)
+    assert no_ff[0].argv == ["git", "merge", "--no-ff", "--no-edit", "dev"]
+
+
+def test_nothing_to_do_plans_nothing():
+    ws = workspace()
+    rels = [rel(ws, "", 0, 0), rel(ws, "alpha", 0, 0)]
+    assert plan_rebase_down(ws, rels, []) == [] and plan_merge_up(ws, rels, no_ff=False) == []
+
+
+def test_outcome_checks_name_what_is_not_as_planned():
+    ws = workspace()
+    assert rebased_onto_integration(ws, rel(ws, "alpha", 2, 0)) is None
+    assert "still 1 commit(s) behind main" in rebased_onto_integration(ws, rel(ws, "alpha", 2, 1))
+    assert "expected 'dev'" in rebased_onto_integration(ws, rel(ws, "alpha", 0, 0, branch=None))
+    assert landed_on_integration(ws, rel(ws, "alpha", 0, 0)) is None
+    assert "main still lacks 2 commit(s) of dev" in landed_on_integration(ws, rel(ws, "alpha", 2, 0))
