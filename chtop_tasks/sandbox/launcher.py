@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import runner
 from ..errors import ChtopError, CommandFailed, UsageError
 from ..places import Target, group_id, home_dir
 from ..runner import echo
@@ -104,9 +105,9 @@ def _git_identity(root: Path, host_env: dict[str, str]) -> dict[str, str]:
     """The host's identity for commits inside: env overrides, else ``git config`` (one call)."""
     config: dict[str, str] = {}
     if not all(host_env.get(var) for var in IDENTITY_VARS):
-        proc = subprocess.run(["git", "-C", str(root), "config", "--get-regexp", r"^user\.(name|email)$"],
-                              capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=10)
-        for line in proc.stdout.splitlines():
+        found = runner.run(["git", "-C", str(root), "config", "--get-regexp", r"^user\.(name|email)$"],
+                           check=False, quiet=True, timeout=10)
+        for line in found.stdout.splitlines():
             key, _, value = line.partition(" ")
             config[key] = value.strip()       # the last one wins, as in git
     out = {}
