@@ -1,6 +1,6 @@
 """The one runner for every external command chtop runs for the user.
 
-It echoes what it runs (``$ cmd  (cwd=...)``, as the seed does), takes argv
+It echoes what it runs (``$ cmd  (cwd=...)``, so the user can repeat it), takes argv
 lists (never shell strings built from input), gives non-interactive work
 ``stdin=DEVNULL`` and applies timeouts.
 """

@@ -1,4 +1,4 @@
-"""Run as root: rootful podman, with the VM fixes from the shared notes, and
+"""Run as root: rootful podman, with the VM fixes ./bootstrap applies (cgroup layout, explicit ulimits), and
 a user namespace so the agent never has host root over its mounts."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``a`` is the ksgpu stand-in: repo dir ``a/``, package ``a`` mapped from
 ``a/lib`` (so setuptools' editable install uses an import hook, which a
-``<root>/a/`` dir on sys.path shadows, exactly as in the seed's Appendix A).
+``<root>/a/`` dir on sys.path shadows the installed package ``a``).
 ``b`` is the pirate stand-in: repo dir ``b/``, package ``b_frb``, which needs
 ``a`` by import only (no install_requires, so no index lookup).
 

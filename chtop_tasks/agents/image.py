@@ -11,7 +11,7 @@ No registry is reachable, so the image is built from local parts only:
 paths (directory mtimes of copied trees, contents of stamp files), so
 installing or upgrading a package changes it.  ``ensure_image`` compares the
 label with the current hash and rebuilds on any difference: a stale image is
-never run silently (the cs seed's caveat).
+never run silently: a stale image would run yesterday's toolchain without a word.
 """
 
 from __future__ import annotations

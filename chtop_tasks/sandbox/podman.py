@@ -102,7 +102,8 @@ def ulimit_args(rootful: bool) -> list[str]:
 
     Rootful: podman asks for limits above what the VM grants (crun: setrlimit
     ... Operation not permitted), and inside a user namespace nothing can be
-    raised; so nofile/nproc are pinned at our hard nofile limit (shared notes).
+    raised; so nofile/nproc are pinned at our hard nofile limit (podman's default nofile
+    of 1048576 fails there with `crun: setrlimit RLIMIT_NOFILE: Operation not permitted`).
     """
     args = [f"--ulimit=memlock={_limit(_hard(resource.RLIMIT_MEMLOCK))}"]
     if rootful:

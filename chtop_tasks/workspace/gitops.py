@@ -57,7 +57,7 @@ def integration_branch(ws: Workspace, checkout: Checkout) -> str:
 
 
 def display_name(ws: Workspace, path: Path) -> str:
-    """A path shown relative to the grouping dir, as the seed writes them."""
+    """A path shown relative to the grouping dir (``dev/alpha``), the way users name them."""
     try:
         return str(path.relative_to(ws.grouping))
     except ValueError:
