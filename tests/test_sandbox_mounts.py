@@ -218,3 +218,19 @@ def test_dry_run_starts_no_proxy_and_writes_nothing(with_dev):
     after = sorted(p.relative_to(g.grouping) for p in state.rglob("*")) if state.exists() else []
     assert after == before
     assert not (launch.ROOTFUL_SKELETONS / places.group_id(g.grouping)).exists()
+
+
+def test_no_sbox_entry_sandboxes_the_config_dir(with_dev):
+    """`sbox.run`, `sbox.shell` and `sbox.claude` with --dir of chtop's config dir are refused (exit 3)
+    before anything starts: the secrets file must never be mounted."""
+    g = with_dev
+    config = places.user_config_dir()
+    config.mkdir(parents=True, exist_ok=True)
+    (config / "secrets.env").write_text("TOKEN=secret\n")
+    for task in (["sbox.run", "--dir", str(config), "--", "cat", "secrets.env"],
+                 ["sbox.shell", "--dir", str(config)],
+                 ["sbox.claude", "--dir", str(config)]):
+        proc = g.inv(g.path("dev"), *task, check=False)
+        assert proc.returncode == 3, (task, proc.stdout, proc.stderr)
+        assert "refusing to sandbox chtop's config dir" in proc.stderr, proc.stderr
+        assert "secret" not in proc.stdout
