@@ -243,7 +243,7 @@ def create_argv(installer: str, base: Path, vdir: Path) -> tuple[str, ...]:
     checkout's own pyproject.toml says nothing about the venv.
     """
     if installer == "uv":
-        return (uv_command(), "venv", "--no-project", "--system-site-packages", "--python", str(base), str(vdir))
+        return (uv_command(), "venv", "--no-project", "--python", str(base), "--system-site-packages", str(vdir))
     return (str(base), "-m", "venv", "--system-site-packages", str(vdir))
 
 
