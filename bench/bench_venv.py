@@ -92,7 +92,7 @@ def bench_installers(tmp: Path, rounds: int) -> dict[str, dict[str, float]]:
 def demo_group(base: Path) -> Path:
     """The demo's two repos as bare remotes, and a toplevel with both cloned; its path."""
     remotes, grouping = base / "remotes", base / "ch"
-    remotes.mkdir()
+    remotes.mkdir(parents=True)
     grouping.mkdir()
     with contextlib.redirect_stderr(io.StringIO()):
         for name, spec in demo.SAMPLES.items():
