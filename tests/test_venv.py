@@ -156,7 +156,7 @@ def test_plan_uv_recreate_and_test(tmp_path):
     assert reuse[3].then == (venv_py(root), "-m", "pip", "install")
     # A fresh one is made by uv too; nothing to trim, pip launchers written.
     steps = V.plan_build(root, manifest, recreate=True, test=True, installer="uv", python=Path("/base/python3"))
-    assert [s.kind for s in steps][:5] == ["remove", "create", "check", "pip", "install"]
+    assert [s.kind for s in steps][:5] == ["remove", "create", "check", "launchers", "install"]
     assert steps[0].argv == ("rm", "-rf", str(root / ".venv"))
     assert steps[1].argv[1:] == ("venv", "--no-project", "--python", "/base/python3", "--system-site-packages",
                                  str(root / ".venv"))
@@ -199,6 +199,18 @@ def test_dry_run_prints_plan_and_touches_nothing(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "-m venv --system-site-packages" in out and "--no-build-isolation -e " + str(root / "b") in out
     assert not (root / ".venv").exists()
+
+
+def test_pip_launcher_runs_the_base_pip_in_the_venv_even_from_a_path_with_a_space(tmp_path):
+    vdir = tmp_path / "with space" / ".venv"
+    subprocess.run([str(V.base_python()), "-m", "venv", "--without-pip", "--system-site-packages", str(vdir)],
+                   check=True, capture_output=True)
+    V.write_pip_launchers(vdir)
+    assert "#!/bin/sh" in (vdir / "bin" / "pip").read_text()  # a #! line cannot hold a space
+    proc = subprocess.run([str(vdir / "bin" / "pip3"), "--version"], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.startswith("pip "), proc.stderr
+    debug = subprocess.run([str(vdir / "bin" / "pip"), "debug"], capture_output=True, text=True, cwd=tmp_path)
+    assert f"sys.executable: {vdir}/bin/python" in debug.stdout, debug.stdout + debug.stderr  # the venv's pip
 
 
 def test_base_python_is_not_a_venv():

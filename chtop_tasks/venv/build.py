@@ -15,9 +15,9 @@ With uv on PATH the venv is made by ``uv venv --system-site-packages``
 installed by ``uv pip install``; ``bin/pip`` launchers run the base's pip in
 the venv.  Without uv, ``python -m venv`` makes it and pip installs; the
 setuptools ensurepip adds on Python < 3.12 is removed.  Either way the user
-gets the same venv.  uv uses its own cache (``uv cache dir``), shared by every
-worktree, so a second worktree's build downloads and builds again only its
-own repos.
+gets the same venv.  uv keeps its own cache (``uv cache dir``), which every
+worktree shares: a second worktree's build downloads nothing the first did,
+and builds only its own repos.
 
 The build is planned as data (``plan_build`` returns the steps), printed by
 ``--dry-run``, and run step by step through ``chtop_tasks.runner``.
@@ -112,11 +112,11 @@ class Step:
 
     ``kind``: "remove" (delete the venv), "create", "trim" (pip only: drop
     the setuptools ensurepip put in the venv, so the base's shows through),
-    "check" (the venv's python runs and is the venv's), "pip" (uv only:
-    write the ``bin/pip`` launchers), "install", "skip" (install = "none"),
+    "check" (the venv's python runs and is the venv's), "launchers" (uv
+    only: write the ``bin/pip`` launchers), "install", "skip" (install = "none"),
     "deps" (uv only: list the requirements nothing satisfies; ``then``
     installs them with pip), "smoke", "test".  ``argv`` is empty for "skip"
-    and "pip" (chtop does those itself).  ``cwd`` None with ``throwaway``
+    and "launchers" (chtop does those itself).  ``cwd`` None with ``throwaway``
     means a fresh temporary directory at run time.
     """
 
@@ -320,7 +320,7 @@ def plan_build(
     ))
     if fresh and installer == "uv":
         names = ", ".join(f"bin/{n}" for n in PIP_LAUNCHERS)
-        steps.append(Step("pip", None, (), note=f"write {vdir}/{{{names}}}: the base's pip, run by the venv's python"))
+        steps.append(Step("launchers", None, (), note=f"write {vdir}/{{{names}}}: the base's pip, run by the venv's python"))
     if fresh and installer == "pip":
         steps.append(Step(
             "trim", None, (str(vpy), "-m", "pip", "uninstall", "-y", "-q", "setuptools"), cwd=root,
@@ -407,7 +407,7 @@ def run_plan(steps: list[Step], root: Path, *, test: bool = False, installer: st
                 print(step.note, flush=True)
                 report.skipped.append(step.repo)
                 continue
-            if step.kind == "pip":
+            if step.kind == "launchers":
                 write_pip_launchers(venv_dir(root))
                 continue
             cwd = Path(scratch) if step.throwaway else step.cwd
