@@ -3,7 +3,8 @@
   1. worktree.create --no-venv for 3 repos (+ the container repo) against the
      bare `git worktree add` calls it makes (target: under 1.5x);
   2. git.status over 4 repos (fanned out) against running them one after another;
-  3. a venv build of two sample packages with uv against pip (bench_venv.py).
+  3. a venv build of two sample packages with uv against pip, and what a venv
+     adds to worktree.create (bench_venv.py).
 
 chtop's side is timed in-process (imports warm), like the baseline's
 subprocess calls; the fixed cost of starting `inv` is printed separately.

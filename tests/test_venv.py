@@ -8,8 +8,9 @@
 
 Nothing here reaches a package index during a build: a session fixture
 downloads a setuptools wheel once (for ``a``'s isolated build) and every
-build runs with PIP_NO_INDEX / UV_NO_INDEX pointed at it; ``b`` builds with
---no-build-isolation against the base interpreter's setuptools.
+build runs with pip and uv pointed at it alone (``venv_samples.offline_env``);
+``b`` builds with --no-build-isolation against the base interpreter's
+setuptools.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from conftest import IN_CI, hermetic_env, require_tool
-from venv_samples import PYPROJECT, write_sample_packages
+from venv_samples import PYPROJECT, offline_env, write_sample_packages
 
 from chtop_tasks.errors import CommandFailed, Refused, UsageError
 from chtop_tasks.venv import build as V
@@ -78,14 +79,12 @@ def base_can_build() -> None:
 
 
 @pytest.fixture
-def offline(wheelhouse, base_can_build, monkeypatch):
+def offline(wheelhouse, base_can_build, monkeypatch, tmp_path):
     """pip and uv see only the wheelhouse: no index, no user config."""
-    for key, value in {
-        "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse),
-        "UV_NO_INDEX": "1", "UV_FIND_LINKS": str(wheelhouse), "UV_NO_CONFIG": "1",
-    }.items():
+    for key, value in offline_env(wheelhouse, tmp_path / "offline").items():
         monkeypatch.setenv(key, value)
-    monkeypatch.delenv(V.INSTALLER_ENV, raising=False)
+    for key in (V.INSTALLER_ENV, "UV_CACHE_DIR", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(key, raising=False)
 
 
 def make_root(root: Path, repos: list[dict]) -> tuple[Path, object]:
@@ -155,9 +154,13 @@ def test_plan_uv_recreate_and_test(tmp_path):
     assert [s.kind for s in reuse] == ["check", "install", "install", "deps", "smoke", "smoke"]
     assert reuse[1].argv[1:6] == ("pip", "install", "--python", venv_py(root), "--no-deps")
     assert reuse[3].then == (venv_py(root), "-m", "pip", "install")
+    # A fresh one is made by uv too; nothing to trim, pip launchers written.
     steps = V.plan_build(root, manifest, recreate=True, test=True, installer="uv", python=Path("/base/python3"))
-    assert [s.kind for s in steps][:4] == ["remove", "create", "check", "trim"]
+    assert [s.kind for s in steps][:5] == ["remove", "create", "check", "launchers", "install"]
     assert steps[0].argv == ("rm", "-rf", str(root / ".venv"))
+    assert steps[1].argv[1:] == ("venv", "--no-project", "--python", "/base/python3", "--system-site-packages",
+                                 str(root / ".venv"))
+    assert steps[3].argv == () and "bin/pip" in steps[3].describe()
     test = steps[-1]
     assert (test.kind, test.repo, test.argv) == ("test", "b", ("python", "-m", "b_frb.selftest", "--fast"))
     env = V._runtime_env(test)
@@ -198,6 +201,18 @@ def test_dry_run_prints_plan_and_touches_nothing(tmp_path, capsys):
     assert not (root / ".venv").exists()
 
 
+def test_pip_launcher_runs_the_base_pip_in_the_venv_even_from_a_path_with_a_space(tmp_path):
+    vdir = tmp_path / "with space" / ".venv"
+    subprocess.run([str(V.base_python()), "-m", "venv", "--without-pip", "--system-site-packages", str(vdir)],
+                   check=True, capture_output=True)
+    V.write_pip_launchers(vdir)
+    assert "#!/bin/sh" in (vdir / "bin" / "pip").read_text()  # a #! line cannot hold a space
+    proc = subprocess.run([str(vdir / "bin" / "pip3"), "--version"], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.startswith("pip "), proc.stderr
+    debug = subprocess.run([str(vdir / "bin" / "pip"), "debug"], capture_output=True, text=True, cwd=tmp_path)
+    assert f"sys.executable: {vdir}/bin/python" in debug.stdout, debug.stdout + debug.stderr  # the venv's pip
+
+
 def test_base_python_is_not_a_venv():
     base = V.base_python()
     assert base.is_file()
@@ -209,19 +224,21 @@ def test_base_python_is_not_a_venv():
 # -- real builds ---------------------------------------------------------------------
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("installer", INSTALLERS)
-def test_build_imports_from_anywhere_beats_cwd_shadowing_and_reuses_the_base(
-    installer, offline, wheelhouse, tmp_path, capsys
-):
-    """Both installers: imports work from any dir (not shadowed at the root by
-    the checkout dirs), and the overlay reuses the base's packages (pip does;
-    uv alone would copy them into the venv)."""
-    if installer == "uv":
-        require_tool("uv")
-    root, manifest = make_root(tmp_path / "ws", [A, B])
-    # b needs jinja2 (in the base: chtop depends on it) and wheelhouse-only
-    # "tinydep" (not in the base), which must land in the venv.
+OWN_DISTS = (
+    "import sys, importlib.metadata as md; print(sorted(d.metadata['Name'].lower() for d in "
+    "md.distributions(path=[p for p in sys.path if p.startswith(sys.prefix + '/') and p.endswith('site-packages')])))"
+)
+ENVRC_TEMPLATE = Path(__file__).resolve().parent.parent / "dotfile_templates" / ".envrc.j2"
+
+
+def own_dists(root: Path) -> str:
+    """The distributions in the venv's own site-packages (not the base's), as printed."""
+    return subprocess.run([venv_py(root), "-c", OWN_DISTS], capture_output=True, text=True, check=True).stdout
+
+
+def add_dependencies(root: Path, wheelhouse: Path, tmp_path: Path) -> None:
+    """Make ``b`` need jinja2 (in the base: chtop depends on it) and wheelhouse-only
+    "tinydep" (not in the base), which must land in the venv."""
     tiny = tmp_path / "tinydep"
     (tiny / "tinydep").mkdir(parents=True)
     (tiny / "pyproject.toml").write_text(PYPROJECT.format(name="tinydep", package="tinydep"))
@@ -230,9 +247,39 @@ def test_build_imports_from_anywhere_beats_cwd_shadowing_and_reuses_the_base(
                     "-w", str(wheelhouse), str(tiny)], check=True, capture_output=True)
     pyproject = root / "b" / "pyproject.toml"
     pyproject.write_text(pyproject.read_text().replace('version = "0.1"', 'version = "0.1"\ndependencies = ["jinja2", "tinydep"]'))
+
+
+def direnv_exec(root: Path, script: str) -> list[str]:
+    """``script``'s output lines, run by ``direnv exec`` under the checkout's rendered .envrc."""
+    from chtop_tasks.workspace.dotfiles import render_text
+
+    direnv = require_tool("direnv")
+    (root / ".envrc").write_text(render_text(ENVRC_TEMPLATE, {"root": str(root)}))
+    subprocess.run([direnv, "allow", str(root)], check=True, cwd=root, capture_output=True)
+    proc = subprocess.run([direnv, "exec", str(root), "sh", "-c", script], cwd=root, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.splitlines()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("installer", INSTALLERS)
+def test_uv_and_pip_make_the_same_venv(installer, offline, wheelhouse, tmp_path, capsys):
+    """Both installers: the venv's python and prefix under direnv, imports from
+    any dir (not shadowed at the root by the checkout dirs), the base's
+    packages reused (setuptools too, for no-isolation builds), and a pip that
+    works on the venv."""
+    if installer == "uv":
+        require_tool("uv")
+    root, manifest = make_root(tmp_path / "ws", [A, B])
+    add_dependencies(root, wheelhouse, tmp_path)
     V.build_venv(root, manifest, installer=installer)
     out = capsys.readouterr().out
     assert f"installer {installer}" in out and "installed a, b" in out and "b:b_frb" in out
+    vdir = root / ".venv"
+    # which python, sys.prefix and PYTHONSAFEPATH, as a user in the checkout gets them.
+    assert direnv_exec(root, 'command -v python; command -v pip; python -c "import sys; print(sys.prefix)"; '
+                             'echo "SAFE=$PYTHONSAFEPATH"') == [
+        f"{vdir}/bin/python", f"{vdir}/bin/pip", str(vdir), "SAFE=1"]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     proc = run_py(root, "import b_frb; print(b_frb.X)", elsewhere, safe=False)
@@ -243,16 +290,32 @@ def test_build_imports_from_anywhere_beats_cwd_shadowing_and_reuses_the_base(
     assert shadowed.returncode != 0 and "cannot import name 'X' from 'a'" in shadowed.stderr
     # ... and PYTHONSAFEPATH=1 (what the smoke check and the dotfiles set) defuses it.
     assert run_py(root, "import b_frb", root, safe=True).returncode == 0
-    own = subprocess.run(
-        [venv_py(root), "-c", "import sys, importlib.metadata as md; "
-         "print(sorted(d.metadata['Name'].lower() for d in md.distributions(path=[p for p in sys.path "
-         "if p.startswith(sys.prefix + '/') and p.endswith('site-packages')])))"],
-        capture_output=True, text=True, check=True,
-    ).stdout
+    own = own_dists(root)
     assert "'jinja2'" not in own and "'markupsafe'" not in own, own  # the base's, not a copy
-    assert "'tinydep'" in own and "'setuptools'" not in own, own  # ensurepip's setuptools trimmed
+    assert "'tinydep'" in own and "'setuptools'" not in own, own  # no setuptools of its own
     origin = run_py(root, "import jinja2, setuptools; print(jinja2.__file__, setuptools.__file__)", tmp_path, safe=True)
-    assert str(root) not in origin.stdout, origin.stdout
+    assert origin.returncode == 0 and str(root) not in origin.stdout, origin.stdout + origin.stderr
+    # The venv's pip sees the venv (a is only there) and changes the venv, not the base.
+    pip = str(vdir / "bin" / "pip")
+    shown = subprocess.run([pip, "show", "a"], cwd=elsewhere, capture_output=True, text=True)
+    assert shown.returncode == 0 and "Name: a" in shown.stdout, shown.stderr
+    removed = subprocess.run([pip, "uninstall", "-y", "tinydep"], cwd=elsewhere, capture_output=True, text=True)
+    assert removed.returncode == 0, removed.stderr
+    assert "'tinydep'" not in own_dists(root)
+
+
+@pytest.mark.slow
+def test_a_second_worktree_takes_what_the_first_fetched_from_uvs_cache(offline, tmp_path, capsys):
+    """Two checkouts built one after the other share uv's cache: the setuptools
+    wheel for ``a``'s isolated build is unpacked there once, not per worktree."""
+    uv = require_tool("uv")
+    for name in ("dev", "other"):
+        root, manifest = make_root(tmp_path / name, [A, B])
+        V.build_venv(root, manifest, installer="uv")
+    cache = Path(subprocess.run([uv, "cache", "dir"], capture_output=True, text=True, check=True).stdout.strip())
+    assert cache.is_relative_to(Path(os.environ["HOME"]))  # the user's cache: this test's HOME
+    unpacked = list(cache.glob("archive-v*/*/setuptools/__init__.py"))
+    assert len(unpacked) == 1, unpacked
 
 
 @pytest.mark.slow

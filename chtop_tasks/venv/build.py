@@ -10,6 +10,15 @@ throwaway directory with ``PYTHONSAFEPATH=1``, so a checkout dir named like a
 package (``<root>/ksgpu/``) cannot shadow the installed package (the seed's
 Appendix A).  With ``test`` each repo's ``test`` command runs the same way.
 
+With uv on PATH the venv is made by ``uv venv --system-site-packages``
+(no pip, no setuptools of its own: the base's show through) and the repos are
+installed by ``uv pip install``; ``bin/pip`` launchers run the base's pip in
+the venv.  Without uv, ``python -m venv`` makes it and pip installs; the
+setuptools ensurepip adds on Python < 3.12 is removed.  Either way the user
+gets the same venv.  uv keeps its own cache (``uv cache dir``), which every
+worktree shares: a second worktree's build downloads nothing the first did,
+and builds only its own repos.
+
 The build is planned as data (``plan_build`` returns the steps), printed by
 ``--dry-run``, and run step by step through ``chtop_tasks.runner``.
 """
@@ -70,6 +79,23 @@ for dist in md.distributions(path=own):
 print('\\n'.join(dict.fromkeys(unmet)))
 """
 
+PIP_LAUNCHERS = ("pip", "pip3", f"pip{sys.version_info[0]}.{sys.version_info[1]}")
+# A venv made by uv has no pip of its own.  Its ``bin/pip`` runs the base's
+# pip (seen through --system-site-packages) with the venv's python, so it
+# installs into the venv, as the pip ``python -m venv`` puts there does.
+# ``{shebang}`` names the venv's python.
+PIP_LAUNCHER_CODE = """\
+{shebang}
+import sys
+try:
+    from pip._internal.cli.main import main
+except ImportError:
+    sys.exit("no pip in this venv's base interpreter: use `uv pip install --python " + sys.executable + " ...`")
+if __name__ == "__main__":
+    sys.exit(main())
+"""
+SHEBANG_MAX = 127  # Linux reads at most this much of a #! line
+
 # pip's closing boilerplate says nothing about the cause; leave it out of tails.
 _BOILERPLATE = (
     "note: This error originates from a subprocess",
@@ -84,12 +110,14 @@ _BOILERPLATE = (
 class Step:
     """One thing the build does.
 
-    ``kind``: "remove" (delete the venv), "create", "trim" (drop the
-    setuptools ensurepip put in the venv, so the base's shows through),
-    "check" (the venv's python runs and is the venv's), "install", "skip"
-    (install = "none"), "deps" (uv only: list the requirements nothing
-    satisfies; ``then`` installs them with pip), "smoke", "test".  ``argv`` is empty for "skip".  ``cwd`` None with
-    ``throwaway`` means a fresh temporary directory at run time.
+    ``kind``: "remove" (delete the venv), "create", "trim" (pip only: drop
+    the setuptools ensurepip put in the venv, so the base's shows through),
+    "check" (the venv's python runs and is the venv's), "launchers" (uv
+    only: write the ``bin/pip`` launchers), "install", "skip" (install = "none"),
+    "deps" (uv only: list the requirements nothing satisfies; ``then``
+    installs them with pip), "smoke", "test".  ``argv`` is empty for "skip"
+    and "launchers" (chtop does those itself).  ``cwd`` None with ``throwaway``
+    means a fresh temporary directory at run time.
     """
 
     kind: str
@@ -202,6 +230,41 @@ def choose_installer(installer: str | None = None) -> str:
     return "uv" if shutil.which("uv") else "pip"
 
 
+def uv_command() -> str:
+    return shutil.which("uv") or "uv"
+
+
+def create_argv(installer: str, base: Path, vdir: Path) -> tuple[str, ...]:
+    """The command that makes ``vdir``: an overlay on ``base`` that sees its site-packages.
+
+    uv's venv has neither pip nor setuptools of its own (0.1 s); ``python -m
+    venv`` bootstraps pip with ensurepip (seconds), and on Python < 3.12 a
+    setuptools that the "trim" step removes again.  ``--no-project``: the
+    checkout's own pyproject.toml says nothing about the venv.
+    """
+    if installer == "uv":
+        return (uv_command(), "venv", "--no-project", "--python", str(base), "--system-site-packages", str(vdir))
+    return (str(base), "-m", "venv", "--system-site-packages", str(vdir))
+
+
+def pip_launcher_text(vpy: Path) -> str:
+    """The text of a ``bin/pip`` launcher for the venv whose python is ``vpy``."""
+    shebang = f"#!{vpy}"
+    if len(shebang) > SHEBANG_MAX or " " in str(vpy):  # as pip's own launchers do
+        shebang = "#!/bin/sh\n'''exec' " + shlex.quote(str(vpy)) + ' "$0" "$@"\n' + "' '''"
+    return PIP_LAUNCHER_CODE.format(shebang=shebang)
+
+
+def write_pip_launchers(vdir: Path) -> None:
+    """``bin/pip``, ``bin/pip3``, ``bin/pipX.Y`` for a venv made without pip (never over one there)."""
+    text = pip_launcher_text(vdir / "bin" / "python")
+    for name in PIP_LAUNCHERS:
+        path = vdir / "bin" / name
+        if not path.exists():
+            path.write_text(text)
+            path.chmod(0o755)
+
+
 def install_argv(installer: str, python: Path, repo: Repo, src: Path) -> tuple[str, ...]:
     """The command that installs ``repo`` from ``src`` into the venv of ``python``.
 
@@ -212,7 +275,7 @@ def install_argv(installer: str, python: Path, repo: Repo, src: Path) -> tuple[s
     """
     flags = ["--no-build-isolation"] if repo.install == "editable-no-build-isolation" else []
     if installer == "uv":
-        head = [shutil.which("uv") or "uv", "pip", "install", "--python", str(python), "--no-deps"]
+        head = [uv_command(), "pip", "install", "--python", str(python), "--no-deps"]
     else:
         head = [str(python), "-m", "pip", "install"]
     return tuple(head + flags + ["-e", str(src)])
@@ -250,13 +313,15 @@ def plan_build(
     if recreate and exists:
         steps.append(Step("remove", None, ("rm", "-rf", str(vdir)), note="--recreate"))
     if fresh:
-        base = python or base_python()
-        steps.append(Step("create", None, (str(base), "-m", "venv", "--system-site-packages", str(vdir)), cwd=root))
+        steps.append(Step("create", None, create_argv(installer, python or base_python(), vdir), cwd=root))
     steps.append(Step(
         "check", None, (str(vpy), "-c", PREFIX_CODE), throwaway=True, env=tuple(SAFE_ENV.items()),
         timeout=CHECK_TIMEOUT, expect=str(vdir), note="the venv's python runs",
     ))
-    if fresh:
+    if fresh and installer == "uv":
+        names = ", ".join(f"bin/{n}" for n in PIP_LAUNCHERS)
+        steps.append(Step("launchers", None, (), note=f"write {vdir}/{{{names}}}: the base's pip, run by the venv's python"))
+    if fresh and installer == "pip":
         steps.append(Step(
             "trim", None, (str(vpy), "-m", "pip", "uninstall", "-y", "-q", "setuptools"), cwd=root,
             note="Python < 3.12's ensurepip adds setuptools; builds use the base's",
@@ -341,6 +406,9 @@ def run_plan(steps: list[Step], root: Path, *, test: bool = False, installer: st
             if step.kind == "skip":
                 print(step.note, flush=True)
                 report.skipped.append(step.repo)
+                continue
+            if step.kind == "launchers":
+                write_pip_launchers(venv_dir(root))
                 continue
             cwd = Path(scratch) if step.throwaway else step.cwd
             stream = step.kind == "test"  # a test suite's progress is worth seeing live
