@@ -124,9 +124,15 @@ def test_claude_draws_its_first_screen_follows_resizes_and_exits_on_keys(group):
         child.expect("confirm", timeout=60)
         child.setwinsize(30, 90)          # SIGWINCH -> our runner -> podman -> claude
         child.expect("─" * 90 + "\x1b", timeout=30)
-        child.send("\x1b[B")              # down to "2. No, exit"; wait until it is selected
+        child.expect("confirm", timeout=30)   # the whole redraw read: a selection seen later is new
+        # Move the selection with the arrow keys until "No, exit" is chosen (its place in the list
+        # differs between claude versions), then confirm it.
         esc = r"(?:\x1b\[[0-9;]*[mGABCD]|\s)*"
-        child.expect(f"❯{esc}(?:2\\.{esc})?No,", timeout=30)
+        selected_no, selected_yes = f"❯{esc}(?:\\d\\.{esc})?No,", f"❯{esc}(?:\\d\\.{esc})?Yes,"
+        child.send("\x1b[B")
+        if child.expect([selected_no, selected_yes], timeout=30) == 1:
+            child.send("\x1b[A")
+            child.expect(selected_no, timeout=30)
         child.send("\r")
         child.expect(pexpect.EOF, timeout=60)
     finally:
