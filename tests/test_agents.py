@@ -119,7 +119,7 @@ def test_claude_prefers_a_long_lived_token_and_says_so(home, tmp_path):
     src = Path("secrets.env")
     env, notes = agents.agent_env(claude, {"CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat", "ANTHROPIC_API_KEY": "k"},
                                   tmp_path / "claude", src)
-    assert env == {"CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat", "ANTHROPIC_API_KEY": "k"}
+    assert env == {"CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat", "ANTHROPIC_API_KEY": "k", "DISABLE_AUTOUPDATER": "1"}
     assert "authenticating with CLAUDE_CODE_OAUTH_TOKEN" in notes[0]
     env, notes = agents.agent_env(claude, {}, tmp_path / "claude", src)
     assert "CLAUDE_CODE_OAUTH_TOKEN" not in env
