@@ -8,7 +8,7 @@ from pathlib import Path
 from ..errors import ChtopError, UsageError
 from ..places import group_and_policy_for
 from .control import status
-from .logs import HUMAN, net_dir, pending
+from .logs import HUMAN, net_dir
 from .policy import Policy, append_entry, list_path
 
 
@@ -38,8 +38,10 @@ def format_status(group_dir: Path) -> tuple[str, bool]:
         f"open:     {info['active']} connections (peak {info['peak']}, cap {info.get('max_conns')}), "
         f"{info['watchers']} watcher(s)",
     ]
-    if info["allowed_once"]:
-        lines.append("once:     " + " ".join(info["allowed_once"]))
+    for hold in info.get("held", []):
+        where = f" (worktree {hold['worktree']})" if hold.get("worktree") else ""
+        lines.append(f"held:     {hold['host']}:{hold['port']}{where}, {hold['waiting']} request(s) "
+                     f"for {time.time() - hold['since']:.0f}s")
     lines += [f"warning:  {e}" for e in info["list_errors"]]
     return "\n".join(lines), True
 
@@ -69,16 +71,9 @@ def add_entries(policy_dir: Path, specs: list[str], kind: str, worktree: str | N
 
 
 def format_pending(group_dir: Path, policy_dir: Path) -> str:
-    items = pending(group_dir, Policy(policy_dir))
-    if not items:
-        return "no blocked domains waiting for a decision"
-    lines = [f"{'COUNT':>6}  {'LAST SEEN':19}  DOMAIN"]
-    for item in items:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(item["last"]))
-        wt = f"  (worktree {item['worktree']})" if item["worktree"] else ""
-        lines.append(f"{item['count']:>6}  {when}  {item['host']}{wt}")
-    lines.append("approve with `inv net.allow DOMAIN`, refuse for good with `inv net.deny DOMAIN`")
-    return "\n".join(lines)
+    from .approvals import format_pending as pending_with_scopes
+
+    return pending_with_scopes(group_dir, policy_dir)
 
 
 def log_path(group_dir: Path) -> Path:

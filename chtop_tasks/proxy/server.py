@@ -29,10 +29,10 @@ from pathlib import Path
 
 from ..places import check_worktree_name
 from .control import worktree_socket
-from .hostmatch import BadHost, address_is_public, canonical_host, is_ip, parse_authority
-from .logs import RequestLog, net_dir
+from .hostmatch import BadHost, Entry, address_is_public, canonical_host, is_ip, parse_authority
+from .logs import RequestLog, net_dir, timed_allows_path
 from .messages import HOP_BY_HOP, TOKEN_BYTES, Refusal, Request, blocked_body, inspect_first, parse_head, reply_bytes
-from .policy import Policy
+from .policy import Policy, Verdict
 from .tunnel import Mux, Tunnel
 
 
@@ -54,6 +54,10 @@ async def _compat_timeout(delay: float):
 _timeout = getattr(asyncio, "timeout", _compat_timeout)
 TIMEOUTS = (TimeoutError, asyncio.TimeoutError)   # distinct classes before 3.11
 DNS_TTL = 30.0
+# What a decision tells held requests: "allow-once*" lets them through by itself; after the
+# others the requests are judged again by the lists (which the decider has already written).
+DECIDE_ANSWERS = ("allow-once", "allow-once-private", "allow-always", "allow-worktree", "allow-for",
+                  "deny", "ignore")
 def _env_float(name: str, default: float) -> float:
     try:
         return float(os.environ.get(name, default))
@@ -89,10 +93,33 @@ def read_hosts_file(path: str) -> dict[str, list[str]]:
     return table
 
 
+@dataclass
+class Hold:
+    """Requests for one host on one socket, held while a watcher decides."""
+
+    future: asyncio.Future
+    host: str
+    port: int
+    worktree: str | None
+    since: float = field(default_factory=time.time)
+    waiting: int = 0
+
+    def describe(self) -> dict:
+        return {"host": self.host, "port": self.port, "worktree": self.worktree,
+                "since": self.since, "waiting": self.waiting}
+
+
+def once_verdict(host: str, answer: str) -> Verdict:
+    """An "allow once" answer lets the held request through, and nothing later."""
+    private = answer == "allow-once-private"
+    entry = Entry(host=host, is_ip=is_ip(host), private=private, text=host)
+    return Verdict("allowed", entry, "allowed once" + (" (private)" if private else ""), "once")
+
+
 class Server:
     def __init__(self, cfg: Config):
         self.cfg = cfg
-        self.policy = Policy(cfg.policy_dir)
+        self.policy = Policy(cfg.policy_dir, timed_allows_path(cfg.group_dir))
         self.log = RequestLog(net_dir(cfg.group_dir), line_buffered=False)
         self._flush_pending = False
         self.hosts = read_hosts_file(cfg.hosts_file) if cfg.hosts_file else None
@@ -101,7 +128,7 @@ class Server:
         self.peak = 0
         self.counts: dict[str, int] = {}
         self.watchers: set = set()
-        self.holds: dict[str, asyncio.Future] = {}
+        self.holds: dict[tuple[str, str | None], Hold] = {}   # (host, worktree) -> the held requests
         self.listeners: dict[str, socket.socket] = {}
         self.worktree_sockets: dict[str, Path] = {}
         self.tunnels: set[Tunnel] = set()
@@ -278,19 +305,25 @@ class Server:
     async def _judge(self, host: str, port: int, worktree: str | None, rec: dict):
         verdict = self.policy.judge(host, worktree)
         if verdict.decision == "blocked" and self.watchers and self.cfg.hold_seconds > 0:
-            fut = self.holds.get(host)
-            if fut is None or fut.done():
-                fut = self.loop.create_future()
-                self.holds[host] = fut
+            key = (host, worktree)
+            hold = self.holds.get(key)
+            if hold is None or hold.future.done():
+                hold = Hold(self.loop.create_future(), host, port, worktree)
+                self.holds[key] = hold
                 self._notify({"event": "blocked", "host": host, "port": port,
                               "worktree": worktree, "hold": self.cfg.hold_seconds})
+            hold.waiting += 1
             try:
-                answer = await asyncio.wait_for(asyncio.shield(fut), self.cfg.hold_seconds)
+                answer = await asyncio.wait_for(asyncio.shield(hold.future), self.cfg.hold_seconds)
             except TIMEOUTS:
                 answer = "timeout"
-                if self.holds.get(host) is fut:
-                    del self.holds[host]
+                if self.holds.get(key) is hold:
+                    del self.holds[key]
+            finally:
+                hold.waiting -= 1
             verdict = self.policy.judge(host, worktree)
+            if verdict.decision == "blocked" and answer.startswith("allow-once"):
+                verdict = once_verdict(host, answer)
             verdict.reason += f" (held for watch: {answer})"
         rec["reason"] = rec["rule"] = verdict.reason
         if verdict.decision == "denied":
@@ -496,9 +529,24 @@ class Server:
             "max_conns": self.cfg.max_conns,
             "counts": self.counts, "lists": self.policy.sizes(),
             "list_errors": self.policy.errors(), "watchers": len(self.watchers),
-            "held": sorted(h for h, f in self.holds.items() if not f.done()),
-            "allowed_once": sorted(self.policy.allowed_once),
+            "held": self.held(),
         }
+
+    def held(self) -> list[dict]:
+        return sorted((h.describe() for h in self.holds.values() if not h.future.done()),
+                      key=lambda d: d["since"])
+
+    def release(self, host: str, worktree: str | None, answer: str) -> int:
+        """Answer the held requests for ``host`` (on ``worktree``'s socket only, when given)."""
+        released = 0
+        for key, hold in list(self.holds.items()):
+            if key[0] != host or (worktree is not None and key[1] != worktree):
+                continue
+            del self.holds[key]
+            if not hold.future.done():
+                hold.future.set_result(answer)
+                released += max(1, hold.waiting)
+        return released
 
     async def _control(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         watching = False
@@ -533,21 +581,20 @@ class Server:
             return {"ok": True, "socket": str(self.listen_worktree(str(msg.get("name"))))}
         if cmd == "watch":
             self.watchers.add(writer)
-            held = sorted(h for h, f in self.holds.items() if not f.done())
-            return {"ok": True, "held": held}
+            return {"ok": True, "held": self.held()}
         if cmd == "decide":
             host = canonical_host(str(msg.get("host")))
             answer = str(msg.get("answer"))
-            if answer not in ("allow-once", "allow-always", "deny", "ignore", "allow-worktree"):
+            if answer not in DECIDE_ANSWERS:
                 return {"ok": False, "error": f"unknown answer {answer!r}"}
-            if answer == "allow-once":
-                self.policy.allowed_once.add(host)
-            self.log.note(f"WATCH    {host}: {answer}")
+            worktree = msg.get("worktree")
+            if worktree is not None:
+                worktree = check_worktree_name(str(worktree))
+            released = self.release(host, worktree, answer)
+            self.log.note(f"DECIDE   {host}{f' [{worktree}]' if worktree else ''}: {answer} "
+                          f"({released} held request(s) released)")
             self._flush_log()
-            fut = self.holds.pop(host, None)
-            if fut is not None and not fut.done():
-                fut.set_result(answer)
-            return {"ok": True}
+            return {"ok": True, "released": released}
         if cmd == "stop":
             return {"ok": True, "pid": os.getpid()}
         return {"ok": False, "error": f"unknown command {cmd!r}"}

@@ -16,20 +16,25 @@ from pathlib import Path
 
 from ..errors import ChtopError
 from ..places import runtime_dir
+from . import approvals
 from .policy import append_entry, list_path
 
 ANSWERS = {"o": "allow-once", "a": "allow-always", "d": "deny", "i": "ignore",
-           "w": "allow-worktree", "": "ignore"}
+           "w": "allow-worktree", "t": "allow-for", "": "ignore"}
+ALLOW_FOR = 3600.0      # the "[t] allow for 1h" answer
+# how each answer is audited (approvals.Decision scopes); "ignore" decides nothing
+AUDIT_SCOPES = {"allow-once": "once", "allow-always": "group", "deny": "deny", "allow-worktree": "worktree",
+                "allow-for": "for"}
 
 
 def _prompt(event: dict) -> str:
     where = f" from worktree {event['worktree']}" if event.get("worktree") else ""
     extra = f"  [w] allow for {event['worktree']} only" if event.get("worktree") else ""
     return (f"\nBLOCKED {event['host']}:{event['port']}{where} (held up to {event['hold']:g}s)\n"
-            f"  [o] allow once  [a] allow always  [d] deny always  [i] ignore{extra} ? ")
+            f"  [o] allow once  [t] allow for 1h  [a] allow always  [d] deny always  [i] ignore{extra} ? ")
 
 
-def apply_answer(policy_dir: Path, event: dict, answer: str) -> str:
+def apply_answer(policy_dir: Path, event: dict, answer: str, group_dir: Path | None = None) -> str:
     """Write the list an answer implies; return what changed."""
     host = event["host"]
     if answer == "allow-always":
@@ -40,8 +45,19 @@ def apply_answer(policy_dir: Path, event: dict, answer: str) -> str:
         return append_entry(list_path(policy_dir, "allow", event["worktree"]), host,
                             allow_list=True)[1]
     if answer == "allow-once":
-        return f"{host}: allowed until the proxy stops"
+        return f"{host}: allowed once (this held request only; the next one is blocked again)"
+    if answer == "allow-for" and group_dir is not None:
+        return approvals.add_timed_allow(group_dir, approvals.Decision(host, "for", ttl=ALLOW_FOR))
     return f"{host}: left blocked"
+
+
+def audit(group_dir: Path, event: dict, answer: str) -> None:
+    """One audit line for a decision taken at the prompt."""
+    scope = AUDIT_SCOPES.get(answer)
+    if scope is not None:
+        approvals.record_decision(group_dir, approvals.Decision(
+            event["host"], scope, event.get("worktree") if scope in ("once", "worktree") else None,
+            ALLOW_FOR if scope == "for" else None), "net.watch")
 
 
 def watch(group_dir: Path, policy_dir: Path, stdin=None, stdout=None) -> int:
@@ -103,7 +119,8 @@ def watch(group_dir: Path, policy_dir: Path, stdin=None, stdout=None) -> int:
                               + " ? ", end="", file=stdout, flush=True)
                         continue
                     try:
-                        said = apply_answer(policy_dir, prompting, answer)
+                        said = apply_answer(policy_dir, prompting, answer, group_dir)
+                        audit(group_dir, prompting, answer)
                     except ChtopError as exc:
                         said, answer = f"{exc} (left blocked)", "ignore"
                     sock.sendall((json.dumps({"cmd": "decide", "host": prompting["host"],
