@@ -137,7 +137,6 @@ class DashApp(App):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#pending", DataTable).add_columns("domain", "worktree", "count", "last seen", "held")
         self.query_one("#worktrees", DataTable).focus()
         if self.hold_requests:
             self.watcher = HoldWatcher(self.top.grouping, self._on_proxy_event).start()
@@ -179,14 +178,11 @@ class DashApp(App):
 
     # -- showing -------------------------------------------------------------------------------------
     def show_snapshot(self, snap: model.Snapshot) -> None:
-        first = self.snapshot is None
         self.snapshot = snap
         table = self.query_one("#worktrees", DataTable)
         selected = self.selected_name()
-        if first or len(table.columns) != len(snap.repo_labels) + 7:
-            table.clear(columns=True)
-            table.add_columns("worktree", *snap.repo_labels, "agent", "since", "pending", "cpu", "mem")
-        table.clear()
+        table.clear(columns=True)          # columns too, so their widths fit what they hold now
+        table.add_columns("worktree", *snap.repo_labels, "agent", "since", "pending", "cpu", "mem")
         now = time.time()
         for wt in snap.worktrees:
             if wt.problem:
@@ -209,7 +205,8 @@ class DashApp(App):
     def show_pending(self, snap: model.Snapshot) -> None:
         table = self.query_one("#pending", DataTable)
         selected = self.selected_pending()
-        table.clear()
+        table.clear(columns=True)
+        table.add_columns("domain", "worktree", "count", "last seen", "held")
         keys = []
         for item in snap.pending:
             key = f"{item['host']}|{item['worktree'] or ''}"
