@@ -34,7 +34,7 @@ from chtop_tasks.workspace.worktrees import create_worktree, list_worktrees  # n
 REPOS = ("one", "two", "three", "four")
 
 
-def build_group(base: Path, worktrees: int) -> Path:
+def build_group(base: Path, worktrees: int, names: list[str] | None = None) -> Path:
     remotes, grouping = base / "remotes", base / "ch"
     remotes.mkdir()
     grouping.mkdir()
@@ -48,8 +48,8 @@ def build_group(base: Path, worktrees: int) -> Path:
         for name in REPOS:
             subprocess.run(["git", "clone", "-q", f"{remotes}/{name}.git", str(top / name)], check=True)
         ws = find_workspace(top)
-        for i in range(worktrees):
-            wt = create_worktree(ws, f"wt{i:02d}")
+        for i, name in enumerate(names or [f"wt{i:02d}" for i in range(worktrees)]):
+            wt = create_worktree(ws, name)
             repo = wt.root / REPOS[i % len(REPOS)]
             if i % 3 == 0:
                 (repo / "f1.txt").write_text("changed\n")              # dirty

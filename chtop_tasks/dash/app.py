@@ -78,8 +78,8 @@ class DashApp(App):
     #status { height: 1; padding: 0 1; background: $boost; }
     #worktrees { height: 1fr; min-height: 6; }
     #lower { height: 1fr; }
-    #pending-box { width: 2fr; }
-    #diff-box { width: 3fr; border-left: solid $primary; }
+    #pending-box { width: 1fr; }
+    #diff-box { width: 1fr; border-left: solid $primary; }
     .pane-title { height: 1; padding: 0 1; background: $primary-background; }
     ConfirmScreen, AskScreen { align: center middle; }
     #dialog { width: 90%; height: auto; max-height: 80%; border: thick $primary; padding: 1 2;
@@ -97,12 +97,13 @@ class DashApp(App):
         Binding("h", "shell", "shell"),
         Binding("n", "new_worktree", "new wt"),
         Binding("f", "toggle_full", "stat/full"),
-        Binding("g", "decide('group')", "allow group"),
-        Binding("w", "decide('worktree')", "allow wt"),
-        Binding("o", "decide('once')", "allow once"),
-        Binding("t", "decide('for')", "allow for"),
-        Binding("d", "decide('deny')", "deny"),
-        Binding("p", "toggle_private", "private"),
+        # the pending pane's keys, named in its title
+        Binding("g", "decide('group')", "allow group", show=False),
+        Binding("w", "decide('worktree')", "allow worktree", show=False),
+        Binding("o", "decide('once')", "allow once", show=False),
+        Binding("t", "decide('for')", "allow for a while", show=False),
+        Binding("d", "decide('deny')", "deny", show=False),
+        Binding("p", "toggle_private", "private addresses", show=False),
     ]
 
     def __init__(self, top: Workspace, sessions=None, refresh_seconds: float = REFRESH_SECONDS,
