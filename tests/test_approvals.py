@@ -151,3 +151,50 @@ def test_durations():
     for bad in ("", "2x", "h", "-1h", "2h 3q"):
         with pytest.raises(UsageError):
             approvals.parse_duration(bad)
+
+
+@pytest.mark.slow
+def test_net_watch_offers_allow_for_a_while_and_audits_it(proxy, echo):
+    from test_proxy import _connect_in_thread, _read_until, _watcher
+
+    proxy.start()
+    watcher = _watcher(proxy)
+    try:
+        t, result = _connect_in_thread(proxy, f"echo.example.test:{echo.port}")
+        prompt = _read_until(watcher.stdout, "BLOCKED echo.example.test")
+        watcher.stdin.write("t\n")
+        watcher.stdin.flush()
+        said = _read_until(watcher.stdout, "allowed until")
+        t.join(10)
+    finally:
+        watcher.stdin.close()
+        watcher.wait(10)
+    assert "BLOCKED echo.example.test" in prompt and "[t] allow for 1h" in said
+    assert result["status"] == 403          # allowed, but the name resolves to 127.0.0.1 (no `private`)
+    rec = proxy.wait_record(lambda r: r.get("host") == "echo.example.test")
+    assert "non-public" in rec["reason"] and "allowed for a while" in rec["rule"]
+    assert [(r["scope"], r["ttl"], r["via"]) for r in approvals.read_decisions(proxy.group)] == [
+        ("for", 3600.0, "net.watch")]
+
+
+@pytest.mark.slow
+def test_scoped_allow_tasks_as_a_user_runs_them(with_dev, monkeypatch):
+    from proxy_helpers import free_port
+
+    g = with_dev
+    monkeypatch.setenv("CHTOP_PROXY_PORT", str(free_port()))
+    top = g.toplevel
+    out = g.inv(top, "net.allow", "x.example.org", "--for", "2h", "--worktree", "dev").stdout
+    assert "x.example.org: allowed (worktree dev) until" in out and "(2h)" in out
+    r = g.inv(top, "net.allow", "y.example.org", "--once", check=False)
+    assert r.returncode == 3 and "nothing to allow once" in r.stderr
+    r = g.inv(top, "net.allow", "y.example.org", "--once", "--for", "1h", check=False)
+    assert r.returncode == 2 and "exclude each other" in r.stderr
+    r = g.inv(top, "net.allow", "y.example.org", "--for", "soon", check=False)
+    assert r.returncode == 2 and "bad duration" in r.stderr
+    g.inv(top, "net.deny", "z.example.org")
+    table = g.inv(top, "net.log", "--decisions").stdout.splitlines()
+    assert table[0].split() == ["WHEN", "WHO", "SCOPE", "WORKTREE", "TTL", "DOMAIN"]
+    assert table[1].split()[-4:] == ["for", "dev", "2h", "x.example.org"]
+    assert table[2].split()[-4:] == ["deny", "-", "-", "z.example.org"] and "(cli)" in table[2]
+    assert len(table) == 3                                   # the refused calls decided nothing
