@@ -170,3 +170,75 @@ def test_pending_pane_allow_once_lets_the_held_request_through(busy_group, monke
     recs = approvals.read_decisions(g.grouping)
     assert [(r["domain"], r["scope"], r["via"], r["private"]) for r in recs] == [
         ("echo.example.test", "once", "dash", True)]
+
+
+def test_blocked_tail_reads_only_new_lines_and_follows_a_rotation(tmp_path):
+    from chtop_tasks.proxy.logs import JSONL, net_dir
+
+    log = net_dir(tmp_path) / JSONL
+    log.parent.mkdir(parents=True)
+
+    def rec(host, when, decision="blocked", worktree=None):
+        return ('{"time": %s, "host": "%s", "worktree": %s, "decision": "%s"}\n'
+                % (when, host, f'"{worktree}"' if worktree else "null", decision))
+    log.write_text(rec("a.example.org", 1) + rec("a.example.org", 2) + rec("b.example.org", 3, "allowed"))
+    tail = model.BlockedTail(tmp_path)
+    assert [(i["host"], i["count"], i["last"]) for i in tail.read()] == [("a.example.org", 2, 2)]
+    with open(log, "a") as fh:
+        fh.write(rec("c.example.org", 4, worktree="dev") + '{"time": 5, "host": "a.exa')   # half a line
+    assert sorted((i["host"], i["worktree"], i["count"]) for i in tail.read()) == [
+        ("a.example.org", None, 2), ("c.example.org", "dev", 1)]
+    with open(log, "a") as fh:
+        fh.write('mple.org", "worktree": null, "decision": "blocked"}\n')
+    assert {i["host"]: i["count"] for i in tail.read()}["a.example.org"] == 3
+    log.rename(log.with_name(JSONL + ".1"))                                       # the proxy rotates
+    log.write_text(rec("d.example.org", 6))
+    assert sorted(i["host"] for i in tail.read()) == ["a.example.org", "c.example.org", "d.example.org"]
+
+
+@pytest.mark.slow
+def test_pending_pane_keys_allow_for_a_worktree_for_a_while_and_deny(busy_group, monkeypatch):
+    g = busy_group
+    hosts = g.base / "hosts"
+    hosts.write_text("".join(f"127.0.0.1 {n}.example.test\n" for n in ("wt", "timed", "bad")))
+    monkeypatch.setenv("CHTOP_PROXY_PORT", str(free_port()))
+    monkeypatch.setenv("CHTOP_PROXY_HOSTS_FILE", str(hosts))
+    control.ensure_proxy(g.grouping, g.toplevel / "sandbox")
+    dev_socket = control.ensure_proxy(g.grouping, g.toplevel / "sandbox", "dev").socket_path
+    for name in ("bad", "timed", "wt"):                      # newest first in the pane: wt, timed, bad
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(dev_socket))
+            s.sendall(f"CONNECT {name}.example.test:443 HTTP/1.1\r\n\r\n".encode())
+            assert read_head(s)[0] == 403
+        time.sleep(0.05)
+
+    async def scenario():
+        app = DashApp(top_of(g), sessions=FakeSessions([]), refresh_seconds=0.3, hold_requests=False,
+                      sandbox_load=False)
+        async with app.run_test(size=(180, 45)) as pilot:
+            pending = app.query_one("#pending")
+            table = app.query_one("#worktrees")
+            await wait_for(pilot, lambda: pending.row_count == 3, what="three pending rows")
+            assert [r[:3] for r in cell_texts(pending)] == [["wt.example.test", "dev", "1"],
+                                                            ["timed.example.test", "dev", "1"],
+                                                            ["bad.example.test", "dev", "1"]]
+            assert cell_texts(table)[0][6] == "3"             # dev's pending column
+            await pilot.press("w")
+            await wait_for(pilot, lambda: pending.row_count == 2, what="wt allowed for dev")
+            await pilot.press("t")
+            await wait_for(pilot, lambda: app.screen.query("#answer"), what="the duration prompt")
+            await pilot.press("ctrl+u", *"2h", "enter")
+            await wait_for(pilot, lambda: pending.row_count == 1, what="timed allowed for 2h")
+            await pilot.press("d")
+            await wait_for(pilot, lambda: pending.row_count == 0, what="bad denied")
+    try:
+        asyncio.run(scenario())
+    finally:
+        control.stop_proxy(g.grouping)
+    assert (g.toplevel / "sandbox" / "worktrees" / "dev" / "net-allow.txt").read_text() == "wt.example.test\n"
+    assert "bad.example.test" in (g.toplevel / "sandbox" / "net-deny.txt").read_text()
+    recs = approvals.read_decisions(g.grouping)
+    assert [(r["domain"], r["scope"], r["worktree"], r["ttl"], r["via"]) for r in recs] == [
+        ("wt.example.test", "worktree", "dev", None, "dash"),
+        ("timed.example.test", "for", None, 7200.0, "dash"),
+        ("bad.example.test", "deny", None, None, "dash")]

@@ -25,6 +25,7 @@ from .holds import HoldWatcher
 
 REFRESH_SECONDS = 2.0
 LOAD_SECONDS = 5.0
+BUSY_SHARE = 0.25        # refresh no more often than 4x the time one refresh takes (keeps CPU for the agents)
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -121,6 +122,8 @@ class DashApp(App):
         self.message = ""
         self.watcher: HoldWatcher | None = None
         self._diff_for: str | None = None
+        self.blocked = model.BlockedTail(top.grouping)
+        self._next_refresh = None
 
     # -- layout ------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -142,7 +145,6 @@ class DashApp(App):
         if self.hold_requests:
             self.watcher = HoldWatcher(self.top.grouping, self._on_proxy_event).start()
         self.refresh_data()
-        self.set_interval(self.refresh_seconds, self.refresh_data)
         if self.with_load:
             self.refresh_load()
             self.set_interval(LOAD_SECONDS, self.refresh_load)
@@ -155,11 +157,19 @@ class DashApp(App):
     @work(thread=True, exclusive=True, group="snapshot")
     def refresh_data(self) -> None:
         try:
-            snap = model.take_snapshot(self.top, self.sessions, self.load)
+            snap = model.take_snapshot(self.top, self.sessions, self.load, self.blocked)
         except ChtopError as exc:
             self.call_from_thread(self.say, f"refresh failed: {exc}")
+            self.call_from_thread(self.schedule_refresh, self.refresh_seconds)
             return
         self.call_from_thread(self.show_snapshot, snap)
+        self.call_from_thread(self.schedule_refresh, max(self.refresh_seconds, snap.took / BUSY_SHARE))
+
+    def schedule_refresh(self, delay: float) -> None:
+        """The next refresh, ``delay`` from now (one timer at a time; a key or proxy event may come first)."""
+        if self._next_refresh is not None:
+            self._next_refresh.stop()
+        self._next_refresh = self.set_timer(delay, self.refresh_data)
 
     @work(thread=True, exclusive=True, group="load")
     def refresh_load(self) -> None:

@@ -12,6 +12,7 @@ in ``sandbox_load`` (slower, refreshed less often).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from ..errors import ChtopError
 from ..places import group_id
 from ..proxy import approvals
 from ..proxy.control import status as proxy_status
+from ..proxy.logs import JSONL, net_dir
 from ..workspace.gitops import fan_out, integration_branch
 from ..workspace.layout import Checkout, Workspace, find_workspace
 from ..workspace.worktrees import worktree_roots
@@ -155,8 +157,58 @@ def probe_all(worktrees: list[Workspace]) -> dict[str, list[RepoState]]:
     return out
 
 
+class BlockedTail:
+    """The proxy's blocked requests per (host, worktree), read incrementally from requests.jsonl.
+
+    Each call reads only the lines added since the last one (the log grows
+    to 20 MiB before it rotates; re-reading it every refresh would cost more
+    than all the git probes).  A rotation (new inode, or a shorter file)
+    starts over from the rotated file.
+    """
+
+    def __init__(self, group_dir: Path):
+        self.path = net_dir(group_dir) / JSONL
+        self.items: dict[tuple, dict] = {}
+        self._inode = None
+        self._offset = 0
+
+    def read(self) -> list[dict]:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return list(self.items.values())
+        if st.st_ino != self._inode or st.st_size < self._offset:
+            self.items, self._inode, self._offset = {}, st.st_ino, 0
+            self._add_file(self.path.with_name(JSONL + ".1"), 0)
+        self._offset = self._add_file(self.path, self._offset)
+        return list(self.items.values())
+
+    def _add_file(self, path: Path, offset: int) -> int:
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return offset
+        end = data.rfind(b"\n") + 1           # a line still being written waits for the next read
+        for line in data[:end].splitlines():
+            if b'"blocked"' not in line:
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict) and rec.get("decision") == "blocked" and rec.get("host"):
+                key = (rec["host"], rec.get("worktree"))
+                item = self.items.setdefault(key, {"host": rec["host"], "worktree": rec.get("worktree"),
+                                                   "count": 0, "last": 0})
+                item["count"] += 1
+                item["last"] = max(item["last"], rec.get("time", 0))
+        return offset + end
+
+
 def take_snapshot(top: Workspace, sessions: SessionsProvider | None = None,
-                  load: dict[str, tuple[str, str]] | None = None) -> Snapshot:
+                  load: dict[str, tuple[str, str]] | None = None, blocked: BlockedTail | None = None) -> Snapshot:
     """Everything the dashboard shows of ``top``'s group (sandbox load passed in, it is slower)."""
     t0 = time.perf_counter()
     sessions_available = sessions is not None or sessions_adapter.available()
@@ -164,7 +216,8 @@ def take_snapshot(top: Workspace, sessions: SessionsProvider | None = None,
     worktrees, broken = feature_worktrees(top)
     repos = probe_all(worktrees)
     info = proxy_status(top.grouping)
-    pending = approvals.pending_requests(top.grouping, top.policy_dir, info or {})
+    pending = approvals.pending_requests(top.grouping, top.policy_dir, info or {},
+                                         blocked.read() if blocked is not None else None)
     by_worktree = latest_sessions(sessions(top.grouping))
     rows = []
     for wt in worktrees:

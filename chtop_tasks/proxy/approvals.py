@@ -210,14 +210,22 @@ def policy_for(group_dir: Path, policy_dir: Path) -> Policy:
     return Policy(policy_dir, timed_allows_path(group_dir))
 
 
-def pending_requests(group_dir: Path, policy_dir: Path, info: dict | None = None) -> list[dict]:
+def pending_requests(group_dir: Path, policy_dir: Path, info: dict | None = None,
+                     blocked: list[dict] | None = None) -> list[dict]:
     """Blocked and not yet decided, newest first: host, worktree, count, last, held, waiting.
 
-    Held requests (known only to the running proxy until they finish) are
-    merged in; ``info`` is the proxy's status when the caller has it.
+    ``blocked`` is the log's blocked requests per (host, worktree) when the
+    caller keeps them (the dashboard reads the log incrementally); else the
+    log is read here.  Held requests (known only to the running proxy until
+    they finish) are merged in; ``info`` is the proxy's status when the
+    caller has it.
     """
-    items = {(i["host"], i["worktree"]): dict(i, held=False, waiting=0)
-             for i in pending(group_dir, policy_for(group_dir, policy_dir))}
+    policy = policy_for(group_dir, policy_dir)
+    if blocked is None:
+        undecided = pending(group_dir, policy)
+    else:
+        undecided = [dict(i) for i in blocked if policy.judge(i["host"], i["worktree"]).decision == "blocked"]
+    items = {(i["host"], i["worktree"]): dict(i, held=False, waiting=0) for i in undecided}
     info = status(group_dir) if info is None else info
     for hold in (info or {}).get("held", []):
         key = (hold["host"], hold["worktree"])
