@@ -122,12 +122,26 @@ def test_dash_in_tmux_rows_pending_allow_once_diff_and_a_task(dash_env):
     # full diff of the selected worktree
     tmux.keys("f")
     tmux.wait_text("+the dev feature")
+    # rebase-down of the selected worktree (dev): the task's plan, confirmed, run, and back
+    tmux.keys("r")
+    plan = tmux.wait_text("run it? [y/N]")
+    assert "rebase-down in" in plan and "1 new commit(s) on kms" in plan and "alpha: nothing to rebase" in plan
+    tmux.keys("y")
+    tmux.wait_text("press Enter to return to the dashboard", timeout=120)
+    tmux.keys("Enter")
+    tmux.wait(lambda s: "+1/-0 clean  +0/-0 clean" in row(s, "dev"), "dev rebased onto kms")
+    # feat is dirty: the task's own refusal is shown, nothing runs
+    tmux.keys("Down", "r")
+    refusal = tmux.wait_text("refused (nothing was changed)")
+    assert "uncommitted changes" in refusal and "scratch.txt" in refusal
+    tmux.keys("n")
+    tmux.wait(lambda s: "refused" not in s and "not run" in s, "the refusal dismissed")
     # a key that hands the terminal to a task (worktree.create), and back to the dashboard after
     tmux.keys("n")
     tmux.wait_text("new worktree name")
     tmux.keys("third", "Enter")
-    tmux.wait_text("press Enter to return to the dashboard", timeout=120)
-    assert "Worktree ready" in tmux.screen()
+    done = tmux.wait_text("press Enter to return to the dashboard", timeout=120)
+    assert "Worktree ready" in done and "git.rebase-down" not in done      # a clean screen for each task
     tmux.keys("Enter")
     tmux.wait(lambda s: row(s, "third") and "pending requests" in s, "the dashboard with the new row")
     assert (g.path("third", "alpha") / ".git").is_file()

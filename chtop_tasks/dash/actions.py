@@ -54,7 +54,9 @@ def dry_run(cwd: Path, task: str) -> tuple[str, bool]:
 
 
 def run_in_terminal(argv: list[str], cwd: Path, pause: bool = True) -> int:
-    """Run a command on the real terminal (the app is suspended meanwhile)."""
+    """Run a command on the real terminal (the app is suspended meanwhile), on a cleared screen."""
+    if sys.stdout.isatty():
+        print("\033[H\033[2J", end="", flush=True)
     result = runner.run(argv, cwd=cwd, check=False, capture=False, timeout=None, stdin=None)
     if pause:
         print(f"\n[exit {result.returncode}] press Enter to return to the dashboard", flush=True)

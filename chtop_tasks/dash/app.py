@@ -77,6 +77,7 @@ class DashApp(App):
     TITLE = "chtop mission control"
     CSS = """
     #status { height: 1; padding: 0 1; background: $boost; }
+    #message { height: 1; padding: 0 1; color: $warning; }
     #worktrees { height: 1fr; min-height: 6; }
     #lower { height: 1fr; }
     #pending-box { width: 1fr; }
@@ -128,6 +129,7 @@ class DashApp(App):
     # -- layout ------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield Static(id="status")
+        yield Static(id="message")
         yield DataTable(id="worktrees", cursor_type="row", zebra_stripes=True)
         with Horizontal(id="lower"):
             with Vertical(id="pending-box"):
@@ -248,9 +250,8 @@ class DashApp(App):
             if not snap.sessions_available:
                 parts.append("sessions: not available")
         parts.append(f"private {'ON' if self.private else 'off'}")
-        if self.message:
-            parts.append(self.message)
         self.query_one("#status", Static).update(Text("  |  ".join(parts)))
+        self.query_one("#message", Static).update(Text(self.message))
 
     def say(self, message: str) -> None:
         self.message = message.replace("\n", " ")
