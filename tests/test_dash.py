@@ -242,3 +242,26 @@ def test_pending_pane_keys_allow_for_a_worktree_for_a_while_and_deny(busy_group,
         ("wt.example.test", "worktree", "dev", None, "dash"),
         ("timed.example.test", "for", None, 7200.0, "dash"),
         ("bad.example.test", "deny", None, None, "dash")]
+
+
+def test_dash_needs_a_terminal(with_dev):
+    r = with_dev.inv(with_dev.toplevel, "dash", check=False)
+    assert r.returncode == 2 and "inv dash needs a terminal" in r.stderr
+
+
+def test_session_keys_without_the_sessions_package_say_so(busy_group):
+    from chtop_tasks.dash import sessions_adapter
+
+    if sessions_adapter.available():
+        pytest.skip("chtop_tasks.sessions is installed: the keys are covered by tests/test_dash_tmux.py")
+
+    async def scenario():
+        app = DashApp(top_of(busy_group), refresh_seconds=0.5, hold_requests=False, sandbox_load=False)
+        async with app.run_test(size=(180, 45)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None, what="a snapshot")
+            assert "sessions: not available" in str(app.query_one("#status").render())
+            await pilot.press("s")
+            await wait_for(pilot, lambda: "agent sessions are not available" in app.message, what="start refused")
+            await pilot.press("a")
+            await wait_for(pilot, lambda: "no live agent session in dev" in app.message, what="attach refused")
+    asyncio.run(scenario())

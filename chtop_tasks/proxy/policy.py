@@ -135,7 +135,7 @@ class Verdict:
     decision: str                 # "allowed", "blocked" or "denied"
     entry: Entry | None = None    # the entry that decided it
     reason: str = ""
-    layer: str = "group"          # "group", "worktree" or "once"
+    layer: str = "group"          # "group", "worktree", "timed" or "once"
 
 
 @dataclass
