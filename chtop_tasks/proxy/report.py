@@ -5,11 +5,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..errors import ChtopError, UsageError
 from ..places import group_and_policy_for
 from .control import status
 from .logs import HUMAN, net_dir
-from .policy import Policy, append_entry, list_path
 
 
 def locate(start: Path | None = None) -> tuple[Path, Path]:
@@ -44,30 +42,6 @@ def format_status(group_dir: Path) -> tuple[str, bool]:
                      f"for {time.time() - hold['since']:.0f}s")
     lines += [f"warning:  {e}" for e in info["list_errors"]]
     return "\n".join(lines), True
-
-
-def add_entries(policy_dir: Path, specs: list[str], kind: str, worktree: str | None) -> list[str]:
-    """Validate every entry first, then append each once; lines saying what changed."""
-    if not specs:
-        raise UsageError(f"give at least one domain: inv net.{kind} DOMAIN...")
-    path = list_path(policy_dir, kind, worktree)
-    if not path.exists() and worktree is None:
-        raise ChtopError(f"{path} does not exist", 2)
-    from .hostmatch import BadHost, parse_entry
-    for spec in specs:
-        try:
-            parse_entry(spec, allow_list=(kind == "allow"))
-        except BadHost as exc:
-            raise UsageError(f"refused {spec!r}: {exc}") from None
-    out = []
-    policy = Policy(policy_dir)
-    for spec in specs:
-        changed, message = append_entry(path, spec, allow_list=(kind == "allow"))
-        out.append(message)
-        host = parse_entry(spec, allow_list=False).host
-        if kind == "allow" and policy.judge(host, worktree).decision == "denied":
-            out.append(f"  note: {host} is also denied (net-deny.txt wins)")
-    return out
 
 
 def format_pending(group_dir: Path, policy_dir: Path) -> str:
