@@ -192,11 +192,8 @@ class DashApp(App):
     # -- showing -------------------------------------------------------------------------------------
     def show_snapshot(self, snap: model.Snapshot) -> None:
         self.snapshot = snap
-        table = self.query_one("#worktrees", DataTable)
-        selected = self.selected_name()
-        table.clear(columns=True)          # columns too, so their widths fit what they hold now
-        table.add_columns("worktree", *snap.repo_labels, "agent", "since", "pending", "cpu", "mem")
         now = time.time()
+        rows = []
         for wt in snap.worktrees:
             if wt.problem:
                 cells = [f"! {wt.problem}"] + [""] * (len(snap.repo_labels) - 1)
@@ -204,33 +201,25 @@ class DashApp(App):
                 cells = [r.cell(wt.name) for r in wt.repos]
                 cells += [""] * (len(snap.repo_labels) - len(cells))
             state, since = model.describe_session(wt.session, now)
-            table.add_row(wt.name, *cells, state, since, str(wt.pending or ""), wt.cpu, wt.mem, key=wt.name)
-        names = [wt.name for wt in snap.worktrees]
-        if selected in names:
-            table.move_cursor(row=names.index(selected))
-        self.show_pending(snap)
+            rows.append((wt.name, [wt.name, *cells, state, since, str(wt.pending or ""), wt.cpu, wt.mem]))
+        columns = ["worktree", *snap.repo_labels, "agent", "since", "pending", "cpu", "mem"]
+        fill_table(self.query_one("#worktrees", DataTable), columns, rows)
+        pending = []
+        for item in snap.pending:
+            when = time.strftime("%H:%M:%S", time.localtime(item["last"])) if item["last"] else ""
+            pending.append((pending_key(item), [item["host"], item["worktree"] or "(group)", str(item["count"]),
+                                                when, "HELD" if item["held"] else ""]))
+        fill_table(self.query_one("#pending", DataTable), ["domain", "worktree", "count", "last seen", "held"],
+                   pending)
         self.update_status()
+        self.diff_selected()
+
+    def diff_selected(self) -> None:
+        """Refresh the diff pane when the selected worktree is not the one it shows."""
         name = self.selected_name()
         if name and name != self._diff_for:
             self._diff_for = name
             self.refresh_diff(name)
-
-    def show_pending(self, snap: model.Snapshot) -> None:
-        table = self.query_one("#pending", DataTable)
-        selected = self.selected_pending()
-        table.clear(columns=True)
-        table.add_columns("domain", "worktree", "count", "last seen", "held")
-        keys = []
-        for item in snap.pending:
-            key = f"{item['host']}|{item['worktree'] or ''}"
-            keys.append(key)
-            when = time.strftime("%H:%M:%S", time.localtime(item["last"])) if item["last"] else ""
-            table.add_row(item["host"], item["worktree"] or "(group)", str(item["count"]), when,
-                          "HELD" if item["held"] else "", key=key)
-        if selected is not None:
-            key = f"{selected['host']}|{selected['worktree'] or ''}"
-            if key in keys:
-                table.move_cursor(row=keys.index(key))
 
     def show_diff(self, name: str, text: str) -> None:
         if name != self.selected_name():
@@ -273,14 +262,11 @@ class DashApp(App):
         if not table.row_count or self.snapshot is None:
             return None
         key = str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
-        return next((p for p in self.snapshot.pending if f"{p['host']}|{p['worktree'] or ''}" == key), None)
+        return next((p for p in self.snapshot.pending if pending_key(p) == key), None)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if event.data_table.id == "worktrees" and event.row_key is not None:
-            name = str(event.row_key.value)
-            if name != self._diff_for:
-                self._diff_for = name
-                self.refresh_diff(name)
+        if event.data_table.id == "worktrees":
+            self.diff_selected()          # where the cursor is now (a refresh may have moved it since)
 
     # -- keys ------------------------------------------------------------------------------------------
     def action_refresh(self) -> None:
@@ -395,6 +381,32 @@ class DashApp(App):
         self.say(f"{' '.join(argv[-2:])}: exit {code}")
         self._diff_for = None
         self.refresh_data()
+
+
+def pending_key(item: dict) -> str:
+    return f"{item['host']}|{item['worktree'] or ''}"
+
+
+def fill_table(table: DataTable, columns: list[str], rows: list[tuple[str, list[str]]]) -> None:
+    """Show ``rows`` (key, cells): in place when the rows and columns are the same as shown, else rebuilt
+    (columns too, so their widths fit), keeping the cursor on the same key."""
+    keys = [key for key, _ in rows]
+    shown_columns = [str(c.label) for c in table.columns.values()]
+    shown_keys = [str(k.value) for k in table.rows]
+    if shown_columns == columns and shown_keys == keys:
+        for key, cells in rows:
+            for i, value in enumerate(cells):
+                if str(table.get_cell(key, f"c{i}")) != value:
+                    table.update_cell(key, f"c{i}", value, update_width=True)
+        return
+    selected = shown_keys[table.cursor_row] if shown_keys and 0 <= table.cursor_row < len(shown_keys) else None
+    table.clear(columns=True)
+    for i, column in enumerate(columns):          # keyed by position: a repo may be named "agent"
+        table.add_column(column, key=f"c{i}")
+    for key, cells in rows:
+        table.add_row(*cells, key=key)
+    if selected in keys:
+        table.move_cursor(row=keys.index(selected))
 
 
 def run_dash(ws: Workspace, refresh_seconds: float = REFRESH_SECONDS) -> int:
