@@ -187,7 +187,10 @@ class DashApp(App):
 
     def _on_proxy_event(self, event: dict) -> None:
         """From the watcher thread: a blocked request is held (or the proxy came or went)."""
-        self.call_from_thread(self.refresh_data)
+        try:
+            self.call_from_thread(self.refresh_data)
+        except RuntimeError:        # the app is closing
+            pass
 
     # -- showing -------------------------------------------------------------------------------------
     def show_snapshot(self, snap: model.Snapshot) -> None:
