@@ -131,7 +131,7 @@ def test_pending_pane_allow_once_lets_the_held_request_through(busy_group, monke
     hosts.write_text("127.0.0.1 echo.example.test\n")
     monkeypatch.setenv("CHTOP_PROXY_PORT", str(port))
     monkeypatch.setenv("CHTOP_PROXY_HOSTS_FILE", str(hosts))
-    monkeypatch.setenv("CHTOP_PROXY_HOLD_SECONDS", "2")
+    monkeypatch.setenv("CHTOP_PROXY_HOLD_SECONDS", "5")
     control.ensure_proxy(g.grouping, g.toplevel / "sandbox")
     results = []
 
@@ -160,7 +160,7 @@ def test_pending_pane_allow_once_lets_the_held_request_through(busy_group, monke
             assert results == [(200, b"ping")]
             t0 = time.monotonic()
             await loop.run_in_executor(None, client)            # the next one: held again, then refused
-            assert results[-1][0] == 403 and time.monotonic() - t0 >= 1.8
+            assert results[-1][0] == 403 and time.monotonic() - t0 >= 4.8
             await wait_for(pilot, lambda: "allow once" in app.message, what="the message")
     try:
         asyncio.run(scenario())

@@ -87,7 +87,7 @@ def dash_env(busy_group, tmp_path, monkeypatch):
     port = free_port()
     monkeypatch.setenv("CHTOP_PROXY_PORT", str(port))
     monkeypatch.setenv("CHTOP_PROXY_HOSTS_FILE", str(hosts))
-    monkeypatch.setenv("CHTOP_PROXY_HOLD_SECONDS", "3")
+    monkeypatch.setenv("CHTOP_PROXY_HOLD_SECONDS", "6")
     control.ensure_proxy(g.grouping, g.toplevel / "sandbox")
     env = " ".join(f"{k}={v}" for k, v in (("TERM", "xterm-256color"), ("COLORTERM", "truecolor")))
     # a moment first: tmux sizes a new detached window just after starting its command
@@ -117,7 +117,7 @@ def test_dash_in_tmux_rows_pending_allow_once_diff_and_a_task(dash_env):
     t0 = time.monotonic()
     out, _ = curl_through(port, url).communicate(timeout=30)     # the next one: held, then refused
     assert out.endswith("\n403") and "not on the allowlist" in out, out
-    assert time.monotonic() - t0 >= 2.5
+    assert time.monotonic() - t0 >= 5.5
     assert [(r["scope"], r["via"]) for r in approvals.read_decisions(g.grouping)] == [("once", "dash")]
     # full diff of the selected worktree
     tmux.keys("f")

@@ -233,15 +233,16 @@ class DashApp(App):
 
     def update_status(self) -> None:
         snap = self.snapshot
-        parts = [f"group {self.top.grouping}"]
+        parts = []
         if snap is not None:
             proxy = "proxy running" if snap.proxy_running else "proxy stopped"
             if self.watcher is not None and self.watcher.attached:
                 proxy += ", holding blocked requests"
-            parts += [proxy, f"{len(snap.worktrees)} worktrees", f"refresh {snap.took * 1000:.0f} ms"]
+            parts += [proxy, f"private {'ON' if self.private else 'off'}", f"{len(snap.worktrees)} worktrees",
+                      f"refresh {snap.took * 1000:.0f} ms"]
             if not snap.sessions_available:
                 parts.append("sessions: not available")
-        parts.append(f"private {'ON' if self.private else 'off'}")
+        parts.append(f"group {self.top.grouping}")          # last: the longest, cut first
         self.query_one("#status", Static).update(Text("  |  ".join(parts)))
         self.query_one("#message", Static).update(Text(self.message))
 
