@@ -45,6 +45,7 @@ def build_group(base: Path, worktrees: int, names: list[str] | None = None) -> P
             demo.make_sample_remote(remotes, name, spec)
             manifest += f'[[repo]]\nname = "{name}"\nurl = "{remotes}/{name}.git"\nbranch = "main"\ninstall = "none"\n\n'
         top = demo.clone_project_as_toplevel(grouping, manifest)
+        subprocess.run(["git", "branch", "-M", "main"], cwd=top, check=True)   # whatever this checkout is on
         for name in REPOS:
             subprocess.run(["git", "clone", "-q", f"{remotes}/{name}.git", str(top / name)], check=True)
         ws = find_workspace(top)
