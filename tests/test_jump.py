@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -108,3 +109,14 @@ def test_go_agent_without_sessions_says_so(with_dev, chtop_bin):
     r = bash(g.toplevel, chtop_bin, "chtop go dev --agent; echo rc=$? at $PWD")
     assert f"rc=3 at {g.path('dev')}" in r.stdout                       # went there, then could not attach
     assert "agent sessions are not available" in r.stderr
+
+
+def test_go_in_zsh(with_dev, chtop_bin):
+    if shutil.which("zsh") is None:
+        pytest.skip("zsh is not installed (bootstrap does not install it; bash is tested above)")
+    g = with_dev
+    env = dict(os.environ, PATH=f"{chtop_bin}:{os.environ['PATH']}")
+    script = 'eval "$(chtop shell-init zsh)"\nchtop go dev && pwd\nchtop go nope; echo rc=$?'
+    r = subprocess.run(["zsh", "-f", "-c", script], cwd=g.toplevel, env=env, stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=120)
+    assert r.stdout.splitlines() == [str(g.path("dev")), "rc=2"], (r.stdout, r.stderr)
