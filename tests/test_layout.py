@@ -18,7 +18,7 @@ ALLOWED = {
     "agents": {"places", "workspace", "sandbox"},
     "incontainer": set(),
 }
-ENTRY_POINTS = {"tasks", "nox_sessions", "cli", "demo", "__init__", "sessions", "dash"}
+ENTRY_POINTS = {"tasks", "nox_sessions", "cli", "demo", "__init__", "jump", "dash"}
 
 
 def concern_of(path: Path) -> str:

@@ -402,7 +402,7 @@ def test_watch_holds_and_completes_on_approval(proxy, echo):
         watcher.stdin.flush()
         t.join(10)
         assert result == {"status": 200, "echo": b"held"}
-        assert "allowed until the proxy stops" in _read_until(watcher.stdout, "allowed")
+        assert "allowed once" in _read_until(watcher.stdout, "allowed")
         # allow always: written to the list once
         t, result = _connect_in_thread(proxy, "other.example.test:443")
         _read_until(watcher.stdout, "BLOCKED other.example.test")

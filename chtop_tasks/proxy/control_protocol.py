@@ -6,7 +6,8 @@ Requests (one JSON object a line, one reply a line):
 - ``{"cmd": "ping"}`` / ``{"cmd": "status"}``: the proxy's status (``Server.info``);
 - ``{"cmd": "worktree", "name": N}``: open (or reuse) worktree N's socket; ``{"socket": PATH}``;
 - ``{"cmd": "watch"}``: attach as a watcher; then ``{"event": "blocked", ...}`` lines follow;
-- ``{"cmd": "decide", "host": H, "answer": A}``: answer a held request, A one of ``ANSWERS``;
+- ``{"cmd": "decide", "host": H, "answer": A[, "worktree": W]}``: release the requests held for H
+  (on W's socket only, when given), A one of ``ANSWERS``; ``{"released": N}``;
 - ``{"cmd": "stop"}``: stop the proxy.
 """
 
@@ -20,7 +21,9 @@ from pathlib import Path
 from ..errors import ChtopError
 from ..places import runtime_dir
 
-ANSWERS = ("allow-once", "allow-always", "deny", "ignore", "allow-worktree")
+# What a decision tells held requests: "allow-once*" lets them through by itself; after the
+# others the requests are judged again by the lists (which the decider has already written).
+ANSWERS = ("allow-once", "allow-once-private", "allow-always", "allow-worktree", "allow-for", "deny", "ignore")
 
 
 def control_socket(group_dir: Path) -> Path:
@@ -48,8 +51,9 @@ def request(group_dir: Path, msg: dict, timeout: float = 5.0) -> dict:
     return json.loads(buf)
 
 
-def attach_watcher(group_dir: Path) -> tuple[socket.socket, bytes]:
-    """A control connection attached as a watcher, and any bytes already read past the reply."""
+def attach_watcher(group_dir: Path) -> tuple[socket.socket, dict, bytes]:
+    """A control connection attached as a watcher, the proxy's reply (``held``: what it holds now),
+    and any bytes already read past that reply."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(str(control_socket(group_dir)))
@@ -67,24 +71,33 @@ def attach_watcher(group_dir: Path) -> tuple[socket.socket, bytes]:
         buf += chunk
     sock.settimeout(None)
     line, rest = buf.split(b"\n", 1)
-    if not json.loads(line).get("ok"):
+    reply = json.loads(line)
+    if not reply.get("ok"):
         sock.close()
         raise ChtopError(f"the proxy refused the watcher: {line.decode(errors='replace')}", 1)
-    return sock, rest
+    return sock, reply, rest
 
 
-def decide(sock: socket.socket, host: str, answer: str) -> None:
-    """Send a watcher's answer on its attached connection."""
+def decide_message(host: str, answer: str, worktree: str | None = None) -> dict:
     if answer not in ANSWERS:
         raise ValueError(f"unknown answer {answer!r}")
-    sock.sendall(encode({"cmd": "decide", "host": host, "answer": answer}))
+    msg = {"cmd": "decide", "host": host, "answer": answer}
+    if worktree:
+        msg["worktree"] = worktree
+    return msg
+
+
+def decide(sock: socket.socket, host: str, answer: str, worktree: str | None = None) -> None:
+    """Send a watcher's answer on its attached connection."""
+    sock.sendall(encode(decide_message(host, answer, worktree)))
 
 
 # -- server side ---------------------------------------------------------------------------------
 
 class ControlService:
     """Serves the control socket for ``proxy`` (an object with ``info()``, ``open_worktree(name)``,
-    ``holds`` (a ``Holds``), ``decided(host, answer)`` and ``stopping`` (an asyncio.Event))."""
+    ``holds`` (a ``Holds``), ``decided(host, worktree, answer) -> released`` and ``stopping``
+    (an asyncio.Event))."""
 
     def __init__(self, proxy):
         self.proxy = proxy
@@ -128,8 +141,9 @@ class ControlService:
             answer = str(msg.get("answer"))
             if answer not in ANSWERS:
                 return {"ok": False, "error": f"unknown answer {answer!r}"}
-            self.proxy.decided(str(msg.get("host")), answer)
-            return {"ok": True}
+            worktree = msg.get("worktree")
+            released = self.proxy.decided(str(msg.get("host")), None if worktree is None else str(worktree), answer)
+            return {"ok": True, "released": released}
         if cmd == "stop":
             return {"ok": True, "pid": self.proxy.info()["pid"]}
         return {"ok": False, "error": f"unknown command {cmd!r}"}

@@ -16,11 +16,17 @@ from ..places import state_dir
 
 HUMAN = "proxy.log"
 JSONL = "requests.jsonl"
+TIMED = "allow-timed.jsonl"       # allows for a while (see policy.TimedAllows)
+DECISIONS = "decisions.jsonl"     # the approvals audit log (see approvals.py)
 ROTATE_BYTES = 20 * 1024 * 1024
 
 
 def net_dir(group_dir: Path) -> Path:
     return state_dir(group_dir) / "net"
+
+
+def timed_allows_path(group_dir: Path) -> Path:
+    return net_dir(group_dir) / TIMED
 
 
 class RequestLog:

@@ -2,19 +2,23 @@
 
 Layers: the group lists in <policy_dir>/, plus an optional per-worktree
 layer in <policy_dir>/worktrees/<name>/ (kept in the toplevel, which the
-agent cannot write).  Deny wins over allow in every layer combination.
+agent cannot write), plus allows for a while (``TimedAllows``: a JSON-lines
+file in the group's state dir whose entries stop matching at their expiry).
+Deny wins over allow in every layer combination.
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import PolicyError, UsageError
 from ..places import check_worktree_name
-from .hostmatch import BadHost, Entry, find_match, is_ip, parse_entry
+from .hostmatch import BadHost, Entry, find_match, parse_entry
 
 ALLOW = "net-allow.txt"
 DENY = "net-deny.txt"
@@ -79,23 +83,71 @@ class ListFile:
         return self.entries
 
 
+class TimedAllows:
+    """Allows that expire: JSON lines ``{"host", "worktree", "until", "private"}``.
+
+    Re-read when the file changes; an entry past its ``until`` (epoch
+    seconds) stops matching at once, with no restart.  A missing file holds
+    nothing.
+    """
+
+    def __init__(self, path: Path | None):
+        self.path = Path(path) if path else None
+        self._key = None
+        self.items: list[tuple[Entry, str | None, float]] = []
+
+    def _reload(self) -> None:
+        try:
+            st = os.stat(self.path)
+            key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        except (FileNotFoundError, TypeError):
+            key = None
+        if key == self._key:
+            return
+        self._key, self.items = key, []
+        if key is None:
+            return
+        for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                rec = json.loads(line)
+                entry = parse_entry(str(rec["host"]) + (" private" if rec.get("private") else ""))
+                self.items.append((entry, rec.get("worktree"), float(rec["until"])))
+            except (ValueError, KeyError, TypeError, BadHost):
+                continue
+
+    def live(self, worktree: str | None, now: float | None = None) -> list[Entry]:
+        """The entries in force now for a request on ``worktree``'s socket (None: the group's)."""
+        if self.path is None:
+            return []
+        self._reload()
+        now = time.time() if now is None else now
+        return [e for e, wt, until in self.items if until > now and (wt is None or wt == worktree)]
+
+    def expiry(self, host: str, worktree: str | None) -> float | None:
+        self._reload()
+        ends = [until for e, wt, until in self.items
+                if (wt is None or wt == worktree) and find_match([e], host) is not None]
+        return max(ends, default=None)
+
+
 @dataclass
 class Verdict:
     decision: str                 # "allowed", "blocked" or "denied"
     entry: Entry | None = None    # the entry that decided it
     reason: str = ""
-    layer: str = "group"          # "group", "worktree" or "once"
+    layer: str = "group"          # "group", "worktree", "timed" or "once"
 
 
 @dataclass
 class NetPolicy:
-    """The lists of one policy dir, with per-worktree layers and allow-once."""
+    """The lists of one policy dir, with per-worktree layers and allows for a while."""
 
     policy_dir: Path
-    allowed_once: set = field(default_factory=set)
+    timed_path: Path | None = None
 
     def __post_init__(self):
         self.policy_dir = Path(self.policy_dir)
+        self.timed = TimedAllows(self.timed_path)
         self.allow = ListFile(list_path(self.policy_dir, "allow"), allow_list=True)
         self.deny = ListFile(list_path(self.policy_dir, "deny"), allow_list=False)
         self._layers: dict[str, tuple[ListFile, ListFile]] = {}
@@ -117,7 +169,7 @@ class NetPolicy:
         return self._layers[worktree]
 
     def judge(self, host: str, worktree: str | None = None) -> Verdict:
-        """Deny (any layer) > allow (group, worktree, once) > blocked."""
+        """Deny (any layer) > allow (group, worktree, for a while) > blocked."""
         layers = [("group", self.allow, self.deny)]
         if worktree is not None:
             wa, wd = self.layer(worktree)
@@ -130,9 +182,10 @@ class NetPolicy:
             hit = find_match(allow.current(), host)
             if hit is not None:
                 return Verdict("allowed", hit, f"allowed by {hit.text!r} ({name})", name)
-        if host in self.allowed_once:
-            entry = Entry(host=host, is_ip=is_ip(host), private=False, text=host)
-            return Verdict("allowed", entry, "allowed once (watch)", "once")
+        hit = find_match(self.timed.live(worktree), host)
+        if hit is not None:
+            until = time.strftime("%H:%M:%S", time.localtime(self.timed.expiry(host, worktree) or 0))
+            return Verdict("allowed", hit, f"allowed for a while ({hit.host}, until {until})", "timed")
         return Verdict("blocked", None, "not on the allowlist")
 
     def sizes(self) -> dict:

@@ -5,11 +5,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..errors import ChtopError, UsageError
 from ..places import group_and_policy_for
 from .control import status
-from .logs import HUMAN, net_dir, pending
-from .policy import NetPolicy, append_entry, list_path
+from .logs import HUMAN, net_dir
 
 
 def locate(start: Path | None = None) -> tuple[Path, Path]:
@@ -38,47 +36,18 @@ def format_status(group_dir: Path) -> tuple[str, bool]:
         f"open:     {info['active']} connections (peak {info['peak']}, cap {info.get('max_conns')}), "
         f"{info['watchers']} watcher(s)",
     ]
-    if info["allowed_once"]:
-        lines.append("once:     " + " ".join(info["allowed_once"]))
+    for hold in info.get("held", []):
+        where = f" (worktree {hold['worktree']})" if hold.get("worktree") else ""
+        lines.append(f"held:     {hold['host']}:{hold['port']}{where}, {hold['waiting']} request(s) "
+                     f"for {time.time() - hold['since']:.0f}s")
     lines += [f"warning:  {e}" for e in info["list_errors"]]
     return "\n".join(lines), True
 
 
-def add_entries(policy_dir: Path, specs: list[str], kind: str, worktree: str | None) -> list[str]:
-    """Validate every entry first, then append each once; lines saying what changed."""
-    if not specs:
-        raise UsageError(f"give at least one domain: inv net.{kind} DOMAIN...")
-    path = list_path(policy_dir, kind, worktree)
-    if not path.exists() and worktree is None:
-        raise ChtopError(f"{path} does not exist", 2)
-    from .hostmatch import BadHost, parse_entry
-    for spec in specs:
-        try:
-            parse_entry(spec, allow_list=(kind == "allow"))
-        except BadHost as exc:
-            raise UsageError(f"refused {spec!r}: {exc}") from None
-    out = []
-    policy = NetPolicy(policy_dir)
-    for spec in specs:
-        changed, message = append_entry(path, spec, allow_list=(kind == "allow"))
-        out.append(message)
-        host = parse_entry(spec, allow_list=False).host
-        if kind == "allow" and policy.judge(host, worktree).decision == "denied":
-            out.append(f"  note: {host} is also denied (net-deny.txt wins)")
-    return out
-
-
 def format_pending(group_dir: Path, policy_dir: Path) -> str:
-    items = pending(group_dir, NetPolicy(policy_dir))
-    if not items:
-        return "no blocked domains waiting for a decision"
-    lines = [f"{'COUNT':>6}  {'LAST SEEN':19}  DOMAIN"]
-    for item in items:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(item["last"]))
-        wt = f"  (worktree {item['worktree']})" if item["worktree"] else ""
-        lines.append(f"{item['count']:>6}  {when}  {item['host']}{wt}")
-    lines.append("approve with `inv net.allow DOMAIN`, refuse for good with `inv net.deny DOMAIN`")
-    return "\n".join(lines)
+    from .approvals import format_pending as pending_with_scopes
+
+    return pending_with_scopes(group_dir, policy_dir)
 
 
 def log_path(group_dir: Path) -> Path:

@@ -33,8 +33,8 @@ from .aio import TIMEOUTS, timeout
 from .control import worktree_socket
 from .control_protocol import ControlService
 from .holds import Holds
-from .hostmatch import BadHost, canonical_host, parse_authority
-from .logs import RequestLog, net_dir
+from .hostmatch import BadHost, Entry, canonical_host, is_ip, parse_authority
+from .logs import RequestLog, net_dir, timed_allows_path
 from .messages import (
     TOKEN_BYTES,
     Refusal,
@@ -47,7 +47,7 @@ from .messages import (
     plain_target,
     reply_bytes,
 )
-from .policy import NetPolicy
+from .policy import NetPolicy, Verdict
 from .tunnel import Mux, Tunnel
 from .upstream import Upstreams
 
@@ -74,10 +74,17 @@ class Config:
     hosts_file: str | None = field(default_factory=lambda: os.environ.get("CHTOP_PROXY_HOSTS_FILE"))
 
 
+def once_verdict(host: str, answer: str) -> Verdict:
+    """An "allow once" answer lets the held request through, and nothing later."""
+    private = answer == "allow-once-private"
+    entry = Entry(host=host, is_ip=is_ip(host), private=private, text=host)
+    return Verdict("allowed", entry, "allowed once" + (" (private)" if private else ""), "once")
+
+
 class Server:
     def __init__(self, cfg: Config):
         self.cfg = cfg
-        self.policy = NetPolicy(cfg.policy_dir)
+        self.policy = NetPolicy(cfg.policy_dir, timed_allows_path(cfg.group_dir))
         self.log = RequestLog(net_dir(cfg.group_dir), line_buffered=False)
         self._flush_pending = False
         self.active = 0
@@ -263,6 +270,8 @@ class Server:
         if verdict.decision == "blocked" and self.holds.active():
             answer = await self.holds.wait_for_answer(host, port, worktree)
             verdict = self.policy.judge(host, worktree)
+            if verdict.decision == "blocked" and answer.startswith("allow-once"):
+                verdict = once_verdict(host, answer)
             verdict.reason += f" (held for watch: {answer})"
         rec["reason"] = rec["rule"] = verdict.reason
         if verdict.decision == "denied":
@@ -355,17 +364,19 @@ class Server:
             "counts": self.counts, "lists": self.policy.sizes(),
             "list_errors": self.policy.errors(), "watchers": len(self.holds.watchers) if self.holds else 0,
             "held": self.holds.held() if self.holds else [],
-            "allowed_once": sorted(self.policy.allowed_once),
         }
 
-    def decided(self, host: str, answer: str) -> None:
-        """A watcher's answer: remember an allow-once, log it, release the held requests."""
+    def decided(self, host: str, worktree: str | None, answer: str) -> int:
+        """A decision: release the held requests for ``host`` (on ``worktree``'s socket only, when
+        given), each judged again; log it; how many were released."""
         host = canonical_host(host)
-        if answer == "allow-once":
-            self.policy.allowed_once.add(host)
-        self.log.note(f"WATCH    {host}: {answer}")
+        if worktree is not None:
+            worktree = check_worktree_name(str(worktree))
+        released = self.holds.release(host, worktree, answer)
+        self.log.note(f"DECIDE   {host}{f' [{worktree}]' if worktree else ''}: {answer} "
+                      f"({released} held request(s) released)")
         self._flush_log()
-        self.holds.decide(host, answer)
+        return released
 
     # ---- lifetime ------------------------------------------------------------------
     async def run(self) -> int:

@@ -14,21 +14,25 @@ import sys
 from pathlib import Path
 
 from ..errors import ChtopError
-from . import control_protocol
+from . import approvals, control_protocol
 from .policy import append_entry, list_path
 
 KEYS = {"o": "allow-once", "a": "allow-always", "d": "deny", "i": "ignore",
-        "w": "allow-worktree", "": "ignore"}   # the prompt's keys for control_protocol.ANSWERS
+        "w": "allow-worktree", "t": "allow-for", "": "ignore"}   # the prompt's keys for control_protocol.ANSWERS
+ALLOW_FOR = 3600.0      # the "[t] allow for 1h" answer
+# how each answer is audited (approvals.Decision scopes); "ignore" decides nothing
+AUDIT_SCOPES = {"allow-once": "once", "allow-always": "group", "deny": "deny", "allow-worktree": "worktree",
+                "allow-for": "for"}
 
 
 def _prompt(event: dict) -> str:
     where = f" from worktree {event['worktree']}" if event.get("worktree") else ""
     extra = f"  [w] allow for {event['worktree']} only" if event.get("worktree") else ""
     return (f"\nBLOCKED {event['host']}:{event['port']}{where} (held up to {event['hold']:g}s)\n"
-            f"  [o] allow once  [a] allow always  [d] deny always  [i] ignore{extra} ? ")
+            f"  [o] allow once  [t] allow for 1h  [a] allow always  [d] deny always  [i] ignore{extra} ? ")
 
 
-def apply_answer(policy_dir: Path, event: dict, answer: str) -> str:
+def apply_answer(policy_dir: Path, event: dict, answer: str, group_dir: Path | None = None) -> str:
     """Write the list an answer implies; return what changed."""
     host = event["host"]
     if answer == "allow-always":
@@ -39,15 +43,26 @@ def apply_answer(policy_dir: Path, event: dict, answer: str) -> str:
         return append_entry(list_path(policy_dir, "allow", event["worktree"]), host,
                             allow_list=True)[1]
     if answer == "allow-once":
-        return f"{host}: allowed until the proxy stops"
+        return f"{host}: allowed once (this held request only; the next one is blocked again)"
+    if answer == "allow-for" and group_dir is not None:
+        return approvals.add_timed_allow(group_dir, approvals.Decision(host, "for", ttl=ALLOW_FOR))
     return f"{host}: left blocked"
+
+
+def audit(group_dir: Path, event: dict, answer: str) -> None:
+    """One audit line for a decision taken at the prompt."""
+    scope = AUDIT_SCOPES.get(answer)
+    if scope is not None:
+        approvals.record_decision(group_dir, approvals.Decision(
+            event["host"], scope, event.get("worktree") if scope in ("once", "worktree") else None,
+            ALLOW_FOR if scope == "for" else None), "net.watch")
 
 
 def watch(group_dir: Path, policy_dir: Path, stdin=None, stdout=None) -> int:
     """Attach to the proxy and prompt until stdin closes (0) or the proxy stops (1)."""
     stdin = stdin or sys.stdin
     stdout = stdout or sys.stdout
-    sock, sbuf = control_protocol.attach_watcher(group_dir)
+    sock, _, sbuf = control_protocol.attach_watcher(group_dir)
     queue: list[dict] = []
     prompting = None
     ibuf = b""
@@ -86,7 +101,8 @@ def watch(group_dir: Path, policy_dir: Path, stdin=None, stdout=None) -> int:
                               + " ? ", end="", file=stdout, flush=True)
                         continue
                     try:
-                        said = apply_answer(policy_dir, prompting, answer)
+                        said = apply_answer(policy_dir, prompting, answer, group_dir)
+                        audit(group_dir, prompting, answer)
                     except ChtopError as exc:
                         said, answer = f"{exc} (left blocked)", "ignore"
                     control_protocol.decide(sock, prompting["host"], answer)

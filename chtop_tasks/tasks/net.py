@@ -5,9 +5,9 @@ import os
 from invoke import task
 
 from ..argv import remainder_args
-from ..proxy import control, report
+from ..proxy import approvals, control, report
 from ..proxy import watch as watching
-from ..term import say
+from ..term import say, warn
 from .common import reports_errors
 
 
@@ -46,10 +46,14 @@ def url(c):
 
 
 @task(help={"follow": "keep printing new lines as they come (Ctrl-C to stop)",
-            "lines": "how many of the last lines to show (default 40)"})
+            "lines": "how many of the last lines to show (default 40)",
+            "decisions": "show the approvals audit log (who allowed or denied what, when, in which scope)"})
 @reports_errors
-def log(c, follow=False, lines=40):
-    """Show the proxy's human log (--follow to tail it)."""
+def log(c, follow=False, lines=40, decisions=False):
+    """Show the proxy's human log (--follow to tail it; --decisions: the approvals audit log)."""
+    if decisions:
+        say(approvals.format_decisions(report.locate()[0], int(lines)))
+        return 0
     path = report.log_path(report.locate()[0])
     if not path.exists():
         say(f"no log yet at {path}")
@@ -57,12 +61,11 @@ def log(c, follow=False, lines=40):
     os.execvp("tail", ["tail", "-n", str(int(lines))] + (["-F"] if follow else []) + [str(path)])
 
 
-def _add(kind, domain, worktree, private):
-    specs = ([domain] if domain else []) + remainder_args()
-    if private:
-        specs = [s + " private" for s in specs]
-    _, policy = report.locate()
-    for line in report.add_entries(policy, specs, kind, worktree or None):
+def _add(kind, domain, worktree, private, once=False, ttl=""):
+    domains = ([domain] if domain else []) + remainder_args()
+    group, policy = report.locate()
+    for line in approvals.decide_all(group, policy, domains, "cli", worktree=worktree or None, once=once,
+                                     ttl=ttl or None, private=private, deny=(kind == "deny")):
         say(line)
 
 
@@ -72,18 +75,23 @@ _LIST_HELP = {
 }
 
 
-@task(positional=["domain"], help=dict(_LIST_HELP, private=(
-    "the domain may resolve to loopback/private/link-local addresses (intended)")))
+@task(positional=["domain"], help=dict(
+    _LIST_HELP,
+    private="the domain may resolve to loopback/private/link-local addresses (intended)",
+    once="let only the request(s) held now through (while net.watch or dash is attached); the next is blocked",
+    for_="allow for a while only, e.g. 90s, 15m, 2h, 1d (with --worktree: that worktree only)"))
 @reports_errors
-def allow(c, domain=None, worktree="", private=False):
-    """Allow DOMAIN (more after --) for every worktree, or --worktree NAME only."""
-    _add("allow", domain, worktree, private)
+def allow(c, domain=None, worktree="", private=False, once=False, for_=""):
+    """Allow DOMAIN (more after --): for the group, --worktree NAME only, --once, or --for 2h."""
+    _add("allow", domain, worktree, private, once, for_)
 
 
 @task(positional=["domain"], help=dict(_LIST_HELP, private="(ignored for deny)"))
 @reports_errors
 def deny(c, domain=None, worktree="", private=False):
     """Deny DOMAIN (more after --) for good; deny wins, never prompted again."""
+    if private:
+        warn("--private is ignored for deny")
     _add("deny", domain, worktree, False)
 
 

@@ -1,0 +1,85 @@
+"""What the dashboard's keys do, as plain functions: the same calls and tasks as the CLI.
+
+Approvals go through ``approvals`` (audited as interface ``dash``);
+rebase-down, merge-up, sbox.shell and worktree.create run the real ``inv``
+tasks, so their checks and messages are the tasks' own: first with
+``--dry-run`` (the plan, shown for confirmation), then for real in the
+terminal while the dashboard is suspended.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .. import runner
+from ..errors import UsageError
+from ..proxy import approvals
+from ..workspace.layout import Workspace
+from . import sessions_adapter
+
+ALLOW_FOR_DEFAULT = "1h"
+KEY_SCOPES = {"group": "allow for the group", "worktree": "allow for this worktree only",
+              "once": "allow once (the held request only)", "for": "allow for a while", "deny": "deny for good"}
+
+
+def decide(top: Workspace, item: dict, scope: str, ttl: str | None = None, private: bool = False) -> list[str]:
+    """Carry out a decision on one pending request (a row of the pending pane)."""
+    host, worktree = item["host"], item.get("worktree")
+    if scope == "worktree" and not worktree:
+        raise UsageError(f"{host} was asked for on the group socket, not a worktree's: allow it for the "
+                         "group (g) or once (o) instead")
+    flags = {"private": private and scope != "deny"}
+    if scope == "worktree":
+        flags["worktree"] = worktree
+    elif scope == "once":
+        flags.update(once=True, worktree=worktree)
+    elif scope == "for":
+        flags["ttl"] = ttl or ALLOW_FOR_DEFAULT
+    elif scope == "deny":
+        flags = {"deny": True}
+    d = approvals.plan_decision(host, **flags)
+    return approvals.apply_decision(top.grouping, top.policy_dir, d, "dash")
+
+
+def inv_argv(task: str, *args: str) -> list[str]:
+    """The same task the user would type, run by this Python."""
+    return [sys.executable, "-m", "invoke", task, *args]
+
+
+def dry_run(cwd: Path, task: str) -> tuple[str, bool]:
+    """A task's ``--dry-run`` output (its plan, or why it refuses) and whether it may proceed."""
+    result = runner.run(inv_argv(task, "--dry-run"), cwd=cwd, check=False, quiet=True, timeout=300)
+    return (result.stdout + result.stderr).strip(), result.ok
+
+
+def run_in_terminal(argv: list[str], cwd: Path, pause: bool = True) -> int:
+    """Run a command on the real terminal (the app is suspended meanwhile), on a cleared screen."""
+    if sys.stdout.isatty():
+        print("\033[H\033[2J", end="", flush=True)
+    result = runner.run(argv, cwd=cwd, check=False, capture=False, timeout=None, stdin=None)
+    if pause:
+        print(f"\n[exit {result.returncode}] press Enter to return to the dashboard", flush=True)
+        try:
+            input()
+        except EOFError:
+            pass
+    return result.returncode
+
+
+def attach_argv(top: Workspace, worktree: str, session: dict | None) -> list[str]:
+    if session is None or session.get("state") not in sessions_adapter.LIVE_STATES:
+        raise UsageError(f"no live agent session in {worktree}: start one with s")
+    return sessions_adapter.attach_argv(top.grouping, sessions_adapter.session_name(session))
+
+
+def start_session(wt: Workspace) -> str:
+    sessions_adapter.start_session(wt, sessions_adapter.DEFAULT_AGENT, [], False)
+    return f"started a {sessions_adapter.DEFAULT_AGENT} session in {wt.name}"
+
+
+def stop_session(top: Workspace, worktree: str, session: dict | None) -> str:
+    if session is None or session.get("state") not in sessions_adapter.LIVE_STATES:
+        raise UsageError(f"no live agent session in {worktree}")
+    sessions_adapter.stop_session(top.grouping, sessions_adapter.session_name(session))
+    return f"stopped the session in {worktree}"

@@ -1,0 +1,419 @@
+"""The Textual application of ``inv dash``: tables and keys over ``model`` and ``actions``.
+
+Every probe runs in a thread worker (never on the UI thread); a watcher
+thread keeps the proxy holding blocked requests and wakes the app when one
+arrives.  Keys that hand the terminal to another program (attach, shell,
+rebase-down, merge-up, new worktree) suspend the app and resume it after.
+"""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, Footer, Input, Static
+
+from ..errors import ChtopError
+from ..workspace.layout import Workspace, find_workspace
+from . import actions, model
+from .holds import HoldWatcher
+
+REFRESH_SECONDS = 2.0
+LOAD_SECONDS = 5.0
+BUSY_SHARE = 0.25        # refresh no more often than 4x the time one refresh takes (keeps CPU for the agents)
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """A plan and a question: y runs it, anything else (n, Escape) does not."""
+
+    BINDINGS = [Binding("y", "answer(True)", "yes"), Binding("n", "answer(False)", "no"),
+                Binding("escape", "answer(False)", "no")]
+
+    def __init__(self, title: str, body: str, can_proceed: bool):
+        super().__init__()
+        self.title_text, self.body, self.can_proceed = title, body, can_proceed
+
+    def compose(self) -> ComposeResult:
+        question = "run it? [y/N]" if self.can_proceed else "refused (nothing was changed) - press n or Escape"
+        with Vertical(id="dialog"):
+            yield Static(Text(self.title_text, style="bold"))
+            with VerticalScroll():
+                yield Static(Text(self.body))
+            yield Static(Text(question, style="bold"))
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(bool(yes and self.can_proceed))
+
+
+class AskScreen(ModalScreen[str | None]):
+    """One line of input (a worktree name, a duration); Escape cancels."""
+
+    BINDINGS = [Binding("escape", "cancel", "cancel")]
+
+    def __init__(self, prompt: str, value: str = ""):
+        super().__init__()
+        self.prompt, self.value = prompt, value
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Static(Text(self.prompt, style="bold"))
+            yield Input(value=self.value, id="answer")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.dismiss(event.value.strip() or None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class DashApp(App):
+    """One screen: worktrees (top), pending requests and the diff of the selected worktree (below)."""
+
+    TITLE = "chtop mission control"
+    CSS = """
+    #status { height: 1; padding: 0 1; background: $boost; }
+    #message { height: 1; padding: 0 1; color: $warning; }
+    #worktrees { height: 1fr; min-height: 6; }
+    #lower { height: 1fr; }
+    #pending-box { width: 1fr; }
+    #diff-box { width: 1fr; border-left: solid $primary; }
+    .pane-title { height: 1; padding: 0 1; background: $primary-background; }
+    ConfirmScreen, AskScreen { align: center middle; }
+    #dialog { width: 90%; height: auto; max-height: 80%; border: thick $primary; padding: 1 2;
+              background: $surface; }
+    """
+    BINDINGS = [
+        Binding("q", "quit", "quit"),
+        Binding("u", "refresh", "update"),
+        Binding("tab", "focus_next", "pane", show=False),
+        Binding("a", "attach", "attach"),
+        Binding("s", "start_session", "start"),
+        Binding("x", "stop_session", "stop"),
+        Binding("r", "git_task('git.rebase-down')", "rebase-down"),
+        Binding("m", "git_task('git.merge-up')", "merge-up"),
+        Binding("h", "shell", "shell"),
+        Binding("n", "new_worktree", "new wt"),
+        Binding("f", "toggle_full", "stat/full"),
+        # the pending pane's keys, named in its title
+        Binding("g", "decide('group')", "allow group", show=False),
+        Binding("w", "decide('worktree')", "allow worktree", show=False),
+        Binding("o", "decide('once')", "allow once", show=False),
+        Binding("t", "decide('for')", "allow for a while", show=False),
+        Binding("d", "decide('deny')", "deny", show=False),
+        Binding("p", "toggle_private", "private addresses", show=False),
+    ]
+
+    def __init__(self, top: Workspace, sessions=None, refresh_seconds: float = REFRESH_SECONDS,
+                 hold_requests: bool = True, sandbox_load: bool = True):
+        super().__init__()
+        self.top = top
+        self.sessions = sessions
+        self.refresh_seconds = refresh_seconds
+        self.hold_requests = hold_requests
+        self.with_load = sandbox_load
+        self.snapshot: model.Snapshot | None = None
+        self.load: dict = {}
+        self.full_diff = False
+        self.private = False
+        self.message = ""
+        self.watcher: HoldWatcher | None = None
+        self._diff_for: str | None = None
+        self.blocked = model.BlockedTail(top.grouping)
+        self._next_refresh = None
+
+    # -- layout ------------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield Static(id="status")
+        yield Static(id="message")
+        yield DataTable(id="worktrees", cursor_type="row", zebra_stripes=True)
+        with Horizontal(id="lower"):
+            with Vertical(id="pending-box"):
+                yield Static("pending requests  g group  w worktree  o once  t for a while  d deny  p private",
+                             classes="pane-title", id="pending-title")
+                yield DataTable(id="pending", cursor_type="row")
+            with Vertical(id="diff-box"):
+                yield Static("diff vs integration (f: stat/full)", classes="pane-title", id="diff-title")
+                with VerticalScroll(id="diff-scroll"):
+                    yield Static(id="diff")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#worktrees", DataTable).focus()
+        if self.hold_requests:
+            self.watcher = HoldWatcher(self.top.grouping, self._on_proxy_event).start()
+        self.refresh_data()
+        if self.with_load:
+            self.refresh_load()
+            self.set_interval(LOAD_SECONDS, self.refresh_load)
+
+    def on_unmount(self) -> None:
+        if self.watcher is not None:
+            self.watcher.stop()
+
+    # -- data (thread workers) -------------------------------------------------------------------
+    @work(thread=True, exclusive=True, group="snapshot")
+    def refresh_data(self) -> None:
+        try:
+            snap = model.take_snapshot(self.top, self.sessions, self.load, self.blocked)
+        except ChtopError as exc:
+            self.call_from_thread(self.say, f"refresh failed: {exc}")
+            self.call_from_thread(self.schedule_refresh, self.refresh_seconds)
+            return
+        self.call_from_thread(self.show_snapshot, snap)
+        self.call_from_thread(self.schedule_refresh, max(self.refresh_seconds, snap.took / BUSY_SHARE))
+
+    def schedule_refresh(self, delay: float) -> None:
+        """The next refresh, ``delay`` from now (one timer at a time; a key or proxy event may come first)."""
+        if self._next_refresh is not None:
+            self._next_refresh.stop()
+        self._next_refresh = self.set_timer(delay, self.refresh_data)
+
+    @work(thread=True, exclusive=True, group="load")
+    def refresh_load(self) -> None:
+        self.load = model.sandbox_load(self.top.grouping)
+
+    @work(thread=True, exclusive=True, group="diff")
+    def refresh_diff(self, name: str) -> None:
+        try:
+            text = model.worktree_diff(find_workspace(self.top.worktree_root(name)), self.full_diff)
+        except ChtopError as exc:
+            text = f"cannot diff {name}: {exc}"
+        self.call_from_thread(self.show_diff, name, text)
+
+    def _on_proxy_event(self, event: dict) -> None:
+        """From the watcher thread: a blocked request is held (or the proxy came or went)."""
+        try:
+            self.call_from_thread(self.refresh_data)
+        except RuntimeError:        # the app is closing
+            pass
+
+    # -- showing -------------------------------------------------------------------------------------
+    def show_snapshot(self, snap: model.Snapshot) -> None:
+        self.snapshot = snap
+        now = time.time()
+        rows = []
+        for wt in snap.worktrees:
+            if wt.problem:
+                cells = [f"! {wt.problem}"] + [""] * (len(snap.repo_labels) - 1)
+            else:
+                cells = [r.cell(wt.name) for r in wt.repos]
+                cells += [""] * (len(snap.repo_labels) - len(cells))
+            state, since = model.describe_session(wt.session, now)
+            rows.append((wt.name, [wt.name, *cells, state, since, str(wt.pending or ""), wt.cpu, wt.mem]))
+        columns = ["worktree", *snap.repo_labels, "agent", "since", "pending", "cpu", "mem"]
+        fill_table(self.query_one("#worktrees", DataTable), columns, rows)
+        pending = []
+        for item in snap.pending:
+            when = time.strftime("%H:%M:%S", time.localtime(item["last"])) if item["last"] else ""
+            pending.append((pending_key(item), [item["host"], item["worktree"] or "(group)", str(item["count"]),
+                                                when, "HELD" if item["held"] else ""]))
+        fill_table(self.query_one("#pending", DataTable), ["domain", "worktree", "count", "last seen", "held"],
+                   pending)
+        self.update_status()
+        self.diff_selected()
+
+    def diff_selected(self) -> None:
+        """Refresh the diff pane when the selected worktree is not the one it shows."""
+        name = self.selected_name()
+        if name and name != self._diff_for:
+            self._diff_for = name
+            self.refresh_diff(name)
+
+    def show_diff(self, name: str, text: str) -> None:
+        if name != self.selected_name():
+            return
+        self.query_one("#diff-title", Static).update(
+            f"diff of {name} vs integration ({'full' if self.full_diff else 'stat'}; f toggles)")
+        self.query_one("#diff", Static).update(Text(text))
+
+    def update_status(self) -> None:
+        snap = self.snapshot
+        parts = []
+        if snap is not None:
+            proxy = "proxy running" if snap.proxy_running else "proxy stopped"
+            if self.watcher is not None and self.watcher.attached:
+                proxy += ", holding blocked requests"
+            parts += [proxy, f"private {'ON' if self.private else 'off'}", f"{len(snap.worktrees)} worktrees",
+                      f"refresh {snap.took * 1000:.0f} ms"]
+            if not snap.sessions_available:
+                parts.append("sessions: not available")
+        parts.append(f"group {self.top.grouping}")          # last: the longest, cut first
+        self.query_one("#status", Static).update(Text("  |  ".join(parts)))
+        self.query_one("#message", Static).update(Text(self.message))
+
+    def say(self, message: str) -> None:
+        self.message = message.replace("\n", " ")
+        self.update_status()
+
+    # -- selection -----------------------------------------------------------------------------------
+    def selected_name(self) -> str | None:
+        table = self.query_one("#worktrees", DataTable)
+        if not table.row_count:
+            return None
+        return str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+
+    def selected_worktree(self) -> model.WorktreeState | None:
+        name = self.selected_name()
+        return self.snapshot.worktree(name) if (name and self.snapshot) else None
+
+    def selected_pending(self) -> dict | None:
+        table = self.query_one("#pending", DataTable)
+        if not table.row_count or self.snapshot is None:
+            return None
+        key = str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+        return next((p for p in self.snapshot.pending if pending_key(p) == key), None)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id == "worktrees":
+            self.diff_selected()          # where the cursor is now (a refresh may have moved it since)
+
+    # -- keys ------------------------------------------------------------------------------------------
+    def action_refresh(self) -> None:
+        self.refresh_data()
+
+    def action_toggle_full(self) -> None:
+        self.full_diff = not self.full_diff
+        name = self.selected_name()
+        if name:
+            self.refresh_diff(name)
+
+    def action_toggle_private(self) -> None:
+        self.private = not self.private
+        self.say("approvals now allow private addresses" if self.private else "approvals: public addresses only")
+
+    def action_decide(self, scope: str) -> None:
+        item = self.selected_pending()
+        if item is None:
+            self.say("no pending request selected")
+            return
+        if scope == "for":
+            self.push_screen(AskScreen(f"allow {item['host']} for how long? (e.g. 15m, 2h, 1d)",
+                                       actions.ALLOW_FOR_DEFAULT),
+                             lambda ttl: ttl and self.run_decision(item, scope, ttl))
+            return
+        self.run_decision(item, scope, None)
+
+    @work(thread=True, group="decide")
+    def run_decision(self, item: dict, scope: str, ttl: str | None) -> None:
+        try:
+            lines = actions.decide(self.top, item, scope, ttl, self.private)
+            message = f"{actions.KEY_SCOPES[scope]}: " + "; ".join(lines)
+        except ChtopError as exc:
+            message = f"error: {exc}"
+        self.call_from_thread(self.say, message)
+        self.call_from_thread(self.refresh_data)
+
+    def _worktree_or_say(self) -> model.WorktreeState | None:
+        wt = self.selected_worktree()
+        if wt is None or wt.problem:
+            self.say("no usable worktree selected")
+            return None
+        return wt
+
+    def action_attach(self) -> None:
+        wt = self._worktree_or_say()
+        if wt is None:
+            return
+        try:
+            argv = actions.attach_argv(self.top, wt.name, wt.session)
+        except ChtopError as exc:
+            self.say(f"error: {exc}")
+            return
+        self.run_suspended(argv, wt.root, pause=False)
+
+    def action_start_session(self) -> None:
+        wt = self._worktree_or_say()
+        if wt is not None:
+            self.session_call(lambda: actions.start_session(find_workspace(wt.root)))
+
+    def action_stop_session(self) -> None:
+        wt = self._worktree_or_say()
+        if wt is not None:
+            self.session_call(lambda: actions.stop_session(self.top, wt.name, wt.session))
+
+    @work(thread=True, group="session")
+    def session_call(self, call) -> None:
+        try:
+            message = call()
+        except ChtopError as exc:
+            message = f"error: {exc}"
+        self.call_from_thread(self.say, message)
+        self.call_from_thread(self.refresh_data)
+
+    def action_git_task(self, task: str) -> None:
+        wt = self._worktree_or_say()
+        if wt is not None:
+            self.say(f"planning {task} in {wt.name} ...")
+            self.plan_git_task(task, wt)
+
+    @work(thread=True, group="plan")
+    def plan_git_task(self, task: str, wt: model.WorktreeState) -> None:
+        text, ok = actions.dry_run(wt.root, task)
+        screen = ConfirmScreen(f"{task} in {wt.name} (inv {task} --dry-run):", text, ok)
+
+        def answered(yes: bool) -> None:
+            if yes:
+                self.run_suspended(actions.inv_argv(task), wt.root)
+            else:
+                self.say(f"{task} in {wt.name}: not run")
+        self.call_from_thread(self.push_screen, screen, answered)
+
+    def action_shell(self) -> None:
+        wt = self._worktree_or_say()
+        if wt is not None:
+            self.run_suspended(actions.inv_argv("sbox.shell"), wt.root)
+
+    def action_new_worktree(self) -> None:
+        def create(name: str | None) -> None:
+            if name:
+                self.run_suspended(actions.inv_argv("worktree.create", "--name", name), self.top.toplevel)
+        self.push_screen(AskScreen("new worktree name (inv worktree.create --name NAME):"), create)
+
+    def run_suspended(self, argv: list[str], cwd, pause: bool = True) -> None:
+        """Hand the terminal to ``argv`` until it exits, then come back and refresh."""
+        try:
+            with self.suspend():
+                code = actions.run_in_terminal(argv, cwd, pause=pause)
+        except Exception as exc:  # SuspendNotSupported (no real terminal), a missing program
+            self.say(f"cannot run {argv[0]}: {exc}")
+            return
+        self.say(f"{' '.join(argv[-2:])}: exit {code}")
+        self._diff_for = None
+        self.refresh_data()
+
+
+def pending_key(item: dict) -> str:
+    return f"{item['host']}|{item['worktree'] or ''}"
+
+
+def fill_table(table: DataTable, columns: list[str], rows: list[tuple[str, list[str]]]) -> None:
+    """Show ``rows`` (key, cells): in place when the rows and columns are the same as shown, else rebuilt
+    (columns too, so their widths fit), keeping the cursor on the same key."""
+    keys = [key for key, _ in rows]
+    shown_columns = [str(c.label) for c in table.columns.values()]
+    shown_keys = [str(k.value) for k in table.rows]
+    if shown_columns == columns and shown_keys == keys:
+        for key, cells in rows:
+            for i, value in enumerate(cells):
+                if str(table.get_cell(key, f"c{i}")) != value:
+                    table.update_cell(key, f"c{i}", value, update_width=True)
+        return
+    selected = shown_keys[table.cursor_row] if shown_keys and 0 <= table.cursor_row < len(shown_keys) else None
+    table.clear(columns=True)
+    for i, column in enumerate(columns):          # keyed by position: a repo may be named "agent"
+        table.add_column(column, key=f"c{i}")
+    for key, cells in rows:
+        table.add_row(*cells, key=key)
+    if selected in keys:
+        table.move_cursor(row=keys.index(selected))
+
+
+def run_dash(ws: Workspace, refresh_seconds: float = REFRESH_SECONDS) -> int:
+    top = ws.for_root(ws.toplevel)
+    DashApp(top, refresh_seconds=refresh_seconds).run()
+    return 0

@@ -1,0 +1,231 @@
+"""``chtop go NAME``: jump into a worktree by name (and to its agent), via a shell function.
+
+A program cannot change its shell's directory, so ``chtop shell-init bash``
+prints a ``chtop`` shell function (the way direnv and zoxide hook in):
+``chtop go NAME [--agent]`` asks the real command for the directory
+(``chtop go --print-dir NAME``), cds there, and with ``--agent`` runs
+``chtop go --attach NAME``; every other ``chtop`` command passes through.
+
+The group is the one around the current directory, else the one the user's
+config names (``~/.config/chtop/config.toml``: ``group = "~/ch"``).  A
+missing worktree is offered for creation only when stdin is a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from pathlib import Path
+
+from .errors import ChtopError, NotInWorkspace, UsageError, WorkspaceError
+from .places import check_worktree_name, user_config_dir
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+SHELLS = ("bash", "zsh")
+CONFIG_NAME = "config.toml"
+
+# POSIX enough for bash and zsh alike.  Only `go` is handled here; the directory comes back on
+# stdout (the real command sends everything else it prints to stderr).
+SHELL_FUNCTION = r"""# chtop shell integration ({shell}): eval "$(chtop shell-init {shell})"
+chtop() {{
+  if [ "$1" = go ]; then
+    shift
+    local __chtop_dir
+    __chtop_dir="$(command chtop go --print-dir "$@")" || return $?
+    [ -n "$__chtop_dir" ] || return 1
+    builtin cd -- "$__chtop_dir" || return $?
+    case " $* " in
+      *" --agent "*) command chtop go --attach "$@" ;;
+    esac
+  else
+    command chtop "$@"
+  fi
+}}
+"""
+
+
+def shell_init(shell: str) -> str:
+    if shell not in SHELLS:
+        raise UsageError(f"chtop shell-init: unknown shell {shell!r}; use one of: {', '.join(SHELLS)}\n"
+                         f'e.g. add to ~/.bashrc:  eval "$(chtop shell-init bash)"')
+    return SHELL_FUNCTION.format(shell=shell)
+
+
+# -- which group ---------------------------------------------------------------------------------
+
+def config_path() -> Path:
+    return user_config_dir() / CONFIG_NAME
+
+
+def configured_group() -> Path | None:
+    """``group = "..."`` from the user's chtop config, or None when unset."""
+    path = config_path()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read it: {exc}") from None
+    value = data.get("group")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise UsageError(f'{path}: group must be a path, e.g. group = "~/ch"')
+    return Path(value).expanduser()
+
+
+def toplevel_in(grouping: Path) -> Path:
+    """The toplevel of a grouping dir: its one child that is a chtop container repo's main clone."""
+    from .workspace.layout import MARKERS
+
+    found = [d for d in sorted(grouping.iterdir()) if d.is_dir() and (d / ".git").is_dir()
+             and all((d / m).is_file() for m in MARKERS)] if grouping.is_dir() else []
+    if len(found) != 1:
+        what = "no" if not found else f"{len(found)} ({', '.join(d.name for d in found)})"
+        raise WorkspaceError(f"{grouping}: {what} chtop toplevel in it; set `group` in {config_path()} "
+                             "to a grouping dir holding exactly one")
+    return found[0]
+
+
+def current_toplevel(cwd: Path | None = None):
+    """The toplevel Workspace of the group around ``cwd``, else of the configured group."""
+    from .workspace.layout import find_workspace
+
+    try:
+        ws = find_workspace(Path(cwd or Path.cwd()))
+        return ws.for_root(ws.toplevel)
+    except NotInWorkspace:
+        pass
+    grouping = configured_group()
+    if grouping is None:
+        raise WorkspaceError(f"not inside a chtop workspace, and no group in {config_path()}; "
+                             f'cd into one, or add the line:  group = "~/ch"')
+    return find_workspace(toplevel_in(grouping))
+
+
+def existing_worktree(top, name: str):
+    """The feature worktree ``name`` of ``top``'s group, or None when there is none."""
+    from .workspace.layout import find_workspace
+
+    root = top.worktree_root(name)
+    if name in top.reserved_names() or not (root / ".git").is_file():
+        return None
+    return find_workspace(root)
+
+
+# -- the real command's side ---------------------------------------------------------------------
+
+def offer_create(top, name: str, venv: bool, stdin=None) -> bool:
+    """Ask on the terminal whether to create ``name``; never without one."""
+    stdin = stdin or sys.stdin
+    if not stdin.isatty():
+        return False
+    sys.stderr.write(f"no worktree {name!r} in {top.grouping}. Create it (inv worktree.create --name {name}"
+                     f"{'' if venv else ' --no-venv'})? [y/N] ")
+    sys.stderr.flush()
+    return stdin.readline().strip().lower() in ("y", "yes")
+
+
+def create(top, name: str, venv: bool):
+    from .workspace.worktrees import closing_hints, create_worktree
+
+    build = None
+    if venv:
+        from .venv.build import build_venv
+
+        def build(ws):
+            build_venv(ws.root, ws.manifest)
+    new_ws = create_worktree(top, name, build)
+    print(closing_hints(new_ws), file=sys.stderr)
+    return new_ws
+
+
+def resolve(name: str, venv: bool = True, cwd: Path | None = None):
+    """The worktree to go to, created on a yes at the terminal; UsageError when there is none."""
+    check_worktree_name(name)
+    top = current_toplevel(cwd)
+    ws = existing_worktree(top, name)
+    if ws is not None:
+        return ws
+    if offer_create(top, name, venv):
+        return create(top, name, venv)
+    raise UsageError(f"no worktree {name!r} in {top.grouping}; make it with:\n"
+                     f"  cd {top.toplevel} && inv worktree.create --name {name}")
+
+
+def attach_or_start(ws) -> int:
+    """Attach the worktree's live agent session, starting one first when there is none."""
+    from .dash import sessions_adapter as sessions
+
+    session = sessions.session_of(ws.grouping, ws.name)
+    if session is None or session.get("state") not in sessions.LIVE_STATES:
+        print(f"starting a {sessions.DEFAULT_AGENT} session in {ws.name} ...", file=sys.stderr, flush=True)
+        sessions.start_session(ws, sessions.DEFAULT_AGENT, [], False)
+        session = sessions.session_of(ws.grouping, ws.name) or {"worktree": ws.name}
+    argv = sessions.attach_argv(ws.grouping, sessions.session_name(session))
+    sys.stdout.flush()
+    os.execvp(argv[0], argv)
+    return 0  # not reached
+
+
+def parse_go(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="chtop go", description="cd into worktree NAME of this group")
+    ap.add_argument("name")
+    ap.add_argument("--agent", action="store_true", help="attach its agent session (start one if none)")
+    ap.add_argument("--no-venv", action="store_true", help="when creating it, skip building its .venv")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--print-dir", action="store_true", help=argparse.SUPPRESS)
+    mode.add_argument("--attach", action="store_true", help=argparse.SUPPRESS)
+    return ap.parse_args(argv)          # a usage error exits 2 with argparse's message
+
+
+def go(argv: list[str]) -> int:
+    args = parse_go(argv)
+    if args.attach:
+        return attach_or_start(existing_or_fail(args.name))
+    if args.print_dir:
+        real_stdout = os.dup(1)
+        with contextlib.ExitStack() as stack:
+            os.dup2(2, 1)                       # whatever else runs prints to stderr
+            stack.callback(os.dup2, real_stdout, 1)
+            ws = resolve(args.name, venv=not args.no_venv)
+            sys.stdout.flush()
+        os.write(real_stdout, f"{ws.root}\n".encode())
+        os.close(real_stdout)
+        return 0
+    ws = resolve(args.name, venv=not args.no_venv)
+    print(f"chtop go changes your shell's directory only through its shell function; add to ~/.bashrc:\n"
+          f'  eval "$(chtop shell-init bash)"\nthe worktree is {ws.root}', file=sys.stderr)
+    print(ws.root)
+    return attach_or_start(ws) if args.agent else 0
+
+
+def existing_or_fail(name: str):
+    check_worktree_name(name)
+    top = current_toplevel()
+    ws = existing_worktree(top, name)
+    if ws is None:
+        raise UsageError(f"no worktree {name!r} in {top.grouping}")
+    return ws
+
+
+def main(argv: list[str]) -> int:
+    """``chtop shell-init SHELL`` and ``chtop go ...``; errors as the tasks report them."""
+    try:
+        if argv[0] == "shell-init":
+            if len(argv) != 2:
+                raise UsageError("usage: chtop shell-init bash|zsh")
+            sys.stdout.write(shell_init(argv[1]))
+            return 0
+        return go(argv[1:])
+    except ChtopError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,267 @@
+"""inv dash at the unit level: the data layer on a real workspace, and the app under Textual's pilot."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+import pytest
+from proxy_helpers import EchoServer, free_port, read_head
+
+from chtop_tasks.dash import model
+from chtop_tasks.dash.app import DashApp
+from chtop_tasks.proxy import approvals, control
+from chtop_tasks.workspace.layout import find_workspace
+from chtop_tasks.workspace.worktrees import create_worktree
+
+
+class FakeSessions:
+    """The one stand-in: a sessions provider (chtop_tasks.sessions is not in this branch)."""
+
+    def __init__(self, sessions):
+        self.sessions = sessions
+        self.calls = 0
+
+    def __call__(self, group_dir):
+        self.calls += 1
+        return list(self.sessions)
+
+
+@pytest.fixture
+def busy_group(with_dev):
+    """dev: alpha 1 ahead, beta 1 behind; feat: dirty alpha (an untracked file)."""
+    g = with_dev
+    create_worktree(find_workspace(g.toplevel), "feat")
+    g.commit(g.path("dev", "alpha"), "feature.txt", "the dev feature\n", "dev: add feature.txt")
+    g.push_upstream_commit("beta", "upstream.txt", "moved on\n")
+    (g.path("feat", "alpha", "scratch.txt")).write_text("wip\n")
+    return g
+
+
+def top_of(g):
+    return find_workspace(g.toplevel)
+
+
+def test_snapshot_has_the_branch_relations_and_session_states(busy_group):
+    g = busy_group
+    now = time.time()
+    fake = FakeSessions([
+        {"worktree": "dev", "agent": "claude", "state": "exited", "since": now - 900, "exit_status": 1, "pending": 0},
+        {"worktree": "dev", "agent": "claude", "state": "waiting", "since": now - 125, "exit_status": None,
+         "pending": 1},
+    ])
+    snap = model.take_snapshot(top_of(g), fake)
+    assert [w.name for w in snap.worktrees] == ["dev", "feat"]
+    assert snap.repo_labels == ["(container)", "alpha", "beta"]
+    dev, feat = snap.worktrees
+    cells = {r.label: r.cell("dev") for r in dev.repos}
+    assert cells == {"(container)": "+0/-0 clean", "alpha": "+1/-0 clean", "beta": "+0/-1 clean"}
+    assert [r.dirty for r in feat.repos] == [0, 1, 0]
+    assert feat.repos[1].cell("feat") == "+0/-0 *1"
+    assert model.describe_session(dev.session, now) == ("waiting", "2m")      # the live one wins
+    assert feat.session is None and model.describe_session(None) == ("-", "")
+    assert snap.sessions_available and fake.calls == 1
+
+
+def test_snapshot_sees_a_rebase_in_progress_and_an_unexpected_branch(busy_group):
+    g = busy_group
+    alpha = g.path("dev", "alpha")
+    g.commit(g.toplevel / "alpha", "feature.txt", "conflicting\n", "upstream: feature.txt too")
+    from conftest import git
+    git(alpha, "rebase", "main", check=False)                                # stops on the conflict
+    git(g.path("feat", "beta"), "checkout", "-q", "-b", "side")
+    snap = model.take_snapshot(top_of(g), FakeSessions([]))
+    dev, feat = snap.worktrees
+    assert dev.repos[1].busy == "rebase" and "REBASE" in dev.repos[1].cell("dev")
+    assert feat.repos[2].cell("feat").startswith("side ")
+
+
+def test_diff_preview_shows_the_committed_change(busy_group):
+    dev = find_workspace(busy_group.path("dev"))
+    stat = model.worktree_diff(dev)
+    assert "==== alpha  (vs main)" in stat and "feature.txt | 1 +" in stat
+    assert "==== beta  (vs kms)\n(no changes)" in stat                        # behind is not a change
+    assert "+the dev feature" in model.worktree_diff(dev, full=True)
+
+
+async def wait_for(pilot, condition, timeout: float = 20.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await pilot.pause(0.05)
+
+
+def cell_texts(table) -> list[list[str]]:
+    return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+def test_app_shows_rows_sessions_and_diff(busy_group):
+    g = busy_group
+    fake = FakeSessions([{"worktree": "feat", "agent": "claude", "state": "working", "since": time.time() - 30,
+                          "exit_status": None, "pending": 0}])
+
+    async def scenario():
+        app = DashApp(top_of(g), sessions=fake, refresh_seconds=0.5, hold_requests=False, sandbox_load=False)
+        async with app.run_test(size=(180, 45)) as pilot:
+            table = app.query_one("#worktrees")
+            await wait_for(pilot, lambda: table.row_count == 2, what="two rows")
+            rows = cell_texts(table)
+            assert rows[0][:4] == ["dev", "+0/-0 clean", "+1/-0 clean", "+0/-1 clean"]
+            assert rows[1][0] == "feat" and rows[1][4] == "working" and rows[1][5].endswith("s")
+            diff = app.query_one("#diff")
+            await wait_for(pilot, lambda: "feature.txt" in str(diff.render()), what="the diff of dev")
+            await pilot.press("f")
+            await wait_for(pilot, lambda: "+the dev feature" in str(diff.render()), what="the full diff")
+            await pilot.press("down")
+            await wait_for(pilot, lambda: "scratch.txt" not in str(diff.render())
+                           and "feat" in str(app.query_one("#diff-title").render()), what="feat's diff")
+            app.save_screenshot("pilot.svg", str(g.base))
+        assert (g.base / "pilot.svg").read_text().startswith("<svg")
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.slow
+def test_pending_pane_allow_once_lets_the_held_request_through(busy_group, monkeypatch):
+    g = busy_group
+    echo = EchoServer()
+    port = free_port()
+    hosts = g.base / "hosts"
+    hosts.write_text("127.0.0.1 echo.example.test\n")
+    monkeypatch.setenv("CHTOP_PROXY_PORT", str(port))
+    monkeypatch.setenv("CHTOP_PROXY_HOSTS_FILE", str(hosts))
+    monkeypatch.setenv("CHTOP_PROXY_HOLD_SECONDS", "5")
+    control.ensure_proxy(g.grouping, g.toplevel / "sandbox")
+    results = []
+
+    def client():
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+            s.sendall(f"CONNECT echo.example.test:{echo.port} HTTP/1.1\r\n\r\n".encode())
+            status, _ = read_head(s)
+            if status == 200:
+                s.sendall(b"ping")
+                results.append((status, s.recv(4)))
+            else:
+                results.append((status, b""))
+
+    async def scenario():
+        app = DashApp(top_of(g), sessions=FakeSessions([]), refresh_seconds=0.5, sandbox_load=False)
+        async with app.run_test(size=(180, 45)) as pilot:
+            await wait_for(pilot, lambda: app.watcher.attached, what="the watcher")
+            loop = asyncio.get_running_loop()
+            first = loop.run_in_executor(None, client)
+            pending = app.query_one("#pending")
+            await wait_for(pilot, lambda: pending.row_count == 1 and "HELD" in cell_texts(pending)[0],
+                           what="the held request in the pending pane")
+            assert cell_texts(pending)[0][:2] == ["echo.example.test", "(group)"]
+            await pilot.press("p", "o")
+            await first
+            assert results == [(200, b"ping")]
+            t0 = time.monotonic()
+            await loop.run_in_executor(None, client)            # the next one: held again, then refused
+            assert results[-1][0] == 403 and time.monotonic() - t0 >= 4.8
+            await wait_for(pilot, lambda: "allow once" in app.message, what="the message")
+    try:
+        asyncio.run(scenario())
+    finally:
+        control.stop_proxy(g.grouping)
+        echo.close()
+    recs = approvals.read_decisions(g.grouping)
+    assert [(r["domain"], r["scope"], r["via"], r["private"]) for r in recs] == [
+        ("echo.example.test", "once", "dash", True)]
+
+
+def test_blocked_tail_reads_only_new_lines_and_follows_a_rotation(tmp_path):
+    from chtop_tasks.proxy.logs import JSONL, net_dir
+
+    log = net_dir(tmp_path) / JSONL
+    log.parent.mkdir(parents=True)
+
+    def rec(host, when, decision="blocked", worktree=None):
+        return ('{"time": %s, "host": "%s", "worktree": %s, "decision": "%s"}\n'
+                % (when, host, f'"{worktree}"' if worktree else "null", decision))
+    log.write_text(rec("a.example.org", 1) + rec("a.example.org", 2) + rec("b.example.org", 3, "allowed"))
+    tail = model.BlockedTail(tmp_path)
+    assert [(i["host"], i["count"], i["last"]) for i in tail.read()] == [("a.example.org", 2, 2)]
+    with open(log, "a") as fh:
+        fh.write(rec("c.example.org", 4, worktree="dev") + '{"time": 5, "host": "a.exa')   # half a line
+    assert sorted((i["host"], i["worktree"], i["count"]) for i in tail.read()) == [
+        ("a.example.org", None, 2), ("c.example.org", "dev", 1)]
+    with open(log, "a") as fh:
+        fh.write('mple.org", "worktree": null, "decision": "blocked"}\n')
+    assert {i["host"]: i["count"] for i in tail.read()}["a.example.org"] == 3
+    log.rename(log.with_name(JSONL + ".1"))                                       # the proxy rotates
+    log.write_text(rec("d.example.org", 6))
+    assert sorted(i["host"] for i in tail.read()) == ["a.example.org", "c.example.org", "d.example.org"]
+
+
+@pytest.mark.slow
+def test_pending_pane_keys_allow_for_a_worktree_for_a_while_and_deny(busy_group, monkeypatch):
+    g = busy_group
+    hosts = g.base / "hosts"
+    hosts.write_text("".join(f"127.0.0.1 {n}.example.test\n" for n in ("wt", "timed", "bad")))
+    monkeypatch.setenv("CHTOP_PROXY_PORT", str(free_port()))
+    monkeypatch.setenv("CHTOP_PROXY_HOSTS_FILE", str(hosts))
+    control.ensure_proxy(g.grouping, g.toplevel / "sandbox")
+    dev_socket = control.ensure_proxy(g.grouping, g.toplevel / "sandbox", "dev").socket_path
+    for name in ("bad", "timed", "wt"):                      # newest first in the pane: wt, timed, bad
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(dev_socket))
+            s.sendall(f"CONNECT {name}.example.test:443 HTTP/1.1\r\n\r\n".encode())
+            assert read_head(s)[0] == 403
+        time.sleep(0.05)
+
+    async def scenario():
+        app = DashApp(top_of(g), sessions=FakeSessions([]), refresh_seconds=0.3, hold_requests=False,
+                      sandbox_load=False)
+        async with app.run_test(size=(180, 45)) as pilot:
+            pending = app.query_one("#pending")
+            table = app.query_one("#worktrees")
+            await wait_for(pilot, lambda: pending.row_count == 3, what="three pending rows")
+            assert [r[:3] for r in cell_texts(pending)] == [["wt.example.test", "dev", "1"],
+                                                            ["timed.example.test", "dev", "1"],
+                                                            ["bad.example.test", "dev", "1"]]
+            assert cell_texts(table)[0][6] == "3"             # dev's pending column
+            await pilot.press("w")
+            await wait_for(pilot, lambda: pending.row_count == 2, what="wt allowed for dev")
+            await pilot.press("t")
+            await wait_for(pilot, lambda: app.screen.query("#answer"), what="the duration prompt")
+            await pilot.press("ctrl+u", *"2h", "enter")
+            await wait_for(pilot, lambda: pending.row_count == 1, what="timed allowed for 2h")
+            await pilot.press("d")
+            await wait_for(pilot, lambda: pending.row_count == 0, what="bad denied")
+    try:
+        asyncio.run(scenario())
+    finally:
+        control.stop_proxy(g.grouping)
+    assert (g.toplevel / "sandbox" / "worktrees" / "dev" / "net-allow.txt").read_text() == "wt.example.test\n"
+    assert "bad.example.test" in (g.toplevel / "sandbox" / "net-deny.txt").read_text()
+    recs = approvals.read_decisions(g.grouping)
+    assert [(r["domain"], r["scope"], r["worktree"], r["ttl"], r["via"]) for r in recs] == [
+        ("wt.example.test", "worktree", "dev", None, "dash"),
+        ("timed.example.test", "for", None, 7200.0, "dash"),
+        ("bad.example.test", "deny", None, None, "dash")]
+
+
+def test_dash_needs_a_terminal(with_dev):
+    r = with_dev.inv(with_dev.toplevel, "dash", check=False)
+    assert r.returncode == 2 and "inv dash needs a terminal" in r.stderr
+
+
+def test_session_keys_without_the_sessions_package_say_so(busy_group):
+    from chtop_tasks.dash import sessions_adapter
+
+    if sessions_adapter.available():
+        pytest.skip("chtop_tasks.sessions is installed: the keys are covered by tests/test_dash_tmux.py")
+
+    async def scenario():
+        app = DashApp(top_of(busy_group), refresh_seconds=0.5, hold_requests=False, sandbox_load=False)
+        async with app.run_test(size=(180, 45)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None, what="a snapshot")
+            assert "sessions: not available" in str(app.query_one("#status").render())
+            await pilot.press("s")
+            await wait_for(pilot, lambda: "agent sessions are not available" in app.message, what="start refused")
+            await pilot.press("a")
+            await wait_for(pilot, lambda: "no live agent session in dev" in app.message, what="attach refused")
+    asyncio.run(scenario())
