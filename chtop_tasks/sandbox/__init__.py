@@ -13,6 +13,7 @@ May import: ``errors``, ``runner``, ``places``, ``workspace`` and ``proxy``
 from .launch import (
     LaunchPlan,
     exec_plan,
+    format_sandbox_table,
     list_sandboxes,
     plan_launch,
     run_plan,
@@ -20,4 +21,4 @@ from .launch import (
     show_warnings,
 )
 
-__all__ = ["LaunchPlan", "exec_plan", "list_sandboxes", "plan_launch", "run_plan", "shell_command", "show_warnings"]
+__all__ = ["LaunchPlan", "exec_plan", "format_sandbox_table", "list_sandboxes", "plan_launch", "run_plan", "shell_command", "show_warnings"]

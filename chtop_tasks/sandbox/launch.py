@@ -296,6 +296,17 @@ def list_sandboxes(group_dir: Path) -> list[dict[str, str]]:
     return rows
 
 
+PS_COLUMNS = ("name", "worktree", "purpose", "network", "status", "command")
+
+
+def format_sandbox_table(rows: list[dict[str, str]]) -> list[str]:
+    """``sbox.ps``'s table: a header row, then one aligned row per sandbox (the command last)."""
+    widths = {col: max(len(col), *(len(row[col]) for row in rows)) for col in PS_COLUMNS[:-1]}
+    def line(cells):
+        return "  ".join(cells[c].ljust(widths[c]) for c in PS_COLUMNS[:-1]) + "  " + cells["command"]
+    return [line({c: c.upper() for c in PS_COLUMNS})] + [line(row) for row in rows]
+
+
 def show_warnings(plan: LaunchPlan, stream=None) -> None:
     for line in plan.warnings:
         print(f"warning: {line}", file=stream or sys.stderr, flush=True)
