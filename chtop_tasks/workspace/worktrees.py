@@ -74,12 +74,26 @@ class AddStep:
         return ["git", "worktree", "add", "-b", name, str(self.checkout.path), self.start]
 
 
+def refuse_uncommitted_manifest(top: Workspace) -> None:
+    """A new worktree checks out the toplevel's committed manifest, so an edit not committed yet
+    would give it other repos than the toplevel has: refuse, saying how to commit it."""
+    manifest = top.manifest.path.name
+    changed = git(top.toplevel, ["status", "--porcelain", "--", manifest]).stdout.strip()
+    if changed:
+        raise Refused(
+            f"{top.toplevel / manifest} has uncommitted changes; a new worktree is a checkout of the "
+            f"toplevel's last commit, so it would get the committed manifest, not your edit.\n"
+            f"Commit it first:  git -C {top.toplevel} commit -m 'my repos' {manifest}"
+        )
+
+
 def plan_create(ws: Workspace, name: str) -> list[AddStep]:
     """Check every repo, then return the worktree adds to make (touches nothing)."""
     why = name_problem(ws, name)
     if why:
         raise UsageError(why)
     top = ws.for_root(ws.toplevel)
+    refuse_uncommitted_manifest(top)
     missing = [c.name for c in top.checkouts()[1:] if not (c.path / ".git").exists()]
     if missing:
         raise Refused(f"repo(s) not cloned in the toplevel: {', '.join(missing)}.\nRun `inv toplevel.init` there first.")
@@ -162,10 +176,15 @@ def create_worktree(ws: Workspace, name: str, build_venv=None) -> Workspace:
 
 
 def closing_hints(ws: Workspace) -> str:
+    if (ws.venv_dir / "bin" / "python").exists():
+        direnv = f"  cd {ws.root} && direnv allow .      # activates its venv"
+    else:
+        direnv = (f"  cd {ws.root} && direnv allow .      # its env; no venv yet (--no-venv): "
+                  f"inv venv.build --workdir {ws.root}")
     return "\n".join([
         f"Worktree ready: {ws.root}",
         "Next:",
-        f"  cd {ws.root} && direnv allow .      # activates its venv",
+        direnv,
         f"  tmux new -s {ws.name} && inv sbox.claude   # the sandboxed agent",
         f"The agents of this group share one login ({ws.claude_dir}): the first launch in a new group",
         "needs /login once (or a long-lived token in ~/.config/chtop/secrets.env).",
@@ -189,6 +208,9 @@ def delete_problems(wt: Workspace) -> list[str]:
         here = display_name(wt, checkout.path)
         if not checkout.path.exists():
             return []
+        if not checkout.store.is_dir():
+            return [f"{here}: its repo is not cloned in the toplevel ({display_name(wt, checkout.store.parent)}), "
+                    "so git cannot check it; its files would be lost"]
         found = []
         dirty = dirty_paths(checkout.path)
         tracked = [d for d in dirty if not d.startswith("??")]
@@ -213,7 +235,7 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
     here = (cwd or Path.cwd()).resolve()
     if here == wt.root or wt.root in here.parents:
         raise Refused(f"you are inside {wt.root}; run worktree.delete from elsewhere (e.g. {ws.toplevel})")
-    verify_git_dirs(wt)
+    verify_git_dirs(wt, [c.name for c in wt.checkouts() if c.store.is_dir()])
     problems = delete_problems(wt)
     if problems and not force:
         raise Refused(f"refusing to delete {wt.root}:\n  " + "\n  ".join(problems)
@@ -223,8 +245,12 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
         warn("--force: deleting despite:\n  " + "\n  ".join(problems))
     kept = []
     top = ws.for_root(ws.toplevel)
-    for checkout in reversed(wt.checkouts()):
+    for checkout in reversed(checkouts_to_delete(wt, top)):
         main_dir = main_checkout_dir(top, checkout)
+        if not (main_dir / ".git").exists():
+            warn(f"{display_name(ws, main_dir)} is not cloned in the toplevel: removing "
+                 f"{display_name(ws, checkout.path)} as a plain directory")
+            continue
         branch = head_branch(checkout.path) if checkout.path.exists() else name
         if checkout.path.exists():
             runner.run(["git", "worktree", "remove", "--force", str(checkout.path)], cwd=main_dir)
@@ -237,6 +263,16 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
         shutil.rmtree(wt.root)
     runner.run(["git", "worktree", "prune"], cwd=ws.toplevel, check=False)
     return kept
+
+
+def checkouts_to_delete(wt: Workspace, top: Workspace) -> list[Checkout]:
+    """The worktree's checkouts (its own manifest), plus any repo of the toplevel's manifest that has
+    a checkout in it too (the two manifests differ when one was edited after the worktree was made)."""
+    own = wt.checkouts()
+    names = {c.name for c in own}
+    extra = [Checkout(c.name, wt.root / c.name, c.store) for c in top.checkouts()[1:]
+             if c.name not in names and (wt.root / c.name / ".git").is_file()]
+    return own + extra
 
 
 # -- list --------------------------------------------------------------------
