@@ -141,3 +141,16 @@ def test_repo_excludes_are_written_for_each_repo(initialized):
     for repo in ws.manifest.names:
         text = (initialized.toplevel / repo / ".git" / "info" / "exclude").read_text()
         assert "*.egg-info/" in text and "__pycache__/" in text
+
+
+def test_a_deleted_worktrees_policy_layer_goes_with_it(with_dev):
+    g = with_dev
+    g.inv(g.toplevel, "net.allow", "--worktree", "dev", "only-dev.example.org")
+    layer = g.toplevel / "sandbox" / "worktrees" / "dev"
+    assert (layer / "net-allow.txt").exists()
+    out = g.inv(g.toplevel, "worktree.delete", "--name", "dev").stdout
+    assert "removed its network policy layer top/sandbox/worktrees/dev/" in out
+    assert not layer.exists()
+    assert git(g.toplevel, "status", "--porcelain") == ""
+    refused = g.inv(g.toplevel, "net.allow", "--worktree", "dev", "x.example.org", check=False)
+    assert refused.returncode == 2 and "no such worktree" in refused.stderr

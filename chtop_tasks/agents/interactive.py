@@ -58,14 +58,18 @@ def run_interactive(
     cwd: Path | str | None = None,
     *,
     stdin_fd: int | None = None,
+    shown: str | None = None,
 ) -> int:
     """Run ``argv`` attached to the user; return its exit status (128+sig if killed).
 
     ``env`` is the child's complete environment (None: ours).  The pty path
-    is taken only when stdin is a terminal.
+    is taken only when stdin is a terminal.  ``shown`` replaces the echoed argv.
     """
     argv = [str(a) for a in argv]
-    echo(argv, cwd)
+    if shown is None:
+        echo(argv, cwd)
+    else:
+        print(shown, file=sys.stderr, flush=True)   # a shorter line the caller chose (a sandbox launch)
     fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
     try:
         tty = os.isatty(fd)

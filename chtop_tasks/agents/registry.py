@@ -176,7 +176,7 @@ def launch(agent_name: str, args: list[str], cwd: Path, *, dir: Path | None = No
     Interactive (a pty, resized with the terminal) when stdin is a terminal.
     Git identity, CLAUDE_CONFIG_DIR and IS_SANDBOX are the sandbox's own.
     """
-    from ..sandbox import plan_launch, run_plan, show_warnings
+    from ..sandbox import launch_line, plan_launch, run_plan, show_warnings
     from .interactive import run_interactive
 
     agent = get_agent(agent_name)
@@ -201,5 +201,5 @@ def launch(agent_name: str, args: list[str], cwd: Path, *, dir: Path | None = No
         print(f"chtop: {line}", file=sys.stderr, flush=True)
     show_warnings(plan)
     if interactive:
-        return run_interactive(plan.argv, env=plan.env, stdin_fd=fd)
+        return run_interactive(plan.argv, env=plan.env, stdin_fd=fd, shown=launch_line(plan))
     return run_plan(plan)

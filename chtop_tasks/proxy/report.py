@@ -44,10 +44,31 @@ def format_status(group_dir: Path) -> tuple[str, bool]:
     return "\n".join(lines), True
 
 
-def add_entries(policy_dir: Path, specs: list[str], kind: str, worktree: str | None) -> list[str]:
+def require_worktree(group_dir: Path, worktree: str) -> None:
+    """``--worktree NAME`` must name an existing feature worktree of this group."""
+    from ..places import user_config_dir
+    from ..workspace.layout import find_workspace
+
+    if Path(group_dir) == user_config_dir():
+        raise UsageError(f"--worktree {worktree}: the --dir group has no worktrees (run this in a workspace, "
+                         "or leave out --worktree for the group's lists)")
+    root = Path(group_dir) / worktree
+    try:
+        ws = find_workspace(root) if (root / ".git").is_file() else None
+    except ChtopError:
+        ws = None
+    if ws is None or ws.root != root or ws.is_toplevel:
+        raise UsageError(f"--worktree {worktree}: no such worktree in {group_dir} "
+                         f"(inv worktree.list shows them; inv worktree.create --name {worktree} makes it)")
+
+
+def add_entries(policy_dir: Path, specs: list[str], kind: str, worktree: str | None,
+                group_dir: Path | None = None) -> list[str]:
     """Validate every entry first, then append each once; lines saying what changed."""
     if not specs:
         raise UsageError(f"give at least one domain: inv net.{kind} DOMAIN...")
+    if worktree is not None and group_dir is not None:
+        require_worktree(group_dir, worktree)
     path = list_path(policy_dir, kind, worktree)
     if not path.exists() and worktree is None:
         raise ChtopError(f"{path} does not exist", 2)

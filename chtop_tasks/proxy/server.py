@@ -102,6 +102,7 @@ class Server:
         self.counts: dict[str, int] = {}
         self.watchers: set = set()
         self.holds: dict[str, asyncio.Future] = {}
+        self.hold_waiters: dict[str, int] = {}     # held requests per host (a prompt ends with the last)
         self.listeners: dict[str, socket.socket] = {}
         self.worktree_sockets: dict[str, Path] = {}
         self.tunnels: set[Tunnel] = set()
@@ -239,6 +240,9 @@ class Server:
                 await self._plain(conn, req, rest, rec, worktree, st)
         except Refusal as r:
             rec.update(decision=r.decision, status=r.status, reason=r.reason)
+            if rec.get("_allowed_after_hold"):      # the watcher said allow: tell it this still failed
+                self._notify({"event": "refused", "host": rec.get("host"), "status": r.status,
+                              "reason": r.reason})
             try:
                 await self.loop.sock_sendall(conn, reply_bytes(r.status, r.body, r.decision))
                 conn.shutdown(socket.SHUT_WR)
@@ -268,6 +272,7 @@ class Server:
                     s.close()
             self.active -= 1
             if rec is not None:
+                rec.pop("_allowed_after_hold", None)
                 rec["ms"] = round((time.monotonic() - t0) * 1000, 2)
                 self._count(rec.get("decision", "error"))
                 self.log.queue(rec)
@@ -275,7 +280,7 @@ class Server:
                     self._flush_pending = True
                     self.loop.call_later(0.1, self._flush_log)
 
-    async def _judge(self, host: str, port: int, worktree: str | None, rec: dict):
+    async def _judge(self, host: str, port: int, worktree: str | None, rec: dict, conn=None):
         verdict = self.policy.judge(host, worktree)
         if verdict.decision == "blocked" and self.watchers and self.cfg.hold_seconds > 0:
             fut = self.holds.get(host)
@@ -284,14 +289,11 @@ class Server:
                 self.holds[host] = fut
                 self._notify({"event": "blocked", "host": host, "port": port,
                               "worktree": worktree, "hold": self.cfg.hold_seconds})
-            try:
-                answer = await asyncio.wait_for(asyncio.shield(fut), self.cfg.hold_seconds)
-            except TIMEOUTS:
-                answer = "timeout"
-                if self.holds.get(host) is fut:
-                    del self.holds[host]
+            answer = await self._hold(host, fut, conn)
             verdict = self.policy.judge(host, worktree)
             verdict.reason += f" (held for watch: {answer})"
+            if verdict.decision == "allowed":
+                rec["_allowed_after_hold"] = True
         rec["reason"] = rec["rule"] = verdict.reason
         if verdict.decision == "denied":
             raise Refusal(403, "denied", verdict.reason,
@@ -299,6 +301,58 @@ class Server:
         if verdict.decision == "blocked":
             raise Refusal(403, "blocked", verdict.reason, blocked_body(host, port, worktree))
         return verdict
+
+    async def _hold(self, host: str, fut: asyncio.Future, conn) -> str:
+        """Wait for the watcher's answer; "timeout" or "client left" end the wait too.  When the
+        last request held for ``host`` ends so, the watchers are told ("expired" / "gone")."""
+        self.hold_waiters[host] = self.hold_waiters.get(host, 0) + 1
+        answer_wait = asyncio.ensure_future(asyncio.shield(fut))
+        gone, stop_watching = self._client_gone(conn) if conn is not None else (self.loop.create_future(), None)
+        try:
+            done, _ = await asyncio.wait({answer_wait, gone}, timeout=self.cfg.hold_seconds,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if stop_watching is not None:
+                stop_watching()
+            for f in (answer_wait, gone):
+                if not f.done():
+                    f.cancel()
+            self.hold_waiters[host] -= 1
+            if not self.hold_waiters[host]:
+                del self.hold_waiters[host]
+        if answer_wait in done:
+            return answer_wait.result()
+        why = "client left" if gone in done else "timeout"
+        if self.holds.get(host) is fut and (why == "timeout" or host not in self.hold_waiters):
+            del self.holds[host]
+            self._notify({"event": "expired" if why == "timeout" else "gone", "host": host})
+        return why
+
+    def _client_gone(self, conn: socket.socket):
+        """A future set when the held client closes its connection (it sent nothing more), and the
+        function that stops watching.  A client that sends data early is not watched further."""
+        fut = self.loop.create_future()
+        fd = conn.fileno()
+        watching = [True]
+
+        def stop():
+            if watching[0]:
+                watching[0] = False
+                self.loop.remove_reader(fd)
+
+        def readable():
+            try:
+                data = conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            stop()
+            if not data and not fut.done():
+                fut.set_result(True)
+
+        self.loop.add_reader(fd, readable)
+        return fut, stop
 
     async def _resolve(self, host: str, port: int) -> list[str]:
         if is_ip(host):
@@ -384,7 +438,7 @@ class Server:
         except BadHost as exc:
             raise Refusal(400, "bad-request", f"bad CONNECT target: {exc}") from None
         rec.update(host=host, port=port)
-        verdict = await self._judge(host, port, worktree, rec)
+        verdict = await self._judge(host, port, worktree, rec, conn)
         st["upstream"] = upstream = await self._open_upstream(host, port, verdict, rec)
         rec.update(decision="allowed", status=200)
         await self.loop.sock_sendall(conn, b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -457,7 +511,7 @@ class Server:
             if not same:
                 raise Refusal(403, "blocked",
                               f"Host header {host_headers[0]!r} disagrees with URL host {authority!r}")
-        verdict = await self._judge(host, port, worktree, rec)
+        verdict = await self._judge(host, port, worktree, rec, conn)
         st["upstream"] = upstream = await self._open_upstream(host, port, verdict, rec)
         rec.update(decision="allowed")
         lines = [f"{req.method} {path} HTTP/1.{req.minor}"]
@@ -473,9 +527,29 @@ class Server:
         except OSError as exc:
             raise Refusal(502, "allowed", f"upstream {host}:{port} closed: {exc}") from None
         rec["_sent"] = len(head)
-        tunnel.down.start()
         tunnel.up.start()
+        rec["status"] = await self._response_status(upstream, tunnel)
+        tunnel.down.start()
         await tunnel.done
+
+    async def _response_status(self, upstream: socket.socket, tunnel: Tunnel) -> int | None:
+        """The upstream's HTTP status, peeked (left in the socket for the client) once it answers."""
+        ready = self.loop.create_future()
+        fd = upstream.fileno()
+        self.loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+        try:
+            await asyncio.wait({ready, tunnel.done}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self.loop.remove_reader(fd)
+            if not ready.done():
+                ready.cancel()
+        try:
+            first = upstream.recv(16, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except OSError:
+            return None
+        if first[:7] in (b"HTTP/1.", b"HTTP/2 ") and first[8:9] == b" " and first[9:12].isdigit():
+            return int(first[9:12])
+        return None
 
     # ---- control socket ------------------------------------------------------------
     def _notify(self, event: dict):

@@ -1,8 +1,11 @@
-"""``inv net.watch``: prompt for each newly blocked domain (Appendix F, B and C).
+"""``inv net.watch``: prompt for each newly blocked domain.
 
 While a watcher is attached, the proxy holds a blocked request open (up to
 CHTOP_PROXY_HOLD_SECONDS) until the answer comes; the answer is applied
 (list written, or allow-once sent) and the held request proceeds at once.
+On a terminal one key answers (no Enter).  A prompt whose request expired or
+whose client left is taken down; a request allowed here that the proxy then
+refused anyway (a private address, an unreachable host) is reported.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import os
 import select
 import socket
 import sys
+import termios
+import tty
 from pathlib import Path
 
 from ..errors import ChtopError
@@ -19,7 +24,8 @@ from ..places import runtime_dir
 from .policy import append_entry, list_path
 
 ANSWERS = {"o": "allow-once", "a": "allow-always", "d": "deny", "i": "ignore",
-           "w": "allow-worktree", "": "ignore"}
+           "w": "allow-worktree"}
+END_KEYS = (b"\x04",)           # Ctrl-D on a terminal in cbreak mode (no line discipline EOF)
 
 
 def _prompt(event: dict) -> str:
@@ -27,6 +33,17 @@ def _prompt(event: dict) -> str:
     extra = f"  [w] allow for {event['worktree']} only" if event.get("worktree") else ""
     return (f"\nBLOCKED {event['host']}:{event['port']}{where} (held up to {event['hold']:g}s)\n"
             f"  [o] allow once  [a] allow always  [d] deny always  [i] ignore{extra} ? ")
+
+
+def ended_hold_text(event: dict) -> str:
+    why = ("its hold time ran out: it was refused (403)" if event["event"] == "expired"
+           else "its client gave up waiting")
+    return f"{event['host']}: no answer needed any more, {why}"
+
+
+def refused_anyway_text(event: dict) -> str:
+    return (f"{event['host']}: allowed, but the proxy then refused the request anyway "
+            f"({event.get('status')}: {event.get('reason')})")
 
 
 def apply_answer(policy_dir: Path, event: dict, answer: str) -> str:
@@ -67,8 +84,11 @@ def watch(group_dir: Path, policy_dir: Path, stdin=None, stdout=None) -> int:
         raise ChtopError(f"the proxy refused the watcher: {line.decode(errors='replace')}", 1)
     queue: list[dict] = []
     prompting = None
-    ibuf = b""
     in_fd = stdin.fileno()
+    on_terminal = os.isatty(in_fd)
+    saved = termios.tcgetattr(in_fd) if on_terminal else None
+    if on_terminal:
+        tty.setcbreak(in_fd)         # one key answers; Ctrl-C still interrupts
     print("watching for blocked requests (Ctrl-D to stop) ...", file=stdout, flush=True)
     try:
         while True:
@@ -89,14 +109,24 @@ def watch(group_dir: Path, policy_dir: Path, stdin=None, stdout=None) -> int:
                         known = [e["host"] for e in queue] + ([prompting["host"]] if prompting else [])
                         if msg["host"] not in known:
                             queue.append(msg)
+                    elif msg.get("event") in ("expired", "gone"):
+                        queue = [e for e in queue if e["host"] != msg["host"]]
+                        if prompting is not None and prompting["host"] == msg["host"]:
+                            print(f"\n  {ended_hold_text(msg)}", file=stdout, flush=True)
+                            prompting = None
+                    elif msg.get("event") == "refused":
+                        print(f"  {refused_anyway_text(msg)}", file=stdout, flush=True)
             if in_fd in ready:
                 chunk = os.read(in_fd, 1024)
-                if not chunk:
+                if not chunk or any(k in chunk for k in END_KEYS):
                     return 0
-                ibuf += chunk
-                while b"\n" in ibuf and prompting is not None:
-                    line, ibuf = ibuf.split(b"\n", 1)
-                    key = line.decode(errors="replace").strip().lower()[:1]
+                for key in chunk.decode(errors="replace").lower():
+                    if prompting is None:
+                        break              # keys typed with no prompt up are dropped
+                    if key.isspace():
+                        continue
+                    if on_terminal:
+                        print(key, file=stdout, flush=True)     # cbreak does not echo
                     answer = ANSWERS.get(key)
                     if answer is None or (answer == "allow-worktree" and not prompting.get("worktree")):
                         print("  answer o, a, d, i" + (" or w" if prompting.get("worktree") else "")
@@ -110,7 +140,7 @@ def watch(group_dir: Path, policy_dir: Path, stdin=None, stdout=None) -> int:
                                               "answer": answer}) + "\n").encode())
                     print(f"  {said}", file=stdout, flush=True)
                     prompting = None
-                if prompting is None:
-                    ibuf = b""
     finally:
+        if saved is not None:
+            termios.tcsetattr(in_fd, termios.TCSADRAIN, saved)
         sock.close()

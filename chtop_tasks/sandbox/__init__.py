@@ -14,11 +14,13 @@ from .launch import (
     LaunchPlan,
     exec_plan,
     format_sandbox_table,
+    launch_line,
     list_sandboxes,
     plan_launch,
     run_plan,
+    sandboxes_in,
     shell_command,
     show_warnings,
 )
 
-__all__ = ["LaunchPlan", "exec_plan", "format_sandbox_table", "list_sandboxes", "plan_launch", "run_plan", "shell_command", "show_warnings"]
+__all__ = ["LaunchPlan", "exec_plan", "format_sandbox_table", "launch_line", "list_sandboxes", "plan_launch", "run_plan", "sandboxes_in", "shell_command", "show_warnings"]

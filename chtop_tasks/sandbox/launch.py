@@ -12,6 +12,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import signal
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from ..errors import ChtopError, CommandFailed, UsageError
 from ..places import Target, group_id, home_dir
-from ..runner import echo
+from ..runner import format_command
 from ..workspace.layout import admin_dir_for, verify_git_dirs
 from . import podman as podman_mod
 from .mounts import MountContext, plan_mounts
@@ -242,9 +243,31 @@ def _which_host(name: str) -> bool:
     return any(Path(d, name).is_file() for d in ("/usr/bin", "/bin", "/usr/local/bin"))
 
 
+VERBOSE_ENV = "CHTOP_VERBOSE"
+
+
+def launch_line(plan: LaunchPlan) -> str:
+    """What a launch prints: one short line, or the whole podman argv with ``CHTOP_VERBOSE=1``
+    (``--dry-run`` prints the whole argv too)."""
+    if os.environ.get(VERBOSE_ENV, "") not in ("", "0"):
+        return format_command(plan.argv)
+    argv = plan.argv
+    mounts = sum(1 for a in argv if a.startswith(("--volume=", "--mount=", "--tmpfs=")))
+    try:
+        command = argv[argv.index(podman_mod.ENTRY) + 3:]
+    except ValueError:
+        command = []
+    return (f"$ podman run … ({mounts} mounts) {plan.container_name} -- {shlex.join(command)}"
+            f"   [full command: {VERBOSE_ENV}=1]")
+
+
+def announce(plan: LaunchPlan) -> None:
+    print(launch_line(plan), file=sys.stderr, flush=True)
+
+
 def run_plan(plan: LaunchPlan) -> int:
     """Run a non-interactive plan, stdio passed through; its exit status (128+signal if killed)."""
-    echo(plan.argv)
+    announce(plan)
     old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         try:
@@ -259,7 +282,7 @@ def run_plan(plan: LaunchPlan) -> int:
 
 def exec_plan(plan: LaunchPlan):
     """Become the podman process (sbox.run: no Python left around it, exit status is podman's)."""
-    echo(plan.argv)
+    announce(plan)
     sys.stdout.flush()
     sys.stderr.flush()
     try:
@@ -290,10 +313,22 @@ def list_sandboxes(group_dir: Path) -> list[dict[str, str]]:
         names = item.get("Names") or ["?"]
         command = item.get("Command") or []
         rows.append({"name": names[0], "worktree": labels.get(f"{LABEL}.worktree", "?"),
+                     "root": labels.get(f"{LABEL}.root", "?"),
                      "purpose": labels.get(f"{LABEL}.purpose", "?"),
                      "network": labels.get(f"{LABEL}.network", "?"), "status": item.get("Status", "?"),
                      "command": " ".join(command[4:] if command[:2] == ["/bin/sh", podman_mod.ENTRY] else command)})
     return rows
+
+
+def sandboxes_in(group_dir: Path, root: Path) -> list[dict[str, str]]:
+    """The running sandboxes of ``group_dir`` whose root is ``root`` (none when podman is absent)."""
+    try:
+        rows = list_sandboxes(group_dir)
+    except CommandFailed as exc:
+        if "not installed" in str(exc):
+            return []
+        raise
+    return [row for row in rows if row["root"] == str(root)]
 
 
 PS_COLUMNS = ("name", "worktree", "purpose", "network", "status", "command")

@@ -61,8 +61,8 @@ def _add(kind, domain, worktree, private):
     specs = ([domain] if domain else []) + remainder_args()
     if private:
         specs = [s + " private" for s in specs]
-    _, policy = report.locate()
-    for line in report.add_entries(policy, specs, kind, worktree or None):
+    group, policy = report.locate()
+    for line in report.add_entries(policy, specs, kind, worktree or None, group):
         say(line)
 
 

@@ -48,7 +48,7 @@ def shell(c, dir=None, network="proxy", allow_self_edit=False):  # noqa: A002
 
     tty = sys.stdin.isatty()          # no terminal: bash reads commands from stdin, no pty
     plan = _plan(sandbox.shell_command(interactive=tty), tty, "shell", dir, network, allow_self_edit)
-    return run_interactive(plan.argv, plan.env)
+    return run_interactive(plan.argv, plan.env, shown=sandbox.launch_line(plan))
 
 
 @task(help={"dir": "list the --dir sandboxes (group ~/.config/chtop) instead of this workspace's"})

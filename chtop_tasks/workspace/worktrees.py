@@ -229,12 +229,26 @@ def delete_problems(wt: Workspace) -> list[str]:
     return [p for problems in fan_out(check, wt.checkouts()) for p in problems]
 
 
+def refuse_running_sandboxes(wt: Workspace) -> None:
+    """A sandbox still running in the worktree would be left working in a deleted tree: refuse,
+    even with --force, naming each container and how to stop it."""
+    from ..sandbox import sandboxes_in  # the sandbox package imports this one
+
+    running = sandboxes_in(wt.grouping, wt.root)
+    if running:
+        names = [row["name"] for row in running]
+        raise Refused(f"refusing to delete {wt.root}: {len(names)} sandbox(es) still run in it: "
+                      + ", ".join(f"{row['name']} ({row['purpose']}, {row['status']})" for row in running)
+                      + f"\nEnd the agent or shell in it, or stop it:  podman stop {' '.join(names)}")
+
+
 def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | None = None) -> list[str]:
     """Remove ``<grouping>/<name>``; returns the branches kept (unmerged)."""
     wt = worktree_workspace(ws, name)
     here = (cwd or Path.cwd()).resolve()
     if here == wt.root or wt.root in here.parents:
         raise Refused(f"you are inside {wt.root}; run worktree.delete from elsewhere (e.g. {ws.toplevel})")
+    refuse_running_sandboxes(wt)
     verify_git_dirs(wt, [c.name for c in wt.checkouts() if c.store.is_dir()])
     problems = delete_problems(wt)
     if problems and not force:
@@ -262,7 +276,17 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
     if wt.root.exists():
         shutil.rmtree(wt.root)
     runner.run(["git", "worktree", "prune"], cwd=ws.toplevel, check=False)
+    remove_policy_layer(ws, name)
     return kept
+
+
+def remove_policy_layer(ws: Workspace, name: str) -> None:
+    """The worktree's own net-allow/net-deny layer (``sandbox/worktrees/NAME/``) goes with it."""
+    layer = ws.policy_dir / "worktrees" / name
+    if layer.is_dir() and not layer.is_symlink():
+        shutil.rmtree(layer)
+        say(f"removed its network policy layer {display_name(ws, layer)}/ "
+            "(if it was committed, commit the removal in the toplevel)")
 
 
 def checkouts_to_delete(wt: Workspace, top: Workspace) -> list[Checkout]:

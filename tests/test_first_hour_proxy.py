@@ -1,0 +1,118 @@
+"""The proxy as a new user meets it: net.watch answered with one key, prompts that go away with
+their request, allows that were refused anyway, deny of a public suffix, and the status of an
+allowed plain-HTTP request in requests.jsonl (a real proxy, real sockets, a real pty)."""
+# ruff: noqa: F811  (pytest fixtures imported from proxy_helpers are redefined as arguments)
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+import pytest
+from conftest import REPO_ROOT
+from proxy_helpers import EchoServer, HTTPSServer, connect_proxy, proxy, raw_request, read_head  # noqa: F401
+
+pexpect = pytest.importorskip("pexpect")
+
+
+def spawn_watcher(p):
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from pathlib import Path; "
+            "from chtop_tasks.proxy.watch import watch; sys.exit(watch(Path(sys.argv[2]), Path(sys.argv[3])))")
+    child = pexpect.spawn(sys.executable, ["-c", code, str(REPO_ROOT), str(p.group), str(p.policy)],
+                          env=dict(os.environ), timeout=30, encoding="utf-8")
+    child.expect("watching")
+    return child
+
+
+def held_connect(p, target, result):
+    def client():
+        with connect_proxy(p, timeout=30) as s:
+            s.sendall(f"CONNECT {target} HTTP/1.1\r\n\r\n".encode())
+            result["status"] = read_head(s)[0]
+    t = threading.Thread(target=client)
+    t.start()
+    return t
+
+
+def test_one_key_answers_without_enter(proxy):
+    echo = EchoServer()
+    try:
+        proxy.start()
+        child = spawn_watcher(proxy)
+        result = {}
+        t = held_connect(proxy, f"127.0.0.2:{echo.port}", result)
+        child.expect(r"BLOCKED 127\.0\.0\.2")
+        child.expect_exact("? ")
+        child.send("o")                       # no Enter
+        child.expect("allowed until the proxy stops")
+        t.join(30)
+        assert result["status"] == 403        # 127.0.0.2 is private and not marked so: refused anyway
+        child.expect("allowed, but the proxy then refused the request anyway")
+        child.expect("non-public address")
+        child.sendcontrol("d")
+        child.expect(pexpect.EOF)
+    finally:
+        echo.close()
+
+
+def test_a_prompt_goes_away_when_its_hold_expires(proxy, monkeypatch):
+    monkeypatch.setenv("CHTOP_PROXY_HOLD_SECONDS", "1")
+    proxy.start()
+    child = spawn_watcher(proxy)
+    result = {}
+    t = held_connect(proxy, "pypi.example.test:443", result)
+    child.expect(r"BLOCKED pypi\.example\.test")
+    t.join(30)
+    assert result["status"] == 403
+    child.expect("pypi.example.test: no answer needed any more, its hold time ran out")
+    child.send("a")                             # a late key answers nothing
+    child.sendcontrol("d")
+    child.expect(pexpect.EOF)
+    assert "pypi.example.test" not in (proxy.policy / "net-allow.txt").read_text()
+
+
+def test_a_prompt_goes_away_when_its_client_leaves(proxy):
+    proxy.start()
+    child = spawn_watcher(proxy)
+    s = connect_proxy(proxy, timeout=30)
+    s.sendall(b"CONNECT other.example.test:443 HTTP/1.1\r\n\r\n")
+    child.expect(r"BLOCKED other\.example\.test")
+    s.close()
+    child.expect("other.example.test: no answer needed any more, its client gave up waiting")
+    child.sendcontrol("d")
+    child.expect(pexpect.EOF)
+
+
+def test_deny_of_a_public_suffix_is_refused(initialized):
+    g = initialized
+    before = (g.toplevel / "sandbox" / "net-deny.txt").read_text()
+    for bad in ("com", "co.uk", "*.github.io"):
+        result = g.inv(g.toplevel, "net.deny", bad, check=False)
+        assert result.returncode == 2 and "is a public suffix" in result.stderr, result.stderr
+    assert (g.toplevel / "sandbox" / "net-deny.txt").read_text() == before
+
+
+def test_allowed_plain_http_has_a_status_in_the_log(proxy, tmp_path):
+    import time
+
+    (tmp_path / "www").mkdir()
+    (tmp_path / "www" / "f.txt").write_text("plain body")
+    server = HTTPSServer(tmp_path / "www", {}, tls=False)
+    try:
+        proxy.allow("plain.example.test private")
+        proxy.start()
+        host = f"plain.example.test:{server.port}"
+        for path, want in (("/f.txt", 200), ("/missing", 404)):
+            status, body = raw_request(proxy, f"GET http://{host}{path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode(),
+                                       to_close=True)
+            assert status == want
+        deadline = time.monotonic() + 10
+        while True:
+            got = [r for r in proxy.records() if r.get("method") == "GET" and r.get("decision") == "allowed"]
+            if len(got) == 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert [r.get("status") for r in got] == [200, 404]
+    finally:
+        server.close()
