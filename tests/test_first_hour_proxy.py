@@ -116,3 +116,57 @@ def test_allowed_plain_http_has_a_status_in_the_log(proxy, tmp_path):
         assert [r.get("status") for r in got] == [200, 404]
     finally:
         server.close()
+
+
+def test_chtop_net_tasks_manage_the_dir_group(tmp_path, monkeypatch, hermetic):
+    """Outside a workspace: start, allow (seeds the user's own policy), status, pending, stop."""
+    import subprocess
+
+    from proxy_helpers import free_port
+
+    from chtop_tasks.places import default_policy_dir, user_config_dir
+    from chtop_tasks.proxy import stop_proxy
+
+    shipped = (default_policy_dir() / "net-allow.txt").read_text()
+    monkeypatch.setenv("CHTOP_PROXY_PORT", str(port := free_port()))
+    project = tmp_path / "proj"
+    project.mkdir()
+    chtop = [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+             "from chtop_tasks.cli import main; main()", str(REPO_ROOT)]
+
+    def run(*args, code=0):
+        result = subprocess.run([*chtop, *args], cwd=project, capture_output=True, text=True, timeout=60,
+                                stdin=subprocess.DEVNULL)
+        assert result.returncode == code, result.stdout + result.stderr
+        return result.stdout
+
+    group = user_config_dir()
+    try:
+        assert "start it with `chtop net.start`" in run("net.status", code=3)
+        assert run("net.start").strip() == f"http://127.0.0.1:{port}"
+        status, body = raw_request(f"{group_sock(group)}", b"CONNECT blocked.example.org:443 HTTP/1.1\r\n\r\n")
+        assert status == 403 and b"chtop net.allow blocked.example.org" in body
+        assert b"inv net.allow" not in body and b"--worktree" not in body
+        assert "approve with `chtop net.allow DOMAIN`" in run("net.pending")
+        out = run("net.allow", "blocked.example.org")
+        own = group / "sandbox"
+        assert "copied chtop's shipped" in out and str(own) in out and "restarted" in out
+        assert (own / "net-allow.txt").read_text().endswith("blocked.example.org\n")
+        assert (own / "fs-allow.txt").is_file()
+        assert (default_policy_dir() / "net-allow.txt").read_text() == shipped     # chtop's own: untouched
+        assert f"policy:   {own}" in run("net.status")
+        status, _ = raw_request(f"{group_sock(group)}", b"CONNECT blocked.example.org:443 HTTP/1.1\r\n\r\n")
+        assert status != 403
+        assert "added to" in run("net.deny", "ugc.example.org") and "copied" not in run("net.deny", "x.example.org")
+        refused = subprocess.run([*chtop, "net.allow", "--worktree", "x", "a.example.org"], cwd=project,
+                                 capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 2 and "the --dir group has no worktrees" in refused.stderr
+        assert "stopped proxy" in run("net.stop")
+    finally:
+        stop_proxy(group)
+
+
+def group_sock(group):
+    from chtop_tasks.places import runtime_dir
+
+    return runtime_dir(group) / "group" / "proxy.sock"

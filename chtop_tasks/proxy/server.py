@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..places import check_worktree_name
+from ..places import check_worktree_name, command_for_group
 from .control import worktree_socket
 from .hostmatch import BadHost, address_is_public, canonical_host, is_ip, parse_authority
 from .logs import RequestLog, net_dir
@@ -299,7 +299,8 @@ class Server:
             raise Refusal(403, "denied", verdict.reason,
                           f"chtop egress proxy: {host} is denied (sandbox/net-deny.txt)\n")
         if verdict.decision == "blocked":
-            raise Refusal(403, "blocked", verdict.reason, blocked_body(host, port, worktree))
+            raise Refusal(403, "blocked", verdict.reason,
+                          blocked_body(host, port, worktree, command_for_group(self.cfg.group_dir)))
         return verdict
 
     async def _hold(self, host: str, fut: asyncio.Future, conn) -> str:
