@@ -257,7 +257,8 @@ def launch_line(plan: LaunchPlan) -> str:
         command = argv[argv.index(podman_mod.ENTRY) + 3:]
     except ValueError:
         command = []
-    return (f"$ podman run … ({mounts} mounts) {plan.container_name} -- {shlex.join(command)}"
+    network = next((a for a in argv if a.startswith("--network=")), "")
+    return (f"$ podman run {network} … ({mounts} mounts) {plan.container_name} -- {shlex.join(command)}"
             f"   [full command: {VERBOSE_ENV}=1]")
 
 

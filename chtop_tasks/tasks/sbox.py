@@ -1,5 +1,6 @@
 """sbox.*: the worktree's sandbox (rootless podman, proxy-only network)."""
 
+import sys
 from pathlib import Path
 
 from invoke import task
@@ -21,6 +22,8 @@ _COMMON_HELP = {
 
 def _plan(command, interactive, purpose, dir, network, allow_self_edit):
     target = places.target_for(Path.cwd(), Path(dir) if dir else None)
+    if target.note:
+        print(f"chtop: {target.note}", file=sys.stderr, flush=True)
     plan = sandbox.plan_launch(target, command, interactive=interactive, purpose=purpose, network=network,
                                allow_self_edit=allow_self_edit, cwd=Path.cwd())
     sandbox.show_warnings(plan)
@@ -42,8 +45,6 @@ def run(c, dir=None, network="proxy", allow_self_edit=False, dry_run=False):  # 
 @reports_errors
 def shell(c, dir=None, network="proxy", allow_self_edit=False):  # noqa: A002
     """Interactive bash in this worktree's sandbox (sees what the agent sees)."""
-    import sys
-
     from ..agents.interactive import run_interactive
 
     tty = sys.stdin.isatty()          # no terminal: bash reads commands from stdin, no pty
