@@ -61,7 +61,7 @@ class ChtopProgram(Program):
 def program() -> Program:
     from . import namespace
 
-    return ChtopProgram(namespace=namespace, name="chtop", binary="chtop", version=version())
+    return ChtopProgram(namespace=namespace, name="chtop", binary="chtop", binary_names=["chtop"], version=version())
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -52,3 +52,12 @@ def test_sbox_ps_table_has_a_header_row():
     assert header.split() == ["NAME", "WORKTREE", "PURPOSE", "NETWORK", "STATUS", "COMMAND"]
     assert row.startswith("chtop-dev-run-abc123  dev ") and row.endswith("sleep 60")
     assert header.index("STATUS") == row.index("Up 3 seconds")
+
+
+def test_shell_completion_for_chtop_and_inv(group, tmp_path):
+    script = chtop(tmp_path, "--print-completion-script", "bash")
+    assert script.returncode == 0 and "complete -F _complete_chtop" in script.stdout
+    tasks = chtop(tmp_path, "--complete", "--", "chtop", "net.").stdout.split()
+    assert "net.allow" in tasks and "worktree.create" in tasks
+    inv = group.inv(group.toplevel, "--print-completion-script", "bash")
+    assert "complete -F _complete_invoke" in inv.stdout
