@@ -154,3 +154,24 @@ def test_a_deleted_worktrees_policy_layer_goes_with_it(with_dev):
     assert git(g.toplevel, "status", "--porcelain") == ""
     refused = g.inv(g.toplevel, "net.allow", "--worktree", "dev", "x.example.org", check=False)
     assert refused.returncode == 2 and "no such worktree" in refused.stderr
+
+
+@pytest.mark.slow
+def test_a_failed_venv_build_of_a_new_worktree_prints_the_retry(with_dev, monkeypatch):
+    """The worktrees stay; the error ends with the command that retries the venv alone."""
+    import dataclasses
+
+    from chtop_tasks.errors import ChtopError
+    from chtop_tasks.tasks.common import venv_builder
+
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("CHTOP_INSTALLER", "pip")
+    dev = find_workspace(with_dev.path("dev"))
+    text = dev.manifest.path.read_text().replace('install = "none"', 'install = "editable"', 1)
+    broken = dataclasses.replace(dev, manifest=parse_manifest(dev.manifest.path, text))   # alpha has no pyproject
+    with pytest.raises(ChtopError) as info:
+        venv_builder(True)(broken)
+    message = str(info.value)
+    assert "The checkouts are kept: only the venv needs the retry" in message
+    assert message.rstrip().endswith(f"inv venv.build --workdir {dev.root}")
+    assert (dev.root / "alpha" / ".git").exists()
