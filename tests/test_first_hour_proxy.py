@@ -65,7 +65,7 @@ def test_a_prompt_goes_away_when_its_hold_expires(proxy, monkeypatch):
     child.expect(r"BLOCKED pypi\.example\.test")
     t.join(30)
     assert result["status"] == 403
-    child.expect("pypi.example.test: no answer needed any more, its hold time ran out")
+    child.expect_exact("\r\x1b[2K\x1b[1A\x1b[2K\r  pypi.example.test: no answer needed any more, its hold time ran out")
     child.send("a")                             # a late key answers nothing
     child.sendcontrol("d")
     child.expect(pexpect.EOF)

@@ -25,6 +25,7 @@ from .policy import append_entry, list_path
 
 ANSWERS = {"o": "allow-once", "a": "allow-always", "d": "deny", "i": "ignore",
            "w": "allow-worktree"}
+ERASE_PROMPT = "\r\033[2K\033[1A\033[2K\r"   # a prompt's two lines, on a terminal
 END_KEYS = (b"\x04",)           # Ctrl-D on a terminal in cbreak mode (no line discipline EOF)
 
 
@@ -112,7 +113,8 @@ def watch(group_dir: Path, policy_dir: Path, stdin=None, stdout=None) -> int:
                     elif msg.get("event") in ("expired", "gone"):
                         queue = [e for e in queue if e["host"] != msg["host"]]
                         if prompting is not None and prompting["host"] == msg["host"]:
-                            print(f"\n  {ended_hold_text(msg)}", file=stdout, flush=True)
+                            erase = ERASE_PROMPT if stdout.isatty() else "\n"
+                            print(f"{erase}  {ended_hold_text(msg)}", file=stdout, flush=True)
                             prompting = None
                     elif msg.get("event") == "refused":
                         print(f"  {refused_anyway_text(msg)}", file=stdout, flush=True)
