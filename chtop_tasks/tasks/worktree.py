@@ -15,7 +15,7 @@ def required_name(name: str, verb: str) -> None:
         raise UsageError(f"worktree.{verb} needs --name NAME (e.g. inv worktree.{verb} --name dev)")
 
 
-@task(help={"name": "worktree and branch name (makes ../NAME)", "no_venv": "skip building its .venv"})
+@task(help={"name": "worktree and branch name (required; makes ../NAME)", "no_venv": "skip building its .venv"})
 @reports_errors
 def create(c, name="", no_venv=False):
     """Make ../NAME: a worktree of every repo on a new branch NAME, dotfiles, venv."""
@@ -24,7 +24,7 @@ def create(c, name="", no_venv=False):
     say(worktrees.closing_hints(new_ws))
 
 
-@task(help={"name": "the worktree to delete",
+@task(help={"name": "the worktree to delete (required)",
             "force": "delete despite uncommitted changes or untracked files (LOSES them); "
                      "unmerged branches are still kept"})
 @reports_errors
