@@ -118,7 +118,8 @@ def test_allowed_plain_http_has_a_status_in_the_log(proxy, tmp_path):
         server.close()
 
 
-def test_chtop_net_tasks_manage_the_dir_group(tmp_path, monkeypatch, hermetic):
+@pytest.mark.parametrize("watch_first", [False, True])
+def test_chtop_net_tasks_manage_the_dir_group(tmp_path, monkeypatch, hermetic, watch_first):
     """Outside a workspace: start, allow (seeds the user's own policy), status, pending, stop."""
     import subprocess
 
@@ -148,7 +149,12 @@ def test_chtop_net_tasks_manage_the_dir_group(tmp_path, monkeypatch, hermetic):
         assert status == 403 and b"chtop net.allow blocked.example.org" in body
         assert b"inv net.allow" not in body and b"--worktree" not in body
         assert "approve with `chtop net.allow DOMAIN`" in run("net.pending")
-        out = run("net.allow", "blocked.example.org")
+        if watch_first:      # net.watch writes answers too: it makes the user's own lists before attaching
+            out = run("net.watch")
+            assert "copied chtop's shipped" in out and "restarted" in out
+            assert "already" not in run("net.allow", "blocked.example.org")
+        else:
+            out = run("net.allow", "blocked.example.org")
         own = group / "sandbox"
         assert "copied chtop's shipped" in out and str(own) in out and "restarted" in out
         assert (own / "net-allow.txt").read_text().endswith("blocked.example.org\n")
@@ -162,6 +168,9 @@ def test_chtop_net_tasks_manage_the_dir_group(tmp_path, monkeypatch, hermetic):
                                  capture_output=True, text=True, timeout=60)
         assert refused.returncode == 2 and "the --dir group has no worktrees" in refused.stderr
         assert "stopped proxy" in run("net.stop")
+        watch = subprocess.run([*chtop, "net.watch"], cwd=project, capture_output=True, text=True, timeout=60,
+                               stdin=subprocess.DEVNULL)
+        assert watch.returncode == 3 and "start it with `chtop net.start`" in watch.stderr
     finally:
         stop_proxy(group)
 

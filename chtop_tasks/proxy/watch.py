@@ -20,7 +20,7 @@ import tty
 from pathlib import Path
 
 from ..errors import ChtopError
-from ..places import runtime_dir
+from ..places import command_for_group, runtime_dir
 from .policy import append_entry, list_path
 
 ANSWERS = {"o": "allow-once", "a": "allow-always", "d": "deny", "i": "ignore",
@@ -70,7 +70,8 @@ def watch(group_dir: Path, policy_dir: Path, stdin=None, stdout=None) -> int:
     try:
         sock.connect(str(runtime_dir(group_dir) / "control.sock"))
     except OSError:
-        raise ChtopError("the proxy is not running; start it with `inv net.start`", 3) from None
+        raise ChtopError(f"the proxy is not running; start it with `{command_for_group(group_dir)} net.start`",
+                         3) from None
     sock.sendall(b'{"cmd": "watch"}\n')
     sbuf = b""
     sock.settimeout(10)
