@@ -175,3 +175,21 @@ def test_a_failed_venv_build_of_a_new_worktree_prints_the_retry(with_dev, monkey
     assert "The checkouts are kept: only the venv needs the retry" in message
     assert message.rstrip().endswith(f"inv venv.build --workdir {dev.root}")
     assert (dev.root / "alpha" / ".git").exists()
+
+
+def test_delete_checks_a_repo_only_the_toplevels_manifest_names(with_dev):
+    """A worktree holding a checkout of a repo its own manifest lacks (the toplevel's has it): that
+    checkout's changes are checked too, and it is removed with its branch."""
+    g = with_dev
+    add_repo_to_manifest(g, "gamma")
+    git(g.toplevel, "commit", "-q", "-m", "gamma", "git_repositories.toml")
+    g.inv(g.toplevel, "toplevel.init", "--no-venv")
+    git(g.toplevel / "gamma", "worktree", "add", "-q", "-b", "dev", str(g.path("dev", "gamma")), "main")
+    (g.path("dev", "gamma", "gamma.txt")).write_text("changed\n")
+    refused = g.inv(g.toplevel, "worktree.delete", "--name", "dev", check=False)
+    assert refused.returncode == 3 and "dev/gamma: uncommitted changes to 1 tracked path(s)" in refused.stderr
+    git(g.path("dev", "gamma"), "checkout", "--", "gamma.txt")
+    g.inv(g.toplevel, "worktree.delete", "--name", "dev")
+    assert not g.path("dev").exists()
+    assert git(g.toplevel / "gamma", "branch", "--format=%(refname:short)") == "main"
+    assert git(g.toplevel / "gamma", "worktree", "list", "--porcelain").count("worktree ") == 1

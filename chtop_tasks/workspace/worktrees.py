@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import runner
-from ..errors import ChtopError, CommandFailed, Refused, UsageError
+from ..errors import ChtopError, CommandFailed, Refused, UsageError, WorkspaceError
 from ..places import worktree_name_problem
 from ..term import say, warn
 from .dotfiles import refresh_workspace_files
@@ -25,7 +25,7 @@ from .gitops import (
     integration_branch,
     main_checkout_dir,
 )
-from .layout import Checkout, Workspace, find_workspace, verify_git_dirs
+from .layout import Checkout, Workspace, checkout_problem, find_workspace, verify_git_dirs
 
 
 def name_problem(ws: Workspace, name: str) -> str | None:
@@ -203,7 +203,14 @@ def worktree_workspace(ws: Workspace, name: str) -> Workspace:
     return find_workspace(root)
 
 
-def delete_problems(wt: Workspace) -> list[str]:
+def delete_problems(wt: Workspace, checkouts: list[Checkout] | None = None,
+                    top: Workspace | None = None) -> list[str]:
+    """What deleting would lose, in every checkout (default: those of the worktree's manifest; a
+    repo only the toplevel's manifest names takes its integration branch from ``top``)."""
+    def branch_base(checkout: Checkout) -> str:
+        known = not checkout.name or checkout.name in wt.manifest.names
+        return integration_branch(wt if known or top is None else top, checkout)
+
     def check(checkout: Checkout) -> list[str]:
         here = display_name(wt, checkout.path)
         if not checkout.path.exists():
@@ -222,11 +229,11 @@ def delete_problems(wt: Workspace) -> list[str]:
             found.append(f"{here}: {len(untracked)} untracked file(s): " + ", ".join(untracked[:5]))
         branch = head_branch(checkout.path)
         if branch:
-            ahead, _ = ahead_behind(checkout.path, integration_branch(wt, checkout), branch)
+            ahead, _ = ahead_behind(checkout.path, branch_base(checkout), branch)
             if ahead:
                 found.append(f"{here}: {ahead} commit(s) on {branch} not merged up (run `inv git.merge-up` in {wt.root})")
         return found
-    return [p for problems in fan_out(check, wt.checkouts()) for p in problems]
+    return [p for problems in fan_out(check, checkouts or wt.checkouts()) for p in problems]
 
 
 def refuse_running_sandboxes(wt: Workspace) -> None:
@@ -253,8 +260,14 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
     if here == wt.root or wt.root in here.parents:
         raise Refused(f"you are inside {wt.root}; run worktree.delete from elsewhere (e.g. {ws.toplevel})")
     refuse_running_sandboxes(wt)
+    top = ws.for_root(ws.toplevel)
+    checkouts = checkouts_to_delete(wt, top)
     verify_git_dirs(wt, [c.name for c in wt.checkouts() if c.store.is_dir()])
-    problems = delete_problems(wt)
+    extra_problems = [p for c in checkouts[len(wt.checkouts()):] if (p := checkout_problem(wt, c))]
+    if extra_problems:
+        raise WorkspaceError("refusing to run git: a checkout's git dir is not the one the workspace layout "
+                             "says:\n  " + "\n  ".join(extra_problems))
+    problems = delete_problems(wt, checkouts, top)
     if problems and not force:
         raise Refused(f"refusing to delete {wt.root}:\n  " + "\n  ".join(problems)
                       + "\nCommit or merge up, or pass --force to delete the directory anyway "
@@ -262,8 +275,7 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
     if problems:
         warn("--force: deleting despite:\n  " + "\n  ".join(problems))
     kept = []
-    top = ws.for_root(ws.toplevel)
-    for checkout in reversed(checkouts_to_delete(wt, top)):
+    for checkout in reversed(checkouts):
         main_dir = main_checkout_dir(top, checkout)
         if not (main_dir / ".git").exists():
             warn(f"{display_name(ws, main_dir)} is not cloned in the toplevel: removing "
