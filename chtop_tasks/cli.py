@@ -5,14 +5,21 @@ current directory is sandboxed); inside a workspace `chtop TASK` and
 `inv TASK` are the same thing.  Two commands are the console script's own:
 ``chtop shell-init bash|zsh`` and ``chtop go NAME`` (see jump.py).  Installed by pyproject.toml:
 ``chtop = "chtop_tasks.cli:main"``.
+
+Usage errors invoke's parser finds (an unknown flag, a missing value) exit 2,
+as every chtop usage error does; a reader that goes away (``chtop --list |
+head``) ends the output quietly.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from importlib import metadata
 
-from invoke import Program
+from invoke import ParseError, Program
+
+USAGE_EXIT = 2
 
 
 def version() -> str:
@@ -22,10 +29,40 @@ def version() -> str:
         return "0.0.0+checkout"
 
 
+class ChtopProgram(Program):
+    """invoke's Program, with the parse errors it finds exiting 2 (usage) instead of 1."""
+
+    _parse_failed = False
+
+    def run(self, argv=None, exit: bool = True) -> None:  # noqa: A002 - invoke's signature
+        try:
+            super().run(argv, exit=exit)
+        except SystemExit as done:
+            if self._parse_failed and done.code == 1:
+                sys.exit(USAGE_EXIT)
+            raise
+
+    def _parsing(self, step, *args):
+        try:
+            return step(*args)
+        except ParseError:
+            self._parse_failed = True
+            raise
+
+    def parse_core(self, argv):
+        return self._parsing(super().parse_core, argv)
+
+    def parse_tasks(self):
+        return self._parsing(super().parse_tasks)
+
+    def parse_cleanup(self):
+        return self._parsing(super().parse_cleanup)
+
+
 def program() -> Program:
     from . import namespace
 
-    return Program(namespace=namespace, name="chtop", binary="chtop", version=version())
+    return ChtopProgram(namespace=namespace, name="chtop", binary="chtop", binary_names=["chtop"], version=version())
 
 
 OWN_COMMANDS = ("shell-init", "go")
@@ -37,7 +74,18 @@ def main(argv: list[str] | None = None) -> None:
         from .jump import main as jump_main
 
         sys.exit(jump_main(args))
-    program().run(argv)
+    try:
+        program().run(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        quiet_broken_pipe()
+
+
+def quiet_broken_pipe() -> None:
+    """The reader of our stdout left: exit without a traceback (as `cat` does)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -67,6 +67,17 @@ def dir_group_policy_dir() -> Path:
     return own if (own / "fs-allow.txt").is_file() else default_policy_dir()
 
 
+def is_dir_group(group_dir: Path) -> bool:
+    """Is ``group_dir`` the --dir group (the user config dir), rather than a workspace's grouping dir?"""
+    return Path(group_dir).resolve() == user_config_dir().resolve()
+
+
+def command_for_group(group_dir: Path) -> str:
+    """The command that runs chtop's tasks for this group: ``inv`` in a workspace, ``chtop`` for the
+    --dir group (outside a workspace ``inv`` has no tasks)."""
+    return "chtop" if is_dir_group(group_dir) else "inv"
+
+
 # -- a group's places ----------------------------------------------------------------------------
 
 def group_id(group_dir: Path) -> str:

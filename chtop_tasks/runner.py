@@ -84,6 +84,8 @@ def run(
             timeout=timeout,
         )
     except FileNotFoundError as exc:
+        if cwd is not None and not Path(cwd).is_dir():
+            raise CommandFailed(f"cannot run {argv[0]}: its directory {cwd} does not exist") from exc
         raise CommandFailed(f"{argv[0]}: command not found ({exc})") from exc
     except subprocess.TimeoutExpired as exc:
         raise CommandFailed(f"timed out after {timeout}s: {format_command(argv, cwd)}") from exc

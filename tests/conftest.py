@@ -107,7 +107,8 @@ PROJECT_SKIP = {"tests", "bench", ".ci", "containers", "docs"}
 def project_files() -> list[str]:
     out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO_ROOT,
                          capture_output=True, text=True, check=True).stdout
-    return [f for f in out.splitlines() if f.split("/")[0] not in PROJECT_SKIP and (REPO_ROOT / f).is_file()]
+    return [f for f in out.splitlines() if f.split("/")[0] not in PROJECT_SKIP
+            and ((REPO_ROOT / f).is_file() or (REPO_ROOT / f).is_symlink())]
 
 
 def manifest_text(repos) -> str:
@@ -137,7 +138,7 @@ def make_container_remote(remotes: Path, manifest: str) -> Path:
     for rel in project_files():
         dest = work / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO_ROOT / rel, dest)
+        shutil.copy2(REPO_ROOT / rel, dest, follow_symlinks=False)   # chtop_tasks/default_policy is a link
     (work / "git_repositories.toml").write_text(manifest)
     git(remotes, "init", "-q", "-b", "main", str(work))
     git(work, "add", "-A")

@@ -49,6 +49,12 @@ def wait_held(proxy, host: str, timeout: float = 10.0) -> list[dict]:
     raise AssertionError(f"no request for {host} held; status: {control.status(proxy.group)}")
 
 
+def decide_for_worktree(proxy, domain: str, via: str, **flags) -> list[str]:
+    """A worktree-scoped decision on the bare proxy group of these tests (it has no workspace, so
+    the existence check of ``decide_all`` is left out; test_proxy_tasks covers that check)."""
+    return approvals.apply_decision(proxy.group, proxy.policy, approvals.plan_decision(domain, **flags), via)
+
+
 def status_of(proxy, target: str, via=None) -> int:
     return raw_request(via or proxy, f"CONNECT {target} HTTP/1.1\r\n\r\n".encode())[0]
 
@@ -109,14 +115,13 @@ def test_worktree_scope_applies_on_that_worktrees_socket_only(proxy, echo):
     feat = proxy.start("feat").socket_path
     other = proxy.start("other").socket_path
     target = f"wt.example.test:{echo.port}"
-    approvals.decide_all(proxy.group, proxy.policy, ["wt.example.test"], "cli", worktree="feat", private=True)
+    decide_for_worktree(proxy, "wt.example.test", "cli", worktree="feat", private=True)
     assert (proxy.policy / "worktrees" / "feat" / "net-allow.txt").read_text() == "wt.example.test private\n"
     assert status_of(proxy, target, str(feat)) == 200
     assert status_of(proxy, target, str(other)) == 403
     assert status_of(proxy, target) == 403
     # for a while, one worktree only
-    approvals.decide_all(proxy.group, proxy.policy, ["echo.example.test"], "cli", worktree="other",
-                         ttl="1h", private=True)
+    decide_for_worktree(proxy, "echo.example.test", "cli", worktree="other", ttl="1h", private=True)
     assert status_of(proxy, f"echo.example.test:{echo.port}", str(other)) == 200
     assert status_of(proxy, f"echo.example.test:{echo.port}", str(feat)) == 403
 
@@ -131,7 +136,7 @@ def test_every_decision_is_audited_and_bad_flags_change_nothing(proxy):
     assert (proxy.policy / "net-allow.txt").read_text() == before          # planned first: nothing written
     assert approvals.read_decisions(proxy.group) == []
     approvals.decide_all(proxy.group, proxy.policy, ["A.example.org."], "cli")
-    approvals.decide_all(proxy.group, proxy.policy, ["b.example.org"], "dash", worktree="feat", ttl="90m")
+    decide_for_worktree(proxy, "b.example.org", "dash", worktree="feat", ttl="90m")
     approvals.decide_all(proxy.group, proxy.policy, ["c.example.org"], "net.watch", deny=True)
     recs = approvals.read_decisions(proxy.group)
     assert [(r["domain"], r["scope"], r["worktree"], r["ttl"], r["via"]) for r in recs] == [

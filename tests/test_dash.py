@@ -30,12 +30,13 @@ class FakeSessions:
 
 @pytest.fixture
 def busy_group(with_dev):
-    """dev: alpha 1 ahead, beta 1 behind; feat: dirty alpha (an untracked file)."""
+    """dev: alpha 1 ahead, beta 1 behind; feat: dirty alpha (a tracked file changed, which
+    rebase-down refuses)."""
     g = with_dev
     create_worktree(find_workspace(g.toplevel), "feat")
     g.commit(g.path("dev", "alpha"), "feature.txt", "the dev feature\n", "dev: add feature.txt")
     g.push_upstream_commit("beta", "upstream.txt", "moved on\n")
-    (g.path("feat", "alpha", "scratch.txt")).write_text("wip\n")
+    (g.path("feat", "alpha", "alpha.txt")).write_text("line 1\nwip\n")
     return g
 
 
@@ -114,7 +115,7 @@ def test_app_shows_rows_sessions_and_diff(busy_group):
             await pilot.press("f")
             await wait_for(pilot, lambda: "+the dev feature" in str(diff.render()), what="the full diff")
             await pilot.press("down")
-            await wait_for(pilot, lambda: "scratch.txt" not in str(diff.render())
+            await wait_for(pilot, lambda: "feature.txt" not in str(diff.render())
                            and "feat" in str(app.query_one("#diff-title").render()), what="feat's diff")
             app.save_screenshot("pilot.svg", str(g.base))
         assert (g.base / "pilot.svg").read_text().startswith("<svg")

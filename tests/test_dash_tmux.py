@@ -133,7 +133,7 @@ def test_dash_in_tmux_rows_pending_allow_once_diff_and_a_task(dash_env):
     # feat is dirty: the task's own refusal is shown, nothing runs
     tmux.keys("Down", "r")
     refusal = tmux.wait_text("refused (nothing was changed)")
-    assert "uncommitted changes" in refusal and "scratch.txt" in refusal
+    assert "uncommitted changes" in refusal and "alpha.txt" in refusal
     tmux.keys("n")
     tmux.wait(lambda s: "refused" not in s and "not run" in s, "the refusal dismissed")
     # a key that hands the terminal to a task (worktree.create), and back to the dashboard after

@@ -440,9 +440,21 @@ def test_watch_hold_times_out(proxy, monkeypatch):
         watcher.wait(10)
 
 
+def raise_fd_limit(needed: int) -> None:
+    """Raise this process's soft open-file limit toward the hard one (the proxy inherits it), or skip."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        if hard != resource.RLIM_INFINITY and hard < needed:
+            pytest.skip(f"needs {needed} open files; the hard limit is {hard} (raise it: ulimit -Hn)")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+
+
 @pytest.mark.slow
 def test_a_thousand_concurrent_tunnels(proxy, echo):
     """More tunnels than select() could watch (fds above 1024): all must work."""
+    raise_fd_limit(4096)       # 1000 client sockets here, 2000+ in the proxy (ulimit -n is often 1024)
     proxy.allow("echo.example.test private")
     pid = proxy.start().pid
     socks = [tunnel(proxy, f"echo.example.test:{echo.port}", timeout=30) for _ in range(1000)]

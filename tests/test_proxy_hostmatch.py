@@ -108,8 +108,11 @@ def test_parse_entry_refuses(line):
         parse_entry(line)
 
 
-def test_deny_list_accepts_public_suffix():
-    assert parse_entry("*.zip", allow_list=False).host == "zip"
+@pytest.mark.parametrize("line", ["com", "*.zip", "co.uk", "github.io"])
+def test_deny_list_refuses_public_suffixes_too(line):
+    """`net.deny com` would deny api.anthropic.com, the agent's own API."""
+    with pytest.raises(BadHost, match="public suffix; denying it would deny a whole registry"):
+        parse_entry(line, allow_list=False)
 
 
 def test_private_flag():

@@ -11,8 +11,8 @@ from chtop_tasks.proxy import stop_proxy
 
 
 @pytest.mark.slow
-def test_net_tasks_end_to_end(initialized, monkeypatch):
-    g = initialized
+def test_net_tasks_end_to_end(with_dev, monkeypatch):
+    g = with_dev
     port = free_port()
     monkeypatch.setenv("CHTOP_PROXY_PORT", str(port))
     top = g.toplevel
@@ -41,8 +41,11 @@ def test_net_tasks_end_to_end(initialized, monkeypatch):
             assert r.returncode == 2, r.stderr
             assert "refused" in r.stderr
         assert "added to" in g.inv(top, "net.deny", "ugc.example.org").stdout
-        r = g.inv(top, "net.allow", "--worktree", "feat", "only-feat.example.org")
-        assert (top / "sandbox" / "worktrees" / "feat" / "net-allow.txt").read_text() == "only-feat.example.org\n"
+        r = g.inv(top, "net.allow", "--worktree", "dev", "only-dev.example.org")
+        assert (top / "sandbox" / "worktrees" / "dev" / "net-allow.txt").read_text() == "only-dev.example.org\n"
+        r = g.inv(top, "net.allow", "--worktree", "nosuch", "x.example.org", check=False)
+        assert r.returncode == 2 and "--worktree nosuch: no such worktree" in r.stderr
+        assert not (top / "sandbox" / "worktrees" / "nosuch").exists()
         assert "BLOCKED" in g.inv(top, "net.log").stdout
         assert "stopped proxy" in g.inv(top, "net.stop").stdout
         r = g.inv(top, "net.status", check=False)

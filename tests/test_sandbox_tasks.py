@@ -41,8 +41,8 @@ def test_refuses_toplevel_and_outside(user_group):
     proc = g.inv("sbox.run", "--", "true", cwd=g.toplevel)
     assert proc.returncode == 2 and "is the toplevel" in proc.stderr
     assert "inv worktree.create" in proc.stderr
-    proc = g.inv("-r", str(g.dev), "sbox.run", "--", "true", cwd=g.home)
-    assert proc.returncode == 3 and "refusing to sandbox a directory that holds your home" in proc.stderr
+    proc = g.inv("-r", str(g.dev), "sbox.run", "--", "true", cwd=g.home)   # outside: the cwd, but never $HOME
+    assert proc.returncode == 3 and "refusing to sandbox a directory that holds your home directory" in proc.stderr
 
 
 def test_dry_run_prints_argv_and_runs_nothing(user_group):
@@ -101,7 +101,7 @@ def test_ps_lists_running_sandboxes_of_the_group(user_group):
             time.sleep(0.3)
         row = [line for line in listed.splitlines() if line.startswith("chtop-dev-run-")]
         assert row, listed
-        assert "\tdev\trun\tproxy\t" in row[0] and "sleep 20" in row[0]
+        assert row[0].split()[1:4] == ["dev", "run", "proxy"] and row[0].endswith("sleep 20")
     finally:
         bg.kill()
         bg.wait()

@@ -224,6 +224,22 @@ def test_base_python_is_not_a_venv():
 # -- real builds ---------------------------------------------------------------------
 
 
+# A distribution the base interpreter has, found at run time: chtop's own deps (jinja2) are in
+# the base only when chtop is installed there, not when it runs from a venv on /usr/bin/python3.
+BASE_DIST = """
+import importlib.metadata as md
+names = sorted({(d.metadata['Name'] or '').lower() for d in md.distributions()} - {'', 'pip', 'setuptools', 'wheel'})
+print('jinja2' if 'jinja2' in names else (names[0] if names else ''))
+"""
+
+
+def base_distribution() -> str:
+    """A distribution installed in the base interpreter (jinja2 when there), or skip."""
+    out = subprocess.run([str(V.base_python()), "-I", "-c", BASE_DIST], capture_output=True, text=True).stdout.strip()
+    _need(bool(out), f"{V.base_python()} has no distribution besides pip/setuptools/wheel to reuse")
+    return out
+
+
 OWN_DISTS = (
     "import sys, importlib.metadata as md; print(sorted(d.metadata['Name'].lower() for d in "
     "md.distributions(path=[p for p in sys.path if p.startswith(sys.prefix + '/') and p.endswith('site-packages')])))"
@@ -236,9 +252,10 @@ def own_dists(root: Path) -> str:
     return subprocess.run([venv_py(root), "-c", OWN_DISTS], capture_output=True, text=True, check=True).stdout
 
 
-def add_dependencies(root: Path, wheelhouse: Path, tmp_path: Path) -> None:
-    """Make ``b`` need jinja2 (in the base: chtop depends on it) and wheelhouse-only
-    "tinydep" (not in the base), which must land in the venv."""
+def add_dependencies(root: Path, wheelhouse: Path, tmp_path: Path) -> str:
+    """Make ``b`` need a distribution the base has (jinja2 when chtop is installed there) and
+    wheelhouse-only "tinydep" (not in the base), which must land in the venv; the reused one."""
+    reused = base_distribution()
     tiny = tmp_path / "tinydep"
     (tiny / "tinydep").mkdir(parents=True)
     (tiny / "pyproject.toml").write_text(PYPROJECT.format(name="tinydep", package="tinydep"))
@@ -246,7 +263,8 @@ def add_dependencies(root: Path, wheelhouse: Path, tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                     "-w", str(wheelhouse), str(tiny)], check=True, capture_output=True)
     pyproject = root / "b" / "pyproject.toml"
-    pyproject.write_text(pyproject.read_text().replace('version = "0.1"', 'version = "0.1"\ndependencies = ["jinja2", "tinydep"]'))
+    pyproject.write_text(pyproject.read_text().replace('version = "0.1"', f'version = "0.1"\ndependencies = ["{reused}", "tinydep"]'))
+    return reused
 
 
 def direnv_exec(root: Path, script: str) -> list[str]:
@@ -271,7 +289,7 @@ def test_uv_and_pip_make_the_same_venv(installer, offline, wheelhouse, tmp_path,
     if installer == "uv":
         require_tool("uv")
     root, manifest = make_root(tmp_path / "ws", [A, B])
-    add_dependencies(root, wheelhouse, tmp_path)
+    reused = add_dependencies(root, wheelhouse, tmp_path)
     V.build_venv(root, manifest, installer=installer)
     out = capsys.readouterr().out
     assert f"installer {installer}" in out and "installed a, b" in out and "b:b_frb" in out
@@ -291,9 +309,9 @@ def test_uv_and_pip_make_the_same_venv(installer, offline, wheelhouse, tmp_path,
     # ... and PYTHONSAFEPATH=1 (what the smoke check and the dotfiles set) defuses it.
     assert run_py(root, "import b_frb", root, safe=True).returncode == 0
     own = own_dists(root)
-    assert "'jinja2'" not in own and "'markupsafe'" not in own, own  # the base's, not a copy
+    assert f"'{reused}'" not in own, own  # the base's, not a copy
     assert "'tinydep'" in own and "'setuptools'" not in own, own  # no setuptools of its own
-    origin = run_py(root, "import jinja2, setuptools; print(jinja2.__file__, setuptools.__file__)", tmp_path, safe=True)
+    origin = run_py(root, "import setuptools; print(setuptools.__file__)", tmp_path, safe=True)
     assert origin.returncode == 0 and str(root) not in origin.stdout, origin.stdout + origin.stderr
     # The venv's pip sees the venv (a is only there) and changes the venv, not the base.
     pip = str(vdir / "bin" / "pip")

@@ -23,14 +23,16 @@ import getpass
 import json
 import os
 import re
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ChtopError, Refused, UsageError
-from ..places import check_worktree_name
+from ..places import check_worktree_name, command_for_group, default_policy_dir, is_dir_group, user_config_dir
+from ..term import say
 from . import control_protocol
-from .control import status
+from .control import ensure_proxy, status, stop_proxy
 from .hostmatch import BadHost, parse_entry
 from .logs import DECISIONS, net_dir, pending, timed_allows_path
 from .policy import NetPolicy, append_entry, list_path
@@ -107,6 +109,52 @@ def plan_decision(domain: str, *, worktree: str | None = None, once: bool = Fals
     else:
         scope = "worktree" if worktree else "group"
     return Decision(host, scope, worktree or None, seconds, private)
+
+
+# -- where approvals may be written -------------------------------------------------------------
+
+def require_worktree(group_dir: Path, worktree: str) -> None:
+    """``--worktree NAME`` must name an existing feature worktree of this group."""
+    from ..places import user_config_dir
+    from ..workspace.layout import find_workspace
+
+    if Path(group_dir) == user_config_dir():
+        raise UsageError(f"--worktree {worktree}: the --dir group has no worktrees (run this in a workspace, "
+                         "or leave out --worktree for the group's lists)")
+    root = Path(group_dir) / worktree
+    try:
+        ws = find_workspace(root) if (root / ".git").is_file() else None
+    except ChtopError:
+        ws = None
+    if ws is None or ws.root != root or ws.is_toplevel:
+        raise UsageError(f"--worktree {worktree}: no such worktree in {group_dir} "
+                         f"(inv worktree.list shows them; inv worktree.create --name {worktree} makes it)")
+
+
+def writable_policy_dir(group_dir: Path, policy_dir: Path) -> Path:
+    """Where ``net.allow``/``net.deny`` write for this group.
+
+    The --dir group reads chtop's shipped policy until the user has one of their own; the first
+    write copies the shipped files to ``<config>/sandbox/`` (never overwriting one there), says
+    so, and restarts the group's running proxy on the copy.  Other groups write where they read.
+    """
+    if not is_dir_group(group_dir) or Path(policy_dir).resolve() != default_policy_dir():
+        return Path(policy_dir)
+    own = user_config_dir() / "sandbox"
+    own.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for src in sorted(default_policy_dir().glob("*.txt")):
+        if src.is_file() and not (own / src.name).exists():
+            shutil.copyfile(src, own / src.name)
+            copied.append(src.name)
+    say(f"the --dir group now has its own policy: copied chtop's shipped {', '.join(copied) or 'files'} "
+        f"to {own}/ (edit them there; chtop's later defaults will not replace them)")
+    running = status(group_dir)
+    if running and Path(running["policy_dir"]) != own.resolve():
+        stop_proxy(group_dir)
+        ensure_proxy(group_dir, own)
+        say("restarted the --dir group's proxy on it (its open connections were cut)")
+    return own
 
 
 # -- acting --------------------------------------------------------------------------------------
@@ -198,6 +246,9 @@ def decide_all(group_dir: Path, policy_dir: Path, domains: list[str], via: str, 
         verb = "deny" if flags.get("deny") else "allow"
         raise UsageError(f"give at least one domain: inv net.{verb} DOMAIN...")
     decisions = [plan_decision(domain, **flags) for domain in domains]
+    if flags.get("worktree"):
+        require_worktree(group_dir, flags["worktree"])
+    policy_dir = writable_policy_dir(group_dir, policy_dir)
     return [line for d in decisions for line in apply_decision(group_dir, policy_dir, d, via)]
 
 
@@ -288,12 +339,18 @@ def format_decisions(group_dir: Path, lines: int = 40) -> str:
 
 
 SCOPE_CHOICES = [
-    ("inv net.allow DOMAIN", "every worktree of the group, for good"),
-    ("inv net.allow DOMAIN --worktree NAME", "that worktree only"),
-    ("inv net.allow DOMAIN --for 2h", "for a while (add --worktree NAME for one worktree)"),
-    ("inv net.allow DOMAIN --once", "only the request held now (while net.watch or dash is attached)"),
-    ("inv net.deny DOMAIN", "refuse for good, never asked again"),
+    ("{cmd} net.allow DOMAIN", "every worktree of the group, for good"),
+    ("{cmd} net.allow DOMAIN --worktree NAME", "that worktree only"),
+    ("{cmd} net.allow DOMAIN --for 2h", "for a while (add --worktree NAME for one worktree)"),
+    ("{cmd} net.allow DOMAIN --once", "only the request held now (while net.watch or dash is attached)"),
+    ("{cmd} net.deny DOMAIN", "refuse for good, never asked again"),
 ]
+
+
+def scope_choices(group_dir: Path) -> list[tuple[str, str]]:
+    """The commands that decide, spelled with the command that works for this group (inv or chtop)."""
+    cmd = command_for_group(group_dir)
+    return [(text.format(cmd=cmd), what) for text, what in SCOPE_CHOICES]
 
 
 def format_pending(group_dir: Path, policy_dir: Path) -> str:
@@ -305,7 +362,8 @@ def format_pending(group_dir: Path, policy_dir: Path) -> str:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(item["last"]))
         wt = f"  (worktree {item['worktree']})" if item["worktree"] else ""
         lines.append(f"{item['count']:>6}  {when}  {'yes' if item['held'] else 'no':4}  {item['host']}{wt}")
-    width = max(len(cmd) for cmd, _ in SCOPE_CHOICES)
+    choices = scope_choices(group_dir)
+    width = max(len(cmd) for cmd, _ in choices)
     lines.append("decide with:")
-    lines += [f"  {cmd:{width}}  # {what}" for cmd, what in SCOPE_CHOICES]
+    lines += [f"  {cmd:{width}}  # {what}" for cmd, what in choices]
     return "\n".join(lines)

@@ -19,7 +19,7 @@ import socket
 from pathlib import Path
 
 from ..errors import ChtopError
-from ..places import runtime_dir
+from ..places import command_for_group, runtime_dir
 
 # What a decision tells held requests: "allow-once*" lets them through by itself; after the
 # others the requests are judged again by the lists (which the decider has already written).
@@ -59,7 +59,8 @@ def attach_watcher(group_dir: Path) -> tuple[socket.socket, dict, bytes]:
         sock.connect(str(control_socket(group_dir)))
     except OSError:
         sock.close()
-        raise ChtopError("the proxy is not running; start it with `inv net.start`", 3) from None
+        raise ChtopError(f"the proxy is not running; start it with `{command_for_group(group_dir)} net.start`",
+                         3) from None
     sock.sendall(encode({"cmd": "watch"}))
     buf = b""
     sock.settimeout(10)

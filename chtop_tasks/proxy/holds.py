@@ -13,8 +13,6 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from .aio import TIMEOUTS
-
 
 @dataclass
 class Hold:
@@ -61,8 +59,11 @@ class Holds:
             except Exception:
                 self.watchers.discard(w)
 
-    async def wait_for_answer(self, host: str, port: int, worktree: str | None) -> str:
-        """Hold until a watcher answers for ``host`` (its answer) or the hold time ends ("timeout")."""
+    async def wait_for_answer(self, host: str, port: int, worktree: str | None,
+                              client_gone: asyncio.Future | None = None) -> str:
+        """Hold until a watcher answers for ``host`` (its answer), the hold time ends ("timeout") or
+        the client leaves ("client left").  When the last request held for it ends unanswered, the
+        watchers are told ("expired" / "gone") so they can take their prompt down."""
         key = (host, worktree)
         hold = self._held.get(key)
         if hold is None or hold.future.done():
@@ -71,14 +72,23 @@ class Holds:
             self.notify({"event": "blocked", "host": host, "port": port, "worktree": worktree,
                          "hold": self.hold_seconds})
         hold.waiting += 1
+        answer_wait = asyncio.ensure_future(asyncio.shield(hold.future))
+        gone = client_gone if client_gone is not None else self.loop.create_future()
         try:
-            return await asyncio.wait_for(asyncio.shield(hold.future), self.hold_seconds)
-        except TIMEOUTS:
-            if self._held.get(key) is hold:
-                del self._held[key]
-            return "timeout"
+            done, _ = await asyncio.wait({answer_wait, gone}, timeout=self.hold_seconds,
+                                         return_when=asyncio.FIRST_COMPLETED)
         finally:
+            for f in (answer_wait, gone):
+                if not f.done():
+                    f.cancel()
             hold.waiting -= 1
+        if answer_wait in done:
+            return answer_wait.result()
+        why = "client left" if gone in done else "timeout"
+        if self._held.get(key) is hold and (why == "timeout" or hold.waiting == 0):
+            del self._held[key]
+            self.notify({"event": "expired" if why == "timeout" else "gone", "host": host, "worktree": worktree})
+        return why
 
     def release(self, host: str, worktree: str | None, answer: str) -> int:
         """Answer the held requests for ``host`` (on ``worktree``'s socket only, when given)."""

@@ -224,7 +224,7 @@ def parse_entry(line: str, *, allow_list: bool = True) -> Entry:
 
     ``github.com``, ``*.github.com`` (same meaning), ``127.0.0.1 private``,
     ``intranet.example private``.  Refuses URLs, paths, ports, ``*`` other
-    than a leading ``*.``, and (in an allow list) public suffixes.
+    than a leading ``*.``, and public suffixes (in either list).
     """
     words = line.split()
     if not words:
@@ -247,9 +247,11 @@ def parse_entry(line: str, *, allow_list: bool = True) -> Entry:
         raise BadHost(f"{spec!r} has a port; give the domain only")
     host = canonical_host(spec)
     ip = is_ip(host)
-    if allow_list and not ip and _public_suffixes().is_public(host):
+    if not ip and _public_suffixes().is_public(host):
+        doing, do = ("allowing", "allow") if allow_list else ("denying", "deny")
         raise BadHost(
-            f"{host!r} is a public suffix; allowing it would allow a whole registry"
+            f"{host!r} is a public suffix; {doing} it would {do} a whole registry "
+            "(every domain under it, e.g. the agent's own API); name the domain itself"
         )
     return Entry(host=host, is_ip=ip, private="private" in flags, text=line.strip())
 

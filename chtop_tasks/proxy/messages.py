@@ -62,12 +62,14 @@ def reply_bytes(status: int, body: str, decision: str = "") -> bytes:
     return head.encode("ascii") + data
 
 
-def blocked_body(host: str, port: int, worktree: str | None) -> str:
+def blocked_body(host: str, port: int, worktree: str | None, command: str = "inv") -> str:
+    """The 403 body of a blocked request; ``command`` is what runs the tasks for this group on the
+    host (``inv`` in a workspace, ``chtop`` for the --dir group, which has no worktree layers)."""
     lines = [f"chtop egress proxy: blocked {host}:{port}",
              f"{host} is not on the allowlist (sandbox/net-allow.txt).",
-             "To approve it for every worktree in this group, run on the host:",
-             f"    inv net.allow {host}"]
-    if worktree:
+             "To approve it for every sandbox of this group, run on the host:",
+             f"    {command} net.allow {host}"]
+    if worktree and command == "inv":
         lines += ["or, for this worktree only:", f"    inv net.allow --worktree {worktree} {host}"]
     lines += ["then retry the request (or answer the prompt of `inv net.watch`)."]
     return "\n".join(lines) + "\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..places import group_and_policy_for
+from ..places import command_for_group, group_and_policy_for
 from .control import status
 from .logs import HUMAN, net_dir
 
@@ -19,7 +19,8 @@ def format_status(group_dir: Path) -> tuple[str, bool]:
     """Human status text, and whether the proxy runs."""
     info = status(group_dir)
     if not info:
-        return f"proxy: not running (group {group_dir}); start it with `inv net.start`", False
+        return (f"proxy: not running (group {group_dir}); start it with "
+                f"`{command_for_group(group_dir)} net.start`"), False
     counts = info["counts"]
     lines = [
         f"proxy:    running, pid {info['pid']}, up {time.time() - info['started']:.0f}s",

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..places import check_worktree_name
+from ..places import check_worktree_name, command_for_group
 from .aio import TIMEOUTS, timeout
 from .control import worktree_socket
 from .control_protocol import ControlService
@@ -229,6 +229,9 @@ class Server:
                 await self._plain(conn, req, rest, rec, worktree, st)
         except Refusal as r:
             rec.update(decision=r.decision, status=r.status, reason=r.reason)
+            if rec.get("_allowed_after_hold"):      # the watcher said allow: tell it this still failed
+                self.holds.notify({"event": "refused", "host": rec.get("host"), "status": r.status,
+                              "reason": r.reason})
             try:
                 await self.loop.sock_sendall(conn, reply_bytes(r.status, r.body, r.decision))
                 conn.shutdown(socket.SHUT_WR)
@@ -258,6 +261,7 @@ class Server:
                     s.close()
             self.active -= 1
             if rec is not None:
+                rec.pop("_allowed_after_hold", None)
                 rec["ms"] = round((time.monotonic() - t0) * 1000, 2)
                 self._count(rec.get("decision", "error"))
                 self.log.queue(rec)
@@ -265,21 +269,55 @@ class Server:
                     self._flush_pending = True
                     self.loop.call_later(0.1, self._flush_log)
 
-    async def _judge(self, host: str, port: int, worktree: str | None, rec: dict):
+    async def _judge(self, host: str, port: int, worktree: str | None, rec: dict, conn=None):
         verdict = self.policy.judge(host, worktree)
         if verdict.decision == "blocked" and self.holds.active():
-            answer = await self.holds.wait_for_answer(host, port, worktree)
+            gone, stop_watching = self._client_gone(conn) if conn is not None else (None, None)
+            try:
+                answer = await self.holds.wait_for_answer(host, port, worktree, gone)
+            finally:
+                if stop_watching is not None:
+                    stop_watching()
             verdict = self.policy.judge(host, worktree)
             if verdict.decision == "blocked" and answer.startswith("allow-once"):
                 verdict = once_verdict(host, answer)
             verdict.reason += f" (held for watch: {answer})"
+            if verdict.decision == "allowed":
+                rec["_allowed_after_hold"] = True
         rec["reason"] = rec["rule"] = verdict.reason
         if verdict.decision == "denied":
             raise Refusal(403, "denied", verdict.reason,
                           f"chtop egress proxy: {host} is denied (sandbox/net-deny.txt)\n")
         if verdict.decision == "blocked":
-            raise Refusal(403, "blocked", verdict.reason, blocked_body(host, port, worktree))
+            raise Refusal(403, "blocked", verdict.reason,
+                          blocked_body(host, port, worktree, command_for_group(self.cfg.group_dir)))
         return verdict
+
+    def _client_gone(self, conn: socket.socket):
+        """A future set when the held client closes its connection (it sent nothing more), and the
+        function that stops watching.  A client that sends data early is not watched further."""
+        fut = self.loop.create_future()
+        fd = conn.fileno()
+        watching = [True]
+
+        def stop():
+            if watching[0]:
+                watching[0] = False
+                self.loop.remove_reader(fd)
+
+        def readable():
+            try:
+                data = conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            stop()
+            if not data and not fut.done():
+                fut.set_result(True)
+
+        self.loop.add_reader(fd, readable)
+        return fut, stop
 
     async def _connect(self, conn, req: Request, rest: bytes, rec: dict, worktree, st: dict):
         try:
@@ -287,7 +325,7 @@ class Server:
         except BadHost as exc:
             raise Refusal(400, "bad-request", f"bad CONNECT target: {exc}") from None
         rec.update(host=host, port=port)
-        verdict = await self._judge(host, port, worktree, rec)
+        verdict = await self._judge(host, port, worktree, rec, conn)
         st["upstream"] = upstream = await self.upstreams.open(host, port, verdict.entry, rec)
         rec.update(decision="allowed", status=200)
         await self.loop.sock_sendall(conn, b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -337,7 +375,7 @@ class Server:
         rec.update(host=target.host, port=target.port)
         had_host = check_host_header(req, target.host, target.port, default_port=80, in_tunnel=False,
                                      url_authority=target.authority) is not None
-        verdict = await self._judge(target.host, target.port, worktree, rec)
+        verdict = await self._judge(target.host, target.port, worktree, rec, conn)
         st["upstream"] = upstream = await self.upstreams.open(target.host, target.port, verdict.entry, rec)
         rec.update(decision="allowed")
         head = forward_head(req, target, had_host) + rest
@@ -348,9 +386,29 @@ class Server:
         except OSError as exc:
             raise Refusal(502, "allowed", f"upstream {target.host}:{target.port} closed: {exc}") from None
         rec["_sent"] = len(head)
-        tunnel.down.start()
         tunnel.up.start()
+        rec["status"] = await self._response_status(upstream, tunnel)
+        tunnel.down.start()
         await tunnel.done
+
+    async def _response_status(self, upstream: socket.socket, tunnel: Tunnel) -> int | None:
+        """The upstream's HTTP status, peeked (left in the socket for the client) once it answers."""
+        ready = self.loop.create_future()
+        fd = upstream.fileno()
+        self.loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+        try:
+            await asyncio.wait({ready, tunnel.done}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self.loop.remove_reader(fd)
+            if not ready.done():
+                ready.cancel()
+        try:
+            first = upstream.recv(16, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except OSError:
+            return None
+        if first[:7] in (b"HTTP/1.", b"HTTP/2 ") and first[8:9] == b" " and first[9:12].isdigit():
+            return int(first[9:12])
+        return None
 
     # ---- what the control socket asks ---------------------------------------------
     def info(self) -> dict:

@@ -1,8 +1,11 @@
-"""``inv net.watch``: prompt for each newly blocked domain (Appendix F, B and C).
+"""``inv net.watch``: prompt for each newly blocked domain.
 
 While a watcher is attached, the proxy holds a blocked request open (up to
 CHTOP_PROXY_HOLD_SECONDS) until the answer comes; the answer is applied
 (list written, or allow-once sent) and the held request proceeds at once.
+On a terminal one key answers (no Enter).  A prompt whose request expired or
+whose client left is taken down; a request allowed here that the proxy then
+refused anyway (a private address, an unreachable host) is reported.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ import json
 import os
 import select
 import sys
+import termios
+import tty
 from pathlib import Path
 
 from ..errors import ChtopError
@@ -18,11 +23,13 @@ from . import approvals, control_protocol
 from .policy import append_entry, list_path
 
 KEYS = {"o": "allow-once", "a": "allow-always", "d": "deny", "i": "ignore",
-        "w": "allow-worktree", "t": "allow-for", "": "ignore"}   # the prompt's keys for control_protocol.ANSWERS
+        "w": "allow-worktree", "t": "allow-for"}   # the prompt's keys for control_protocol.ANSWERS
 ALLOW_FOR = 3600.0      # the "[t] allow for 1h" answer
 # how each answer is audited (approvals.Decision scopes); "ignore" decides nothing
 AUDIT_SCOPES = {"allow-once": "once", "allow-always": "group", "deny": "deny", "allow-worktree": "worktree",
                 "allow-for": "for"}
+ERASE_PROMPT = "\r\033[2K\033[1A\033[2K\r"   # a prompt's two lines, on a terminal
+END_KEYS = (b"\x04",)           # Ctrl-D on a terminal in cbreak mode (no line discipline EOF)
 
 
 def _prompt(event: dict) -> str:
@@ -30,6 +37,17 @@ def _prompt(event: dict) -> str:
     extra = f"  [w] allow for {event['worktree']} only" if event.get("worktree") else ""
     return (f"\nBLOCKED {event['host']}:{event['port']}{where} (held up to {event['hold']:g}s)\n"
             f"  [o] allow once  [t] allow for 1h  [a] allow always  [d] deny always  [i] ignore{extra} ? ")
+
+
+def ended_hold_text(event: dict) -> str:
+    why = ("its hold time ran out: it was refused (403)" if event["event"] == "expired"
+           else "its client gave up waiting")
+    return f"{event['host']}: no answer needed any more, {why}"
+
+
+def refused_anyway_text(event: dict) -> str:
+    return (f"{event['host']}: allowed, but the proxy then refused the request anyway "
+            f"({event.get('status')}: {event.get('reason')})")
 
 
 def apply_answer(policy_dir: Path, event: dict, answer: str, group_dir: Path | None = None) -> str:
@@ -65,8 +83,11 @@ def watch(group_dir: Path, policy_dir: Path, stdin=None, stdout=None) -> int:
     sock, _, sbuf = control_protocol.attach_watcher(group_dir)
     queue: list[dict] = []
     prompting = None
-    ibuf = b""
     in_fd = stdin.fileno()
+    on_terminal = os.isatty(in_fd)
+    saved = termios.tcgetattr(in_fd) if on_terminal else None
+    if on_terminal:
+        tty.setcbreak(in_fd)         # one key answers; Ctrl-C still interrupts
     print("watching for blocked requests (Ctrl-D to stop) ...", file=stdout, flush=True)
     try:
         while True:
@@ -87,17 +108,28 @@ def watch(group_dir: Path, policy_dir: Path, stdin=None, stdout=None) -> int:
                         known = [e["host"] for e in queue] + ([prompting["host"]] if prompting else [])
                         if msg["host"] not in known:
                             queue.append(msg)
+                    elif msg.get("event") in ("expired", "gone"):
+                        queue = [e for e in queue if e["host"] != msg["host"]]
+                        if prompting is not None and prompting["host"] == msg["host"]:
+                            erase = ERASE_PROMPT if stdout.isatty() else "\n"
+                            print(f"{erase}  {ended_hold_text(msg)}", file=stdout, flush=True)
+                            prompting = None
+                    elif msg.get("event") == "refused":
+                        print(f"  {refused_anyway_text(msg)}", file=stdout, flush=True)
             if in_fd in ready:
                 chunk = os.read(in_fd, 1024)
-                if not chunk:
+                if not chunk or any(k in chunk for k in END_KEYS):
                     return 0
-                ibuf += chunk
-                while b"\n" in ibuf and prompting is not None:
-                    line, ibuf = ibuf.split(b"\n", 1)
-                    key = line.decode(errors="replace").strip().lower()[:1]
+                for key in chunk.decode(errors="replace").lower():
+                    if prompting is None:
+                        break              # keys typed with no prompt up are dropped
+                    if key.isspace():
+                        continue
+                    if on_terminal:
+                        print(key, file=stdout, flush=True)     # cbreak does not echo
                     answer = KEYS.get(key)
                     if answer is None or (answer == "allow-worktree" and not prompting.get("worktree")):
-                        print("  answer o, a, d, i" + (" or w" if prompting.get("worktree") else "")
+                        print("  answer o, t, a, d, i" + (" or w" if prompting.get("worktree") else "")
                               + " ? ", end="", file=stdout, flush=True)
                         continue
                     try:
@@ -108,7 +140,7 @@ def watch(group_dir: Path, policy_dir: Path, stdin=None, stdout=None) -> int:
                     control_protocol.decide(sock, prompting["host"], answer)
                     print(f"  {said}", file=stdout, flush=True)
                     prompting = None
-                if prompting is None:
-                    ibuf = b""
     finally:
+        if saved is not None:
+            termios.tcsetattr(in_fd, termios.TCSADRAIN, saved)
         sock.close()

@@ -13,14 +13,17 @@ May import: ``errors``, ``runner``, ``places``, ``workspace`` and ``proxy``
 from .launcher import (
     LaunchPlan,
     LaunchRequest,
+    format_sandbox_table,
     launch,
+    launch_line,
     list_sandboxes,
     plan_launch,
     prepare_launch,
     run_plan,
+    sandboxes_in,
     shell_command,
     show_warnings,
 )
 
-__all__ = ["LaunchPlan", "LaunchRequest", "launch", "list_sandboxes", "plan_launch", "prepare_launch", "run_plan",
-           "shell_command", "show_warnings"]
+__all__ = ["LaunchPlan", "LaunchRequest", "format_sandbox_table", "launch", "launch_line", "list_sandboxes",
+           "plan_launch", "prepare_launch", "run_plan", "sandboxes_in", "shell_command", "show_warnings"]

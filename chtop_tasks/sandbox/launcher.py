@@ -11,6 +11,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import shutil
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from pathlib import Path
 from .. import runner
 from ..errors import ChtopError, CommandFailed, UsageError
 from ..places import Target, group_id, home_dir
-from ..runner import echo
+from ..runner import format_command
 from ..workspace.layout import admin_dir_for, verify_git_dirs
 from . import podman as podman_mod
 from .mounts import MountContext, plan_mounts
@@ -317,11 +318,34 @@ def _which_host(name: str) -> bool:
     return any(Path(d, name).is_file() for d in ("/usr/bin", "/bin", "/usr/local/bin"))
 
 
+VERBOSE_ENV = "CHTOP_VERBOSE"
+
+
+def launch_line(plan: LaunchPlan) -> str:
+    """What a launch prints: one short line, or the whole podman argv with ``CHTOP_VERBOSE=1``
+    (``--dry-run`` prints the whole argv too)."""
+    if os.environ.get(VERBOSE_ENV, "") not in ("", "0"):
+        return format_command(plan.argv)
+    argv = plan.argv
+    mounts = sum(1 for a in argv if a.startswith(("--volume=", "--mount=", "--tmpfs=")))
+    try:
+        command = argv[argv.index(podman_mod.ENTRY) + 3:]
+    except ValueError:
+        command = []
+    network = next((a for a in argv if a.startswith("--network=")), "")
+    return (f"$ podman run {network} … ({mounts} mounts) {plan.container_name} -- {shlex.join(command)}"
+            f"   [full command: {VERBOSE_ENV}=1]")
+
+
+def announce(plan: LaunchPlan) -> None:
+    print(launch_line(plan), file=sys.stderr, flush=True)
+
+
 def run_plan(plan: LaunchPlan, interactive: bool = False) -> int:
     """Run a prepared plan through the one pass-through runner; its exit status (128+signal if killed)."""
     from ..passthrough import run_interactive
 
-    echo(plan.argv)
+    announce(plan)
     if shutil.which(plan.argv[0], path=plan.env.get("PATH")) is None:
         raise CommandFailed("podman is not installed (apt-get install podman uidmap crun)")
     return run_interactive(plan.argv, env=plan.env, pty=interactive, quiet=True)
@@ -362,10 +386,33 @@ def list_sandboxes(group_dir: Path) -> list[dict[str, str]]:
         names = item.get("Names") or ["?"]
         command = item.get("Command") or []
         rows.append({"name": names[0], "worktree": labels.get(f"{LABEL}.worktree", "?"),
+                     "root": labels.get(f"{LABEL}.root", "?"),
                      "purpose": labels.get(f"{LABEL}.purpose", "?"),
                      "network": labels.get(f"{LABEL}.network", "?"), "status": item.get("Status", "?"),
                      "command": " ".join(command[4:] if command[:2] == ["/bin/sh", podman_mod.ENTRY] else command)})
     return rows
+
+
+def sandboxes_in(group_dir: Path, root: Path) -> list[dict[str, str]]:
+    """The running sandboxes of ``group_dir`` whose root is ``root`` (none when podman is absent)."""
+    try:
+        rows = list_sandboxes(group_dir)
+    except CommandFailed as exc:
+        if "not installed" in str(exc):
+            return []
+        raise
+    return [row for row in rows if row["root"] == str(root)]
+
+
+PS_COLUMNS = ("name", "worktree", "purpose", "network", "status", "command")
+
+
+def format_sandbox_table(rows: list[dict[str, str]]) -> list[str]:
+    """``sbox.ps``'s table: a header row, then one aligned row per sandbox (the command last)."""
+    widths = {col: max(len(col), *(len(row[col]) for row in rows)) for col in PS_COLUMNS[:-1]}
+    def line(cells):
+        return "  ".join(cells[c].ljust(widths[c]) for c in PS_COLUMNS[:-1]) + "  " + cells["command"]
+    return [line({c: c.upper() for c in PS_COLUMNS})] + [line(row) for row in rows]
 
 
 def show_warnings(plan: LaunchPlan, stream=None) -> None:

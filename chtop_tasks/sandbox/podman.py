@@ -36,8 +36,10 @@ fi
 exec "$@"
 """
 
-SHELLRC_SCRIPT = r"""# chtop sbox.shell rcfile: ~/.bashrc, then the worktree's .claude/env.sh
-[ -f ~/.bashrc ] && . ~/.bashrc
+# ~/.bashrc is the host's: its lines may name paths the sandbox does not mount (a venv's activate
+# script, a conda hook), so its errors are not shown; the worktree's env.sh then sets the env.
+SHELLRC_SCRIPT = r"""# chtop sbox.shell rcfile: ~/.bashrc (its errors hidden), then the worktree's .claude/env.sh
+[ -f ~/.bashrc ] && . ~/.bashrc 2>/dev/null
 if [ -n "$CLAUDE_ENV_FILE" ] && [ -f "$CLAUDE_ENV_FILE" ]; then . "$CLAUDE_ENV_FILE"; fi
 PS1="(sbox) ${PS1:-\w \$ }"
 """

@@ -41,6 +41,7 @@ def venv_builder(enabled: bool):
         try:
             build_venv(ws.root, ws.manifest)
         except ChtopError as exc:
-            raise ChtopError(f"{exc}\n(The worktrees are kept: only the venv needs the retry.)") from exc
+            raise ChtopError(f"{exc}\nThe checkouts are kept: only the venv needs the retry, once the cause "
+                             f"is fixed:  inv venv.build --workdir {ws.root}", exc.exit_code) from exc
 
     return build

@@ -107,4 +107,6 @@ def pending(c):
 def watch(c):
     """Prompt for each blocked domain and hold the request until you answer."""
     group, policy = report.locate()
+    if control.proxy_status(group):     # answers are written: the --dir group gets its own lists first
+        policy = approvals.writable_policy_dir(group, policy)
     return watching.watch(group, policy)

@@ -57,9 +57,9 @@ def ps(c, dir=False):  # noqa: A002
     rows = sandbox.list_sandboxes(places.group_dir_for(Path.cwd(), dir))
     if not rows:
         say("no sandboxes running")
-    for row in rows:
-        say(f"{row['name']}\t{row['worktree']}\t{row['purpose']}\t{row['network']}\t{row['status']}\t"
-            f"{row['command']}")
+        return 0
+    for line in sandbox.format_sandbox_table(rows):
+        say(line)
 
 
 # -- agents: claude, agent, build-image (logic in chtop_tasks/agents/) --

@@ -2,26 +2,35 @@
 
 from invoke import task
 
+from ..errors import UsageError
 from ..term import say, warn
 from ..workspace import worktrees
 from ..workspace.layout import find_workspace
 from .common import reports_errors, venv_builder
 
 
-@task(help={"name": "worktree and branch name (makes ../NAME)", "no_venv": "skip building its .venv"})
+def required_name(name: str, verb: str) -> None:
+    """--name is required; invoke's own check would exit 1, a usage error exits 2."""
+    if not name:
+        raise UsageError(f"worktree.{verb} needs --name NAME (e.g. inv worktree.{verb} --name dev)")
+
+
+@task(help={"name": "worktree and branch name (required; makes ../NAME)", "no_venv": "skip building its .venv"})
 @reports_errors
-def create(c, name, no_venv=False):
+def create(c, name="", no_venv=False):
     """Make ../NAME: a worktree of every repo on a new branch NAME, dotfiles, venv."""
+    required_name(name, "create")
     new_ws = worktrees.create_worktree(find_workspace(), name, venv_builder(not no_venv))
     say(worktrees.closing_hints(new_ws))
 
 
-@task(help={"name": "the worktree to delete",
+@task(help={"name": "the worktree to delete (required)",
             "force": "delete despite uncommitted changes or untracked files (LOSES them); "
                      "unmerged branches are still kept"})
 @reports_errors
-def delete(c, name, force=False):
+def delete(c, name="", force=False):
     """Delete ../NAME after checking nothing would be lost (branches kept if unmerged)."""
+    required_name(name, "delete")
     kept = worktrees.delete_worktree(find_workspace(), name, force=force)
     say(f"deleted worktree {name}")
     for line in kept:

@@ -16,6 +16,9 @@ EXCLUDE_BEGIN = "# >>> chtop: managed, do not edit this block >>>"
 EXCLUDE_END = "# <<< chtop <<<"
 # Always excluded, whatever .gitignore says: chtop writes these in every checkout.
 ALWAYS_EXCLUDED = ("/.venv/", "/.envrc", "/.claude/env.sh")
+# What chtop's venv build leaves in each repo it installs (editable metadata, bytecode of the smoke
+# imports), excluded in each repo's shared store so that delete and rebase-down do not see them.
+BUILD_LEFTOVERS = ("*.egg-info/", "__pycache__/")
 
 
 def template_files(template_root: Path) -> list[Path]:
@@ -57,7 +60,7 @@ def render_dotfiles(root: Path, context: dict | None = None) -> list[Path]:
 
 
 def exclude_lines(repo_names) -> list[str]:
-    return [f"/{name}/" for name in repo_names] + list(ALWAYS_EXCLUDED)
+    return [f"/{name}/" for name in repo_names] + list(ALWAYS_EXCLUDED) + list(BUILD_LEFTOVERS)
 
 
 def merge_exclude_block(text: str, lines: list[str]) -> str:
@@ -73,18 +76,32 @@ def merge_exclude_block(text: str, lines: list[str]) -> str:
     return before + EXCLUDE_BEGIN + "\n" + "\n".join(merged) + "\n" + EXCLUDE_END + after.rstrip("\n") + "\n"
 
 
-def ensure_excludes(store: Path, repo_names) -> bool:
-    """Make the container repo ignore the sub-repo dirs in every worktree.
+def ensure_exclude_block(store: Path, lines: list[str]) -> bool:
+    """chtop's managed block in ``store/info/exclude`` holds ``lines``; True if the file changed.
 
-    ``store`` is its shared git dir; ``info/exclude`` there applies to all
-    its worktrees.  Returns True if the file changed.
+    ``store`` is a repo's shared git dir: its ``info/exclude`` applies to all its worktrees.
     """
     path = Path(store) / "info" / "exclude"
     try:
         text = path.read_text()
     except FileNotFoundError:
         text = ""
-    return write_if_changed(path, merge_exclude_block(text, exclude_lines(repo_names)))
+    return write_if_changed(path, merge_exclude_block(text, lines))
+
+
+def ensure_excludes(store: Path, repo_names) -> bool:
+    """Make the container repo ignore the sub-repo dirs (and chtop's own files) in every worktree."""
+    return ensure_exclude_block(store, exclude_lines(repo_names))
+
+
+def ensure_repo_excludes(ws) -> list[Path]:
+    """Each cloned manifest repo ignores what the venv build leaves in it; the excludes that changed."""
+    changed = []
+    for repo in ws.manifest.names:
+        store = ws.toplevel / repo / ".git"
+        if store.is_dir() and not store.is_symlink() and ensure_exclude_block(store, list(BUILD_LEFTOVERS)):
+            changed.append(store / "info" / "exclude")
+    return changed
 
 
 def refresh_workspace_files(ws) -> list[Path]:
@@ -92,4 +109,4 @@ def refresh_workspace_files(ws) -> list[Path]:
     changed = render_dotfiles(ws.root)
     if ensure_excludes(ws.toplevel / ".git", ws.manifest.names):
         changed.append(ws.toplevel / ".git" / "info" / "exclude")
-    return changed
+    return changed + ensure_repo_excludes(ws)

@@ -236,9 +236,32 @@ def preflight_problems(ws: Workspace, rel: Relation) -> list[str]:
     busy = operation_in_progress(rel.checkout.path)
     if busy:
         problems.append(f"{here}: a {busy} is in progress; finish it (git {busy} --continue) or abort it first")
-    dirty = dirty_paths(rel.checkout.path)
-    if dirty:
-        problems.append(f"{here}: uncommitted changes ({len(dirty)} paths: {', '.join(d[3:] for d in dirty[:4])})")
+    tracked = [d[3:] for d in dirty_paths(rel.checkout.path) if not d.startswith("??")]
+    if tracked:
+        problems.append(f"{here}: uncommitted changes to tracked files ({len(tracked)} paths: "
+                        f"{', '.join(tracked[:4])}); commit or stash them")
+    return problems
+
+
+def untracked_in_the_way(checkout_dir: Path, ref: str) -> list[str]:
+    """Untracked files that ``ref``'s tree also has: checking ``ref`` out would overwrite them.
+
+    Other untracked files do not stop a rebase (git leaves them alone), so they are not refused.
+    """
+    untracked = {d[3:] for d in dirty_paths(checkout_dir) if d.startswith("??")}
+    if not untracked:
+        return []
+    in_ref = git(checkout_dir, ["ls-tree", "-r", "--name-only", ref]).stdout.splitlines()
+    return sorted(untracked.intersection(in_ref))
+
+
+def rebase_problems(ws: Workspace, rel: Relation) -> list[str]:
+    problems = preflight_problems(ws, rel)
+    if rel.behind:
+        in_the_way = untracked_in_the_way(rel.checkout.path, rel.integration)
+        if in_the_way:
+            problems.append(f"{display_name(ws, rel.checkout.path)}: untracked files that {rel.integration} "
+                            f"also has would be overwritten ({', '.join(in_the_way[:4])}); move them away")
     return problems
 
 
@@ -267,26 +290,39 @@ def plan_rebase_down(ws: Workspace, rels: list[Relation], rebase_args: list[str]
     return steps
 
 
-def print_plan(ws: Workspace, rels: list[Relation], steps: list[GitStep], verb: str) -> None:
+def print_plan(ws: Workspace, rels: list[Relation], steps: list[GitStep], verb: str, dry_run: bool) -> None:
+    """One line per repo; the command itself only for a dry run (a real run echoes it as it runs)."""
     planned = {id(s.checkout): s for s in steps}
     for rel in rels:
         step = planned.get(id(rel.checkout))
         name = display_name(ws, rel.checkout.path)
         if step is None:
             say(f"  {name}: nothing to {verb}")
+        elif dry_run:
+            say(f"  {name}: {step.note}\n    would run: {runner.format_command(step.argv, step.cwd)}")
         else:
-            say(f"  {name}: {step.note}\n    {runner.format_command(step.argv, step.cwd)}")
+            say(f"  {name}: {step.note}")
+
+
+def plan_heading(what: str, ws: Workspace, dry_run: bool) -> str:
+    return f"{what} {ws.root}" + (" (dry run: nothing will be changed):" if dry_run else ":")
+
+
+def dry_run_footer(steps: list[GitStep]) -> str:
+    return f"dry run: {len(steps)} command(s) not run, nothing was changed (run again without --dry-run)"
 
 
 def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False) -> int:
     refuse_in_toplevel(ws, "git.rebase-down")
     verify_git_dirs(ws)
     rels = relations(ws)
-    raise_if_problems([p for rel in rels for p in preflight_problems(ws, rel)], "rebase-down")
+    raise_if_problems([p for rel in rels for p in rebase_problems(ws, rel)], "rebase-down")
     steps = plan_rebase_down(ws, rels, rebase_args)
-    say(f"rebase-down in {ws.root}{' (dry run: nothing will be changed)' if dry_run else ''}:")
-    print_plan(ws, rels, steps, "rebase")
-    if not dry_run:
+    say(plan_heading("rebase-down in", ws, dry_run))
+    print_plan(ws, rels, steps, "rebase", dry_run)
+    if dry_run:
+        say(dry_run_footer(steps))
+    else:
         run_steps(steps, lambda step: ChtopError(conflict_instructions(ws, step)))
         check_outcome(ws, steps, rebased_onto_integration, "rebase-down")
     return 0
@@ -375,9 +411,11 @@ def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False) -> int:
     rels = relations(ws)
     raise_if_problems([p for rel in rels for p in merge_up_problems(ws, rel, no_ff)], "merge-up")
     steps = plan_merge_up(ws, rels, no_ff)
-    say(f"merge-up from {ws.root}{' (dry run: nothing will be changed)' if dry_run else ''}:")
-    print_plan(ws, rels, steps, "land")
-    if not dry_run:
+    say(plan_heading("merge-up from", ws, dry_run))
+    print_plan(ws, rels, steps, "land", dry_run)
+    if dry_run:
+        say(dry_run_footer(steps))
+    else:
         run_steps(steps, lambda step: CommandFailed(
             f"merge into {display_name(ws, step.cwd)} failed (see git's message above); "
             "repos already merged stay merged. Run `inv git.rebase-down` in the worktree and retry."))

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import NotInWorkspace, WorkspaceError
+from ..errors import ManifestError, NotInWorkspace, WorkspaceError
 from ..places import STATE_DIR_NAME, state_dir
 from .manifest import MANIFEST_NAME, Manifest, load_manifest
 
@@ -96,12 +96,24 @@ def _is_checkout_root(path: Path) -> bool:
     return (path / ".git").exists() and all((path / m).is_file() for m in MARKERS)
 
 
+def _lacks_only_the_manifest(path: Path) -> bool:
+    """A checkout of chtop (``.git``, ``tasks.py``, ``chtop_tasks/``) whose manifest is gone."""
+    return ((path / ".git").exists() and (path / "tasks.py").is_file() and (path / "chtop_tasks").is_dir()
+            and not (path / MANIFEST_NAME).exists())
+
+
 def find_root(start: Path) -> Path:
     """The nearest enclosing dir that is a checkout of the container repo."""
     start = Path(start).resolve()
     for candidate in (start, *start.parents):
         if _is_checkout_root(candidate):
             return candidate
+        if _lacks_only_the_manifest(candidate):
+            raise ManifestError(
+                f"{candidate} is a chtop checkout without its {MANIFEST_NAME}: the manifest lists the "
+                f"workspace's repos.\nRestore it (git -C {candidate} checkout -- {MANIFEST_NAME}) or write one "
+                "(README, 'The manifest')."
+            )
     raise NotInWorkspace(
         f"{start} is not inside a chtop workspace (no parent has {' and '.join(MARKERS)} and .git).\n"
         "Run this from the toplevel, a feature worktree, or a repo inside one."

@@ -143,6 +143,9 @@ def parse_manifest(path: Path, text: str, reserved: tuple[str, ...] = ()) -> Man
     entries = data.get("repo", [])
     if not isinstance(entries, list):
         raise ManifestError(f"{path}: 'repo' must be an array of tables ([[repo]])")
+    if not entries:
+        raise ManifestError(f"{path}: no [[repo]] entries; a workspace needs at least one repo "
+                            "(each entry: name, url, branch; see README, 'The manifest')")
     repos: list[Repo] = []
     seen: set[str] = set()
     for index, entry in enumerate(entries):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import runner
-from ..errors import ChtopError, CommandFailed, Refused, UsageError
+from ..errors import ChtopError, CommandFailed, Refused, UsageError, WorkspaceError
 from ..places import worktree_name_problem
 from ..term import say, warn
 from .dotfiles import refresh_workspace_files
@@ -25,7 +25,7 @@ from .gitops import (
     integration_branch,
     main_checkout_dir,
 )
-from .layout import Checkout, Workspace, find_workspace, verify_git_dirs
+from .layout import Checkout, Workspace, checkout_problem, find_workspace, verify_git_dirs
 
 
 def name_problem(ws: Workspace, name: str) -> str | None:
@@ -74,12 +74,26 @@ class AddStep:
         return ["git", "worktree", "add", "-b", name, str(self.checkout.path), self.start]
 
 
+def refuse_uncommitted_manifest(top: Workspace) -> None:
+    """A new worktree checks out the toplevel's committed manifest, so an edit not committed yet
+    would give it other repos than the toplevel has: refuse, saying how to commit it."""
+    manifest = top.manifest.path.name
+    changed = git(top.toplevel, ["status", "--porcelain", "--", manifest]).stdout.strip()
+    if changed:
+        raise Refused(
+            f"{top.toplevel / manifest} has uncommitted changes; a new worktree is a checkout of the "
+            f"toplevel's last commit, so it would get the committed manifest, not your edit.\n"
+            f"Commit it first:  git -C {top.toplevel} commit -m 'my repos' {manifest}"
+        )
+
+
 def plan_create(ws: Workspace, name: str) -> list[AddStep]:
     """Check every repo, then return the worktree adds to make (touches nothing)."""
     why = name_problem(ws, name)
     if why:
         raise UsageError(why)
     top = ws.for_root(ws.toplevel)
+    refuse_uncommitted_manifest(top)
     missing = [c.name for c in top.checkouts()[1:] if not (c.path / ".git").exists()]
     if missing:
         raise Refused(f"repo(s) not cloned in the toplevel: {', '.join(missing)}.\nRun `inv toplevel.init` there first.")
@@ -162,10 +176,15 @@ def create_worktree(ws: Workspace, name: str, build_venv=None) -> Workspace:
 
 
 def closing_hints(ws: Workspace) -> str:
+    if (ws.venv_dir / "bin" / "python").exists():
+        direnv = f"  cd {ws.root} && direnv allow .      # activates its venv"
+    else:
+        direnv = (f"  cd {ws.root} && direnv allow .      # its env; no venv yet (--no-venv): "
+                  f"inv venv.build --workdir {ws.root}")
     return "\n".join([
         f"Worktree ready: {ws.root}",
         "Next:",
-        f"  cd {ws.root} && direnv allow .      # activates its venv",
+        direnv,
         f"  tmux new -s {ws.name} && inv sbox.claude   # the sandboxed agent",
         f"The agents of this group share one login ({ws.claude_dir}): the first launch in a new group",
         "needs /login once (or a long-lived token in ~/.config/chtop/secrets.env).",
@@ -184,11 +203,21 @@ def worktree_workspace(ws: Workspace, name: str) -> Workspace:
     return find_workspace(root)
 
 
-def delete_problems(wt: Workspace) -> list[str]:
+def delete_problems(wt: Workspace, checkouts: list[Checkout] | None = None,
+                    top: Workspace | None = None) -> list[str]:
+    """What deleting would lose, in every checkout (default: those of the worktree's manifest; a
+    repo only the toplevel's manifest names takes its integration branch from ``top``)."""
+    def branch_base(checkout: Checkout) -> str:
+        known = not checkout.name or checkout.name in wt.manifest.names
+        return integration_branch(wt if known or top is None else top, checkout)
+
     def check(checkout: Checkout) -> list[str]:
         here = display_name(wt, checkout.path)
         if not checkout.path.exists():
             return []
+        if not checkout.store.is_dir():
+            return [f"{here}: its repo is not cloned in the toplevel ({display_name(wt, checkout.store.parent)}), "
+                    "so git cannot check it; its files would be lost"]
         found = []
         dirty = dirty_paths(checkout.path)
         tracked = [d for d in dirty if not d.startswith("??")]
@@ -200,11 +229,28 @@ def delete_problems(wt: Workspace) -> list[str]:
             found.append(f"{here}: {len(untracked)} untracked file(s): " + ", ".join(untracked[:5]))
         branch = head_branch(checkout.path)
         if branch:
-            ahead, _ = ahead_behind(checkout.path, integration_branch(wt, checkout), branch)
+            ahead, _ = ahead_behind(checkout.path, branch_base(checkout), branch)
             if ahead:
                 found.append(f"{here}: {ahead} commit(s) on {branch} not merged up (run `inv git.merge-up` in {wt.root})")
         return found
-    return [p for problems in fan_out(check, wt.checkouts()) for p in problems]
+    return [p for problems in fan_out(check, checkouts or wt.checkouts()) for p in problems]
+
+
+def refuse_running_sandboxes(wt: Workspace) -> None:
+    """A sandbox still running in the worktree would be left working in a deleted tree: refuse,
+    even with --force, naming each container and how to stop it."""
+    from ..sandbox import sandboxes_in  # the sandbox package imports this one
+
+    try:
+        running = sandboxes_in(wt.grouping, wt.root)
+    except CommandFailed as exc:       # podman broken here: no sandbox can run either
+        warn(f"could not check for sandboxes running in {wt.root}: {exc}")
+        return
+    if running:
+        names = [row["name"] for row in running]
+        raise Refused(f"refusing to delete {wt.root}: {len(names)} sandbox(es) still run in it: "
+                      + ", ".join(f"{row['name']} ({row['purpose']}, {row['status']})" for row in running)
+                      + f"\nEnd the agent or shell in it, or stop it:  podman stop {' '.join(names)}")
 
 
 def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | None = None) -> list[str]:
@@ -213,8 +259,15 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
     here = (cwd or Path.cwd()).resolve()
     if here == wt.root or wt.root in here.parents:
         raise Refused(f"you are inside {wt.root}; run worktree.delete from elsewhere (e.g. {ws.toplevel})")
-    verify_git_dirs(wt)
-    problems = delete_problems(wt)
+    refuse_running_sandboxes(wt)
+    top = ws.for_root(ws.toplevel)
+    checkouts = checkouts_to_delete(wt, top)
+    verify_git_dirs(wt, [c.name for c in wt.checkouts() if c.store.is_dir()])
+    extra_problems = [p for c in checkouts[len(wt.checkouts()):] if (p := checkout_problem(wt, c))]
+    if extra_problems:
+        raise WorkspaceError("refusing to run git: a checkout's git dir is not the one the workspace layout "
+                             "says:\n  " + "\n  ".join(extra_problems))
+    problems = delete_problems(wt, checkouts, top)
     if problems and not force:
         raise Refused(f"refusing to delete {wt.root}:\n  " + "\n  ".join(problems)
                       + "\nCommit or merge up, or pass --force to delete the directory anyway "
@@ -222,9 +275,12 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
     if problems:
         warn("--force: deleting despite:\n  " + "\n  ".join(problems))
     kept = []
-    top = ws.for_root(ws.toplevel)
-    for checkout in reversed(wt.checkouts()):
+    for checkout in reversed(checkouts):
         main_dir = main_checkout_dir(top, checkout)
+        if not (main_dir / ".git").exists():
+            warn(f"{display_name(ws, main_dir)} is not cloned in the toplevel: removing "
+                 f"{display_name(ws, checkout.path)} as a plain directory")
+            continue
         branch = head_branch(checkout.path) if checkout.path.exists() else name
         if checkout.path.exists():
             runner.run(["git", "worktree", "remove", "--force", str(checkout.path)], cwd=main_dir)
@@ -236,7 +292,27 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
     if wt.root.exists():
         shutil.rmtree(wt.root)
     runner.run(["git", "worktree", "prune"], cwd=ws.toplevel, check=False)
+    remove_policy_layer(ws, name)
     return kept
+
+
+def remove_policy_layer(ws: Workspace, name: str) -> None:
+    """The worktree's own net-allow/net-deny layer (``sandbox/worktrees/NAME/``) goes with it."""
+    layer = ws.policy_dir / "worktrees" / name
+    if layer.is_dir() and not layer.is_symlink():
+        shutil.rmtree(layer)
+        say(f"removed its network policy layer {display_name(ws, layer)}/ "
+            "(if it was committed, commit the removal in the toplevel)")
+
+
+def checkouts_to_delete(wt: Workspace, top: Workspace) -> list[Checkout]:
+    """The worktree's checkouts (its own manifest), plus any repo of the toplevel's manifest that has
+    a checkout in it too (the two manifests differ when one was edited after the worktree was made)."""
+    own = wt.checkouts()
+    names = {c.name for c in own}
+    extra = [Checkout(c.name, wt.root / c.name, c.store) for c in top.checkouts()[1:]
+             if c.name not in names and (wt.root / c.name / ".git").is_file()]
+    return own + extra
 
 
 # -- list --------------------------------------------------------------------
