@@ -213,6 +213,9 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
     here = (cwd or Path.cwd()).resolve()
     if here == wt.root or wt.root in here.parents:
         raise Refused(f"you are inside {wt.root}; run worktree.delete from elsewhere (e.g. {ws.toplevel})")
+    from ..sessions import refuse_delete_while_running
+
+    refuse_delete_while_running(ws.grouping, name)
     verify_git_dirs(wt)
     problems = delete_problems(wt)
     if problems and not force:

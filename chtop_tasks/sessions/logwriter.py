@@ -1,0 +1,49 @@
+"""The session's screen log: ``tmux pipe-pane`` feeds the pane's output to this writer.
+
+``python -m chtop_tasks.sessions.logwriter PATH``: appends stdin to PATH;
+when PATH reaches ``MAX_BYTES`` it becomes ``PATH.1`` (the older one is
+dropped), so a session's log never takes more than twice that.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+MAX_BYTES = 5 * 1024 * 1024
+CHUNK = 65536
+
+
+def append_bounded(path: Path, stream, max_bytes: int = MAX_BYTES) -> None:
+    """Copy ``stream`` (binary) to ``path``, rotating to ``path.1`` at ``max_bytes``."""
+    out = open(path, "ab", buffering=0)
+    os.chmod(path, 0o600)
+    size = out.tell()
+    try:
+        while True:
+            data = stream.read1(CHUNK) if hasattr(stream, "read1") else stream.read(CHUNK)
+            if not data:
+                return
+            if size + len(data) > max_bytes:
+                out.close()
+                os.replace(path, path.with_name(path.name + ".1"))
+                out = open(path, "ab", buffering=0)
+                os.chmod(path, 0o600)
+                size = 0
+            out.write(data)
+            size += len(data)
+    finally:
+        out.close()
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m chtop_tasks.sessions.logwriter PATH", file=sys.stderr)
+        return 2
+    append_bounded(Path(argv[0]), sys.stdin.buffer)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
