@@ -15,6 +15,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -141,13 +142,13 @@ def start_session(ws, agent: str = "claude", args: list[str] | None = None, cont
     if old is not None:
         _remove_container(old)
         _clear_hook_state(target.config_dir, old.session_id)
-    get_agent(agent).argv(args, continue_)          # a continue flag the agent lacks is refused here
+    command = get_agent(agent).argv(args, continue_)   # a continue flag the agent lacks is refused here
     if agent in HOOKED_AGENTS:
         if hooks.install_hooks(target.config_dir):
             say(f"chtop: installed the session state hooks in {target.config_dir / 'settings.json'}")
         hooks.prepare_state_dir(target.config_dir)
     plan, notes = prepare_launch(agent, args, ws.root, interactive=True, continue_=continue_)
-    for line in notes:
+    for line in notes + [f"{name}: the agent's command: {shlex.join(command)}"]:
         print(f"chtop: {line}", file=sys.stderr, flush=True)
     show_warnings(plan)
 

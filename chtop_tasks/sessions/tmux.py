@@ -49,8 +49,13 @@ def base_argv(socket: Path) -> list[str]:
 
 
 def exact(session: str) -> str:
-    """A target that matches exactly this session name (no prefix or pattern matching)."""
+    """A session target that matches exactly this session name (no prefix or pattern matching)."""
     return f"={session}"
+
+
+def pane_of(session: str) -> str:
+    """A window or pane target: the current (only) pane of exactly this session."""
+    return f"={session}:"
 
 
 def new_session_argv(socket: Path, session: str, cwd: Path, command: list[str], log_command: list[str],
@@ -59,8 +64,8 @@ def new_session_argv(socket: Path, session: str, cwd: Path, command: list[str], 
     ``log_command`` from the first byte (tmux runs the chained commands before it reads the pane)."""
     return [*base_argv(socket), "new-session", "-d", "-s", session, "-c", str(cwd),
             "-x", str(size[0]), "-y", str(size[1]), runner_shell(command),
-            ";", "set-option", "-t", exact(session), "remain-on-exit", "off",
-            ";", "pipe-pane", "-o", "-t", exact(session), runner_shell(log_command)]
+            ";", "set-option", "-w", "-t", pane_of(session), "remain-on-exit", "off",
+            ";", "pipe-pane", "-o", "-t", pane_of(session), runner_shell(log_command)]
 
 
 def runner_shell(argv: list[str]) -> str:
@@ -87,7 +92,7 @@ def has_session(socket: Path, session: str) -> bool:
 
 
 def pane_pid(socket: Path, session: str) -> int | None:
-    result = run_tmux(socket, "display-message", "-p", "-t", exact(session), "#{pane_pid}")
+    result = run_tmux(socket, "display-message", "-p", "-t", pane_of(session), "#{pane_pid}")
     try:
         return int(result.stdout.strip()) if result.ok else None
     except ValueError:
@@ -95,7 +100,7 @@ def pane_pid(socket: Path, session: str) -> int | None:
 
 
 def capture_pane(socket: Path, session: str) -> str | None:
-    result = run_tmux(socket, "capture-pane", "-p", "-t", exact(session))
+    result = run_tmux(socket, "capture-pane", "-p", "-t", pane_of(session))
     return result.stdout if result.ok else None
 
 
