@@ -25,14 +25,16 @@ def append_bounded(path: Path, stream, max_bytes: int = MAX_BYTES) -> None:
             data = stream.read1(CHUNK) if hasattr(stream, "read1") else stream.read(CHUNK)
             if not data:
                 return
-            if size + len(data) > max_bytes:
-                out.close()
-                os.replace(path, path.with_name(path.name + ".1"))
-                out = open(path, "ab", buffering=0)
-                os.chmod(path, 0o600)
-                size = 0
-            out.write(data)
-            size += len(data)
+            while data:
+                if size >= max_bytes:
+                    out.close()
+                    os.replace(path, path.with_name(path.name + ".1"))
+                    out = open(path, "ab", buffering=0)
+                    os.chmod(path, 0o600)
+                    size = 0
+                part, data = data[: max_bytes - size], data[max_bytes - size:]
+                out.write(part)
+                size += len(part)
     finally:
         out.close()
 
