@@ -127,6 +127,10 @@ def test_current_state_ignores_a_report_older_than_this_run(tmp_path):
     assert agent_state.current_state(old, started_at=200.0, screen_state=screen) == "working"
     fresh = agent_state.Reported("waiting", mtime=300.0)
     assert agent_state.current_state(fresh, started_at=200.0, screen_state=screen) == "waiting"
+    # a hooked agent that has not reported yet, standing still, waits for the user (first-run questions)
+    assert agent_state.current_state(None, 200.0, "idle", hooked=True) == "waiting"
+    assert agent_state.current_state(None, 200.0, "idle", hooked=False) == "idle"
+    assert agent_state.current_state(None, 200.0, "working", hooked=True) == "working"
 
 
 def test_screen_activity_is_working_while_it_changes_and_idle_once_it_stands_still():

@@ -12,7 +12,7 @@ blocking (no FIFO), must be a regular file, is read up to a few bytes, and
 is used only if it is exactly one of the allowed words.  Nothing in it is
 ever executed, sourced or taken as configuration.
 
-Agents without hooks: the screen (``tmux capture-pane``) changing means
+Agents without hooks, and a hooked agent before its first report: the screen (``tmux capture-pane``) changing means
 ``working``; unchanged for ``IDLE_AFTER`` seconds means ``idle``.
 """
 
@@ -87,8 +87,13 @@ class ScreenActivity:
         return "working" if now - self._changed_at < self.idle_after else "idle"
 
 
-def current_state(reported: Reported | None, started_at: float, screen_state: str) -> str:
-    """The hook's word when the agent reported during this run, else what the screen says."""
+def current_state(reported: Reported | None, started_at: float, screen_state: str, hooked: bool = False) -> str:
+    """The hook's word when the agent reported during this run, else what the screen says.
+
+    A hooked agent that has not reported yet and whose screen stands still is ``waiting``: it shows
+    a first-run question (claude's bypass-mode warning, folder trust) or its empty prompt."""
     if reported is not None and reported.mtime >= started_at - 1:
         return reported.state
+    if hooked and screen_state == "idle":
+        return "waiting"
     return screen_state

@@ -26,6 +26,7 @@ from ..errors import Refused
 from .agent_state import STATE_DIR_NAME
 
 MARKER = "chtop-session-state"
+HOOKED_AGENTS = ("claude",)        # the agents whose config takes these hooks (Claude Code's settings.json)
 EVENTS = {                       # Claude Code hook event -> the state it means
     "UserPromptSubmit": "working",
     "PreToolUse": "working",

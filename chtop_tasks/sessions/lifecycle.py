@@ -29,7 +29,6 @@ from .agent_state import STATES
 
 STOP_GRACE = 10.0
 PANE_EXIT_WAIT = 5.0
-HOOKED_AGENTS = ("claude",)            # agents whose hooks chtop installs (Claude Code's settings.json)
 
 
 class SessionRunning(Refused):
@@ -143,7 +142,7 @@ def start_session(ws, agent: str = "claude", args: list[str] | None = None, cont
         _remove_container(old)
         _clear_hook_state(target.config_dir, old.session_id)
     command = get_agent(agent).argv(args, continue_)   # a continue flag the agent lacks is refused here
-    if agent in HOOKED_AGENTS:
+    if agent in hooks.HOOKED_AGENTS:
         if hooks.install_hooks(target.config_dir):
             say(f"chtop: installed the session state hooks in {target.config_dir / 'settings.json'}")
         hooks.prepare_state_dir(target.config_dir)

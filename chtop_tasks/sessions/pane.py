@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from ..errors import ChtopError
-from . import agent_state, notify, records, tmux
+from . import agent_state, hooks, notify, records, tmux
 
 POLL_SECONDS = 1.0
 KEEP_FROM_TMUX = ("TERM", "TMUX", "TMUX_PANE", "COLORTERM")
@@ -67,7 +67,8 @@ class Watcher(threading.Thread):
     def step(self, now: float) -> None:
         reported = agent_state.read_reported(self.state_file)
         screen = self.screen.observe(tmux.capture_pane(self.socket, self.record.tmux_session), now)
-        state = agent_state.current_state(reported, self.record.started_at, screen)
+        state = agent_state.current_state(reported, self.record.started_at, screen,
+                                          hooked=self.record.agent in hooks.HOOKED_AGENTS)
         if state == "exited":        # the agent said it is ending; the host records the exit itself
             return
         if state != self.last:
