@@ -16,9 +16,11 @@ from sandbox_helpers import as_user, user_group  # noqa: F401
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
-# Prints its argv one [..] each, keeps the screen changing for 10 s, stands still for 12 s, exits 5.
+# Prints its argv one [..] each, asks the proxy for a host it blocks (one approval pending), keeps
+# the screen changing for 10 s, stands still for 12 s, exits 5.
 STAND_IN = r"""
 printf 'STANDIN-ARGS:'; printf '[%s]' "$@"; echo
+curl -s -o /dev/null --max-time 10 -w 'proxy=%{http_code}\n' http://blocked.example/
 i=0; while [ $i -lt 10 ]; do echo "tick $i"; i=$((i+1)); sleep 1; done
 echo STANDIN-QUIET; sleep 12; exit 5
 """
@@ -70,11 +72,12 @@ def test_an_agent_without_hooks_goes_working_idle_exited_with_its_status(g):
     wait_for(g, "idle", 40)
     done = wait_for(g, "exited", 40)
     assert done["exit_status"] == 5
+    assert done["pending"] == 1                      # blocked.example awaits approval for dev
     listed = g.inv("session.list").stdout
-    assert "exited (5)" in listed, listed
+    assert "exited (5)" in listed and "1 pending approval(s)" in listed, listed
     log = g.inv("session.log").stdout
     assert "STANDIN-ARGS:[--again][two words][it's][]" in log, log[-2000:]
-    assert "tick 9" in log and "STANDIN-QUIET" in log
+    assert "tick 9" in log and "STANDIN-QUIET" in log and "proxy=403" in log
     deadline = time.monotonic() + 20
     while "dev exited" not in ((g.base / "notified").read_text() if (g.base / "notified").exists() else ""):
         assert time.monotonic() < deadline, "the notify command never ran"
