@@ -8,6 +8,7 @@ Usage::
     env = {"ANTHROPIC_BASE_URL": api.url, "ANTHROPIC_API_KEY": "sk-ant-test"}
     ...                                                      # run claude with env
     api.turns_served        # how many script turns were answered
+    api.wait_for_turns(2)   # block until two were (AssertionError after a timeout)
     api.requests            # every request: {"method", "path", "body" (parsed JSON or None)}
     api.conversations()     # the "messages" list of each scripted POST /v1/messages
     api.close()
@@ -34,6 +35,7 @@ import http.server
 import itertools
 import json
 import threading
+import time
 from dataclasses import dataclass
 
 MODEL = "claude-fake-1"
@@ -183,6 +185,15 @@ class FakeAnthropic:
             self.turns_served += 1
         blocks, stop = _blocks(turn, ident)
         return blocks, stop, ident
+
+    def wait_for_turns(self, count: int, timeout: float = 120.0) -> None:
+        """Return once ``count`` script turns were served; AssertionError after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while self.turns_served < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the fake API served {self.turns_served} of {count} turns; "
+                                     f"last requests: {[r['path'] for r in self.requests[-5:]]}")
+            time.sleep(0.2)
 
     def conversations(self) -> list[list]:
         """The ``messages`` of every conversation request (tools offered), in order."""

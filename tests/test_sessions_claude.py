@@ -92,13 +92,6 @@ def tmux_sessions(socket: Path, run) -> list[str]:
     return proc.stdout.split() if proc.returncode == 0 else []
 
 
-def wait_turns(api: FakeAnthropic, count: int, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while api.turns_served < count:
-        assert time.monotonic() < deadline, f"the fake API served {api.turns_served} turns: {api.requests[-3:]}"
-        time.sleep(0.5)
-
-
 def socket_of(g, inv) -> Path:
     proc = inv("session.list", "--json", cwd=g.toplevel)
     row = json.loads(proc.stdout)[0]
@@ -171,14 +164,14 @@ def test_session_life_cycle_with_the_real_claude(sess, api):
     assert sum("chtop-session-state" in c for c in stop_commands) == 1
 
     # working during the long tool call, idle once the model's turn ends
-    wait_turns(api, 1)
+    api.wait_for_turns(1)
     row = wait_state(g, inv, {"working"}, timeout=30)
     assert row["agent"] == "claude" and row["exit_status"] is None
     assert time.monotonic() - began < SLEEP, "the tool call ended before the state was read"
     record = json.loads((g.grouping / ".chtop" / "sessions" / "dev.json").read_text())
     hook_file = g.grouping / "claude" / "chtop-state" / record["session_id"]
     assert hook_file.read_text().strip() == "working"           # from claude's own PreToolUse hook
-    wait_turns(api, 2, timeout=SLEEP + 90)
+    api.wait_for_turns(2, timeout=SLEEP + 90)
     assert time.monotonic() - began > SLEEP, json.dumps(api.conversations()[-1])[-1500:]
     row = wait_state(g, inv, {"idle", "waiting"}, timeout=60)
     assert row["since"] > time.time() - 120
@@ -224,7 +217,7 @@ def test_session_life_cycle_with_the_real_claude(sess, api):
         assert time.monotonic() < deadline, "the restored claude never showed the earlier conversation"
         time.sleep(1)
     run(["tmux", "-S", str(socket), "send-keys", "-t", "=chtop-dev:", "and now?", "Enter"])
-    wait_turns(api, 3)
+    api.wait_for_turns(3)
     last = api.conversations()[-1]
     assert FIRST_ANSWER in json.dumps(last) and "and now?" in json.dumps(last)
 
@@ -294,7 +287,7 @@ def test_root_session_life_cycle(remote_template, root_env):
             proc = inv("session.start", "--", "hello as root")
             assert proc.returncode == 0, proc.stdout + proc.stderr
             assert "rootful podman" in proc.stderr
-            wait_turns(api, 1)
+            api.wait_for_turns(1)
             row = wait_state(g, inv, {"idle", "waiting"}, timeout=90)
             assert row["agent"] == "claude"
             socket = socket_of(g, inv)

@@ -58,7 +58,7 @@ def _pending_by_worktree(group_dir: Path, policy_dirs: set[str]) -> dict[str, in
     for policy_dir in policy_dirs:
         try:
             items = pending(group_dir, Policy(Path(policy_dir)))
-        except ChtopError:
+        except (ChtopError, OSError):
             continue
         for item in items:
             counts[item.get("worktree") or ""] = counts.get(item.get("worktree") or "", 0) + 1
@@ -253,7 +253,16 @@ def stop_session(group_dir: Path, name: str, grace: float = STOP_GRACE) -> dict:
 
 
 def stop_all(group_dir: Path, grace: float = STOP_GRACE) -> list[dict]:
-    return [stop_session(group_dir, r.worktree, grace) for r in records.load_all(Path(group_dir))]
+    """Stop every session of the group; one that fails does not keep the others running."""
+    stopped, failed = [], []
+    for record in records.load_all(Path(group_dir)):
+        try:
+            stopped.append(stop_session(group_dir, record.worktree, grace))
+        except ChtopError as exc:
+            failed.append(str(exc))
+    if failed:
+        raise ChtopError("\n".join(failed))
+    return stopped
 
 
 # -- restore, attach, log --------------------------------------------------------------------------
