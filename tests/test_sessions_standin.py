@@ -11,6 +11,7 @@ import json
 import subprocess
 import time
 
+import pexpect
 import pytest
 from sandbox_helpers import as_user, user_group  # noqa: F401
 
@@ -87,10 +88,23 @@ def test_an_agent_without_hooks_goes_working_idle_exited_with_its_status(g):
     assert attach.returncode == 3 and "has exited (5)" in attach.stderr
 
 
-def test_stop_ends_a_running_agent_with_sigterm_and_leaves_nothing(g):
-    proc = g.inv("session.start", "--agent", "standin")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+def start_in_a_terminal_then_close_it(g):
+    """``inv session.start`` typed into a login shell's terminal, which is then closed (SIGHUP)."""
+    env = dict(g.env, TERM="xterm")
+    inv = f"{g.venv}/bin/python -m invoke session.start --agent standin"
+    child = pexpect.spawn("runuser", ["-u", g.user.pw_name, "--", "env", "-i",
+                                      *[f"{k}={v}" for k, v in env.items()], "bash", "--norc", "-i"],
+                          cwd=str(g.dev), encoding="utf-8", codec_errors="replace", timeout=120)
+    child.sendline(f"{inv}; echo START-RETURNED-$?")      # the echoed line shows `$?`, not a status
+    child.expect("START-RETURNED-0")
+    child.close(force=True)                        # the terminal goes away: hangup for its processes
+
+
+def test_a_session_outlives_its_terminal_and_stop_ends_it_with_sigterm_leaving_nothing(g):
+    start_in_a_terminal_then_close_it(g)
     wait_for(g, "working", 20)
+    time.sleep(2)
+    assert row(g)["state"] == "working"            # still running after the terminal closed
     began = time.monotonic()
     stopped = g.inv("session.stop", "--grace", "5")
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
