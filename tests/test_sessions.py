@@ -19,7 +19,7 @@ from conftest import require_tool
 
 from chtop_tasks.agents.registry import load_registry, parse_entry
 from chtop_tasks.errors import PolicyError, Refused, UsageError
-from chtop_tasks.sessions import agent_state, hooks, logwriter, notify, records, tmux
+from chtop_tasks.sessions import agent_state, hooks, notify, records, screenlog, tmux
 
 # -- hooks: merged into settings.json, never dropping the user's own -----------------------------
 
@@ -147,7 +147,7 @@ def test_screen_activity_is_working_while_it_changes_and_idle_once_it_stands_sti
 def test_log_writer_rotates_so_the_log_stays_bounded(tmp_path):
     path = tmp_path / "s.log"
     data = b"".join(f"line {i}\n".encode() for i in range(3000))
-    logwriter.append_bounded(path, io.BufferedReader(io.BytesIO(data), buffer_size=512), max_bytes=4096)
+    screenlog.append_bounded(path, io.BufferedReader(io.BytesIO(data), buffer_size=512), max_bytes=4096)
     rotated = path.with_name("s.log.1")
     assert path.stat().st_size <= 4096 and rotated.stat().st_size <= 4096
     assert (rotated.read_bytes() + path.read_bytes()) == data[-(rotated.stat().st_size + path.stat().st_size):]
@@ -156,7 +156,7 @@ def test_log_writer_rotates_so_the_log_stays_bounded(tmp_path):
 
 def test_log_writer_runs_as_the_pipe_pane_command(tmp_path):
     path = tmp_path / "p.log"
-    proc = subprocess.run([sys.executable, "-m", "chtop_tasks.sessions.logwriter", str(path)],
+    proc = subprocess.run([sys.executable, "-m", "chtop_tasks.sessions.screenlog", str(path)],
                           input=b"\x1b[1mhello\x1b[0m screen\r\n", capture_output=True)
     assert proc.returncode == 0
     assert path.read_bytes() == b"\x1b[1mhello\x1b[0m screen\r\n"

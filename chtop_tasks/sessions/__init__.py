@@ -13,18 +13,9 @@ The stable API (the dashboard and the ``session.*`` tasks use it):
   ``refuse_delete_while_running(group_dir, name)`` (worktree.delete's check).
 """
 
-from .lifecycle import (
-    SessionRunning,
-    attach_argv,
-    list_sessions,
-    refuse_delete_while_running,
-    restore_sessions,
-    running_session,
-    session_log,
-    start_session,
-    stop_all,
-    stop_session,
-)
+from .lifecycle import SessionRunning, attach_argv, restore_sessions, start_session, stop_all, stop_session
+from .listing import list_sessions, refuse_delete_while_running, running_session
+from .screenlog import session_log
 
 __all__ = ["SessionRunning", "attach_argv", "list_sessions", "refuse_delete_while_running", "restore_sessions",
            "running_session", "session_log", "start_session", "stop_all", "stop_session"]

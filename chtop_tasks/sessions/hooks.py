@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -62,6 +63,10 @@ def merged_settings(settings: dict) -> dict:
     return out
 
 
+def _regular(fd: int) -> bool:
+    return stat.S_ISREG(os.fstat(fd).st_mode)
+
+
 def read_settings(path: Path) -> dict:
     """The current settings (``{}`` when missing or empty); Refused when it is not a JSON object."""
     try:
@@ -89,12 +94,6 @@ def read_settings(path: Path) -> dict:
     if not isinstance(data.get("hooks", {}), dict):
         raise Refused(f"{path}: \"hooks\" is not an object; chtop does not overwrite it")
     return data
-
-
-def _regular(fd: int) -> bool:
-    import stat
-
-    return stat.S_ISREG(os.fstat(fd).st_mode)
 
 
 def install_hooks(config_dir: Path) -> bool:

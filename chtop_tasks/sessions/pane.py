@@ -54,7 +54,7 @@ class Watcher(threading.Thread):
         self.stopping = threading.Event()
         self.screen = agent_state.ScreenActivity()
         self.last = record.state
-        self.state_file = agent_state.hook_state_path(Path(record.extra["config_dir"]), record.session_id)
+        self.state_file = agent_state.hook_state_path(Path(record.config_dir), record.session_id)
         self.socket = Path(record.tmux_socket)
 
     def run(self) -> None:

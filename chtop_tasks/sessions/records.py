@@ -11,7 +11,7 @@ import json
 import os
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..places import state_dir
@@ -36,6 +36,7 @@ class Record:
     tmux_socket: str
     tmux_session: str
     started_at: float
+    config_dir: str = ""            # the agents' config dir (where the hooks report)
     status: str = "running"         # running | exited
     state: str = "working"          # working | waiting | idle | exited (lost is computed)
     since: float = 0.0
@@ -43,7 +44,6 @@ class Record:
     container: str = ""             # the podman container, once the pane process planned it
     pane_pid: int | None = None
     error: str = ""                 # why the pane process could not launch the agent
-    extra: dict = field(default_factory=dict)
 
 
 def sessions_dir(group_dir: Path, create: bool = False) -> Path:

@@ -63,12 +63,12 @@ def new_session_argv(socket: Path, session: str, cwd: Path, command: list[str], 
     """One tmux call: the detached session running ``command``, its screen piped to
     ``log_command`` from the first byte (tmux runs the chained commands before it reads the pane)."""
     return [*base_argv(socket), "new-session", "-d", "-s", session, "-c", str(cwd),
-            "-x", str(size[0]), "-y", str(size[1]), runner_shell(command),
+            "-x", str(size[0]), "-y", str(size[1]), shell_command(command),
             ";", "set-option", "-w", "-t", pane_of(session), "remain-on-exit", "off",
-            ";", "pipe-pane", "-o", "-t", pane_of(session), runner_shell(log_command)]
+            ";", "pipe-pane", "-o", "-t", pane_of(session), shell_command(log_command)]
 
 
-def runner_shell(argv: list[str]) -> str:
+def shell_command(argv: list[str]) -> str:
     """tmux runs a command string with ``sh -c``: quote every word, so argv arrives exactly."""
     import shlex
 
@@ -89,14 +89,6 @@ def has_session(socket: Path, session: str) -> bool:
     if not socket.exists():
         return False
     return run_tmux(socket, "has-session", "-t", exact(session)).ok
-
-
-def pane_pid(socket: Path, session: str) -> int | None:
-    result = run_tmux(socket, "display-message", "-p", "-t", pane_of(session), "#{pane_pid}")
-    try:
-        return int(result.stdout.strip()) if result.ok else None
-    except ValueError:
-        return None
 
 
 def capture_pane(socket: Path, session: str) -> str | None:

@@ -71,7 +71,7 @@ def attach(c, name=None):
 def list_(c, json=False):
     """Every session of this group: worktree, agent, state, since when, pending egress approvals."""
     from ..sessions import list_sessions
-    from ..sessions.lifecycle import rows_as_json
+    from ..sessions.listing import rows_as_json
 
     rows = list_sessions(_workspace().grouping)
     if json:

@@ -1,6 +1,6 @@
-"""The session's screen log: ``tmux pipe-pane`` feeds the pane's output to this writer.
+"""The session's screen log: written from ``tmux pipe-pane``, read by ``session.log``.
 
-``python -m chtop_tasks.sessions.logwriter PATH``: appends stdin to PATH;
+``python -m chtop_tasks.sessions.screenlog PATH``: appends stdin to PATH;
 when PATH reaches ``MAX_BYTES`` it becomes ``PATH.1`` (the older one is
 dropped), so a session's log never takes more than twice that.
 """
@@ -8,8 +8,12 @@ dropped), so a session's log never takes more than twice that.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
+
+from ..errors import UsageError
+from . import records
 
 MAX_BYTES = 5 * 1024 * 1024
 CHUNK = 65536
@@ -39,9 +43,27 @@ def append_bounded(path: Path, stream, max_bytes: int = MAX_BYTES) -> None:
         out.close()
 
 
+_CONTROL = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]|[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def session_log(group_dir: Path, name: str, raw: bool = False) -> bytes:
+    """What worktree ``name``'s session showed (the bounded screen log), oldest first;
+    terminal control sequences removed unless ``raw``."""
+    path = records.log_path(Path(group_dir), name)
+    rotated = path.with_name(path.name + ".1")
+    if not path.exists() and not rotated.exists():
+        raise UsageError(f"no session log for worktree {name} ({path})")
+    data = b"".join(p.read_bytes() for p in (rotated, path) if p.exists())
+    if raw:
+        return data
+    text = _CONTROL.sub(b"", data.replace(b"\r\n", b"\n"))
+    return text.replace(b"\r", b"\n")
+
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m chtop_tasks.sessions.logwriter PATH", file=sys.stderr)
+        print("usage: python -m chtop_tasks.sessions.screenlog PATH", file=sys.stderr)
         return 2
     append_bounded(Path(argv[0]), sys.stdin.buffer)
     return 0
