@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -255,7 +254,7 @@ def test_an_agent_without_a_continue_flag_refuses_continue():
 
 # -- the tasks' doors -----------------------------------------------------------------------------
 
-def test_session_tasks_outside_a_workspace_say_so(tmp_path, group_factory=None):
+def test_session_tasks_outside_a_workspace_say_so(tmp_path):
     project = tmp_path / "proj"
     project.mkdir()
     for args in (("session.list",), ("session.start",)):
@@ -274,4 +273,16 @@ def test_unknown_session_names_are_errors(tmp_path):
         attach_argv(tmp_path, "nope")
     with pytest.raises(UsageError, match="no session log"):
         session_log(tmp_path, "nope")
-    assert shutil.which("tmux") is None or tmux.has_session(tmp_path / "absent.sock", "chtop-x") is False
+    assert tmux.has_session(tmp_path / "absent.sock", "chtop-x") is False
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hand files to another uid")
+def test_hooks_and_state_dir_keep_the_config_dirs_owner_when_root_writes_them(tmp_path):
+    cfg = tmp_path / "claude"
+    cfg.mkdir()
+    os.chown(cfg, 12345, 12345)
+    hooks.install_hooks(cfg)
+    state = hooks.prepare_state_dir(cfg)
+    for path in (cfg / "settings.json", state):
+        st = path.stat()
+        assert (st.st_uid, st.st_gid) == (12345, 12345), path
