@@ -161,6 +161,21 @@ def test_log_writer_runs_as_the_pipe_pane_command(tmp_path):
     assert path.read_bytes() == b"\x1b[1mhello\x1b[0m screen\r\n"
 
 
+def test_the_log_is_shown_as_plain_lines():
+    raw = b"\x1b[?25l\x1b[1mThe\x1b[1Clong\x1b[3Cone\x1b[0m\r\n\x1b]0;title\x07done\x1b[2K\rnext"
+    assert screenlog.readable(raw) == b"The long   one\ndone\nnext"
+
+
+def test_session_log_prefers_the_kept_screen_copy_to_the_stream(tmp_path):
+    group = tmp_path / "grp"
+    records.sessions_dir(group, create=True)
+    records.log_path(group, "dev").write_bytes(b"\x1b[1mstream\x1b[0m\r\n")
+    assert screenlog.session_log(group, "dev") == b"stream\n"
+    assert screenlog.session_log(group, "dev", raw=True) == b"\x1b[1mstream\x1b[0m\r\n"
+    records.write_text_atomic(records.screen_path(group, "dev"), "rendered screen\n")
+    assert screenlog.session_log(group, "dev") == b"rendered screen\n"
+
+
 def test_records_round_trip_and_update_only_their_own_run(tmp_path):
     group = tmp_path / "grp"
     rec = records.Record(worktree="dev", root="/r", group=str(group), policy_dir="/p", agent="claude",

@@ -198,7 +198,10 @@ def test_session_life_cycle_with_the_real_claude(sess, api):
 
     # the log holds what the screen showed while nobody was attached
     logged = inv("session.log", "--name", "dev", cwd=g.toplevel)
-    assert logged.returncode == 0 and FIRST_ANSWER.split()[0] in logged.stdout, logged.stdout[-2000:]
+    assert logged.returncode == 0 and FIRST_ANSWER in logged.stdout, logged.stdout[-2000:]
+    assert FIRST_PROMPT in logged.stdout and "\x1b" not in logged.stdout
+    raw = inv("session.log", "--raw", cwd=g.dev)
+    assert raw.returncode == 0 and "\x1b[" in raw.stdout
 
     # the tmux server dies (as at a reboot): lost; restore brings it back with --continue
     socket = socket_of(g, inv)

@@ -74,11 +74,20 @@ class Watcher(threading.Thread):
         if state != self.last:
             self.last = state
             records.update(self.group, self.record.worktree, self.record.session_id, state=state, since=now)
+            save_screen(self.group, self.record)
             if state in notify.NOTIFY_STATES:
                 notify.notify(self.socket, self.record.worktree, state, pane_fd=sys.stdout.fileno())
 
 
+def save_screen(group: Path, record: records.Record) -> None:
+    """Keep what the screen shows now (tmux's rendering, scrollback included) for session.log."""
+    text = tmux.capture_history(Path(record.tmux_socket), record.tmux_session)
+    if text is not None:
+        records.write_text_atomic(records.screen_path(group, record.worktree), text)
+
+
 def finish(group: Path, record: records.Record, code: int, error: str = "") -> None:
+    save_screen(group, record)
     records.update(group, record.worktree, record.session_id, status="exited", state="exited",
                    since=time.time(), exit_status=code, error=error)
     thread = notify.notify(Path(record.tmux_socket), record.worktree, "exited", code, pane_fd=sys.stdout.fileno())

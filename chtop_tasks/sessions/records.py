@@ -19,6 +19,7 @@ from ..places import state_dir
 RECORD_SUFFIX = ".json"
 ENV_SUFFIX = ".env.json"
 LOG_SUFFIX = ".log"
+SCREEN_SUFFIX = ".screen.txt"
 
 
 @dataclass
@@ -63,6 +64,25 @@ def env_path(group_dir: Path, worktree: str) -> Path:
 
 def log_path(group_dir: Path, worktree: str) -> Path:
     return sessions_dir(group_dir) / f"{worktree}{LOG_SUFFIX}"
+
+
+def screen_path(group_dir: Path, worktree: str) -> Path:
+    return sessions_dir(group_dir) / f"{worktree}{SCREEN_SUFFIX}"
+
+
+def write_text_atomic(path: Path, text: str, mode: int = 0o600) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as fh:
+            fh.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def write_json_atomic(path: Path, data, mode: int = 0o600) -> None:

@@ -1,5 +1,8 @@
 """The session's screen log: written from ``tmux pipe-pane``, read by ``session.log``.
 
+The stream log holds the bytes the terminal got (a TUI's redraws: only the cells that
+changed), so ``session.log`` shows tmux's own rendering of the screen instead when it can.
+
 ``python -m chtop_tasks.sessions.screenlog PATH``: appends stdin to PATH;
 when PATH reaches ``MAX_BYTES`` it becomes ``PATH.1`` (the older one is
 dropped), so a session's log never takes more than twice that.
@@ -13,7 +16,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UsageError
-from . import records
+from . import records, tmux
 
 MAX_BYTES = 5 * 1024 * 1024
 CHUNK = 65536
@@ -43,22 +46,39 @@ def append_bounded(path: Path, stream, max_bytes: int = MAX_BYTES) -> None:
         out.close()
 
 
+_CURSOR_FORWARD = re.compile(rb"\x1b\[([0-9]{0,3})C")
 _CONTROL = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]|[\x00-\x08\x0b-\x1f\x7f]")
 
 
-def session_log(group_dir: Path, name: str, raw: bool = False) -> bytes:
-    """What worktree ``name``'s session showed (the bounded screen log), oldest first;
-    terminal control sequences removed unless ``raw``."""
-    path = records.log_path(Path(group_dir), name)
-    rotated = path.with_name(path.name + ".1")
-    if not path.exists() and not rotated.exists():
-        raise UsageError(f"no session log for worktree {name} ({path})")
-    data = b"".join(p.read_bytes() for p in (rotated, path) if p.exists())
-    if raw:
-        return data
-    text = _CONTROL.sub(b"", data.replace(b"\r\n", b"\n"))
-    return text.replace(b"\r", b"\n")
+def readable(data: bytes) -> bytes:
+    """Terminal output as plain lines: cursor-forward moves become spaces (TUIs draw the gaps
+    between words that way), other control sequences go, carriage returns end lines."""
+    data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    return _CONTROL.sub(b"", _CURSOR_FORWARD.sub(lambda m: b" " * int(m.group(1) or 1), data))
 
+
+def session_log(group_dir: Path, name: str, raw: bool = False) -> bytes:
+    """What worktree ``name``'s session showed, as text: tmux's rendering of the pane (scrollback
+    included) while it runs, else the copy its pane process kept at the last state change or at
+    exit, else the stream log made readable.  ``raw``: the bounded stream log's bytes, oldest first."""
+    group_dir = Path(group_dir)
+    path = records.log_path(group_dir, name)
+    rotated = path.with_name(path.name + ".1")
+    if raw:
+        if not path.exists() and not rotated.exists():
+            raise UsageError(f"no session log for worktree {name} ({path})")
+        return b"".join(p.read_bytes() for p in (rotated, path) if p.exists())
+    record = records.load(group_dir, name)
+    if record is not None:
+        live = tmux.capture_history(Path(record.tmux_socket), record.tmux_session)
+        if live is not None:
+            return live.encode()
+    screen = records.screen_path(group_dir, name)
+    if screen.exists():
+        return screen.read_bytes()
+    if path.exists() or rotated.exists():
+        return readable(session_log(group_dir, name, raw=True))
+    raise UsageError(f"no session log for worktree {name} ({path})")
 
 
 def main(argv: list[str]) -> int:

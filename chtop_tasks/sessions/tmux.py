@@ -96,6 +96,12 @@ def capture_pane(socket: Path, session: str) -> str | None:
     return result.stdout if result.ok else None
 
 
+def capture_history(socket: Path, session: str) -> str | None:
+    """The pane's scrollback and screen as tmux renders them: plain text, wrapped lines joined."""
+    result = run_tmux(socket, "capture-pane", "-p", "-J", "-S", "-", "-E", "-", "-t", pane_of(session))
+    return result.stdout if result.ok else None
+
+
 def clients(socket: Path) -> list[str]:
     """Every client attached to this group's server (any of its sessions)."""
     result = run_tmux(socket, "list-clients", "-F", "#{client_name}")
