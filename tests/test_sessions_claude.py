@@ -234,6 +234,32 @@ def test_session_life_cycle_with_the_real_claude(sess, api):
     assert rows(g, inv) == {}
 
 
+def test_a_first_run_question_is_waiting_and_notifies_the_user(sess):
+    g, inv = sess, user_inv(sess)
+    settings = g.grouping / "claude" / "settings.json"
+    saved = settings.read_text()
+    data = json.loads(saved)
+    data.pop("skipDangerousModePermissionPrompt")          # claude asks about bypass mode again
+    settings.write_text(json.dumps(data))
+    out = g.base / "notified"
+    config = g.home / ".config" / "chtop" / "config.toml"
+    config.write_text(f'notify = ["sh", "-c", "echo \\"$@\\" >> {out}", "notify"]\n')
+    subprocess.run(["chown", f"{g.user.pw_uid}:{g.user.pw_gid}", str(config), str(settings)], check=True)
+    try:
+        proc = inv("session.start")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        wait_state(g, inv, {"waiting"}, timeout=90)
+        assert "Bypass Permissions mode" in inv("session.log").stdout
+        deadline = time.monotonic() + 20
+        while "dev waiting" not in (out.read_text() if out.exists() else ""):
+            assert time.monotonic() < deadline, "the notify command never ran"
+            time.sleep(0.5)
+    finally:
+        assert inv("session.stop", "--name", "dev", cwd=g.toplevel).returncode == 0
+        settings.write_text(saved)
+        config.unlink()
+
+
 def test_session_tasks_refuse_in_the_toplevel(sess):
     g, inv = sess, user_inv(sess)
     for args in (("session.start",), ("session.attach",), ("session.log",), ("session.stop",)):
