@@ -103,7 +103,13 @@ def run(group: Path, worktree: str, session_id: str) -> int:
     if record is None or record.session_id != session_id:
         print(f"chtop: no record of session {session_id} for {worktree}", file=sys.stderr)
         return 1
-    adopt_environment(group, worktree)
+    try:
+        adopt_environment(group, worktree)
+    except (OSError, ValueError) as exc:
+        message = f"the environment handed over by session.start is missing or broken ({exc})"
+        print(f"error: {message}", file=sys.stderr, flush=True)
+        finish(group, record, 1, message)
+        return 1
     try:
         plan, notes = prepare_launch(record.agent, record.args, Path(record.root), interactive=True,
                                      continue_=record.continue_, extra_env={"CHTOP_SESSION": session_id})
