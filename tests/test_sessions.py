@@ -301,3 +301,19 @@ def test_hooks_and_state_dir_keep_the_config_dirs_owner_when_root_writes_them(tm
     for path in (cfg / "settings.json", state):
         st = path.stat()
         assert (st.st_uid, st.st_gid) == (12345, 12345), path
+
+
+def test_a_pane_process_without_its_environment_records_why_and_exits_1(tmp_path):
+    require_tool("tmux")
+    from chtop_tasks.sessions import pane
+
+    group = tmp_path / "grp"
+    rec = records.Record(worktree="dev", root=str(tmp_path), group=str(group), policy_dir="/p", agent="claude",
+                         args=[], continue_=False, session_id="c" * 16, tmux_socket=str(tmp_path / "none.sock"),
+                         tmux_session="chtop-dev", started_at=1.0)
+    records.save(group, rec)
+    assert pane.run(group, "dev", "c" * 16) == 1
+    after = records.load(group, "dev")
+    assert (after.status, after.exit_status) == ("exited", 1)
+    assert "environment handed over" in after.error
+    assert pane.run(group, "dev", "d" * 16) == 1          # another run's id: touches nothing
