@@ -234,6 +234,20 @@ def group_dir_for(cwd: Path, dir_mode: bool = False) -> Path:
         return user_config_dir()
 
 
+def is_feature_worktree(group_dir: Path, name: str) -> bool:
+    """Is ``<group_dir>/<name>`` a feature worktree of the workspace there (not the toplevel)?"""
+    from .workspace.layout import find_workspace
+
+    root = Path(group_dir) / name
+    if worktree_name_problem(name) or not (root / ".git").is_file():
+        return False
+    try:
+        ws = find_workspace(root)
+    except ChtopError:
+        return False
+    return ws.root == root.resolve() and not ws.is_toplevel
+
+
 def group_and_policy_for(cwd: Path | None = None) -> tuple[Path, Path]:
     """(group dir, policy dir) for the ``net.*`` tasks: the workspace's, else the --dir group's."""
     from .workspace.layout import find_workspace

@@ -16,6 +16,7 @@ ALLOWED = {
     "proxy": {"places"},
     "sandbox": {"places", "workspace", "proxy"},
     "agents": {"places", "workspace", "sandbox"},
+    "sessions": {"places", "workspace", "sandbox", "agents", "proxy"},
     "incontainer": set(),
 }
 ENTRY_POINTS = {"tasks", "nox_sessions", "cli", "demo", "__init__", "jump", "dash"}

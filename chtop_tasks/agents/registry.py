@@ -26,7 +26,7 @@ AGENT_NAME = re.compile(r"[a-z][a-z0-9-]{0,19}\Z")
 REGISTRY_FILE = Path(__file__).with_name("agents.toml")
 USER_REGISTRY = "agents.toml"  # in ~/.config/chtop/
 KEYS = {"description", "command", "skip_permissions", "credentials", "tokens", "login_note",
-        "config_env", "config_subdir", "env", "install"}
+        "config_env", "config_subdir", "env", "install", "continue_args"}
 
 
 @dataclass(frozen=True)
@@ -42,10 +42,15 @@ class Agent:
     env: dict[str, str] = field(default_factory=dict)
     install: str = ""
     description: str = ""
+    continue_args: tuple[str, ...] = ()
 
-    def argv(self, args: list[str]) -> list[str]:
-        """The command line: the CLI, its skip-permissions flag, then ARGS as typed."""
-        return [*self.command, *self.skip_permissions, *args]
+    def argv(self, args: list[str], continue_: bool = False) -> list[str]:
+        """The command line: the CLI, its skip-permissions flag, its continue flag (``continue_``),
+        then ARGS as typed."""
+        if continue_ and not self.continue_args:
+            raise UsageError(f"agent {self.name!r} declares no continue flag (continue_args in its "
+                             f"agents.toml entry)")
+        return [*self.command, *self.skip_permissions, *(self.continue_args if continue_ else ()), *args]
 
 
 def _strings(name: str, key: str, value, source: str) -> tuple[str, ...]:
@@ -99,6 +104,7 @@ def parse_entry(name: str, table: dict, source: str) -> Agent:
         env=dict(env),
         install=str(table.get("install", "")),
         description=str(table.get("description", "")),
+        continue_args=_strings(name, "continue_args", table.get("continue_args", []), source),
     )
 
 
@@ -165,7 +171,35 @@ def check_installed(agent: Agent, search_path: str | None = None) -> None:
         raise UsageError(f"{agent.name}: {agent.command[0]!r} is not on PATH{hint}")
 
 
-def launch(agent_name: str, args: list[str], cwd: Path, *, dir: Path | None = None,
+def agent_request(agent_name: str, args: list[str], cwd: Path, *, interactive: bool,
+                  dir: Path | None = None, image: bool = False, network: str = "proxy",  # noqa: A002
+                  allow_self_edit: bool = False, continue_: bool = False,
+                  extra_env: dict[str, str] | None = None):
+    """The sandbox LaunchRequest that starts ``agent_name`` with ``args`` in ``cwd``'s sandbox (or
+    ``dir``), its notes included (which token it uses).  ``continue_`` adds the agent's continue
+    flag; ``extra_env`` adds variables for the agent (chtop's own, e.g. a session id)."""
+    from ..sandbox import LaunchRequest
+
+    agent = get_agent(agent_name)
+    check_installed(agent)
+    target = target_for(cwd, dir)
+    source = secrets_path()
+    env, notes = agent_env(agent, load_secrets(source), target.config_dir, source)
+    env.update(extra_env or {})
+    if agent.config_env:  # some CLIs refuse a state dir that does not exist
+        Path(env[agent.config_env]).mkdir(mode=0o700, parents=True, exist_ok=True)
+    image_args = {}
+    if image:
+        from .image import ensure_image, image_trees, storage_warning
+
+        image_args = {"image": ensure_image(), "image_trees": image_trees()}
+        notes += [w for w in [storage_warning()] if w]
+    return LaunchRequest(target, agent.argv(args, continue_), interactive=interactive, extra_env=env,
+                         purpose=agent.name, network=network, allow_self_edit=allow_self_edit, cwd=cwd,
+                         notes=tuple(notes), **image_args)
+
+
+def launch(agent_name: str, args: list[str], cwd: Path, *, dir: Path | None = None,  # noqa: A002
            image: bool = False, network: str = "proxy", allow_self_edit: bool = False,
            stdin_fd: int | None = None) -> int:
     """Start ``agent_name`` with ``args`` in the sandbox of ``cwd`` (or ``dir``);
@@ -175,23 +209,7 @@ def launch(agent_name: str, args: list[str], cwd: Path, *, dir: Path | None = No
     Git identity, CLAUDE_CONFIG_DIR and IS_SANDBOX are the sandbox's own.
     """
     from ..passthrough import stdin_is_terminal
-    from ..sandbox import LaunchRequest
     from ..sandbox import launch as launch_in_sandbox
 
-    agent = get_agent(agent_name)
-    check_installed(agent)
-    target = target_for(cwd, dir)
-    source = secrets_path()
-    env, notes = agent_env(agent, load_secrets(source), target.config_dir, source)
-    if agent.config_env:  # some CLIs refuse a state dir that does not exist
-        Path(env[agent.config_env]).mkdir(mode=0o700, parents=True, exist_ok=True)
-    interactive = stdin_is_terminal(stdin_fd)
-    image_args = {}
-    if image:
-        from .image import ensure_image, image_trees, storage_warning
-
-        image_args = {"image": ensure_image(), "image_trees": image_trees()}
-        notes += [w for w in [storage_warning()] if w]
-    return launch_in_sandbox(LaunchRequest(
-        target, agent.argv(args), interactive=interactive, extra_env=env, purpose=agent.name, network=network,
-        allow_self_edit=allow_self_edit, cwd=cwd, notes=tuple(notes), **image_args))
+    return launch_in_sandbox(agent_request(agent_name, args, cwd, interactive=stdin_is_terminal(stdin_fd), dir=dir,
+                                           image=image, network=network, allow_self_edit=allow_self_edit))

@@ -29,7 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ChtopError, Refused, UsageError
-from ..places import check_worktree_name, command_for_group, default_policy_dir, is_dir_group, user_config_dir
+from ..places import (
+    check_worktree_name,
+    command_for_group,
+    default_policy_dir,
+    is_dir_group,
+    is_feature_worktree,
+    user_config_dir,
+)
 from ..term import say
 from . import control_protocol
 from .control import ensure_proxy, status, stop_proxy
@@ -115,18 +122,10 @@ def plan_decision(domain: str, *, worktree: str | None = None, once: bool = Fals
 
 def require_worktree(group_dir: Path, worktree: str) -> None:
     """``--worktree NAME`` must name an existing feature worktree of this group."""
-    from ..places import user_config_dir
-    from ..workspace.layout import find_workspace
-
-    if Path(group_dir) == user_config_dir():
+    if is_dir_group(group_dir):
         raise UsageError(f"--worktree {worktree}: the --dir group has no worktrees (run this in a workspace, "
                          "or leave out --worktree for the group's lists)")
-    root = Path(group_dir) / worktree
-    try:
-        ws = find_workspace(root) if (root / ".git").is_file() else None
-    except ChtopError:
-        ws = None
-    if ws is None or ws.root != root or ws.is_toplevel:
+    if not is_feature_worktree(group_dir, worktree):
         raise UsageError(f"--worktree {worktree}: no such worktree in {group_dir} "
                          f"(inv worktree.list shows them; inv worktree.create --name {worktree} makes it)")
 

@@ -18,6 +18,7 @@ from .launcher import (
     launch_line,
     list_sandboxes,
     plan_launch,
+    plan_request,
     prepare_launch,
     run_plan,
     sandboxes_in,
@@ -26,4 +27,4 @@ from .launcher import (
 )
 
 __all__ = ["LaunchPlan", "LaunchRequest", "format_sandbox_table", "launch", "launch_line", "list_sandboxes",
-           "plan_launch", "prepare_launch", "run_plan", "sandboxes_in", "shell_command", "show_warnings"]
+           "plan_launch", "plan_request", "prepare_launch", "run_plan", "sandboxes_in", "shell_command", "show_warnings"]

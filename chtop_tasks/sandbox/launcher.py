@@ -351,16 +351,32 @@ def run_plan(plan: LaunchPlan, interactive: bool = False) -> int:
     return run_interactive(plan.argv, env=plan.env, pty=interactive, quiet=True)
 
 
-def launch(request: LaunchRequest) -> int:
-    """The one launch entry: plan, say the notes and warnings, prepare, run; the child's exit status."""
-    plan = plan_launch(request.target, request.command, interactive=request.interactive,
+def plan_request(request: LaunchRequest) -> LaunchPlan:
+    """``plan_launch`` for a request (reads only)."""
+    return plan_launch(request.target, request.command, interactive=request.interactive,
                        extra_env=request.extra_env, purpose=request.purpose, network=request.network,
                        allow_self_edit=request.allow_self_edit, cwd=request.cwd, image=request.image,
                        image_trees=request.image_trees)
+
+
+def say_request(request: LaunchRequest, plan: LaunchPlan) -> None:
+    """The notes and warnings of a launch, on stderr."""
     for line in ([request.target.note] if request.target.note else []) + list(request.notes):
         print(f"chtop: {line}", file=sys.stderr, flush=True)
     show_warnings(plan)
+
+
+def launch(request: LaunchRequest, before_run=None) -> int:
+    """The one launch entry: plan, say the notes and warnings, prepare, run; the child's exit status.
+
+    ``before_run(plan)``, when given, is called once everything is prepared, just before podman
+    starts (a session records its container's name there).
+    """
+    plan = plan_request(request)
+    say_request(request, plan)
     prepare_launch(plan)
+    if before_run is not None:
+        before_run(plan)
     return run_plan(plan, interactive=request.interactive)
 
 

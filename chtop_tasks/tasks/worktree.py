@@ -31,7 +31,9 @@ def create(c, name="", no_venv=False):
 def delete(c, name="", force=False):
     """Delete ../NAME after checking nothing would be lost (branches kept if unmerged)."""
     required_name(name, "delete")
-    kept = worktrees.delete_worktree(find_workspace(), name, force=force)
+    from ..sessions import refuse_while_in_use
+
+    kept = worktrees.delete_worktree(find_workspace(), name, force=force, refuse_if_busy=refuse_while_in_use)
     say(f"deleted worktree {name}")
     for line in kept:
         warn(f"kept {line}")

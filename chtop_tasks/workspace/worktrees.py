@@ -236,30 +236,19 @@ def delete_problems(wt: Workspace, checkouts: list[Checkout] | None = None,
     return [p for problems in fan_out(check, checkouts or wt.checkouts()) for p in problems]
 
 
-def refuse_running_sandboxes(wt: Workspace) -> None:
-    """A sandbox still running in the worktree would be left working in a deleted tree: refuse,
-    even with --force, naming each container and how to stop it."""
-    from ..sandbox import sandboxes_in  # the sandbox package imports this one
+def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | None = None,
+                    refuse_if_busy=None) -> list[str]:
+    """Remove ``<grouping>/<name>``; returns the branches kept (unmerged).
 
-    try:
-        running = sandboxes_in(wt.grouping, wt.root)
-    except CommandFailed as exc:       # podman broken here: no sandbox can run either
-        warn(f"could not check for sandboxes running in {wt.root}: {exc}")
-        return
-    if running:
-        names = [row["name"] for row in running]
-        raise Refused(f"refusing to delete {wt.root}: {len(names)} sandbox(es) still run in it: "
-                      + ", ".join(f"{row['name']} ({row['purpose']}, {row['status']})" for row in running)
-                      + f"\nEnd the agent or shell in it, or stop it:  podman stop {' '.join(names)}")
-
-
-def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | None = None) -> list[str]:
-    """Remove ``<grouping>/<name>``; returns the branches kept (unmerged)."""
+    ``refuse_if_busy(wt)`` raises Refused while something still runs in the worktree (its agent
+    session, a sandbox): the task passes ``sessions.refuse_while_in_use``.
+    """
     wt = worktree_workspace(ws, name)
     here = (cwd or Path.cwd()).resolve()
     if here == wt.root or wt.root in here.parents:
         raise Refused(f"you are inside {wt.root}; run worktree.delete from elsewhere (e.g. {ws.toplevel})")
-    refuse_running_sandboxes(wt)
+    if refuse_if_busy is not None:
+        refuse_if_busy(wt)
     top = ws.for_root(ws.toplevel)
     checkouts = checkouts_to_delete(wt, top)
     verify_git_dirs(wt, [c.name for c in wt.checkouts() if c.store.is_dir()])

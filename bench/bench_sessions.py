@@ -1,0 +1,79 @@
+"""How fast `inv session.start` returns, and what `session.list` and `session.stop` cost,
+against a foreground `inv sbox.run -- true` measured in the same interleaved runs.
+
+Run as root (it builds a throwaway workspace owned by the unprivileged test user, as the
+tests do):
+
+    python bench/bench_sessions.py [--runs N]
+
+The agent is a stand-in registered as data (`sh -c 'sleep 600'`), so the numbers are chtop's
+and tmux's, not an agent CLI's start-up.  `session.start` returns once the pane process has
+planned the sandbox (so a launch that fails at once is reported by start itself).
+Not run by the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_sandbox import build, timed  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("run as root (it runs the sandbox as the unprivileged test user, like the tests)")
+    base = Path(tempfile.mkdtemp(prefix="csb-bench-", dir="/tmp"))
+    base.chmod(0o755)
+    try:
+        g = build(base)
+        config = g.home / ".config" / "chtop"
+        config.mkdir(parents=True, exist_ok=True)
+        (config / "agents.toml").write_text("[standin]\ncommand = ['sh', '-c', 'sleep 600']\n")
+        subprocess.run(["chown", "-R", f"{g.user.pw_uid}:{g.user.pw_gid}", str(g.home / ".config")], check=True)
+        as_user = ["runuser", "-u", g.user.pw_name, "--", "env", "-i", *[f"{k}={v}" for k, v in g.env.items()]]
+        inv = as_user + [str(g.venv / "bin" / "python"), "-m", "invoke"]
+        foreground = inv + ["sbox.run", "--", "true"]
+        timed(foreground, g.dev)               # warm: proxy started, skeleton made
+        t_fg, t_start, t_list, t_stop = [], [], [], []
+        for _ in range(args.runs):             # interleaved, so load drifts hit all alike
+            t_fg.append(timed(foreground, g.dev))
+            t_start.append(timed(inv + ["session.start", "--agent", "standin"], g.dev))
+            t_list.append(timed(inv + ["session.list"], g.dev))
+            t_stop.append(timed(inv + ["session.stop"], g.dev))
+        m = {k: statistics.median(v) for k, v in
+             (("fg", t_fg), ("start", t_start), ("list", t_list), ("stop", t_stop))}
+        print(f"runs: {args.runs} each (interleaved), as {g.user.pw_name}, rootless")
+        print(f"inv sbox.run -- true (baseline) median {m['fg'] * 1000:7.1f} ms")
+        print(f"inv session.start               median {m['start'] * 1000:7.1f} ms  ({m['start'] / m['fg']:.2f}x)")
+        print(f"inv session.list (1 session)    median {m['list'] * 1000:7.1f} ms  ({m['list'] / m['fg']:.2f}x)")
+        print(f"inv session.stop (SIGTERM)      median {m['stop'] * 1000:7.1f} ms  ({m['stop'] / m['fg']:.2f}x)")
+    finally:
+        for sock in base.glob("**/tmux.sock"):
+            subprocess.run(["tmux", "-S", str(sock), "kill-server"], capture_output=True)
+        for pid_file in base.glob("**/.chtop/net/proxy.pid"):
+            try:
+                os.kill(int(pid_file.read_text().split()[0]), 15)
+            except (OSError, ValueError):
+                pass
+        from sandbox_helpers import end_pause_process
+
+        end_pause_process(base / "w" / "run")
+        shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,246 @@
+"""Starting, stopping, restoring and attaching a group's persistent agent sessions.
+
+A session is a worktree's agent running in its sandbox inside a detached
+tmux session on the group's own tmux server (``tmux.py``).  The host-side
+record (``records.py``) says what was started and what the pane process saw
+last; ``listing.py`` checks it against tmux, and ``restore_sessions`` starts
+each lost one again with the agent's continue flag.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from .. import runner
+from ..errors import ChtopError, CommandFailed, Refused, UsageError
+from ..places import target_for
+from ..term import say, warn
+from . import agent_state, hooks, records, tmux
+from .listing import is_live, list_sessions, session_row
+
+STOP_GRACE = 10.0
+PANE_EXIT_WAIT = 5.0
+
+
+class SessionRunning(Refused):
+    """This worktree's session already runs."""
+
+
+def _package_parent() -> str:
+    return str(Path(__file__).resolve().parents[2])
+
+
+def _python_module(module: str, *args: str) -> list[str]:
+    """argv running one of chtop's modules with this python and this chtop (PYTHONPATH set)."""
+    return ["env", f"PYTHONPATH={_package_parent()}", sys.executable, "-m", module, *args]
+
+
+# -- start -----------------------------------------------------------------------------------------
+
+def start_session(ws, agent: str = "claude", args: list[str] | None = None, continue_: bool = False) -> dict:
+    """Start ``agent`` (with ``args``; ``continue_`` adds its continue flag) in feature worktree
+    ``ws``'s sandbox inside a detached tmux session; return its row at once.
+
+    SessionRunning when this worktree's session already runs (nothing started); the launch is
+    checked first (agent installed, secrets, policy, proxy), so a bad one fails here with its error.
+    """
+    args = list(args or [])
+    target = target_for(ws.root)                    # refuses the toplevel
+    _clear_earlier_run(target)
+    _check_launch(target, agent, args, continue_)
+    socket = tmux.socket_path(target.group_dir, create=True)
+    prefix, how = ([], "") if tmux.server_running(socket) else tmux.scope_prefix(target.group_dir)
+    record = _new_record(target, agent, args, continue_, socket)
+    _open_tmux_session(record, prefix)
+    if how:
+        say(f"chtop: {how}")
+    return _check_started(target.group_dir, record.worktree, record.session_id)
+
+
+def _clear_earlier_run(target) -> None:
+    """SessionRunning if the worktree's session runs; else what an earlier run left goes."""
+    old = records.load(target.group_dir, target.name)
+    if old is None:
+        return
+    if old.status == "running" and is_live(old):
+        raise SessionRunning(f"worktree {target.name}'s session already runs ({old.tmux_session}, {old.agent}); "
+                             f"nothing started.  Attach: inv session.attach --name {target.name}")
+    _remove_container(old)
+    _clear_hook_state(target.config_dir, old.session_id)
+
+
+def _check_launch(target, agent: str, args: list[str], continue_: bool) -> None:
+    """Plan the launch once here (errors surface now, in this terminal) and install the hooks."""
+    from ..agents.registry import agent_request, get_agent
+    from ..sandbox import plan_request, show_warnings
+
+    command = get_agent(agent).argv(args, continue_)   # a continue flag the agent lacks is refused here
+    if agent in hooks.HOOKED_AGENTS:
+        if hooks.install_hooks(target.config_dir):
+            say(f"chtop: installed the session state hooks in {target.config_dir / 'settings.json'}")
+        hooks.prepare_state_dir(target.config_dir)
+    request = agent_request(agent, args, target.root, interactive=True, continue_=continue_)
+    plan = plan_request(request)       # reads only: a broken policy or layout is refused here, in this terminal
+    notes = ([target.note] if target.note else []) + list(request.notes)
+    for line in notes + [f"{target.name}: the agent's command: {shlex.join(command)}"]:
+        print(f"chtop: {line}", file=sys.stderr, flush=True)
+    show_warnings(plan)
+
+
+def _new_record(target, agent: str, args: list[str], continue_: bool, socket: Path) -> records.Record:
+    now = records.now()
+    record = records.Record(
+        worktree=target.name, root=str(target.root), group=str(target.group_dir),
+        policy_dir=str(target.policy_dir), agent=agent, args=args, continue_=continue_,
+        session_id=secrets.token_hex(8), tmux_socket=str(socket), tmux_session=tmux.session_name(target.name),
+        started_at=now, since=now, config_dir=str(target.config_dir))
+    records.save(target.group_dir, record)
+    return record
+
+
+def _open_tmux_session(record: records.Record, prefix: list[str]) -> None:
+    """The detached tmux session running the pane process, handed this process's environment."""
+    group, name = Path(record.group), record.worktree
+    records.write_json_atomic(records.env_path(group, name), dict(os.environ))
+    argv = tmux.new_session_argv(Path(record.tmux_socket), record.tmux_session, Path(record.root),
+                                 _python_module("chtop_tasks.sessions.pane", str(group), name, record.session_id),
+                                 _python_module("chtop_tasks.sessions.screenlog",
+                                                str(records.log_path(group, name))))
+    try:
+        runner.run([*prefix, *argv], timeout=30)
+    except CommandFailed:
+        records.remove(group, name)
+        raise
+
+
+def _check_started(group: Path, name: str, session_id: str) -> dict:
+    """The new session's row; its error when the pane process could not launch the agent."""
+    deadline = time.monotonic() + 2.0
+    while True:
+        record = records.load(group, name)
+        if record is None or record.session_id != session_id:
+            raise ChtopError(f"the session record of {name} vanished while starting")
+        if record.status == "exited":
+            raise ChtopError(f"{name}'s agent ended at once (exit {record.exit_status}): "
+                             f"{record.error or 'see inv session.log --name ' + name}")
+        if record.container or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    if not is_live(record) and record.status != "exited":
+        raise ChtopError(f"{name}'s tmux session ended at once; see: inv session.log --name {name}")
+    return session_row(record)
+
+
+def _clear_hook_state(config_dir: Path, session_id: str) -> None:
+    """Drop the state file an earlier run of this worktree's session left."""
+    try:
+        agent_state.hook_state_path(config_dir, session_id).unlink()
+    except (OSError, ValueError):
+        pass
+
+
+# -- stop ------------------------------------------------------------------------------------------
+
+def _podman(*args: str, check: bool = False, quiet: bool = False, timeout: float = 60):
+    return runner.run(["podman", *args], check=check, quiet=quiet, timeout=timeout)
+
+
+def _container_exists(name: str) -> bool:
+    return bool(name) and _podman("container", "exists", name, quiet=True).ok
+
+
+def _remove_container(record: records.Record) -> None:
+    """A container of an earlier run that is still there (lost sessions) goes."""
+    if _container_exists(record.container):
+        _podman("rm", "-f", "-t", "0", record.container)
+
+
+def stop_session(group_dir: Path, name: str, grace: float = STOP_GRACE) -> dict:
+    """End worktree ``name``'s agent: SIGTERM to its container, SIGKILL after ``grace`` seconds, then
+    its tmux session; the record goes (the log stays).  Returns the row it had."""
+    group_dir = Path(group_dir)
+    record = records.load(group_dir, name)
+    if record is None:
+        raise UsageError(f"no session for worktree {name!r} in {group_dir} (inv session.list shows them)")
+    row = session_row(record)
+    record = records.load(group_dir, name) or record      # the pane may have recorded its container by now
+    if _container_exists(record.container):
+        _podman("kill", "--signal", "TERM", record.container)
+        deadline = time.monotonic() + grace
+        while _container_exists(record.container) and time.monotonic() < deadline:
+            time.sleep(0.25)
+        if _container_exists(record.container):
+            warn(f"{name}: the agent did not end within {grace:g}s of SIGTERM; killing it")
+            _podman("rm", "-f", "-t", "0", record.container)
+    socket = Path(record.tmux_socket)
+    deadline = time.monotonic() + PANE_EXIT_WAIT
+    while tmux.has_session(socket, record.tmux_session) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if tmux.has_session(socket, record.tmux_session):
+        tmux.kill_session(socket, record.tmux_session)
+    problems = []
+    if _container_exists(record.container):
+        problems.append(f"container {record.container} is still there")
+    if tmux.has_session(socket, record.tmux_session):
+        problems.append(f"tmux session {record.tmux_session} is still there")
+    if problems:
+        raise ChtopError(f"stopping {name}: " + "; ".join(problems))
+    records.remove(group_dir, name)
+    return row
+
+
+def stop_all(group_dir: Path, grace: float = STOP_GRACE) -> list[dict]:
+    """Stop every session of the group; one that fails does not keep the others running."""
+    stopped, failed = [], []
+    for record in records.load_all(Path(group_dir)):
+        try:
+            stopped.append(stop_session(group_dir, record.worktree, grace))
+        except ChtopError as exc:
+            failed.append(str(exc))
+    if failed:
+        raise ChtopError("\n".join(failed))
+    return stopped
+
+
+# -- restore, attach --------------------------------------------------------------------------
+
+def restore_sessions(ws) -> list[dict]:
+    """Start every lost session of ``ws``'s group again, with the agent's continue flag (and none of
+    the original ARGS: a first prompt is not sent twice).  Worktrees deleted since are dropped."""
+    from ..workspace.layout import find_workspace
+
+    started = []
+    for row in list_sessions(ws.grouping):
+        if row["state"] != "lost":
+            continue
+        root = ws.worktree_root(row["worktree"])
+        if not root.is_dir():
+            warn(f"{row['worktree']}: the worktree is gone ({root}); dropping its session record")
+            records.remove(ws.grouping, row["worktree"])
+            continue
+        started.append(start_session(find_workspace(root), row["agent"], [], continue_=True))
+    return started
+
+
+def _live_record(group_dir: Path, name: str) -> records.Record:
+    record = records.load(Path(group_dir), name)
+    if record is None:
+        raise Refused(f"no session for worktree {name}; start one there:  inv session.start")
+    row = session_row(record)
+    if row["state"] == "lost":
+        raise Refused(f"{name}'s session is lost (its terminal server is gone); bring it back:  inv session.restore")
+    if row["state"] == "exited":
+        raise Refused(f"{name}'s agent has exited ({row['exit_status']}); see inv session.log --name {name}, "
+                      f"start it again with inv session.start")
+    return record
+
+
+def attach_argv(group_dir: Path, name: str) -> list[str]:
+    """The argv that puts the calling terminal on worktree ``name``'s session (see tmux.attach_argv)."""
+    record = _live_record(group_dir, name)
+    return tmux.attach_argv(Path(record.tmux_socket), record.tmux_session)

@@ -1,0 +1,125 @@
+"""session.*: persistent agents in tmux sessions that outlive the terminal (logic in chtop_tasks/sessions/)."""
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from invoke import task
+
+from ..argv import remainder_args
+from ..errors import WorkspaceError
+from ..places import target_for
+from ..runner import echo
+from ..term import say
+from .common import reports_errors
+
+
+def _workspace():
+    from ..workspace.layout import find_workspace
+
+    return find_workspace(Path.cwd())
+
+
+def _this_worktree() -> str:
+    """The worktree around the current directory; the toplevel and non-workspace dirs are refused."""
+    target = target_for(Path.cwd())
+    if target.kind != "worktree":
+        raise WorkspaceError(f"{Path.cwd()} is not inside a chtop workspace: sessions run in a feature worktree")
+    return target.name
+
+
+def _name_or_here(name):
+    return name if name else _this_worktree()
+
+
+def _age(since: float) -> str:
+    seconds = max(0, int(time.time() - since))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{seconds}s ago"
+
+
+@task(help={"agent": "the agent CLI (default claude; see inv sbox.agent)",
+            "continue_": "continue the agent's last conversation (its continue flag, e.g. claude --continue)"})
+@reports_errors
+def start(c, agent="claude", continue_=False):
+    """Start this worktree's agent in its sandbox in a detached tmux session: inv session.start [-- ARGS]."""
+    from ..sessions import start_session
+
+    _this_worktree()
+    row = start_session(_workspace(), agent, remainder_args(), continue_)
+    say(f"started {row['worktree']}: {row['agent']} in tmux session {row['session']}.  "
+        f"Attach: inv session.attach   List: inv session.list")
+
+
+@task(help={"name": "the worktree whose session to attach (default: this one)"})
+@reports_errors
+def attach(c, name=None):
+    """Attach this terminal to a worktree's session (detach: C-b d; the agent keeps running)."""
+    from ..sessions import attach_argv
+
+    argv = attach_argv(_workspace().grouping, _name_or_here(name))
+    echo(argv)
+    sys.stdout.flush()
+    os.execvp(argv[0], argv)
+
+
+@task(name="list", help={"json": "print a JSON list of objects (worktree, agent, state, since, ...)"})
+@reports_errors
+def list_(c, json=False):
+    """Every session of this group: worktree, agent, state, since when, pending egress approvals."""
+    from ..sessions import list_sessions
+    from ..sessions.listing import rows_as_json
+
+    rows = list_sessions(_workspace().grouping)
+    if json:
+        say(rows_as_json(rows))
+        return
+    if not rows:
+        say("no sessions (start one in a worktree: inv session.start)")
+    for row in rows:
+        state = f"exited ({row['exit_status']})" if row["state"] == "exited" else row["state"]
+        pending = f"{row['pending']} pending approval(s)" if row["pending"] else ""
+        say(f"{row['worktree']:16} {row['agent']:8} {state:12} {_age(row['since']):10} {pending}".rstrip())
+
+
+@task(help={"name": "the worktree whose session to stop (default: this one)", "all": "stop every session of the group",
+            "grace": "seconds between SIGTERM and SIGKILL"})
+@reports_errors
+def stop(c, name=None, all=False, grace=10.0):  # noqa: A002 - --all is the flag's name
+    """End a session's agent (SIGTERM, then SIGKILL after the grace period), its container and tmux session."""
+    from ..sessions import stop_all, stop_session
+
+    group = _workspace().grouping
+    rows = stop_all(group, float(grace)) if all else [stop_session(group, _name_or_here(name), float(grace))]
+    for row in rows:
+        say(f"stopped {row['worktree']} ({row['agent']})")
+    if not rows:
+        say("no sessions to stop")
+
+
+@task
+@reports_errors
+def restore(c):
+    """Start every lost session of this group again (after a reboot), with the agent's continue flag."""
+    from ..sessions import restore_sessions
+
+    started = restore_sessions(_workspace())
+    for row in started:
+        say(f"restored {row['worktree']}: {row['agent']} {' '.join(row['args'])}(continued) in {row['session']}")
+    if not started:
+        say("no lost sessions to restore")
+
+
+@task(help={"name": "the worktree whose log to show (default: this one)",
+            "raw": "the bytes as the terminal got them (control sequences kept)"})
+@reports_errors
+def log(c, name=None, raw=False):
+    """Show what a session's screen showed (its bounded log), also while nobody was attached."""
+    from ..sessions import session_log
+
+    data = session_log(_workspace().grouping, _name_or_here(name), raw=raw)
+    sys.stdout.buffer.write(data)
+    sys.stdout.flush()

@@ -1,0 +1,206 @@
+"""A scripted local fake of the Anthropic Messages API, for driving the real ``claude`` CLI in tests.
+
+Usage::
+
+    from fake_anthropic import FakeAnthropic, text, bash
+
+    api = FakeAnthropic([bash("sleep 20"), text("done")])   # listens on 127.0.0.1:api.port
+    env = {"ANTHROPIC_BASE_URL": api.url, "ANTHROPIC_API_KEY": "sk-ant-test"}
+    ...                                                      # run claude with env
+    api.turns_served        # how many script turns were answered
+    api.wait_for_turns(2)   # block until two were (AssertionError after a timeout)
+    api.requests            # every request: {"method", "path", "body" (parsed JSON or None)}
+    api.conversations()     # the "messages" list of each scripted POST /v1/messages
+    api.close()
+
+The script is a list of turns.  Each ``POST /v1/messages`` that belongs to
+the conversation (a request that offers tools, i.e. the main agent loop)
+takes the next turn; when the script is used up, the answer is the text
+``FakeAnthropic.DONE``.  A turn is ``text("...")`` (stop_reason
+``end_turn``) or ``bash("cmd")`` (a ``tool_use`` of the ``Bash`` tool,
+stop_reason ``tool_use``; the CLI runs the command and sends its result in
+the next request).  Side requests the CLI makes (titles, topic detection,
+summaries: no tools offered) get a short text answer and do not use up a
+turn.  Both ``stream: true`` (server-sent events: ``message_start``,
+``content_block_start``, ``content_block_delta`` with ``text_delta`` or
+``input_json_delta``, ``content_block_stop``, ``message_delta``,
+``message_stop``) and plain JSON answers are spoken.
+``/v1/messages/count_tokens`` answers a token count; any other GET/HEAD/POST
+gets ``200 {}``.
+"""
+
+from __future__ import annotations
+
+import http.server
+import itertools
+import json
+import threading
+import time
+from dataclasses import dataclass
+
+MODEL = "claude-fake-1"
+
+
+@dataclass(frozen=True)
+class Turn:
+    kind: str          # "text" or "bash"
+    value: str
+
+
+def text(value: str) -> Turn:
+    """A model turn that answers ``value`` and ends the turn."""
+    return Turn("text", value)
+
+
+def bash(command: str) -> Turn:
+    """A model turn that calls the Bash tool with ``command``."""
+    return Turn("bash", command)
+
+
+def _usage() -> dict:
+    return {"input_tokens": 10, "output_tokens": 5, "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0}
+
+
+def _blocks(turn: Turn, ident: str) -> tuple[list[dict], str]:
+    if turn.kind == "bash":
+        return [{"type": "tool_use", "id": f"toolu_{ident}", "name": "Bash",
+                 "input": {"command": turn.value, "description": "run a command"}}], "tool_use"
+    return [{"type": "text", "text": turn.value}], "end_turn"
+
+
+def _message(blocks: list[dict], stop: str, ident: str, model: str) -> dict:
+    return {"id": f"msg_{ident}", "type": "message", "role": "assistant", "model": model,
+            "content": blocks, "stop_reason": stop, "stop_sequence": None, "usage": _usage()}
+
+
+def _sse_events(blocks: list[dict], stop: str, ident: str, model: str):
+    """The streaming events of one message, in the order the API sends them."""
+    start = _message([], None, ident, model)
+    yield "message_start", {"type": "message_start", "message": start}
+    for index, block in enumerate(blocks):
+        if block["type"] == "text":
+            yield "content_block_start", {"type": "content_block_start", "index": index,
+                                          "content_block": {"type": "text", "text": ""}}
+            yield "content_block_delta", {"type": "content_block_delta", "index": index,
+                                          "delta": {"type": "text_delta", "text": block["text"]}}
+        else:
+            yield "content_block_start", {"type": "content_block_start", "index": index,
+                                          "content_block": {**block, "input": {}}}
+            yield "content_block_delta", {"type": "content_block_delta", "index": index,
+                                          "delta": {"type": "input_json_delta",
+                                                    "partial_json": json.dumps(block["input"])}}
+        yield "content_block_stop", {"type": "content_block_stop", "index": index}
+    yield "message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+                            "usage": {"output_tokens": 5}}
+    yield "message_stop", {"type": "message_stop"}
+
+
+class FakeAnthropic:
+    """The fake API server: ``FakeAnthropic(script)``, then ``.url``; ``.close()`` at the end."""
+
+    DONE = "The fake API has no more turns."
+
+    def __init__(self, script: list[Turn] | None = None, host: str = "127.0.0.1"):
+        self.script = list(script or [])
+        self.requests: list[dict] = []
+        self.turns_served = 0
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _body(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                try:
+                    return json.loads(raw) if raw else None
+                except ValueError:
+                    return None
+
+            def _json(self, obj, status=200):
+                data = json.dumps(obj).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            def do_HEAD(self):
+                server._log(self.command, self.path, None)
+                self._json({})
+
+            def do_GET(self):
+                server._log(self.command, self.path, None)
+                self._json({})
+
+            def do_POST(self):
+                body = self._body()
+                server._log(self.command, self.path, body)
+                path = self.path.split("?")[0]
+                if path.endswith("/v1/messages/count_tokens"):
+                    return self._json({"input_tokens": 10})
+                if not path.endswith("/v1/messages") or not isinstance(body, dict):
+                    return self._json({})
+                blocks, stop, ident = server._answer(body)
+                model = body.get("model") or MODEL
+                if not body.get("stream"):
+                    return self._json(_message(blocks, stop, ident, model))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Cache-Control", "no-cache")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                for event, data in _sse_events(blocks, stop, ident, model):
+                    self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
+                    self.wfile.flush()
+                self.close_connection = True
+
+        self.httpd = http.server.ThreadingHTTPServer((host, 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _log(self, method: str, path: str, body) -> None:
+        with self._lock:
+            self.requests.append({"method": method, "path": path, "body": body})
+
+    def _answer(self, body: dict) -> tuple[list[dict], str, str]:
+        ident = f"{next(self._ids):06d}"
+        if not body.get("tools"):                       # a side request: title, topic, summary
+            return [{"type": "text", "text": "Fake title"}], "end_turn", ident
+        with self._lock:
+            turn = self.script[self.turns_served] if self.turns_served < len(self.script) else text(self.DONE)
+            self.turns_served += 1
+        blocks, stop = _blocks(turn, ident)
+        return blocks, stop, ident
+
+    def wait_for_turns(self, count: int, timeout: float = 120.0) -> None:
+        """Return once ``count`` script turns were served; AssertionError after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while self.turns_served < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the fake API served {self.turns_served} of {count} turns; "
+                                     f"last requests: {[r['path'] for r in self.requests[-5:]]}")
+            time.sleep(0.2)
+
+    def conversations(self) -> list[list]:
+        """The ``messages`` of every conversation request (tools offered), in order."""
+        with self._lock:
+            return [r["body"]["messages"] for r in self.requests
+                    if isinstance(r["body"], dict) and r["body"].get("tools") and "messages" in r["body"]]
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

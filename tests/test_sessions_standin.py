@@ -1,0 +1,121 @@
+"""Sessions of an agent without hooks (a stand-in registered as data) in the real sandbox and
+real tmux: ARGS and the continue flag arrive exactly, the state follows the screen, the exit
+status is recorded and shown, the user's notify command runs, stop ends a running one.
+
+Runs as the unprivileged test user with rootless podman (sandbox_helpers).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pexpect
+import pytest
+from sandbox_helpers import as_user, user_group  # noqa: F401
+
+pytestmark = [pytest.mark.podman, pytest.mark.slow]
+
+# Prints its argv one [..] each, asks the proxy for a host it blocks (one approval pending), keeps
+# the screen changing for 10 s, stands still for 12 s, exits 5.
+STAND_IN = r"""
+printf 'STANDIN-ARGS:'; printf '[%s]' "$@"; echo
+curl -s -o /dev/null --max-time 10 -w 'proxy=%{http_code}\n' http://blocked.example/
+i=0; while [ $i -lt 10 ]; do echo "tick $i"; i=$((i+1)); sleep 1; done
+echo STANDIN-QUIET; sleep 12; exit 5
+"""
+
+
+@pytest.fixture
+def g(user_group):  # noqa: F811
+    g = user_group
+    config = g.home / ".config" / "chtop"
+    config.mkdir(parents=True, exist_ok=True)
+    (config / "agents.toml").write_text(
+        f"[standin]\ncommand = ['sh', '-c', '''{STAND_IN}''', 'standin']\ncontinue_args = ['--again']\n")
+    out = g.base / "notified"
+    (config / "config.toml").write_text(f'notify = ["sh", "-c", "echo \\"$@\\" >> {out}", "notify"]\n')
+    subprocess.run(["chown", "-R", f"{g.user.pw_uid}:{g.user.pw_gid}", str(g.home / ".config")], check=True)
+    yield g
+    for sock in (g.base / "run").glob("chtop-*/*/tmux.sock"):
+        as_user(g.user, ["tmux", "-S", str(sock), "kill-server"], g.env, g.base, check=False)
+    listed = as_user(g.user, ["podman", "ps", "-aq", "--filter", f"label=chtop.group={g.grouping}"],
+                     g.env, g.base, check=False)
+    for ident in listed.stdout.split():
+        as_user(g.user, ["podman", "rm", "-f", "-t", "0", ident], g.env, g.base, check=False)
+    out.unlink(missing_ok=True)
+
+
+def row(g):
+    proc = g.inv("session.list", "--json")
+    assert proc.returncode == 0, proc.stderr
+    found = [r for r in json.loads(proc.stdout) if r["worktree"] == "dev"]
+    return found[0] if found else None
+
+
+def wait_for(g, state, timeout):
+    deadline = time.monotonic() + timeout
+    seen = []
+    while True:
+        current = row(g)
+        seen.append(current and current["state"])
+        if current and current["state"] == state:
+            return current
+        assert time.monotonic() < deadline, f"never {state}; saw {seen}"
+        time.sleep(0.5)
+
+
+def test_an_agent_without_hooks_goes_working_idle_exited_with_its_status(g):
+    proc = g.inv("session.start", "--agent", "standin", "--continue", "--", "two words", "it's", "")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    wait_for(g, "working", 20)
+    wait_for(g, "idle", 40)
+    done = wait_for(g, "exited", 40)
+    assert done["exit_status"] == 5
+    assert done["pending"] == 1                      # blocked.example awaits approval for dev
+    listed = g.inv("session.list").stdout
+    assert "exited (5)" in listed and "1 pending approval(s)" in listed, listed
+    log = g.inv("session.log").stdout
+    assert "STANDIN-ARGS:[--again][two words][it's][]" in log, log[-2000:]
+    assert "tick 9" in log and "STANDIN-QUIET" in log and "proxy=403" in log
+    deadline = time.monotonic() + 20
+    while "dev exited" not in ((g.base / "notified").read_text() if (g.base / "notified").exists() else ""):
+        assert time.monotonic() < deadline, "the notify command never ran"
+        time.sleep(0.5)
+    # an exited session is not running: delete would not be refused for it, attach says so
+    attach = g.inv("session.attach")
+    assert attach.returncode == 3 and "has exited (5)" in attach.stderr
+
+
+def start_in_a_terminal_then_close_it(g):
+    """``inv session.start`` typed into a login shell's terminal, which is then closed (SIGHUP)."""
+    env = dict(g.env, TERM="xterm")
+    inv = f"{g.venv}/bin/python -m invoke session.start --agent standin"
+    child = pexpect.spawn("runuser", ["-u", g.user.pw_name, "--", "env", "-i",
+                                      *[f"{k}={v}" for k, v in env.items()], "bash", "--norc", "-i"],
+                          cwd=str(g.dev), encoding="utf-8", codec_errors="replace", timeout=120)
+    child.sendline(f"{inv}; echo START-RETURNED-$?")      # the echoed line shows `$?`, not a status
+    child.expect("START-RETURNED-0")
+    child.close(force=True)                        # the terminal goes away: hangup for its processes
+
+
+def test_a_session_outlives_its_terminal_and_stop_ends_it_with_sigterm_leaving_nothing(g):
+    start_in_a_terminal_then_close_it(g)
+    wait_for(g, "working", 20)
+    time.sleep(2)
+    assert row(g)["state"] == "working"            # still running after the terminal closed
+    began = time.monotonic()
+    stopped = g.inv("session.stop", "--grace", "5")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert "stopped dev (standin)" in stopped.stdout
+    assert "podman kill --signal TERM" in stopped.stderr
+    assert time.monotonic() - began < 30
+    assert row(g) is None
+    assert "no sandboxes running" in g.inv("sbox.ps").stdout
+    deadline = time.monotonic() + 20
+    while "dev exited" not in ((g.base / "notified").read_text() if (g.base / "notified").exists() else ""):
+        assert time.monotonic() < deadline, "the notify command never ran on stop"
+        time.sleep(0.5)
+    again = g.inv("session.stop")
+    assert again.returncode == 2 and "no session for worktree 'dev'" in again.stderr
