@@ -3,8 +3,9 @@
 The block is read from README.md and run line by line in one bash (so `cd` and `export` carry
 over) as the unprivileged test user, in a fresh HOME with a plain PATH.  Only what cannot run
 here is substituted: `<this repo>` is a local bare clone of this checkout, `$EDITOR` is a script
-that writes a manifest of two local bare remotes, and the last line's interactive agent in tmux
-becomes `inv sbox.claude -- --version` (the same launch, non-interactive).  `./bootstrap` runs
+that writes a manifest of two local bare remotes, and the last line's interactive agent session
+becomes `inv session.start -- --version` and its screen log (the same launch, with an agent that
+answers and ends).  `./bootstrap` runs
 for real: it makes its own venv and links the commands into ~/.local/bin.
 """
 
@@ -40,6 +41,10 @@ def as_run_here(line: str, remote: str) -> str:
     line = line.replace("<this repo>", remote)
     if line.startswith("tmux new -s dev && inv sbox.claude"):
         return "inv sbox.claude -- --version"
+    if line.startswith("inv session.start && inv session.attach"):
+        # the same persistent session, with an agent that answers and ends (no terminal to attach)
+        return ("inv session.start -- --version && for i in $(seq 60); do "
+                "inv session.list | grep -q exited && break; sleep 1; done; inv session.log --name dev")
     return line
 
 
