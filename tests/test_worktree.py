@@ -52,7 +52,7 @@ def test_create_makes_worktrees_branches_dotfiles_and_hints(initialized):
     assert f'{dev}/.venv/bin:$PATH' in (dev / ".claude" / "env.sh").read_text()
     assert git(dev, "status", "--porcelain") == ""
     assert "direnv allow" in result.stdout and "inv sbox.claude" in result.stdout and "/login" in result.stdout
-    assert "$ git worktree add -b dev" in result.stderr   # commands are echoed
+    assert "worktree add -b dev" in result.stderr   # commands are echoed
 
 
 @pytest.mark.parametrize("name, why", [
