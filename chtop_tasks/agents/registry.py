@@ -177,6 +177,7 @@ def launch(agent_name: str, args: list[str], cwd: Path, *, dir: Path | None = No
     Git identity, CLAUDE_CONFIG_DIR and IS_SANDBOX are the sandbox's own.
     """
     from ..sandbox import plan_launch, run_plan, show_warnings
+    from ..sandbox.launch import import_after_exit
     from .interactive import run_interactive
 
     agent = get_agent(agent_name)
@@ -200,6 +201,9 @@ def launch(agent_name: str, args: list[str], cwd: Path, *, dir: Path | None = No
     for line in ([target.note] if target.note else []) + notes:
         print(f"chtop: {line}", file=sys.stderr, flush=True)
     show_warnings(plan)
-    if interactive:
-        return run_interactive(plan.argv, env=plan.env, stdin_fd=fd)
-    return run_plan(plan)
+    try:
+        if interactive:
+            return run_interactive(plan.argv, env=plan.env, stdin_fd=fd)
+        return run_plan(plan)
+    finally:
+        import_after_exit(target)

@@ -21,7 +21,9 @@ from pathlib import Path
 from ..errors import ChtopError, CommandFailed, UsageError
 from ..places import Target, group_id, home_dir
 from ..runner import echo
-from ..workspace.layout import admin_dir_for, verify_git_dirs
+from ..term import warn
+from ..workspace.layout import admin_dir_for, private_store, verify_git_dirs
+from ..workspace.quarantine import sync_worktree
 from . import podman as podman_mod
 from .mounts import MountContext, plan_mounts
 from .policy import STRUCTURAL_ENV, load_policy
@@ -79,8 +81,9 @@ def _mount_context(target: Target, proxy_dir: Path | None, self_edit: bool,
         ws = target.workspace
         stores = []
         for checkout in ws.checkouts():
-            if checkout.path.exists() and checkout.store.is_dir():
-                stores.append((checkout.store, admin_dir_for(checkout.store, checkout.path)))
+            store = private_store(ws.grouping, ws.name, checkout.name)
+            if checkout.path.exists() and store.is_dir():
+                stores.append((store, admin_dir_for(store, checkout.path)))
         return MountContext(
             "worktree", target.root, target.config_dir, home, grouping=ws.grouping, toplevel=ws.toplevel,
             repo_names=tuple(ws.manifest.names), stores=tuple(stores), extern=ws.grouping / "extern",
@@ -108,6 +111,7 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
     extra_env = _checked_launch_args(command, purpose, network, extra_env)
     host_env = dict(os.environ)
     if target.kind == "worktree":
+        sync_worktree(target.workspace)   # private git state current: converted, integration refreshed
         verify_git_dirs(target.workspace)
     policy = load_policy(target.policy_dir, home_dir(), target.workspace.grouping if target.workspace else None)
     warnings = list(policy.warnings)
@@ -240,6 +244,25 @@ def _skeleton_dir(target: Target, key: str, rootful: bool) -> Path:
 
 def _which_host(name: str) -> bool:
     return any(Path(d, name).is_file() for d in ("/usr/bin", "/bin", "/usr/local/bin"))
+
+
+def import_after_exit(target: Target) -> None:
+    """A sandbox ended: bring its worktree's branch into the shared stores (never fails the exit)."""
+    if target.kind != "worktree":
+        return
+    try:
+        sync_worktree(target.workspace, convert=False, refresh=False)
+    except ChtopError as exc:
+        warn(f"importing {target.name}'s branch after the sandbox exited failed: {exc}\n"
+             f"The next `inv git.status` in {target.root} retries it.")
+
+
+def run_then_import(plan: LaunchPlan, target: Target) -> int:
+    """``run_plan``, then the import of the worktree's branch; the child's exit status."""
+    try:
+        return run_plan(plan)
+    finally:
+        import_after_exit(target)
 
 
 def run_plan(plan: LaunchPlan) -> int:

@@ -35,6 +35,9 @@ def run(c, dir=None, network="proxy", allow_self_edit=False, dry_run=False):  # 
     if dry_run:
         say(format_command(plan.argv))
         return 0
+    target = places.target_for(Path.cwd(), Path(dir) if dir else None)
+    if target.kind == "worktree":   # waits, then imports the worktree's branch into the shared stores
+        return sandbox.launch.run_then_import(plan, target)
     sandbox.exec_plan(plan)     # never returns: podman's exit status is ours
 
 
@@ -47,8 +50,12 @@ def shell(c, dir=None, network="proxy", allow_self_edit=False):  # noqa: A002
     from ..agents.interactive import run_interactive
 
     tty = sys.stdin.isatty()          # no terminal: bash reads commands from stdin, no pty
+    target = places.target_for(Path.cwd(), Path(dir) if dir else None)
     plan = _plan(sandbox.shell_command(interactive=tty), tty, "shell", dir, network, allow_self_edit)
-    return run_interactive(plan.argv, plan.env)
+    try:
+        return run_interactive(plan.argv, plan.env)
+    finally:
+        sandbox.launch.import_after_exit(target)
 
 
 @task(help={"dir": "list the --dir sandboxes (group ~/.config/chtop) instead of this workspace's"})

@@ -32,11 +32,12 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import runner
-from ..errors import ChtopError, CommandFailed, WorkspaceError
+from ..errors import ChtopError, CommandFailed, Refused, WorkspaceError
 from ..places import state_dir
 from ..term import say, warn
 from .layout import (
@@ -156,6 +157,7 @@ def write_atomic(path: Path, text: str) -> None:
     """Write ``path`` by renaming a fresh temp file over it (never follows a planted symlink)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
+        os.fchmod(fd, 0o644)
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
         os.replace(tmp, path)
@@ -288,8 +290,6 @@ def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str) -
     ref = f"refs/heads/{branch}"
     if new == read_ref(shared, ref):
         return None
-    if not owned_by_me(shared):
-        return None           # git refuses another user's repo (and so do we): its owner imports
     with _locked(store):
         old = read_ref(shared, ref)
         if (shared / "HEAD").read_text().strip() == f"ref: {ref}":
@@ -442,15 +442,20 @@ def sync_worktree(ws: Workspace, *, convert: bool = True, refresh: bool = True) 
     from .gitops import integration_branch
 
     checkouts = [c for c in ws.checkouts() if (c.path / ".git").exists()]
+    mine = [c for c in checkouts if owned_by_me(c.store)]
     if convert:
         for checkout in checkouts:
             if legacy_admin(checkout) is not None:
+                if checkout not in mine:
+                    raise Refused(f"{checkout.path} still uses the shared store's git state, and it belongs to "
+                                  f"another user; run `inv git.status` in {ws.root} as its owner first (that "
+                                  "moves it onto private git state)")
                 convert_checkout(ws, checkout, integration_branch(ws, checkout))
                 say(f"{checkout.path}: moved onto private git state {store_of(ws, checkout)} "
                     f"(the shared store is read-only in the sandbox now)")
     verify_git_dirs(ws)
     done = []
-    for checkout in checkouts:
+    for checkout in mine:        # git (and chtop) never act on another user's repo: its owner's tasks do
         store = store_of(ws, checkout)
         if not store.is_dir():
             continue
@@ -466,7 +471,7 @@ def sync_worktree(ws: Workspace, *, convert: bool = True, refresh: bool = True) 
     return done
 
 
-def sync_group(grouping: Path) -> list[Imported]:
+def sync_group(grouping: Path, note=warn) -> list[Imported]:
     """Import every feature worktree's branch of the group (the proxy daemon's timer)."""
     done = []
     for name in private_worktree_names(grouping):
@@ -474,5 +479,25 @@ def sync_group(grouping: Path) -> list[Imported]:
             ws = find_workspace(grouping / name)
             done += sync_worktree(ws, convert=False, refresh=False)
         except ChtopError as exc:
-            warn(f"import of worktree {name} skipped: {exc}")
+            note(f"import of worktree {name} skipped: {exc}")
     return done
+
+
+IMPORT_INTERVAL = 2.0
+
+
+def start_import_timer(grouping: Path, note, interval: float = IMPORT_INTERVAL) -> threading.Event:
+    """Import the group's branches every ``interval`` seconds in a thread; set the event to stop."""
+    stop = threading.Event()
+
+    def loop():
+        while not stop.wait(interval):
+            try:
+                for imp in sync_group(grouping, note):
+                    note(f"IMPORT   {imp.branch} {imp.old or '(new)'} -> {imp.new} from {imp.checkout}"
+                         + (f", old tip kept as {imp.kept}" if imp.kept else ""))
+            except Exception as exc:  # noqa: BLE001 - the proxy must outlive any import problem
+                note(f"IMPORT   failed: {exc}")
+
+    threading.Thread(target=loop, name="chtop-import", daemon=True).start()
+    return stop
