@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -192,45 +193,57 @@ MARK = "/tmp/chtop-quarantine-pwned"
 
 
 def attack_script(g) -> str:
-    """Every attack on the shared history, as an agent would try it; none may matter on the host."""
+    """Every attack on the shared history, as an agent would try it.
+
+    The first kind works only on the agent's private copy (harmless: the host
+    checks that nothing shared moved); the second must fail outright, and
+    prints ``ESCAPED: ...`` if it does not.
+    """
     top, grp = g.toplevel, g.grouping
-    lines = [f"cd {g.dev}", "root=$(git -C alpha rev-list --max-parents=0 HEAD)",
-             "evil=$(git -C alpha commit-tree -m evil $(git -C alpha rev-parse HEAD^{tree}))"]
+    private_only, must_fail = [], []
     for repo in ("alpha", "beta"):
         shared = top / repo / ".git"
         private = private_store(grp, "dev", repo)
         admin = private / "worktrees" / repo
-        lines += [
-            f"git -C {repo} update-ref refs/heads/main $root",          # private: harmless
-            f"git --git-dir={shared} update-ref refs/heads/main $root",
+        monitor = f"printf '[core]\\n\\tfsmonitor = touch {MARK}\\n'"
+        private_only += [
+            f"git -C {repo} update-ref refs/heads/main $root",
             f"git -C {repo} update-ref refs/heads/dev2 $root",
-            f"git --git-dir={shared} update-ref refs/heads/dev2 $root",
-            f"rm -rf {shared}/objects/??",
-            f"rm -rf {shared}/objects/pack",
             f"git -C {repo} replace $(git -C {repo} rev-parse main) $evil",
-            f"git --git-dir={shared} replace $(git --git-dir={shared} rev-parse HEAD) $evil",
             f"git -C {repo} reflog expire --expire=now --all",
-            f"rm -rf {shared}/logs",
-            f": > {shared}/logs/HEAD",
-            f"echo \"$root refs/heads/main\" > {shared}/packed-refs",
             f"git -C {repo} pack-refs --all",
             f"git -C {repo} tag evil-tag $evil",
-            f"echo $evil > {shared}/refs/tags/planted",
-            f"echo 'ref: refs/heads/main' > {private_store(grp, 'dev2', repo)}/worktrees/{repo}/HEAD",
-            f"git -C {repo} config core.fsmonitor 'touch {MARK}'",
-            f"git -C {repo} config core.hooksPath /tmp",
-            f"printf '[core]\\n\\tfsmonitor = touch {MARK}\\n' >> {private}/config",
-            f"printf '[core]\\n\\tfsmonitor = touch {MARK}\\n' > {admin}/config.worktree",
-            f"printf '[core]\\n\\tfsmonitor = touch {MARK}\\n' > {private}/config.worktree",
-            f"mkdir -p {private}/evil && printf '[core]\\n\\tfsmonitor = touch {MARK}\\n' > {private}/evil/config",
-            f"echo {private}/evil > {private}/commondir",
-            f"printf '#!/bin/sh\\ntouch {MARK}\\n' > {private}/hooks/post-checkout",
-            f"echo /tmp > {private}/objects/info/alternates",
+            f"{monitor} > {private}/config.worktree",                  # never read: no GIT_DIR is the store
+            f"mkdir -p {private}/evil && {monitor} > {private}/evil/config && echo {private}/evil > {private}/commondir",
         ]
-    # its own HEAD at the integration branch: a host-side commit there must not land on main
+        must_fail += [
+            (f"update-ref main in {repo}'s shared store", f"git --git-dir={shared} update-ref refs/heads/main $root"),
+            (f"update-ref dev2 in {repo}'s shared store", f"git --git-dir={shared} update-ref refs/heads/dev2 $root"),
+            (f"rm shared objects of {repo}", f"rm {shared}/objects/pack/*.pack"),
+            (f"git replace in {repo}'s shared store", f"git --git-dir={shared} replace -f $main $root"),
+            (f"rewrite {repo}'s shared reflog", f": > {shared}/logs/HEAD"),
+            (f"delete {repo}'s shared reflogs", f"rm -r {shared}/logs && test ! -e {shared}/logs"),
+            (f"write {repo}'s shared packed-refs", f"echo \"$root refs/heads/main\" > {shared}/packed-refs"),
+            (f"plant a tag in {repo}'s shared store", f"echo $root > {shared}/refs/tags/planted"),
+            (f"move dev2's {repo} HEAD", f"echo 'ref: refs/heads/main' > {private_store(grp, 'dev2', repo)}/worktrees/{repo}/HEAD"),
+            (f"git config fsmonitor in {repo}", f"git -C {repo} config core.fsmonitor 'touch {MARK}'"),
+            (f"git config hooksPath in {repo}", f"git -C {repo} config core.hooksPath /tmp"),
+            (f"append to {repo}'s private config", f"{monitor} >> {private}/config"),
+            (f"write {repo}'s admin config.worktree", f"{monitor} > {admin}/config.worktree"),
+            (f"plant a hook for {repo}", f"echo 'touch {MARK}' > {private}/hooks/post-checkout"),
+            (f"redirect {repo}'s alternates", f"echo /tmp > {private}/objects/info/alternates"),
+            (f"redirect {repo}'s commondir", f"echo {private}/evil > {admin}/commondir"),
+            (f"repoint {repo}'s .git", f"echo 'gitdir: {private}/evil' > {repo}/.git"),
+        ]
+    lines = [f"cd {g.dev}", "root=$(git -C alpha rev-list --max-parents=0 HEAD)",
+             "main=$(git -C alpha rev-parse main)",
+             "evil=$(git -C alpha commit-tree -m evil $(git -C alpha rev-parse HEAD^{tree}))"]
+    lines += [f"( {cmd} ) >/dev/null 2>&1" for cmd in private_only]
+    lines += [f"if ( {cmd} ) >/dev/null 2>&1; then echo {shlex.quote('ESCAPED: ' + name)}; fi"
+              for name, cmd in must_fail]
+    # its own HEAD at the integration branch: a host-side commit there must not land on kms
     lines += ["git -C beta symbolic-ref HEAD refs/heads/kms", "echo ATTACKS-DONE"]
-    return "\n".join(f"( {line} ) >/dev/null 2>&1" if not line.startswith(("cd ", "root=", "evil=", "echo"))
-                     else line for line in lines)
+    return "\n".join(lines)
 
 
 def shared_state(g) -> dict[str, str]:
@@ -297,6 +310,7 @@ def test_attacks_from_inside_change_nothing_shared(qg):
     before, heads = shared_state(g), dev2_heads(g)
     proc = g.sbox(attack_script(g))
     assert "ATTACKS-DONE" in proc.stdout, proc.stdout + proc.stderr
+    assert [line for line in proc.stdout.splitlines() if line.startswith("ESCAPED")] == []
     status = g.inv("git.status")          # host-side: imports, runs git in every repo
     assert status.returncode == 0, status.stdout + status.stderr
     check_host_after_attacks(g, before, heads)
@@ -364,8 +378,15 @@ def test_a_commit_destroyed_inside_after_an_import_survives(qg):
 # -- rootful: the same attacks, launched as root ------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def rootful_group(remote_template):
+    """Its own workspace: a root-run proxy must not share a group with the test user's."""
+    with user_group_cm(remote_template, extra_worktrees=("dev2",)) as group:
+        yield group
+
+
 @pytest.fixture
-def root_env(tmp_path, qg):
+def root_env(tmp_path, rootful_group):
     """Rootful podman with its storage in tmp (never the machine's /var/lib/containers)."""
     store = tmp_path / "podman"
     store.mkdir()
@@ -396,8 +417,8 @@ def inv_as_root(env, cwd, *args, input=None):
 @pytest.mark.podman
 @pytest.mark.rootful
 @pytest.mark.slow
-def test_rootful_attacks_change_nothing_shared_and_commits_import(qg, root_env):
-    g = qg
+def test_rootful_attacks_change_nothing_shared_and_commits_import(rootful_group, root_env):
+    g = rootful_group
     _clear_mark()
     before, heads = shared_state(g), dev2_heads(g)
     script = attack_script(g) + (f"\ncd {g.dev}/alpha && git checkout -q dev 2>/dev/null; "
@@ -405,6 +426,7 @@ def test_rootful_attacks_change_nothing_shared_and_commits_import(qg, root_env):
                                  "&& echo COMMITTED")
     proc = inv_as_root(root_env, g.dev, "sbox.run", "--", "sh", "-c", script)
     assert "ATTACKS-DONE" in proc.stdout and "COMMITTED" in proc.stdout, proc.stdout + proc.stderr
+    assert [line for line in proc.stdout.splitlines() if line.startswith("ESCAPED")] == []
     assert "rootful podman with a user namespace" in proc.stderr
     # root does not run git in the owner's repos (git's own ownership rule): the owner's next task imports
     assert g.inv("git.status").returncode == 0
