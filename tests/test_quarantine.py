@@ -432,3 +432,33 @@ def test_rootful_attacks_change_nothing_shared_and_commits_import(rootful_group,
     assert g.inv("git.status").returncode == 0
     check_host_after_attacks(g, before, heads)
     assert g.git(g.toplevel / "alpha", "log", "-1", "--format=%s", "dev") == "rootful work"
+
+
+# -- submodules: their gitdirs live in the agent-writable admin dir ------------------------------------
+
+
+def test_host_tasks_never_run_a_submodules_agent_written_config(group, tmp_path):
+    from chtop_tasks.workspace.toplevel import init_toplevel
+    from chtop_tasks.workspace.worktrees import create_worktree
+
+    g = group
+    seed = tmp_path / "alpha-seed"
+    git(tmp_path, "clone", "-q", str(g.remotes / "alpha.git"), str(seed))
+    git(seed, "-c", "protocol.file.allow=always", "submodule", "add", "-q", f"file://{g.remotes}/beta.git", "sub")
+    git(seed, "commit", "-q", "-m", "add a submodule")
+    git(seed, "push", "-q", "origin", "HEAD:main")
+    init_toplevel(find_workspace(g.toplevel))
+    create_worktree(find_workspace(g.toplevel), "dev")
+    sub = g.path("dev", "alpha", "sub")
+    sub_gitdir = read_gitdir_file(sub / ".git")
+    assert sub_gitdir.is_relative_to(private_store(g.grouping, "dev", "alpha") / "worktrees")
+    mark = tmp_path / "ran"
+    # what an agent can do inside: its submodule's config is in its own admin dir
+    git(sub, "config", "core.fsmonitor", f"touch {mark}")
+    (sub / "beta.txt").write_text("changed inside the submodule\n")
+    g.inv(g.path("dev"), "git.status")
+    g.inv(g.path("dev"), "git.diff")
+    g.inv(g.toplevel, "worktree.list")
+    assert not mark.exists()
+    subprocess.run(["git", "status"], cwd=g.path("dev", "alpha"), capture_output=True)
+    assert mark.exists()     # the control: plain git recursing into the submodule does run it
