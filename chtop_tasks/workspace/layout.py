@@ -251,10 +251,13 @@ def checkout_problem(ws: Workspace, checkout: Checkout) -> str | None:
 def verify_git_dirs(ws: Workspace, names: list[str] | None = None) -> None:
     """Refuse when a checkout's .git does not point where the layout says.
 
-    An agent that rewrites a worktree's ``.git`` file (or the store's
-    ``commondir``) could point host-side git at a config of its own, whose
-    ``core.fsmonitor`` runs any command: so every git command chtop runs on
-    the host is preceded by this check.
+    A feature worktree's checkout must name the admin dir of its own private
+    store (whose ``commondir`` leads back to that store, and whose alternates
+    name the toplevel's store), or -- until it is converted -- an admin dir of
+    the toplevel's store that lists it back.  An agent that rewrites a
+    ``.git`` file or a ``commondir`` could point host-side git at a config of
+    its own, whose ``core.fsmonitor`` runs any command: so every git command
+    chtop runs on the host is preceded by this check.
     """
     problems = []
     for checkout in ws.checkouts():
