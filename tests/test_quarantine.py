@@ -462,3 +462,19 @@ def test_host_tasks_never_run_a_submodules_agent_written_config(group, tmp_path)
     assert not mark.exists()
     subprocess.run(["git", "status"], cwd=g.path("dev", "alpha"), capture_output=True)
     assert mark.exists()     # the control: plain git recursing into the submodule does run it
+
+
+def test_a_symlinked_branch_ref_is_never_imported_and_blocks_delete(with_dev, tmp_path):
+    g = with_dev
+    secret = tmp_path / "host-file"
+    secret.write_text("0123456789abcdef0123456789abcdef01234567\n")
+    ref = private_store(g.grouping, "dev", "alpha") / "refs" / "heads" / "dev"
+    before = git(g.toplevel / "alpha", "rev-parse", "dev")
+    ref.unlink()
+    ref.symlink_to(secret)
+    status = g.inv(g.path("dev"), "git.status", check=False)
+    assert "is a symlink" in status.stderr and f"rm {ref}" in status.stderr     # warned; the rest still ran
+    assert git(g.toplevel / "alpha", "rev-parse", "dev") == before
+    refused = g.inv(g.toplevel, "worktree.delete", "--name", "dev", "--force", check=False)
+    assert refused.returncode == 1 and "nothing was changed" in refused.stderr
+    assert g.path("dev").is_dir()

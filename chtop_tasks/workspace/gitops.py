@@ -293,7 +293,7 @@ def print_plan(ws: Workspace, rels: list[Relation], steps: list[Step], verb: str
 
 def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False) -> int:
     refuse_in_toplevel(ws, "git.rebase-down")
-    sync_worktree(ws)      # imports first, and the integration branches inside are the host's latest
+    sync_worktree(ws, strict=True)     # imports first; the integration branches inside are the host's latest
     verify_git_dirs(ws)
     rels = relations(ws)
     raise_if_problems([p for rel in rels for p in preflight_problems(ws, rel)], "rebase-down")
@@ -355,7 +355,7 @@ def plan_merge_up(ws: Workspace, rels: list[Relation], no_ff: bool) -> list[Step
 
 def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False) -> int:
     refuse_in_toplevel(ws, "git.merge-up")
-    sync_worktree(ws)      # lands what the agent committed, up to now
+    sync_worktree(ws, strict=True)     # lands what the agent committed, up to now
     verify_git_dirs(ws)
     verify_git_dirs(ws.for_root(ws.toplevel))
     rels = relations(ws)

@@ -284,10 +284,14 @@ def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str) -
 
     The "nothing new" answer reads two ref files and runs no process.
     """
-    new = read_ref(store, f"refs/heads/{branch}")
+    ref = f"refs/heads/{branch}"
+    if (store / ref).is_symlink():
+        # git would read the file it names as the ref: refuse to let a planted link steer the fetch
+        raise CommandFailed(f"{store / ref} is a symlink (written inside the sandbox); not imported. "
+                            f"Remove it and commit again: rm {store / ref}")
+    new = read_ref(store, ref)
     if new is None:
         return None           # deleted inside: the shared store keeps its copy
-    ref = f"refs/heads/{branch}"
     if new == read_ref(shared, ref):
         return None
     with _locked(store):
@@ -431,11 +435,14 @@ def _drop_stale_shared_admin(checkout: Checkout) -> None:
 # -- what host tasks, launches and the proxy daemon call -------------------------------------------
 
 
-def sync_worktree(ws: Workspace, *, convert: bool = True, refresh: bool = True) -> list[Imported]:
+def sync_worktree(ws: Workspace, *, convert: bool = True, refresh: bool = True,
+                  strict: bool = False) -> list[Imported]:
     """Convert old checkouts, refresh the integration branches inside, import the branch.
 
     Every host task that reads or moves branches calls this first; so do
-    launches (before the container starts) and sandbox exits.
+    launches (before the container starts) and sandbox exits.  A failed
+    import is a warning, or (``strict``: tasks that land or delete work) an
+    error once every repo was tried.
     """
     if ws.is_toplevel:
         return []
@@ -454,7 +461,7 @@ def sync_worktree(ws: Workspace, *, convert: bool = True, refresh: bool = True) 
                 say(f"{checkout.path}: moved onto private git state {store_of(ws, checkout)} "
                     f"(the shared store is read-only in the sandbox now)")
     verify_git_dirs(ws)
-    done = []
+    done, failures = [], []
     for checkout in mine:        # git (and chtop) never act on another user's repo: its owner's tasks do
         store = store_of(ws, checkout)
         if not store.is_dir():
@@ -462,12 +469,21 @@ def sync_worktree(ws: Workspace, *, convert: bool = True, refresh: bool = True) 
         _drop_stale_shared_admin(checkout)
         if refresh:
             refresh_integration(store, checkout.store, integration_branch(ws, checkout))
-        imported = import_branch(checkout.path, store, checkout.store, ws.name)
+        try:
+            imported = import_branch(checkout.path, store, checkout.store, ws.name)
+        except CommandFailed as exc:
+            failures.append(str(exc))
+            continue
         if imported is not None:
             done.append(imported)
             if imported.kept:
                 warn(f"{checkout.path}: branch {ws.name} was rewritten inside; its old tip is kept in "
                      f"{checkout.store.parent} as {imported.kept}")
+    if failures and strict:
+        raise CommandFailed("importing the worktree's branch failed, so nothing was changed:\n  "
+                            + "\n  ".join(failures))
+    for line in failures:
+        warn(line)
     return done
 
 

@@ -222,7 +222,7 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
     here = (cwd or Path.cwd()).resolve()
     if here == wt.root or wt.root in here.parents:
         raise Refused(f"you are inside {wt.root}; run worktree.delete from elsewhere (e.g. {ws.toplevel})")
-    sync_worktree(wt)        # nothing the agent committed is left behind
+    sync_worktree(wt, strict=True)     # nothing the agent committed is left behind
     problems = delete_problems(wt)
     if problems and not force:
         raise Refused(f"refusing to delete {wt.root}:\n  " + "\n  ".join(problems)
