@@ -293,7 +293,9 @@ def host_commit_on_beta_lands_nowhere_shared(g, run_inv) -> None:
 
 @pytest.fixture(scope="module")
 def qg(remote_template):
-    with user_group_cm(remote_template, extra_worktrees=("dev2",)) as group:
+    """dev and dev2, and ``old``: a worktree made the way chtop made them before private git state."""
+    with user_group_cm(remote_template, extra_worktrees=("dev2",),
+                       prepare=lambda group: make_legacy_worktree(group, "old")) as group:
         yield group
 
 
@@ -373,6 +375,24 @@ def test_a_commit_destroyed_inside_after_an_import_survives(qg):
     assert g.git(shared, "rev-parse", f"refs/chtop/kept/dev2/{doomed}") == doomed
     assert g.git(shared, "rev-parse", "dev2") == g.git(shared, "rev-parse", "kms")
     assert g.git(shared, "fsck", "--no-dangling", "--no-progress") == ""
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_an_old_worktree_converts_at_launch_and_works_inside(qg):
+    g = qg
+    old = g.grouping / "old"
+    g.git(old / "alpha", "commit", "-q", "--allow-empty", "-m", "made before the change")
+    proc = g.inv("sbox.run", "--", "sh", "-c",
+                 "git -C alpha log -1 --format=%s && git -C alpha commit -q --allow-empty -m inside && "
+                 f"if git --git-dir={g.toplevel}/alpha/.git update-ref refs/heads/old HEAD 2>/dev/null; "
+                 "then echo ESCAPED; fi; echo INSIDE-DONE", cwd=old)
+    assert "INSIDE-DONE" in proc.stdout and "ESCAPED" not in proc.stdout, proc.stdout + proc.stderr
+    assert "made before the change" in proc.stdout
+    assert "moved onto private git state" in proc.stderr
+    assert read_gitdir_file(old / "alpha" / ".git").parent == private_store(g.grouping, "old", "alpha") / "worktrees"
+    assert g.git(g.toplevel / "alpha", "log", "--format=%s", "-2", "old").splitlines() == [
+        "inside", "made before the change"]
 
 
 # -- rootful: the same attacks, launched as root ------------------------------------------------------

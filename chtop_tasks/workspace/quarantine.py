@@ -31,6 +31,7 @@ import fcntl
 import os
 import re
 import shutil
+import sys
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from pathlib import Path
 from .. import runner
 from ..errors import ChtopError, CommandFailed, Refused, WorkspaceError
 from ..places import state_dir
-from ..term import say, warn
+from ..term import warn
 from .layout import (
     Checkout,
     Workspace,
@@ -458,8 +459,8 @@ def sync_worktree(ws: Workspace, *, convert: bool = True, refresh: bool = True,
                                   f"another user; run `inv git.status` in {ws.root} as its owner first (that "
                                   "moves it onto private git state)")
                 convert_checkout(ws, checkout, integration_branch(ws, checkout))
-                say(f"{checkout.path}: moved onto private git state {store_of(ws, checkout)} "
-                    f"(the shared store is read-only in the sandbox now)")
+                print(f"chtop: {checkout.path}: moved onto private git state {store_of(ws, checkout)} "
+                      f"(the shared store is read-only in the sandbox now)", file=sys.stderr, flush=True)
     verify_git_dirs(ws)
     done, failures = [], []
     for checkout in mine:        # git (and chtop) never act on another user's repo: its owner's tasks do
