@@ -111,11 +111,16 @@ def test_integration_branch_refresh_overrides_the_private_copy_safely(with_dev, 
     g = with_dev
     dev = g.path("dev")
     store = private_store(g.grouping, "dev", "alpha")
+    (dev / "alpha" / "README").write_text("stashed\n")
+    git(dev / "alpha", "stash", "-q")
+    git(dev / "alpha", "pack-refs", "--all")                         # the agent's own packed refs
     git(dev / "alpha", "update-ref", "refs/heads/main", git(dev / "alpha", "rev-parse", "HEAD~0"))
     moved = g.push_upstream_commit("alpha", "up.txt", "up\n")
     g.inv(dev, "git.status")
     assert git(dev / "alpha", "rev-parse", "main") == moved
     assert not (store / "refs" / "heads" / "main").exists()
+    assert "WIP on dev" in git(dev / "alpha", "stash", "list")        # its other refs stay
+    assert git(dev / "alpha", "rev-parse", "dev") == git(g.toplevel / "alpha", "rev-parse", "dev")
     # a symlinked refs dir planted in the private store: the host deletes nothing through it
     outside = tmp_path / "outside"
     outside.mkdir()

@@ -150,6 +150,11 @@ def packed_refs_text(shared: Path, branch_tips: dict[str, str]) -> str:
             lines[name] = [f"{sha} {name}"] + ([f"^{peeled}"] if peeled else [])
     for name, sha in branch_tips.items():
         lines[f"refs/heads/{name}"] = [f"{sha} refs/heads/{name}"]
+    return packed_text(header, lines)
+
+
+def packed_text(header: str, lines: dict[str, list[str]]) -> str:
+    """A ``packed-refs`` file: the header, then each ref's lines sorted by name (git expects it)."""
     body = [line for name in sorted(lines) for line in lines[name]]
     return (header or "# pack-refs with: peeled fully-peeled sorted ") + "\n" + "".join(f"{x}\n" for x in body)
 
@@ -230,11 +235,12 @@ def refresh_integration(store: Path, shared: Path, integration: str) -> bool:
     loose = store / "refs" / "heads" / integration
     if read_ref(store, f"refs/heads/{integration}") == tip and not loose.is_symlink() and not loose.exists():
         return False
-    _, entries = read_packed_refs(store)
-    tips = {name[len("refs/heads/"):]: sha for sha, name, _ in entries if name.startswith("refs/heads/")}
-    tips[integration] = tip
-    write_atomic(store / "packed-refs", packed_refs_text(shared, tips))
-    remove_loose_ref(store, f"refs/heads/{integration}")
+    header, entries = read_packed_refs(store)
+    name = f"refs/heads/{integration}"
+    kept = {ref: [f"{sha} {ref}"] + ([f"^{peeled}"] if peeled else []) for sha, ref, peeled in entries}
+    kept[name] = [f"{tip} {name}"]          # the agent's other packed refs (its stash, tags) stay
+    write_atomic(store / "packed-refs", packed_text(header, kept))
+    remove_loose_ref(store, name)
     return True
 
 
@@ -301,7 +307,7 @@ def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str) -
             raise CommandFailed(f"{shared.parent} has {branch} checked out; the import of worktree {branch} "
                                 f"would move it under you. Check out its integration branch there.")
         incoming = f"{INCOMING_PREFIX}/{branch}"
-        argv = ["-c", "transfer.fsckObjects=true", "fetch", "--no-tags", "--no-write-fetch-head",
+        argv = ["-c", "transfer.fsckObjects=true", "fetch", "--no-tags", "--no-write-fetch-head", "--no-auto-maintenance",
                 "--no-recurse-submodules", "--quiet", str(checkout_path), f"+{ref}:{incoming}"]
         result = host_git(shared, argv, check=False)
         if not result.ok:
