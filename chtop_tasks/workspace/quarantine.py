@@ -280,8 +280,9 @@ class Imported:
     kept: str | None = None
 
 
-def _locked(store: Path):
-    lock = open(store.parent / ".import.lock", "a")
+def _locked(worktree_git_dir: Path):
+    """``.chtop/git/<name>/.lock``, held while a worktree is converted or imported."""
+    lock = open(worktree_git_dir / ".lock", "a")
     fcntl.flock(lock, fcntl.LOCK_EX)
     return lock
 
@@ -289,7 +290,8 @@ def _locked(store: Path):
 def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str) -> Imported | None:
     """Bring ``branch`` from the private store into ``shared`` (None when there is nothing new).
 
-    The "nothing new" answer reads two ref files and runs no process.
+    The "nothing new" answer reads two ref files and runs no process.  The
+    caller holds the worktree's lock (``sync_worktree`` does).
     """
     ref = f"refs/heads/{branch}"
     if (store / ref).is_symlink():
@@ -299,33 +301,32 @@ def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str) -
     new = read_ref(store, ref)
     if new is None:
         return None           # deleted inside: the shared store keeps its copy
-    if new == read_ref(shared, ref):
+    old = read_ref(shared, ref)
+    if new == old:
         return None
-    with _locked(store):
-        old = read_ref(shared, ref)
-        if (shared / "HEAD").read_text().strip() == f"ref: {ref}":
-            raise CommandFailed(f"{shared.parent} has {branch} checked out; the import of worktree {branch} "
-                                f"would move it under you. Check out its integration branch there.")
-        incoming = f"{INCOMING_PREFIX}/{branch}"
-        argv = ["-c", "transfer.fsckObjects=true", "fetch", "--no-tags", "--no-write-fetch-head", "--no-auto-maintenance",
-                "--no-recurse-submodules", "--quiet", str(checkout_path), f"+{ref}:{incoming}"]
-        result = host_git(shared, argv, check=False)
-        if not result.ok:
-            raise CommandFailed(f"importing {branch} from {checkout_path} into {shared} failed: "
-                                f"{result.error_tail(3)}")
-        got = host_git(shared, ["rev-parse", "--verify", f"{incoming}^{{commit}}"]).stdout.strip()
-        if got == old:
-            host_git(shared, ["update-ref", "-d", incoming])
-            return None
-        kept = None
-        lines = [f"update {ref} {got} {old or '0' * len(got)}"]
-        if old and not host_git(shared, ["merge-base", "--is-ancestor", old, got], check=False).ok:
-            kept = f"{KEPT_PREFIX}/{branch}/{old}"
-            lines.append(f"update {kept} {old}")
-        lines.append(f"delete {incoming}")
-        runner.run(["git", *HOST_GIT_OPTS, "update-ref", "-m", f"chtop: import {branch} from its sandbox",
-                    "--stdin"], cwd=shared, quiet=True, input="\n".join(lines) + "\n")
-        return Imported(checkout_path, branch, old, got, kept)
+    if (shared / "HEAD").read_text().strip() == f"ref: {ref}":
+        raise CommandFailed(f"{shared.parent} has {branch} checked out; the import of worktree {branch} "
+                            f"would move it under you. Check out its integration branch there.")
+    incoming = f"{INCOMING_PREFIX}/{branch}"
+    argv = ["-c", "transfer.fsckObjects=true", "fetch", "--no-tags", "--no-write-fetch-head",
+            "--no-auto-maintenance", "--no-recurse-submodules", "--quiet", str(checkout_path), f"+{ref}:{incoming}"]
+    result = host_git(shared, argv, check=False)
+    if not result.ok:
+        raise CommandFailed(f"importing {branch} from {checkout_path} into {shared} failed: "
+                            f"{result.error_tail(3)}")
+    got = host_git(shared, ["rev-parse", "--verify", f"{incoming}^{{commit}}"]).stdout.strip()
+    if got == old:
+        host_git(shared, ["update-ref", "-d", incoming])
+        return None
+    kept = None
+    lines = [f"update {ref} {got} {old or '0' * len(got)}"]
+    if old and not host_git(shared, ["merge-base", "--is-ancestor", old, got], check=False).ok:
+        kept = f"{KEPT_PREFIX}/{branch}/{old}"
+        lines.append(f"update {kept} {old}")
+    lines.append(f"delete {incoming}")
+    runner.run(["git", *HOST_GIT_OPTS, "update-ref", "-m", f"chtop: import {branch} from its sandbox",
+                "--stdin"], cwd=shared, quiet=True, input="\n".join(lines) + "\n")
+    return Imported(checkout_path, branch, old, got, kept)
 
 
 def owned_by_me(path: Path) -> bool:
@@ -433,7 +434,7 @@ def _relink_submodules(old_admin: Path, admin: Path) -> None:
 def _drop_stale_shared_admin(checkout: Checkout) -> None:
     """A conversion interrupted after ``.git`` moved: the shared store's old entry goes."""
     worktrees = checkout.store / "worktrees"
-    if worktrees.is_dir() and any(worktrees.iterdir()):
+    if legacy_admin(checkout) is None and worktrees.is_dir() and any(worktrees.iterdir()):
         stale = admin_dir_for(checkout.store, checkout.path)
         if stale is not None:
             shutil.rmtree(stale)
@@ -449,30 +450,43 @@ def sync_worktree(ws: Workspace, *, convert: bool = True, refresh: bool = True,
     Every host task that reads or moves branches calls this first; so do
     launches (before the container starts) and sandbox exits.  A failed
     import is a warning, or (``strict``: tasks that land or delete work) an
-    error once every repo was tried.
+    error once every repo was tried.  One lock per worktree keeps a task and
+    the proxy daemon's timer from working on it at once.
     """
     if ws.is_toplevel:
         return []
-    from .gitops import integration_branch
-
     checkouts = [c for c in ws.checkouts() if (c.path / ".git").exists()]
     mine = [c for c in checkouts if owned_by_me(c.store)]
+    if not mine:          # git (and chtop) never act on another user's repo: its owner's tasks do
+        if convert and any(legacy_admin(c) is not None for c in checkouts):
+            raise Refused(f"{ws.root} still uses the shared stores' git state, and they belong to another "
+                          f"user; run `inv git.status` in {ws.root} as their owner first (that moves it "
+                          "onto private git state)")
+        verify_git_dirs(ws)
+        return []
+    lock_dir = group_git_dir(ws.grouping) / ws.name
+    lock_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with _locked(lock_dir):
+        return _sync_locked(ws, mine, convert, refresh, strict)
+
+
+def _sync_locked(ws: Workspace, mine: list[Checkout], convert: bool, refresh: bool,
+                 strict: bool) -> list[Imported]:
+    from .gitops import integration_branch
+
+    legacy = [c for c in mine if legacy_admin(c) is not None]
     if convert:
-        for checkout in checkouts:
-            if legacy_admin(checkout) is not None:
-                if checkout not in mine:
-                    raise Refused(f"{checkout.path} still uses the shared store's git state, and it belongs to "
-                                  f"another user; run `inv git.status` in {ws.root} as its owner first (that "
-                                  "moves it onto private git state)")
-                convert_checkout(ws, checkout, integration_branch(ws, checkout))
-                print(f"chtop: {checkout.path}: moved onto private git state {store_of(ws, checkout)} "
-                      f"(the shared store is read-only in the sandbox now)", file=sys.stderr, flush=True)
+        for checkout in legacy:
+            convert_checkout(ws, checkout, integration_branch(ws, checkout))
+            print(f"chtop: {checkout.path}: moved onto private git state {store_of(ws, checkout)} "
+                  f"(the shared store is read-only in the sandbox now)", file=sys.stderr, flush=True)
+        legacy = []
     verify_git_dirs(ws)
     done, failures = [], []
-    for checkout in mine:        # git (and chtop) never act on another user's repo: its owner's tasks do
+    for checkout in mine:
         store = store_of(ws, checkout)
-        if not store.is_dir():
-            continue
+        if checkout in legacy or not store.is_dir():
+            continue            # not converted yet: the next task or launch does it
         _drop_stale_shared_admin(checkout)
         if refresh:
             refresh_integration(store, checkout.store, integration_branch(ws, checkout))

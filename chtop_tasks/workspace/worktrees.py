@@ -281,7 +281,7 @@ def list_worktrees(ws: Workspace) -> list[str]:
         try:
             wt = find_workspace(root)
             sync_worktree(wt)
-        except ChtopError as exc:
+        except (ChtopError, OSError) as exc:
             lines.append(f"{root.name}: {exc}")
             continue
         lines.append(f"{root.name}  ({root})")
