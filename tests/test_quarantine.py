@@ -363,8 +363,8 @@ def test_allowed_work_inside_is_visible_on_the_host_after_exit(qg):
     assert g.git(root / "alpha", "rev-parse", "HEAD") == g.git(shared, "rev-parse", "dev2")
     assert "s.txt" in g.git(root / "alpha", "diff", "--cached", "--name-only")
     g.git(root / "alpha", "reset", "-q", "--hard")
-    listed = g.inv("worktree.list", cwd=g.toplevel).stdout
-    assert "+2/-0 vs main" in listed, listed
+    status = g.inv("git.status", cwd=root).stdout       # (worktree.list would convert ``old`` too early)
+    assert "dev2/alpha is 2 commits ahead of top/alpha (main branch)" in status, status
 
 
 @pytest.mark.podman
