@@ -508,3 +508,18 @@ def test_a_symlinked_branch_ref_is_never_imported_and_blocks_delete(with_dev, tm
     refused = g.inv(g.toplevel, "worktree.delete", "--name", "dev", "--force", check=False)
     assert refused.returncode == 1 and "nothing was changed" in refused.stderr
     assert g.path("dev").is_dir()
+
+
+@pytest.mark.podman
+@pytest.mark.rootful
+@pytest.mark.slow
+def test_rootful_allowed_work_imports_when_the_owner_runs_a_task(rootful_group, root_env):
+    g = rootful_group
+    root, shared = g.grouping / "dev2", g.toplevel / "alpha"
+    g.git(shared, "commit", "-q", "--allow-empty", "-m", "upstream change")
+    g.inv("git.status", cwd=root)           # the owner's task refreshes main inside (root's launch does not)
+    proc = inv_as_root(root_env, root, "sbox.run", "--", "bash", "-c", ALLOWED.format(root=root, name="dev2"))
+    assert "ALLOWED-DONE" in proc.stdout, proc.stdout + proc.stderr
+    assert g.git(shared, "log", "--format=%s", "main..dev2") == ""        # root imported nothing
+    g.inv("git.status", cwd=root)
+    assert g.git(shared, "log", "--format=%s", "main..dev2").splitlines() == ["picked", "work 1, amended"]
