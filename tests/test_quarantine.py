@@ -523,3 +523,39 @@ def test_rootful_allowed_work_imports_when_the_owner_runs_a_task(rootful_group, 
     assert g.git(shared, "log", "--format=%s", "main..dev2") == ""        # root imported nothing
     g.inv("git.status", cwd=root)
     assert g.git(shared, "log", "--format=%s", "main..dev2").splitlines() == ["picked", "work 1, amended"]
+
+
+@pytest.fixture(scope="module")
+def sub_template(remote_template, tmp_path_factory):
+    """The remotes, with a submodule ``sub`` (beta's history) in alpha's main."""
+    from conftest import hermetic_os_env
+
+    base = tmp_path_factory.mktemp("sub-template")
+    remotes = base / "remotes"
+    subprocess.run(["cp", "-a", str(remote_template), str(remotes)], check=True)
+    subprocess.run(["chmod", "-R", "a+rX", str(base)], check=True)
+    with hermetic_os_env(base / "home"):
+        seed = base / "alpha-seed"
+        git(base, "clone", "-q", str(remotes / "alpha.git"), str(seed))
+        git(seed, "-c", "protocol.file.allow=always", "submodule", "add", "-q", f"file://{remotes}/beta.git", "sub")
+        git(seed, "commit", "-q", "-m", "add a submodule")
+        git(seed, "push", "-q", "origin", "HEAD:main")
+    return remotes
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_submodules_work_inside_and_their_config_never_runs_on_the_host(sub_template):
+    _clear_mark()
+    with user_group_cm(sub_template) as g:
+        script = (f"cd {g.dev}/alpha/sub && git config core.fsmonitor 'touch {MARK}' && "
+                  "echo x > inside.txt && git add inside.txt && git commit -qm 'in the submodule' && "
+                  "cd .. && git add sub && git commit -qm 'bump sub' && git status --short && echo SUB-DONE")
+        proc = g.sbox(script)
+        assert "SUB-DONE" in proc.stdout, proc.stdout + proc.stderr
+        (g.dev / "alpha" / "sub" / "beta.txt").write_text("dirty\n")
+        status = g.inv("git.status")
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert not Path(MARK).exists()
+        shared = g.toplevel / "alpha"
+        assert g.git(shared, "log", "-1", "--format=%s", "dev") == "bump sub"      # the gitlink, imported
