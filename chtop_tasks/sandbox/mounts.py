@@ -31,6 +31,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..workspace.quarantine import PINNED_IN_ADMIN, PINNED_IN_STORE
+
 # What a host shell, direnv, nox, invoke or a host-side claude reads or runs
 # from a checkout: never writable from inside.
 HOST_EXECUTED = (".git", ".envrc", ".venv", ".claude", ".nox", ".direnv", ".vscode")
@@ -38,8 +40,6 @@ HOST_EXECUTED = (".git", ".envrc", ".venv", ".claude", ".nox", ".direnv", ".vsco
 # user opts in (--allow-self-edit).
 MANAGEMENT = ("tasks.py", "noxfile.py", "chtop_tasks", "invoke.yaml", "invoke.yml", "pyproject.toml",
               "dotfile_templates", "sandbox", "git_repositories.toml", "bootstrap", ".ci", "containers")
-PRIVATE_STORE_PINS = ("config", "hooks", "info", "worktrees", "objects/info")
-ADMIN_PINS = ("commondir", "gitdir", "config.worktree")
 
 
 @dataclass(frozen=True)
@@ -135,11 +135,11 @@ def store_mounts(plan: MountPlan, store: Path, admin: Path | None) -> None:
     through the pinned ``.git`` file and admin ``commondir``.
     """
     plan.add(store, store, "rw", "this checkout's private git store (its refs and objects)")
-    for name in PRIVATE_STORE_PINS:
+    for name in PINNED_IN_STORE:
         pin(plan, store / name, f"private store {name} (host git reads it)")
     if admin is not None and admin.is_dir():
         plan.add(admin, admin, "rw", "this checkout's admin dir (HEAD, index)")
-        for name in ADMIN_PINS:
+        for name in PINNED_IN_ADMIN:
             pin(plan, admin / name, f"admin {name} (redirects host git if rewritten)")
     for mount in plan.mounts():
         if mount.mode == "tmpfs-ro" and is_within(store, mount.dst):

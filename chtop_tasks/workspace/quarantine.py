@@ -6,13 +6,17 @@ sandbox.  Each checkout of a feature worktree ``W`` gets a private store
 ``C`` of its own instead (created by chtop, host-side)::
 
     <grouping>/.chtop/git/W/<repo>.git     (@top.git for the container repo)
-        config          chtop's copy of the shared store's config (+ bare, hooksPath, gc.auto=0)
-        HEAD, packed-refs  the integration branch, tags and remotes copied from the shared store
-        hooks/ info/    empty / a copy of the shared store's info/ (pinned read-only inside)
-        objects/        new objects; objects/info/alternates names the shared objects/ (pinned)
+        config          chtop's copy of the shared store's config (+ bare, hooksPath, gc.auto=0)  [pinned]
+        hooks/ info/    empty / a copy of the shared store's info/ (excludes)                  [pinned]
+        objects/        new objects; objects/info/alternates names the shared objects/         [info/ pinned]
+        packed-refs     the integration branch, tags and remotes, copied from the shared store
         refs/ logs/     the agent's refs and reflogs
-        worktrees/<id>/ the checkout's admin dir (HEAD, index, rebase state), its
-                        commondir, gitdir and config.worktree pinned read-only inside
+        worktrees/      [pinned]
+          <id>/         the checkout's admin dir (HEAD, index, rebase state); its
+                        commondir, gitdir and config.worktree [pinned]
+
+Everything not pinned is the agent's (so ref deletions, ``pack-refs`` and
+``gc`` work inside); pinned means read-only in the sandbox.
 
 The checkout's ``.git`` file names ``C/worktrees/<id>`` on the host and
 inside alike, so plain git on the host sees the agent's branch, index and
@@ -60,9 +64,10 @@ INCOMING_PREFIX = "refs/chtop/incoming"
 # the second lock on the door.
 HOST_GIT_OPTS = ("--no-replace-objects", "-c", "core.fsmonitor=false", "-c", "submodule.recurse=false",
                  "-c", "core.untrackedCache=false")
-# Pinned read-only in the sandbox: what host-side git would read as config or run.
-PINNED_TOP = ("config", "hooks", "info", "worktrees")
-PINNED_ADMIN = ("commondir", "gitdir", "config.worktree")
+# Pinned read-only in the sandbox (the rest of the store is the agent's): what
+# host-side git would read as config, run, or follow to other objects.
+PINNED_IN_STORE = ("config", "hooks", "info", "worktrees", "objects/info")
+PINNED_IN_ADMIN = ("commondir", "gitdir", "config.worktree")
 
 
 # -- where things are --------------------------------------------------------------------
