@@ -122,6 +122,8 @@ class CreateRun:
             tip = self.new_branches.get(step.main_dir)
             if tip and branch_exists(step.main_dir, self.name) and rev(step.main_dir, self.name) == tip:
                 runner.run(["git", "branch", "-D", self.name], cwd=step.main_dir, check=False)
+        if self.added:
+            shutil.rmtree(self.added[0].store.parent, ignore_errors=True)   # .chtop/git/<name>/
         return notes
 
 
