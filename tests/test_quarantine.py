@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import git
-from sandbox_helpers import cgroup_hint, free_proxy_port, missing, user_group_cm
+from sandbox_helpers import as_user, cgroup_hint, free_proxy_port, missing, user_group_cm
 
 from chtop_tasks import runner
 from chtop_tasks.workspace import quarantine
@@ -559,3 +559,16 @@ def test_submodules_work_inside_and_their_config_never_runs_on_the_host(sub_temp
         assert not Path(MARK).exists()
         shared = g.toplevel / "alpha"
         assert g.git(shared, "log", "-1", "--format=%s", "dev") == "bump sub"      # the gitlink, imported
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_sbox_run_waits_to_import_but_a_sigterm_still_ends_the_sandbox(qg):
+    g = qg
+    started = time.monotonic()
+    script = (f"{g.venv}/bin/python -m invoke sbox.run -- sleep 100 & pid=$!; sleep 8; "
+              "kill -TERM $pid; wait $pid; echo rc=$?")           # the signal to chtop's process only
+    proc = as_user(g.user, ["sh", "-c", script], g.env, g.dev, check=False, timeout=90)
+    assert "rc=143" in proc.stdout and time.monotonic() - started < 60, proc.stdout + proc.stderr
+    left = g.run(["podman", "ps", "--filter", "label=chtop.worktree=dev", "--format", "{{.Names}}"]).stdout
+    assert left.strip() == ""

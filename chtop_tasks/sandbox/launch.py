@@ -269,14 +269,19 @@ def run_plan(plan: LaunchPlan) -> int:
     """Run a non-interactive plan, stdio passed through; its exit status (128+signal if killed)."""
     echo(plan.argv)
     old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    forwarded = {}
     try:
         try:
             proc = subprocess.Popen(plan.argv, env=plan.env)
         except FileNotFoundError as exc:
             raise CommandFailed("podman is not installed (apt-get install podman uidmap crun)") from exc
+        for sig in (signal.SIGTERM, signal.SIGHUP):    # podman passes them on to the sandbox
+            forwarded[sig] = signal.signal(sig, lambda signum, _frame: proc.send_signal(signum))
         code = proc.wait()
     finally:
         signal.signal(signal.SIGINT, old_int)
+        for sig, handler in forwarded.items():
+            signal.signal(sig, handler)
     return 128 - code if code < 0 else code
 
 

@@ -234,6 +234,9 @@ def refresh_integration(store: Path, shared: Path, integration: str) -> bool:
     agent made is removed through directory fds that never follow a symlink.
     """
     copy_info(shared, store)
+    head = store / "HEAD"
+    if head.is_symlink() or not head.is_file():        # removed inside: git would not see a repo
+        write_atomic(head, f"ref: refs/heads/{integration}\n")
     tip = read_ref(shared, f"refs/heads/{integration}")
     if tip is None or not SHA_RE.match(tip):
         return False
