@@ -2,9 +2,11 @@
 
   1. worktree.create --no-venv for 3 repos (+ the container repo) against the
      bare `git worktree add` calls it makes (target: under 1.5x);
-  2. git.status over 4 repos (fanned out) against running them one after another;
-  3. a venv build of two sample packages with uv against pip, and what a venv
-     adds to worktree.create (bench_venv.py).
+  2. git.status over 4 repos (fanned out) against running them one after another,
+     and against today's fan-out without the import of the agent's branch
+     (target: within 1.2x);
+  3. an import with nothing new, per repo (target: under 5 ms);
+  4. a venv build of two sample packages with uv against pip (bench_venv.py).
 
 chtop's side is timed in-process (imports warm), like the baseline's
 subprocess calls; the fixed cost of starting `inv` is printed separately.
@@ -29,8 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from chtop_tasks import demo  # noqa: E402
-from chtop_tasks.workspace import gitops  # noqa: E402
+from chtop_tasks import demo, runner  # noqa: E402
+from chtop_tasks.workspace import gitops, quarantine  # noqa: E402
 from chtop_tasks.workspace.layout import find_workspace  # noqa: E402
 from chtop_tasks.workspace.worktrees import create_worktree, delete_worktree  # noqa: E402
 
@@ -61,7 +63,7 @@ def timed(func) -> float:
 
 def bare_adds(top: Path, name: str) -> None:
     wt = top.parent / name
-    subprocess.run(["git", "worktree", "add", "-q", "-b", name, str(wt), "main"], cwd=top, check=True,
+    subprocess.run(["git", "worktree", "add", "-q", "-b", name, str(wt), "HEAD"], cwd=top, check=True,
                    capture_output=True)
     for repo in REPOS:
         subprocess.run(["git", "worktree", "add", "-q", "-b", name, str(wt / repo), "main"], cwd=top / repo,
@@ -93,11 +95,26 @@ def bench_status(top: Path, rounds: int) -> tuple[float, float]:
         create_worktree(find_workspace(top), "st")
     ws = find_workspace(top.parent / "st")
     dirs = [c.path for c in ws.checkouts()]
-    sequential, fanned = [], []
+    sequential, fanned, before = [], [], []
     for _ in range(rounds):
         sequential.append(timed(lambda: [subprocess.run(["git", "status"], cwd=d, capture_output=True) for d in dirs]))
         fanned.append(timed(lambda: gitops.fan_out_git(ws, ["status"])))
-    return statistics.median(sequential), statistics.median(fanned)
+        before.append(timed(lambda: status_without_import(ws)))
+    return statistics.median(sequential), statistics.median(fanned), statistics.median(before)
+
+
+def status_without_import(ws) -> None:
+    """git.status's fan-out as it was before private git state: verify, then git status per repo."""
+    gitops.verify_git_dirs(ws)
+    gitops.fan_out(lambda c: runner.run(["git", "status"], cwd=c.path, check=False, quiet=True), ws.checkouts())
+
+
+def bench_empty_import(top: Path, rounds: int) -> float:
+    """Seconds per repo for the import with nothing new (what every host task does first)."""
+    ws = find_workspace(top.parent / "st")
+    quarantine.sync_worktree(ws)
+    n = len(ws.checkouts())
+    return statistics.median(timed(lambda: quarantine.sync_worktree(ws, convert=False)) for _ in range(rounds * 10)) / n
 
 
 def inv_startup() -> float:
@@ -117,9 +134,14 @@ def main() -> None:
         bare, chtop = bench_create(top, args.rounds)
         print(f"worktree.create --no-venv, 3 repos + container: chtop {chtop * 1000:.1f} ms, "
               f"bare git worktree add x4 {bare * 1000:.1f} ms, ratio {chtop / bare:.2f}x (target < 1.5x)")
-        seq, fan = bench_status(top, args.rounds)
+        seq, fan, before = bench_status(top, args.rounds)
         print(f"git.status over 4 repos: fanned out {fan * 1000:.1f} ms, one after another {seq * 1000:.1f} ms, "
               f"ratio {fan / seq:.2f}x")
+        print(f"git.status over 4 repos with the import against without it (as before private git state): "
+              f"{fan * 1000:.1f} ms vs {before * 1000:.1f} ms, ratio {fan / before:.2f}x (target < 1.2x)")
+        empty = bench_empty_import(top, args.rounds)
+        print(f"import with nothing new: {empty * 1000:.2f} ms per repo (target < 5 ms), "
+              f"{empty / (before / 4):.2f}x of one repo's git status")
     print(f"(fixed cost of starting `inv` itself, not in the ratios above: {inv_startup() * 1000:.0f} ms)")
     if not args.skip_venv:
         bench_venv = ROOT / "bench" / "bench_venv.py"

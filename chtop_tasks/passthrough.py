@@ -90,16 +90,23 @@ def stdin_is_terminal(fd: int | None = None) -> bool:
 
 def _run_plain(argv, env, cwd) -> int:
     """No terminal: stdio passed through.  Our SIGINT is ignored while the
-    child runs (the child, in the same process group, gets it and decides)."""
+    child runs (the child, in the same process group, gets it and decides);
+    a SIGTERM or SIGHUP sent to us is passed on to it (podman then ends the
+    sandbox), so killing chtop never leaves the child running."""
     old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    forwarded = {}
     try:
         try:
             proc = subprocess.Popen(argv, env=env, cwd=cwd)
         except FileNotFoundError as exc:
             raise CommandFailed(f"{argv[0]}: command not found ({exc})") from exc
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            forwarded[sig] = signal.signal(sig, lambda signum, _frame: proc.send_signal(signum))
         returncode = proc.wait()
     finally:
         signal.signal(signal.SIGINT, old_int)
+        for sig, handler in forwarded.items():
+            signal.signal(sig, handler)
     return returncode_status(returncode)
 
 

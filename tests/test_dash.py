@@ -70,6 +70,9 @@ def test_snapshot_sees_a_rebase_in_progress_and_an_unexpected_branch(busy_group)
     alpha = g.path("dev", "alpha")
     g.commit(g.toplevel / "alpha", "feature.txt", "conflicting\n", "upstream: feature.txt too")
     from conftest import git
+
+    from chtop_tasks.workspace.quarantine import sync_worktree
+    sync_worktree(find_workspace(g.path("dev")))   # dev's own copy of main, refreshed as every task does
     git(alpha, "rebase", "main", check=False)                                # stops on the conflict
     git(g.path("feat", "beta"), "checkout", "-q", "-b", "side")
     snap = model.take_snapshot(top_of(g), FakeSessions([]))

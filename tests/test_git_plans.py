@@ -13,6 +13,7 @@ from chtop_tasks.workspace.gitops import (
 )
 from chtop_tasks.workspace.layout import Checkout, Workspace
 from chtop_tasks.workspace.manifest import Manifest, Repo
+from chtop_tasks.workspace.quarantine import HOST_GIT_OPTS
 
 GROUP = Path("/g")
 
@@ -35,8 +36,8 @@ def test_rebase_down_plans_only_repos_behind_their_integration_branch():
     rels = [rel(ws, "", 1, 0), rel(ws, "alpha", 0, 2), rel(ws, "beta", 3, 1, integration="kms")]
     steps = plan_rebase_down(ws, rels, ["--exec", "make test"])
     assert [(s.checkout.name, s.cwd, s.argv) for s in steps] == [
-        ("alpha", GROUP / "dev" / "alpha", ["git", "rebase", "--exec", "make test", "main"]),
-        ("beta", GROUP / "dev" / "beta", ["git", "rebase", "--exec", "make test", "kms"]),
+        ("alpha", GROUP / "dev" / "alpha", ["git", *HOST_GIT_OPTS, "rebase", "--exec", "make test", "main"]),
+        ("beta", GROUP / "dev" / "beta", ["git", *HOST_GIT_OPTS, "rebase", "--exec", "make test", "kms"]),
     ]
     assert "2 new commit(s) on main" in steps[0].note
 

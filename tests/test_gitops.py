@@ -85,7 +85,7 @@ def test_rebase_conflict_stops_leaves_repo_mid_rebase_no_rollback(with_dev):
     assert f"cd {dev / 'alpha'}" in result.stderr and "git rebase --continue" in result.stderr
     assert "git rebase --abort" in result.stderr
     assert git(dev, "rev-list", "--count", "dev..main") == "0"          # container rebased, kept
-    assert (g.toplevel / "alpha" / ".git" / "worktrees").exists()
+    assert (g.path(".chtop", "git", "dev", "alpha.git", "worktrees")).is_dir()
     state = git(dev / "alpha", "status")
     assert "rebase in progress" in state or "interactive rebase in progress" in state
     # running it again is refused before touching anything

@@ -13,7 +13,7 @@ ALLOWED = {
     "places": {"workspace"},            # lazily, for target_for
     "workspace": {"places"},
     "venv": {"places", "workspace"},
-    "proxy": {"places"},
+    "proxy": {"places", "workspace"},   # the daemon imports the agents' branches every few seconds
     "sandbox": {"places", "workspace", "proxy"},
     "agents": {"places", "workspace", "sandbox"},
     "sessions": {"places", "workspace", "sandbox", "agents", "proxy"},

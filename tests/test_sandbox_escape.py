@@ -104,7 +104,8 @@ def test_cannot_read_outside_the_allowlist(g):
         ("read a secret in $HOME", f"cat {home}/secret.txt"),
         ("read /etc/shadow", "cat /etc/shadow"),
         ("see the sibling worktree", f"ls {g.grouping}/dev2"),
-        ("see chtop's state dir", f"ls {g.grouping}/.chtop"),
+        ("see chtop's state dir", f"ls {g.grouping}/.chtop/net"),
+        ("see another worktree's git state", f"ls {g.grouping}/.chtop/git/dev2"),
         ("read the real home dir", f"ls {home}/.ssh"),
     )
     assert SECRET not in proc.stdout + proc.stderr
@@ -119,7 +120,9 @@ def test_cannot_write_what_the_host_runs(g):
     watched += [s / name for s in stores for name in ("config", "hooks", "info", "worktrees", "HEAD")]
     before = tree_digest(*[p for p in watched if p.is_dir()])
     before_files = {str(p): p.read_bytes() for p in watched if p.is_file()}
-    admin = top / ".git" / "worktrees" / "dev"
+    from chtop_tasks.workspace.layout import private_store
+
+    admin = private_store(g.grouping, "dev", "") / "worktrees" / "dev"
     checks = [
         ("write the toplevel's tasks.py", f"echo x >> {top}/tasks.py"),
         ("write the toplevel's policy", f"echo 'rw /' >> {top}/sandbox/fs-allow.txt"),
@@ -136,7 +139,7 @@ def test_cannot_write_what_the_host_runs(g):
         ("make .claude/commands", f"mkdir {dev}/.claude/commands"),
         ("write the admin commondir", f"echo /tmp/evil > {admin}/commondir"),
         ("write the admin gitdir", f"echo /tmp/evil > {admin}/gitdir"),
-        ("write a sibling's admin dir", f"touch {top}/.git/worktrees/dev2/commondir"),
+        ("write a sibling's admin dir", f"touch {private_store(g.grouping, 'dev2', '')}/worktrees/dev2/commondir"),
     ]
     for store in stores:
         checks += [
@@ -158,8 +161,11 @@ def test_cannot_write_what_the_host_runs(g):
 
 def test_renaming_a_parent_cannot_plant_a_hook(g):
     top, dev = g.toplevel, g.dev
+    from chtop_tasks.workspace.layout import private_store
+
     store = top / ".git"
-    admin = store / "worktrees" / "dev"
+    private = private_store(g.grouping, "dev", "alpha")
+    admin = private / "worktrees" / "alpha"
     hooks_before = sorted(p.name for p in (store / "hooks").iterdir())
     proc = run_probes(
         g,
@@ -171,9 +177,15 @@ def test_renaming_a_parent_cannot_plant_a_hook(g):
         ("rename the store's hooks", f"mv {store}/hooks {store}/h2 && mkdir {store}/hooks"),
         ("rename the store", f"mv {store} {top}/.git2"),
         ("rename a sub-repo store", f"mv {top}/alpha/.git {top}/alpha/.g2"),
-        ("rename the admin dir", f"mv {admin} {store}/worktrees/d2 && mkdir {admin}"),
-        ("rename the worktrees dir", f"mv {store}/worktrees {store}/w2"),
-        ("rename refs (a rw mount)", f"mv {store}/refs {store}/r2"),
+        ("rename the shared refs", f"mv {store}/refs {store}/r2"),
+        ("rename the private admin dir", f"mv {admin} {private}/worktrees/d2 && mkdir {admin}"),
+        ("rename the private worktrees dir", f"mv {private}/worktrees {private}/w2"),
+        ("rename the private hooks", f"mv {private}/hooks {private}/h2 && mkdir {private}/hooks"),
+        ("rename the private config", f"mv {private}/config {private}/c2"),
+        ("rename the private info", f"mv {private}/info {private}/i2 && mkdir {private}/info"),
+        ("rename the private objects", f"mv {private}/objects {private}/o2 && mkdir -p {private}/objects/info"),
+        ("rename the alternates dir", f"mv {private}/objects/info {private}/objects/i2"),
+        ("unlink the admin commondir", f"rm -f {admin}/commondir && test ! -e {admin}/commondir"),
         ("rename the worktree itself", f"mv {dev} {g.grouping}/dev-x && mkdir -p {dev}/.git"),
         ("unlink the .git file", f"rm -f {dev}/.git && test ! -e {dev}/.git"),
     )

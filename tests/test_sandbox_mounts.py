@@ -15,6 +15,7 @@ from chtop_tasks.errors import PolicyError, Refused, UsageError, WorkspaceError
 from chtop_tasks.sandbox import launcher as launch
 from chtop_tasks.sandbox.mounts import MountPlan, rename_proof
 from chtop_tasks.sandbox.policy import load_policy
+from chtop_tasks.workspace.layout import private_store
 
 
 def plan_for(root: Path, self_edit=False, policy_text=None):
@@ -40,24 +41,30 @@ def test_worktree_plan(with_dev):
     for name in (".git", ".envrc", ".claude", "tasks.py", "chtop_tasks", "sandbox", "pyproject.toml",
                  "git_repositories.toml", "dotfile_templates"):
         assert m[str(dev / name)] == "ro", name
-    for repo in g.repos:
-        assert m[str(dev / repo)] == "rw" and m[str(dev / repo / ".git")] == "ro"
-        store = top / repo / ".git"
-        for sub in ("objects", "refs", "logs"):
-            assert m[str(store / sub)] == "rw"
-        admin = store / "worktrees" / repo
+    for repo in ("", *g.repos):
+        if repo:
+            assert m[str(dev / repo)] == "rw" and m[str(dev / repo / ".git")] == "ro"
+        shared = top / repo / ".git"
+        for sub in ("", "objects", "refs", "logs", "packed-refs", "config", "worktrees"):
+            assert str(shared / sub).rstrip("/") not in m       # the whole shared store: inside the ro toplevel
+        store = private_store(g.grouping, "dev", repo)
+        assert m[str(store)] == "rw" and m[str(store / "objects")] == "rw"
+        for sub in ("config", "hooks", "info", "worktrees", "objects/info"):
+            assert m[str(store / sub)] == "ro", sub
+        admin = store / "worktrees" / (repo or "dev")
         assert m[str(admin)] == "rw"
-        assert m[str(admin / "commondir")] == m[str(admin / "gitdir")] == "ro"
-        assert str(store) not in m and str(store / "config") not in m     # inside the ro toplevel
-    assert m[str(top / ".git" / "worktrees" / "dev")] == "rw"
+        assert m[str(admin / "commondir")] == m[str(admin / "gitdir")] == m[str(admin / "config.worktree")] == "ro"
+    assert not any(k.startswith(str(private_store(g.grouping, "dev2", ""))) for k in m)
     assert m[str(g.path("claude"))] == "rw"
     assert str(g.path("extern")) not in m                                   # absent: not mounted
     g.path("extern").mkdir()
     assert modes(plan_for(dev))[str(g.path("extern"))] == "ro"
     assert m[str(Path.home())] == "tmpfs"
     assert m["/usr"] == m["/etc"] == "ro"
-    # never mounted: the grouping dir itself, siblings, chtop's state
+    # never mounted: the grouping dir itself, siblings, chtop's state (but this worktree's git stores)
     assert str(g.grouping) not in m and str(g.path(".chtop")) not in m
+    assert [k for k in m if k.startswith(str(g.path(".chtop")))
+            and not k.startswith(str(g.path(".chtop", "git", "dev")) + "/")] == []
 
 
 def test_self_edit_opens_management_code_only(with_dev):
@@ -70,12 +77,12 @@ def test_self_edit_opens_management_code_only(with_dev):
 
 def test_rw_policy_lines_cannot_open_the_group(with_dev):
     g = with_dev
-    g.path(".chtop").mkdir()
+    g.path(".chtop").mkdir(exist_ok=True)
     plan = plan_for(g.path("dev"), policy_text=f"rw {g.grouping}\nrw {g.toplevel}/alpha\nrw $CH/.chtop\n")
     m = modes(plan)
     assert m[str(g.grouping)] == "ro"                 # downgraded
     assert m[str(g.toplevel)] == "ro" and m[str(g.toplevel / "alpha")] == "ro"
-    assert m[str(g.path(".chtop"))] == "tmpfs-ro"      # masked
+    assert m[str(g.path(".chtop"))] == "tmpfs"          # masked (a private tmpfs: the git stores mount below)
     assert any("mounted read-only" in w for w in plan.warnings)
     assert any("never mounted" in w for w in plan.warnings)
 

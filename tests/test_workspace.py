@@ -6,7 +6,7 @@ import pytest
 from conftest import build_group, git
 
 from chtop_tasks.errors import WorkspaceError
-from chtop_tasks.workspace.layout import admin_dir_for, find_workspace, verify_git_dirs
+from chtop_tasks.workspace.layout import admin_dir_for, find_workspace, private_store, verify_git_dirs
 
 
 def test_found_from_toplevel_worktree_and_subrepo_dirs(with_dev):
@@ -52,7 +52,7 @@ def test_tampered_git_pointer_is_refused(with_dev, tmp_path):
 
 def test_redirected_commondir_is_refused(with_dev, tmp_path):
     g = with_dev
-    admin = admin_dir_for(g.toplevel / "beta" / ".git", g.path("dev", "beta"))
+    admin = admin_dir_for(private_store(g.grouping, "dev", "beta"), g.path("dev", "beta"))
     (admin / "commondir").write_text(str(tmp_path) + "\n")
     with pytest.raises(WorkspaceError, match="commondir: points at"):
         verify_git_dirs(find_workspace(g.path("dev")))
@@ -61,6 +61,6 @@ def test_redirected_commondir_is_refused(with_dev, tmp_path):
 def test_container_pointer_must_be_listed_by_the_toplevel(with_dev, tmp_path):
     g = with_dev
     # a second, unrelated clone pretending to be a worktree of this group
-    os.rename(g.toplevel / ".git" / "worktrees" / "dev", tmp_path / "moved")
+    os.rename(private_store(g.grouping, "dev", "") / "worktrees" / "dev", tmp_path / "moved")
     with pytest.raises(WorkspaceError, match="not a worktree of a toplevel"):
         find_workspace(g.path("dev"))

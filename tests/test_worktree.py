@@ -52,7 +52,7 @@ def test_create_makes_worktrees_branches_dotfiles_and_hints(initialized):
     assert f'{dev}/.venv/bin:$PATH' in (dev / ".claude" / "env.sh").read_text()
     assert git(dev, "status", "--porcelain") == ""
     assert "direnv allow" in result.stdout and "inv sbox.claude" in result.stdout and "/login" in result.stdout
-    assert "$ git worktree add -b dev" in result.stderr   # commands are echoed
+    assert "worktree add -b dev" in result.stderr   # commands are echoed
 
 
 @pytest.mark.parametrize("name, why", [
@@ -109,7 +109,7 @@ def test_failure_halfway_undoes_this_runs_work(initialized):
     (g.toplevel / "beta" / ".git" / "refs" / "heads" / "dev" / "x").write_text("junk\n")
     with pytest.raises(CommandFailed, match="Undid what this run made"):
         create_worktree(find_workspace(g.toplevel), "dev")
-    assert not g.path("dev").exists()
+    assert not g.path("dev").exists() and not g.path(".chtop", "git", "dev").exists()
     assert "dev" not in branches(g.toplevel) and "dev" not in branches(g.toplevel / "alpha")
     assert git(g.toplevel, "worktree", "list", "--porcelain").count("worktree ") == 1
     # the same command simply works once the cause is gone
@@ -135,6 +135,7 @@ def test_interrupted_creation_is_undone(initialized, monkeypatch):
     with pytest.raises(CommandFailed):
         create_worktree(find_workspace(g.toplevel), "dev")
     assert not g.path("dev").exists() and "dev" not in branches(g.toplevel / "alpha")
+    assert not g.path(".chtop", "git", "dev").exists()
 
 
 def test_failed_venv_keeps_worktrees_and_says_how_to_retry(initialized):

@@ -27,6 +27,7 @@ from ..proxy.control import status as proxy_status
 from ..proxy.logs import JSONL, net_dir
 from ..workspace.gitops import fan_out, integration_branch
 from ..workspace.layout import Checkout, Workspace, find_workspace
+from ..workspace.quarantine import sync_worktree
 from ..workspace.worktrees import worktree_roots
 from . import sessions_adapter
 
@@ -147,8 +148,18 @@ def feature_worktrees(top: Workspace) -> tuple[list[Workspace], list[WorktreeSta
     return good, broken
 
 
+def import_quietly(wt: Workspace) -> None:
+    """The agent's latest commits into the shared stores and the integration branches into the
+    worktree (as every git task does first); a failure shows in the next task, not on this screen."""
+    try:
+        sync_worktree(wt)
+    except ChtopError:
+        pass
+
+
 def probe_all(worktrees: list[Workspace]) -> dict[str, list[RepoState]]:
     """Every repo of every worktree, in one pool; results per worktree in manifest order."""
+    fan_out(import_quietly, worktrees)
     jobs = [(wt, c) for wt in worktrees for c in wt.checkouts()]
     results = fan_out(lambda job: probe_repo(*job), jobs)
     out: dict[str, list[RepoState]] = {wt.name: [] for wt in worktrees}

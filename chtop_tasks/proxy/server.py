@@ -477,7 +477,11 @@ class Server:
         for err in self.policy.errors():
             self.log.note(f"LIST     {err}")
         self.log.flush()
+        from ..workspace.quarantine import start_import_timer  # agents' branches into the shared stores
+        importing = start_import_timer(self.cfg.group_dir, lambda msg: self.loop.call_soon_threadsafe(
+            lambda: (self.log.note(msg), self.log.flush())))
         await self.stopping.wait()
+        importing.set()
         control.close()
         for key in list(self.listeners):
             self._unlisten(key)

@@ -22,7 +22,9 @@ from .. import runner
 from ..errors import ChtopError, CommandFailed, UsageError
 from ..places import Target, group_id, home_dir
 from ..runner import format_command
-from ..workspace.layout import admin_dir_for, verify_git_dirs
+from ..term import warn
+from ..workspace.layout import admin_dir_for, private_store, verify_git_dirs
+from ..workspace.quarantine import sync_worktree
 from . import podman as podman_mod
 from .mounts import MountContext, plan_mounts
 from .policy import STRUCTURAL_ENV, load_policy
@@ -126,8 +128,9 @@ def _mount_context(target: Target, proxy_dir: Path | None, self_edit: bool,
         ws = target.workspace
         stores = []
         for checkout in ws.checkouts():
-            if checkout.path.exists() and checkout.store.is_dir():
-                stores.append((checkout.store, admin_dir_for(checkout.store, checkout.path)))
+            store = private_store(ws.grouping, ws.name, checkout.name)
+            if checkout.path.exists() and store.is_dir():
+                stores.append((store, admin_dir_for(store, checkout.path)))
         return MountContext(
             "worktree", target.root, target.config_dir, home, grouping=ws.grouping, toplevel=ws.toplevel,
             repo_names=tuple(ws.manifest.names), stores=tuple(stores), extern=ws.grouping / "extern",
@@ -318,6 +321,17 @@ def _which_host(name: str) -> bool:
     return any(Path(d, name).is_file() for d in ("/usr/bin", "/bin", "/usr/local/bin"))
 
 
+def import_after_exit(target: Target) -> None:
+    """A sandbox ended: bring its worktree's branch into the shared stores (never fails the exit)."""
+    if target.kind != "worktree":
+        return
+    try:
+        sync_worktree(target.workspace, convert=False, refresh=False)
+    except ChtopError as exc:
+        warn(f"importing {target.name}'s branch after the sandbox exited failed: {exc}\n"
+             f"The next `inv git.status` in {target.root} retries it.")
+
+
 VERBOSE_ENV = "CHTOP_VERBOSE"
 
 
@@ -367,17 +381,24 @@ def say_request(request: LaunchRequest, plan: LaunchPlan) -> None:
 
 
 def launch(request: LaunchRequest, before_run=None) -> int:
-    """The one launch entry: plan, say the notes and warnings, prepare, run; the child's exit status.
+    """The one launch entry: plan, say the notes and warnings, prepare, run, then import the
+    worktree's branch into the shared stores; the child's exit status.
 
     ``before_run(plan)``, when given, is called once everything is prepared, just before podman
     starts (a session records its container's name there).
     """
+    if request.target.kind == "worktree":
+        # the private git state the plan mounts: converted, its integration branches refreshed
+        sync_worktree(request.target.workspace)
     plan = plan_request(request)
     say_request(request, plan)
     prepare_launch(plan)
-    if before_run is not None:
-        before_run(plan)
-    return run_plan(plan, interactive=request.interactive)
+    try:
+        if before_run is not None:
+            before_run(plan)
+        return run_plan(plan, interactive=request.interactive)
+    finally:
+        import_after_exit(request.target)
 
 
 def shell_command(interactive: bool = True) -> list[str]:

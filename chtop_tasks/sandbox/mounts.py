@@ -3,12 +3,15 @@
 The rule behind it: nothing the user later runs on the host may be writable
 from inside.  So:
 
-* the toplevel (with every repo's shared git store in it) is read-only;
-  only each store's ``objects/``, ``refs/``, ``logs/`` and this worktree's
-  own admin dir ``worktrees/<id>/`` are read-write (so commits work), with
-  that admin dir's ``commondir`` and ``gitdir`` pinned read-only.  The
-  store root stays read-only, so no ``commondir``/``config`` can be created
-  there and no store subdir can be renamed away;
+* the toplevel, with every repo's shared git store in it, is read-only
+  whole: no shared objects, refs, logs, packed-refs, config, hooks or admin
+  dir can be written;
+* each checkout's private git store (``<grouping>/.chtop/git/<name>/<repo>.git``,
+  see ``workspace/quarantine.py``) is read-write for the agent's refs,
+  objects, reflogs and admin dir, with what host-side git would read as
+  config or run pinned read-only: ``config``, ``hooks/``, ``info/``,
+  ``worktrees/``, ``objects/info/`` (the alternates), and the admin dir's
+  ``commondir``, ``gitdir`` and ``config.worktree``;
 * the worktree root is read-only and each of its entries is its own mount:
   read-write for the work (the repo dirs, docs, ...), read-only for what the
   host runs (``.git``, ``.envrc``, ``.venv``, ``.claude``, chtop's own code
@@ -28,6 +31,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..workspace.quarantine import PINNED_IN_ADMIN, PINNED_IN_STORE
+
 # What a host shell, direnv, nox, invoke or a host-side claude reads or runs
 # from a checkout: never writable from inside.
 HOST_EXECUTED = (".git", ".envrc", ".venv", ".claude", ".nox", ".direnv", ".vscode")
@@ -35,7 +40,6 @@ HOST_EXECUTED = (".git", ".envrc", ".venv", ".claude", ".nox", ".direnv", ".vsco
 # user opts in (--allow-self-edit).
 MANAGEMENT = ("tasks.py", "noxfile.py", "chtop_tasks", "invoke.yaml", "invoke.yml", "pyproject.toml",
               "dotfile_templates", "sandbox", "git_repositories.toml", "bootstrap", ".ci", "containers")
-STORE_RW = ("objects", "refs", "logs")
 
 
 @dataclass(frozen=True)
@@ -122,20 +126,25 @@ def rename_proof(plan: MountPlan) -> None:
 
 
 def store_mounts(plan: MountPlan, store: Path, admin: Path | None) -> None:
-    """A shared git store: objects/refs/logs and this worktree's admin dir rw.
+    """A checkout's private git store: rw, with what host git reads as config or runs pinned.
 
-    The store itself stays under the read-only toplevel: its ``config``,
-    ``hooks/``, ``info/``, ``packed-refs``, the toplevel's own ``HEAD`` and
-    ``index``, and the other worktrees' admin dirs are read-only.
+    The shared store it borrows objects from stays under the read-only
+    toplevel.  ``packed-refs`` and the rest of the store's top are the
+    agent's own (ref deletions and ``git gc`` work); git never reads a
+    ``commondir`` from a common dir, and host-side git enters the store only
+    through the pinned ``.git`` file and admin ``commondir``.
     """
-    for name in STORE_RW:
-        sub = store / name
-        if sub.is_dir() and not sub.is_symlink():
-            plan.add(sub, sub, "rw", f"git store {name}/ (commits)")
+    plan.add(store, store, "rw", "this checkout's private git store (its refs and objects)")
+    for name in PINNED_IN_STORE:
+        pin(plan, store / name, f"private store {name} (host git reads it)")
     if admin is not None and admin.is_dir():
-        plan.add(admin, admin, "rw", "this worktree's admin dir in the store")
-        for name in ("commondir", "gitdir"):
+        plan.add(admin, admin, "rw", "this checkout's admin dir (HEAD, index)")
+        for name in PINNED_IN_ADMIN:
             pin(plan, admin / name, f"admin {name} (redirects host git if rewritten)")
+    for mount in plan.mounts():
+        if mount.mode == "tmpfs-ro" and is_within(store, mount.dst):
+            # a read-only tmpfs could not hold the store's mount points; a private one changes nothing
+            plan.add(None, mount.dst, "tmpfs", f"{mount.why} (private git stores mounted below)")
 
 
 def checkout_dir_mounts(plan: MountPlan, root: Path, protected: tuple[str, ...], why: str) -> None:

@@ -16,12 +16,20 @@ from .. import runner
 from ..errors import ChtopError, CommandFailed, Refused, WorkspaceError
 from ..term import bold, git_color_args, say, warn
 from .layout import Checkout, Workspace, verify_git_dirs
+from .quarantine import HOST_GIT_OPTS, sync_worktree
 
 POOL_SIZE = max(1, min(os.cpu_count() or 1, 8))
 
 
 def git(checkout_dir: Path, args, *, check=True, quiet=True, capture=True, timeout=300) -> runner.Result:
-    return runner.run(["git", *args], cwd=checkout_dir, check=check, quiet=quiet, capture=capture, timeout=timeout)
+    return runner.run(["git", *HOST_GIT_OPTS, *args], cwd=checkout_dir, check=check, quiet=quiet,
+                      capture=capture, timeout=timeout)
+
+
+# In a feature worktree, submodule gitdirs live in the agent-writable admin dir:
+# host-side status/diff never start a git inside them (changed submodule commits
+# still show; files changed inside a submodule do not).
+WORKTREE_SUBMODULES = "--ignore-submodules=dirty"
 
 
 def fan_out(func, items):
@@ -87,13 +95,17 @@ class RepoOutput:
 
 
 def run_in_checkout(ws: Workspace, checkout: Checkout, args: list[str]) -> RepoOutput:
-    argv = ["git", *git_color_args(), *args]
+    command, rest = args[0], args[1:]
+    guard = [] if ws.is_toplevel else [WORKTREE_SUBMODULES]
+    argv = ["git", *HOST_GIT_OPTS, *git_color_args(), command, *guard, *rest]
     result = runner.run(argv, cwd=checkout.path, check=False, quiet=True)
-    header = f"==== {display_name(ws, checkout.path)}  [{runner.format_command(argv, checkout.path)}]"
+    # the header names the command as asked (chtop's guards above are always added)
+    header = f"==== {display_name(ws, checkout.path)}  [{runner.format_command(['git', *args], checkout.path)}]"
     return RepoOutput(checkout, header, result.stdout + result.stderr, result.returncode)
 
 
 def fan_out_git(ws: Workspace, args: list[str]) -> list[RepoOutput]:
+    sync_worktree(ws)      # the agent's latest commits, imported (and the layout verified)
     verify_git_dirs(ws)
     return fan_out(lambda c: run_in_checkout(ws, c, args), present_checkouts(ws))
 
@@ -216,7 +228,7 @@ def refuse_in_toplevel(ws: Workspace, what: str) -> None:
 
 def dirty_paths(checkout_dir: Path) -> list[str]:
     """Uncommitted tracked changes and untracked, non-ignored files."""
-    out = git(checkout_dir, ["status", "--porcelain", "--untracked-files=all"]).stdout
+    out = git(checkout_dir, ["status", WORKTREE_SUBMODULES, "--porcelain", "--untracked-files=all"]).stdout
     return [line for line in out.splitlines() if line.strip()]
 
 
@@ -285,7 +297,8 @@ def plan_rebase_down(ws: Workspace, rels: list[Relation], rebase_args: list[str]
     for rel in rels:
         if rel.behind == 0:
             continue
-        steps.append(GitStep(rel.checkout, rel.checkout.path, ["git", "rebase", *rebase_args, rel.integration],
+        steps.append(GitStep(rel.checkout, rel.checkout.path,
+                          ["git", *HOST_GIT_OPTS, "rebase", *rebase_args, rel.integration],
                           f"{rel.behind} new commit(s) on {rel.integration}"))
     return steps
 
@@ -314,6 +327,7 @@ def dry_run_footer(steps: list[GitStep]) -> str:
 
 def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False) -> int:
     refuse_in_toplevel(ws, "git.rebase-down")
+    sync_worktree(ws, strict=True)     # imports first; the integration branches inside are the host's latest
     verify_git_dirs(ws)
     rels = relations(ws)
     raise_if_problems([p for rel in rels for p in rebase_problems(ws, rel)], "rebase-down")
@@ -344,12 +358,20 @@ def landed_on_integration(ws: Workspace, rel: Relation) -> str | None:
     return None
 
 
-def check_outcome(ws: Workspace, steps: list[GitStep], outcome, what: str) -> None:
+def relation_in_toplevel(ws: Workspace, checkout: Checkout) -> Relation:
+    """The feature branch against its integration branch as the toplevel's store has them
+    (where merge-up lands; a worktree's own copy of the integration branch is refreshed later)."""
+    integ = integration_branch(ws, checkout)
+    ahead, behind = ahead_behind(main_checkout_dir(ws, checkout), integ, ws.name)
+    return Relation(checkout, ws.name, integ, ahead, behind, ws.name)
+
+
+def check_outcome(ws: Workspace, steps: list[GitStep], outcome, what: str, relation=relation_of) -> None:
     """Re-read the relations of the repos acted on; fail if one is not what the plan meant."""
     acted = [step.checkout for step in steps]
     wrong = []
     for checkout in acted:
-        problem = outcome(ws, relation_of(ws, checkout))
+        problem = outcome(ws, relation(ws, checkout))
         if problem:
             wrong.append(f"{display_name(ws, checkout.path)} {problem}")
     if wrong:
@@ -406,6 +428,7 @@ def plan_merge_up(ws: Workspace, rels: list[Relation], no_ff: bool) -> list[GitS
 
 def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False) -> int:
     refuse_in_toplevel(ws, "git.merge-up")
+    sync_worktree(ws, strict=True)     # lands what the agent committed, up to now
     verify_git_dirs(ws)
     verify_git_dirs(ws.for_root(ws.toplevel))
     rels = relations(ws)
@@ -419,5 +442,5 @@ def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False) -> int:
         run_steps(steps, lambda step: CommandFailed(
             f"merge into {display_name(ws, step.cwd)} failed (see git's message above); "
             "repos already merged stay merged. Run `inv git.rebase-down` in the worktree and retry."))
-        check_outcome(ws, steps, landed_on_integration, "merge-up")
+        check_outcome(ws, steps, landed_on_integration, "merge-up", relation=relation_in_toplevel)
     return 0

@@ -10,9 +10,13 @@ Layout (the grouping dir holds the toplevel and its sibling worktrees)::
     <grouping>/extern/         optional reference trees
     <grouping>/.chtop/         chtop's host-side state (proxy logs, ...)
 
+Each checkout of a feature worktree has private git state (see
+``quarantine.py``): ``<grouping>/.chtop/git/<name>/<repo>.git`` (``@top.git``
+for the container repo), borrowing the shared store's objects.
+
 Finding a workspace reads files only (no git processes), and never trusts a
-worktree's ``.git`` pointer on its own: the toplevel's store must list the
-worktree back.
+worktree's ``.git`` pointer on its own: the private store it names must list
+the checkout back and borrow from a toplevel of this group.
 """
 
 from __future__ import annotations
@@ -27,6 +31,21 @@ from .manifest import MANIFEST_NAME, Manifest, load_manifest
 
 MARKERS = ("tasks.py", MANIFEST_NAME)
 RESERVED_GROUP_NAMES = ("claude", "extern", STATE_DIR_NAME)
+CONTAINER_STORE = "@top.git"       # '@' is not allowed in repo names: no clash
+
+
+def private_store(grouping: Path, worktree: str, repo_name: str) -> Path:
+    """A feature worktree checkout's private git store ("" names the container repo)."""
+    return state_dir(grouping) / "git" / worktree / (f"{repo_name}.git" if repo_name else CONTAINER_STORE)
+
+
+def shared_objects_of(store: Path) -> Path | None:
+    """The shared objects dir a private ``store`` borrows (its alternates line), or None."""
+    try:
+        lines = (store / "objects" / "info" / "alternates").read_text().split("\n")
+    except OSError:
+        return None
+    return Path(lines[0].strip()) if lines and lines[0].strip() else None
 
 
 @dataclass(frozen=True)
@@ -150,12 +169,30 @@ def admin_dir_for(store: Path, checkout: Path) -> Path | None:
     return None
 
 
+def _toplevel_of_private(root: Path, admin: Path) -> Path | None:
+    """The toplevel a private store's admin dir leads to (None when it is not one of ours)."""
+    store = admin.parent.parent
+    grouping = root.parent
+    if admin.parent.name != "worktrees" or store != private_store(grouping, root.name, ""):
+        return None
+    objects = shared_objects_of(store)
+    if objects is None or objects.name != "objects" or objects.parent.name != ".git":
+        return None
+    toplevel = objects.parent.parent
+    if toplevel.parent != grouping or admin_dir_for(store, root) != admin:
+        return None
+    return toplevel
+
+
 def toplevel_of(root: Path) -> Path:
     """The main worktree of the container repo that ``root`` belongs to."""
     dot_git = root / ".git"
     if dot_git.is_dir() and not dot_git.is_symlink():
         return root
     admin = read_gitdir_file(dot_git)
+    private = _toplevel_of_private(root, admin)
+    if private is not None:
+        return private
     store = admin.parent.parent
     toplevel = store.parent
     if store.name != ".git" or admin.parent.name != "worktrees" or admin_dir_for(store, root) != admin:
@@ -202,25 +239,37 @@ def checkout_problem(ws: Workspace, checkout: Checkout) -> str | None:
         admin = read_gitdir_file(dot_git)
     except WorkspaceError as exc:
         return str(exc)
-    if admin.parent != checkout.store / "worktrees" or admin_dir_for(checkout.store, checkout.path) != admin:
-        return f"{dot_git}: points at {admin}, expected a worktree entry in {checkout.store}/worktrees/"
+    private = private_store(ws.grouping, ws.name, checkout.name)
+    if admin.parent == private / "worktrees":
+        store = private
+        if shared_objects_of(private) != checkout.store / "objects":
+            return f"{private}/objects/info/alternates: does not name {checkout.store / 'objects'}"
+    elif admin.parent == checkout.store / "worktrees":
+        store = checkout.store     # made before private stores: converted by the next task or launch
+    else:
+        return f"{dot_git}: points at {admin}, expected a worktree entry in {private}/worktrees/"
+    if admin_dir_for(store, checkout.path) != admin:
+        return f"{dot_git}: points at {admin}, whose gitdir does not name {dot_git}"
     commondir = admin / "commondir"
     try:
         common = Path(os.path.normpath(admin / commondir.read_text().strip()))
     except OSError:
         return f"{commondir}: unreadable"
-    if common != checkout.store or commondir.is_symlink():
-        return f"{commondir}: points at {common}, expected {checkout.store}"
+    if common != store or commondir.is_symlink():
+        return f"{commondir}: points at {common}, expected {store}"
     return None
 
 
 def verify_git_dirs(ws: Workspace, names: list[str] | None = None) -> None:
     """Refuse when a checkout's .git does not point where the layout says.
 
-    An agent that rewrites a worktree's ``.git`` file (or the store's
-    ``commondir``) could point host-side git at a config of its own, whose
-    ``core.fsmonitor`` runs any command: so every git command chtop runs on
-    the host is preceded by this check.
+    A feature worktree's checkout must name the admin dir of its own private
+    store (whose ``commondir`` leads back to that store, and whose alternates
+    name the toplevel's store), or -- until it is converted -- an admin dir of
+    the toplevel's store that lists it back.  An agent that rewrites a
+    ``.git`` file or a ``commondir`` could point host-side git at a config of
+    its own, whose ``core.fsmonitor`` runs any command: so every git command
+    chtop runs on the host is preceded by this check.
     """
     problems = []
     for checkout in ws.checkouts():

@@ -25,7 +25,8 @@ from .gitops import (
     integration_branch,
     main_checkout_dir,
 )
-from .layout import Checkout, Workspace, checkout_problem, find_workspace, verify_git_dirs
+from .layout import Checkout, Workspace, checkout_problem, find_workspace, private_store, verify_git_dirs
+from .quarantine import add_private_worktree, group_git_dir, private_worktree_names, sync_worktree
 
 
 def name_problem(ws: Workspace, name: str) -> str | None:
@@ -60,18 +61,21 @@ def local_branches(repo_dir: Path) -> dict[str, str]:
 
 @dataclass
 class AddStep:
-    """One ``git worktree add`` of the plan; ``start_sha`` is where a new branch starts."""
+    """One checkout of the plan, on private git state ``store``: its branch starts at
+    ``start_sha`` (the integration branch ``start``), or at ``branch_sha`` when the
+    branch already exists (kept by an earlier delete)."""
 
     checkout: Checkout
     main_dir: Path
     start: str
     start_sha: str
     reuse_branch: bool
+    store: Path
+    branch_sha: str | None = None
 
-    def argv(self, name: str) -> list[str]:
-        if self.reuse_branch:
-            return ["git", "worktree", "add", str(self.checkout.path), name]
-        return ["git", "worktree", "add", "-b", name, str(self.checkout.path), self.start]
+    @property
+    def tip(self) -> str:
+        return self.branch_sha if self.reuse_branch and self.branch_sha else self.start_sha
 
 
 def refuse_uncommitted_manifest(top: Workspace) -> None:
@@ -107,7 +111,8 @@ def plan_create(ws: Workspace, name: str) -> list[AddStep]:
         if start not in branches:
             raise Refused(f"{display_name(ws, main_dir)} has no branch {start!r} (its integration branch)")
         steps.append(AddStep(Checkout(checkout.name, new_path, checkout.store), main_dir, start,
-                             branches[start], name in branches))
+                             branches[start], name in branches, private_store(ws.grouping, name, checkout.name),
+                             branches.get(name)))
     return steps
 
 
@@ -122,13 +127,17 @@ class CreateRun:
     def undo(self) -> list[str]:
         notes = []
         for step in reversed(self.added):
-            result = runner.run(["git", "worktree", "remove", "--force", str(step.checkout.path)],
-                                cwd=step.main_dir, check=False)
-            if not result.ok:
-                notes.append(f"could not remove {step.checkout.path}: {result.error_tail(2)}")
+            for path in (step.checkout.path, step.store):
+                try:
+                    if path.exists():
+                        shutil.rmtree(path)
+                except OSError as exc:
+                    notes.append(f"could not remove {path}: {exc}")
             tip = self.new_branches.get(step.main_dir)
             if tip and branch_exists(step.main_dir, self.name) and rev(step.main_dir, self.name) == tip:
                 runner.run(["git", "branch", "-D", self.name], cwd=step.main_dir, check=False)
+        if self.added:
+            shutil.rmtree(self.added[0].store.parent, ignore_errors=True)   # .chtop/git/<name>/
         return notes
 
 
@@ -136,10 +145,12 @@ def add_worktrees(steps: list[AddStep], name: str, run: CreateRun) -> None:
     for step in steps:
         if step.reuse_branch:
             say(f"branch {name!r} already exists in {step.main_dir}: checking it out (kept by an earlier delete)")
-        runner.run(step.argv(name), cwd=step.main_dir)
-        run.added.append(step)
-        if not step.reuse_branch:
+        else:
+            runner.run(["git", "branch", name, step.start_sha], cwd=step.main_dir)
             run.new_branches[step.main_dir] = step.start_sha
+        run.added.append(step)
+        add_private_worktree(step.checkout.store, step.store, step.checkout.path, name, step.tip,
+                             step.start, step.start_sha)
         init_submodules(step.checkout.path)
 
 
@@ -256,6 +267,7 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
     if extra_problems:
         raise WorkspaceError("refusing to run git: a checkout's git dir is not the one the workspace layout "
                              "says:\n  " + "\n  ".join(extra_problems))
+    sync_worktree(wt, strict=True)     # nothing the agent committed is left behind
     problems = delete_problems(wt, checkouts, top)
     if problems and not force:
         raise Refused(f"refusing to delete {wt.root}:\n  " + "\n  ".join(problems)
@@ -264,22 +276,27 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
     if problems:
         warn("--force: deleting despite:\n  " + "\n  ".join(problems))
     kept = []
+    # only the worktree's own branch: what its HEAD says inside is the agent's to choose
     for checkout in reversed(checkouts):
         main_dir = main_checkout_dir(top, checkout)
         if not (main_dir / ".git").exists():
             warn(f"{display_name(ws, main_dir)} is not cloned in the toplevel: removing "
                  f"{display_name(ws, checkout.path)} as a plain directory")
             continue
-        branch = head_branch(checkout.path) if checkout.path.exists() else name
-        if checkout.path.exists():
+        if checkout.path.exists() and not private_store(ws.grouping, name, checkout.name).is_dir():
+            # not moved onto private git state (a repo only the toplevel's manifest names): still a
+            # linked worktree of the shared store, which keeps its branch checked out until removed
             runner.run(["git", "worktree", "remove", "--force", str(checkout.path)], cwd=main_dir)
-        if branch and branch_exists(main_dir, branch):
-            result = runner.run(["git", "branch", "-d", branch], cwd=main_dir, check=False)
+        if branch_exists(main_dir, name):
+            result = runner.run(["git", "branch", "-d", name], cwd=main_dir, check=False)
             if not result.ok:
-                kept.append(f"{display_name(ws, main_dir)}: branch {branch} (unmerged commits; "
-                            f"`git -C {main_dir} branch -D {branch}` drops them)")
+                kept.append(f"{display_name(ws, main_dir)}: branch {name} (unmerged commits; "
+                            f"`git -C {main_dir} branch -D {name}` drops them)")
     if wt.root.exists():
         shutil.rmtree(wt.root)
+    store_dir = group_git_dir(ws.grouping) / name
+    if store_dir.exists():
+        shutil.rmtree(store_dir)
     runner.run(["git", "worktree", "prune"], cwd=ws.toplevel, check=False)
     remove_policy_layer(ws, name)
     return kept
@@ -308,9 +325,13 @@ def checkouts_to_delete(wt: Workspace, top: Workspace) -> list[Checkout]:
 
 
 def worktree_roots(ws: Workspace) -> list[Path]:
-    out = git(ws.toplevel, ["worktree", "list", "--porcelain"]).stdout
-    paths = [Path(line[len("worktree "):]) for line in out.splitlines() if line.startswith("worktree ")]
-    return [p for p in paths if p != ws.toplevel and p.parent == ws.grouping]
+    """Worktrees with private git state, and any made before it (listed by the toplevel's store)."""
+    roots = [ws.grouping / name for name in private_worktree_names(ws.grouping)]
+    if (ws.toplevel / ".git" / "worktrees").is_dir():
+        out = git(ws.toplevel, ["worktree", "list", "--porcelain"]).stdout
+        paths = [Path(line[len("worktree "):]) for line in out.splitlines() if line.startswith("worktree ")]
+        roots += [p for p in paths if p != ws.toplevel and p.parent == ws.grouping and p not in roots]
+    return sorted(roots)
 
 
 def describe_checkout(wt: Workspace, checkout: Checkout) -> str:
@@ -331,7 +352,8 @@ def list_worktrees(ws: Workspace) -> list[str]:
     for root in worktree_roots(ws):
         try:
             wt = find_workspace(root)
-        except ChtopError as exc:
+            sync_worktree(wt)
+        except (ChtopError, OSError) as exc:
             lines.append(f"{root.name}: {exc}")
             continue
         lines.append(f"{root.name}  ({root})")

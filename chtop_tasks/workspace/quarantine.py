@@ -1,0 +1,548 @@
+"""Private git state for each feature worktree, and the host-side import of its branch.
+
+The rule: the agent owns its worktree's branch and nothing else.  The shared
+stores (``<top>/.git``, ``<top>/<repo>/.git``) are read-only in every
+sandbox.  Each checkout of a feature worktree ``W`` gets a private store
+``C`` of its own instead (created by chtop, host-side)::
+
+    <grouping>/.chtop/git/W/<repo>.git     (@top.git for the container repo)
+        config          chtop's copy of the shared store's config (+ bare, hooksPath, gc.auto=0)  [pinned]
+        hooks/ info/    empty / a copy of the shared store's info/ (excludes)                  [pinned]
+        objects/        new objects; objects/info/alternates names the shared objects/         [info/ pinned]
+        packed-refs     the integration branch, tags and remotes, copied from the shared store
+        refs/ logs/     the agent's refs and reflogs
+        worktrees/      [pinned]
+          <id>/         the checkout's admin dir (HEAD, index, rebase state); its
+                        commondir, gitdir and config.worktree [pinned]
+
+Everything not pinned is the agent's (so ref deletions, ``pack-refs`` and
+``gc`` work inside); pinned means read-only in the sandbox.
+
+The checkout's ``.git`` file names ``C/worktrees/<id>`` on the host and
+inside alike, so plain git on the host sees the agent's branch, index and
+commits.  Work reaches the shared history only through :func:`import_branch`:
+``git fetch`` run in the shared store from the checkout (git checks every
+object it receives), of ``refs/heads/W`` only.  A rewritten branch keeps its
+old tip under ``refs/chtop/kept/W/<sha>``: once imported, a commit is never
+lost.  Host-side git never takes ``C`` as its ``GIT_DIR`` after the agent had
+it: it enters through the pinned ``.git`` and ``commondir`` (git reads
+``commondir`` from the admin dir only, never from the common dir).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import runner
+from ..errors import ChtopError, CommandFailed, Refused, WorkspaceError
+from ..places import state_dir
+from ..term import warn
+from .layout import (
+    Checkout,
+    Workspace,
+    admin_dir_for,
+    find_workspace,
+    private_store,
+    read_gitdir_file,
+    verify_git_dirs,
+)
+
+SHA_RE = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+KEPT_PREFIX = "refs/chtop/kept"
+INCOMING_PREFIX = "refs/chtop/incoming"
+# What every host-side git command chtop runs on a worktree adds: nothing of
+# the agent's may run (fsmonitor, submodule recursion into agent-written
+# gitdirs, replace refs).  The configs git reads are chtop's anyway; this is
+# the second lock on the door.
+HOST_GIT_OPTS = ("--no-replace-objects", "-c", "core.fsmonitor=false", "-c", "submodule.recurse=false",
+                 "-c", "core.untrackedCache=false")
+# Pinned read-only in the sandbox (the rest of the store is the agent's): what
+# host-side git would read as config, run, or follow to other objects.
+PINNED_IN_STORE = ("config", "hooks", "info", "worktrees", "objects/info")
+PINNED_IN_ADMIN = ("commondir", "gitdir", "config.worktree")
+
+
+# -- where things are --------------------------------------------------------------------
+
+
+def group_git_dir(grouping: Path) -> Path:
+    return state_dir(grouping) / "git"
+
+
+def store_of(ws: Workspace, checkout: Checkout) -> Path:
+    return private_store(ws.grouping, ws.name, checkout.name)
+
+
+def private_worktree_names(grouping: Path) -> list[str]:
+    """The feature worktrees that have private stores (their root still has a .git file)."""
+    base = group_git_dir(grouping)
+    if not base.is_dir():
+        return []
+    return sorted(d.name for d in base.iterdir()
+                  if d.is_dir() and not d.is_symlink() and (grouping / d.name / ".git").is_file())
+
+
+# -- reading refs from files (no git process: the cheap "nothing new" check) -------------------
+
+
+def read_packed_refs(gitdir: Path) -> tuple[str, list[tuple[str, str, str | None]]]:
+    """(header line, [(sha, refname, peeled sha or None)]) of ``gitdir/packed-refs``."""
+    try:
+        text = (gitdir / "packed-refs").read_text()
+    except OSError:
+        return "", []
+    header, entries = "", []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            header = line
+        elif line.startswith("^") and entries:
+            sha, name, _ = entries[-1]
+            entries[-1] = (sha, name, line[1:].strip())
+        elif " " in line:
+            sha, name = line.split(" ", 1)
+            entries.append((sha, name.strip(), None))
+    return header, entries
+
+
+def read_ref(gitdir: Path, name: str) -> str | None:
+    """The value of ``name`` (a sha, or ``ref: ...`` for a symref), loose first, or None."""
+    path = gitdir / name
+    try:
+        if not path.is_symlink() and path.is_file():
+            return path.read_text().strip()
+    except OSError:
+        return None
+    for sha, ref, _ in read_packed_refs(gitdir)[1]:
+        if ref == name:
+            return sha
+    return None
+
+
+# -- git on the host, with nothing of the agent's -------------------------------------------------
+
+
+def host_git(cwd: Path, args, *, check=True, quiet=True) -> runner.Result:
+    return runner.run(["git", *HOST_GIT_OPTS, *args], cwd=cwd, check=check, quiet=quiet)
+
+
+# -- making a private store --------------------------------------------------------------------
+
+
+def store_config(shared: Path) -> str:
+    """The shared store's config with chtop's settings last (the last value wins in git)."""
+    text = (shared / "config").read_text()
+    extra = "\n# chtop: this worktree's private store (see chtop_tasks/workspace/quarantine.py)\n[core]\n\tbare = true\n"
+    if "hookspath" not in text.lower():
+        extra += f"\thooksPath = {shared / 'hooks'}\n"
+    extra += "[gc]\n\tauto = 0\n[maintenance]\n\tauto = false\n"
+    return text.rstrip("\n") + "\n" + extra
+
+
+def packed_refs_text(shared: Path, branch_tips: dict[str, str]) -> str:
+    """Tags and remote-tracking refs of the shared store, plus ``branch_tips`` (name -> sha)."""
+    header, entries = read_packed_refs(shared)
+    lines: dict[str, list[str]] = {}
+    for sha, name, peeled in entries:
+        if name.startswith(("refs/tags/", "refs/remotes/")):
+            lines[name] = [f"{sha} {name}"] + ([f"^{peeled}"] if peeled else [])
+    for name, sha in branch_tips.items():
+        lines[f"refs/heads/{name}"] = [f"{sha} refs/heads/{name}"]
+    return packed_text(header, lines)
+
+
+def packed_text(header: str, lines: dict[str, list[str]]) -> str:
+    """A ``packed-refs`` file: the header, then each ref's lines sorted by name (git expects it)."""
+    body = [line for name in sorted(lines) for line in lines[name]]
+    return (header or "# pack-refs with: peeled fully-peeled sorted ") + "\n" + "".join(f"{x}\n" for x in body)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``path`` by renaming a fresh temp file over it (never follows a planted symlink)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_store_files(store: Path, shared: Path, integration: str, integration_sha: str) -> None:
+    """Everything of a fresh private store but its worktree admin dir."""
+    store.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    store.mkdir(mode=0o755)
+    for sub in ("objects/info", "objects/pack", "refs/heads", "refs/tags", "logs/refs/heads", "hooks", "info",
+                "worktrees"):
+        (store / sub).mkdir(parents=True, exist_ok=True)
+    (store / "HEAD").write_text(f"ref: refs/heads/{integration}\n")
+    (store / "config").write_text(store_config(shared))
+    (store / "objects" / "info" / "alternates").write_text(f"{shared / 'objects'}\n")
+    (store / "packed-refs").write_text(packed_refs_text(shared, {integration: integration_sha}))
+    copy_info(shared, store)
+
+
+def copy_info(shared: Path, store: Path) -> None:
+    """The shared ``info/`` files (exclude, attributes) into the private store's."""
+    src = shared / "info"
+    if not src.is_dir():
+        return
+    for entry in src.iterdir():
+        if entry.is_file() and not entry.is_symlink():
+            target = store / "info" / entry.name
+            text = entry.read_bytes()
+            if not target.is_file() or target.read_bytes() != text:
+                shutil.copyfile(entry, target)
+
+
+def finish_admin_dir(admin: Path) -> None:
+    """An empty ``config.worktree`` (pinned inside: never the agent's, whatever the extensions say)."""
+    (admin / "config.worktree").touch(exist_ok=True)
+
+
+def add_private_worktree(shared: Path, store: Path, path: Path, branch: str, start_sha: str,
+                         integration: str, integration_sha: str) -> None:
+    """The private store and the checkout of ``branch`` at ``start_sha`` (one ``git worktree add``)."""
+    write_store_files(store, shared, integration, integration_sha)
+    runner.run(["git", f"--git-dir={store}", "worktree", "add", "-b", branch, str(path), start_sha],
+               cwd=store.parent)
+    admin = admin_dir_for(store, path)
+    if admin is None:
+        raise CommandFailed(f"git worktree add made no admin dir for {path} in {store}")
+    finish_admin_dir(admin)
+
+
+# -- keeping the integration branch current inside ---------------------------------------------
+
+
+def refresh_integration(store: Path, shared: Path, integration: str) -> bool:
+    """Make the private copy of ``integration`` the shared store's (True when it changed).
+
+    Written host-side into ``packed-refs`` (renamed over); a loose copy the
+    agent made is removed through directory fds that never follow a symlink.
+    """
+    copy_info(shared, store)
+    head = store / "HEAD"
+    if head.is_symlink() or not head.is_file():        # removed inside: git would not see a repo
+        write_atomic(head, f"ref: refs/heads/{integration}\n")
+    tip = read_ref(shared, f"refs/heads/{integration}")
+    if tip is None or not SHA_RE.match(tip):
+        return False
+    loose = store / "refs" / "heads" / integration
+    if read_ref(store, f"refs/heads/{integration}") == tip and not loose.is_symlink() and not loose.exists():
+        return False
+    header, entries = read_packed_refs(store)
+    name = f"refs/heads/{integration}"
+    kept = {ref: [f"{sha} {ref}"] + ([f"^{peeled}"] if peeled else []) for sha, ref, peeled in entries}
+    kept[name] = [f"{tip} {name}"]          # the agent's other packed refs (its stash, tags) stay
+    write_atomic(store / "packed-refs", packed_text(header, kept))
+    remove_loose_ref(store, name)
+    return True
+
+
+def remove_loose_ref(gitdir: Path, name: str) -> None:
+    """Unlink ``gitdir/name`` walking the path with O_NOFOLLOW dir fds (a symlinked dir stops it)."""
+    parts = name.split("/")
+    fd = os.open(gitdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        for part in parts[:-1]:
+            try:
+                nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError:
+                return
+            os.close(fd)
+            fd = nxt
+        try:
+            os.unlink(parts[-1], dir_fd=fd)
+        except IsADirectoryError:
+            pass
+        except OSError:
+            pass
+    finally:
+        os.close(fd)
+
+
+# -- the import ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Imported:
+    """What one import did: ``kept`` is the old tip kept when the branch was rewritten."""
+
+    checkout: Path
+    branch: str
+    old: str | None
+    new: str
+    kept: str | None = None
+
+
+def _locked(worktree_git_dir: Path):
+    """``.chtop/git/<name>/.lock``, held while a worktree is converted or imported."""
+    lock = open(worktree_git_dir / ".lock", "a")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    return lock
+
+
+def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str) -> Imported | None:
+    """Bring ``branch`` from the private store into ``shared`` (None when there is nothing new).
+
+    The "nothing new" answer reads two ref files and runs no process.  The
+    caller holds the worktree's lock (``sync_worktree`` does).
+    """
+    ref = f"refs/heads/{branch}"
+    if (store / ref).is_symlink():
+        # git would read the file it names as the ref: refuse to let a planted link steer the fetch
+        raise CommandFailed(f"{store / ref} is a symlink (written inside the sandbox); not imported. "
+                            f"Remove it and commit again: rm {store / ref}")
+    new = read_ref(store, ref)
+    if new is None:
+        return None           # deleted inside: the shared store keeps its copy
+    old = read_ref(shared, ref)
+    if new == old:
+        return None
+    if (shared / "HEAD").read_text().strip() == f"ref: {ref}":
+        raise CommandFailed(f"{shared.parent} has {branch} checked out; the import of worktree {branch} "
+                            f"would move it under you. Check out its integration branch there.")
+    incoming = f"{INCOMING_PREFIX}/{branch}"
+    argv = ["-c", "transfer.fsckObjects=true", "fetch", "--no-tags", "--no-write-fetch-head",
+            "--no-auto-maintenance", "--no-recurse-submodules", "--quiet", str(checkout_path), f"+{ref}:{incoming}"]
+    result = host_git(shared, argv, check=False)
+    if not result.ok:
+        raise CommandFailed(f"importing {branch} from {checkout_path} into {shared} failed: "
+                            f"{result.error_tail(3)}")
+    got = host_git(shared, ["rev-parse", "--verify", f"{incoming}^{{commit}}"]).stdout.strip()
+    if got == old:
+        host_git(shared, ["update-ref", "-d", incoming])
+        return None
+    kept = None
+    lines = [f"update {ref} {got} {old or '0' * len(got)}"]
+    if old and not host_git(shared, ["merge-base", "--is-ancestor", old, got], check=False).ok:
+        kept = f"{KEPT_PREFIX}/{branch}/{old}"
+        lines.append(f"update {kept} {old}")
+    lines.append(f"delete {incoming}")
+    runner.run(["git", *HOST_GIT_OPTS, "update-ref", "-m", f"chtop: import {branch} from its sandbox",
+                "--stdin"], cwd=shared, quiet=True, input="\n".join(lines) + "\n")
+    return Imported(checkout_path, branch, old, got, kept)
+
+
+def owned_by_me(path: Path) -> bool:
+    try:
+        return path.stat().st_uid == os.geteuid()
+    except OSError:
+        return False
+
+
+# -- workspaces made before private stores ------------------------------------------------------
+
+
+def legacy_admin(checkout: Checkout) -> Path | None:
+    """The shared store's admin dir this checkout's .git still names, or None."""
+    try:
+        admin = read_gitdir_file(checkout.path / ".git")
+    except WorkspaceError:
+        return None
+    if admin.parent == checkout.store / "worktrees" and admin_dir_for(checkout.store, checkout.path) == admin:
+        return admin
+    return None
+
+
+def _carried_branches(old_admin: Path, worktree: str) -> list[str]:
+    """The worktree's own branch, the branch its HEAD is on and the one a rebase is on."""
+    names = [worktree]
+    for rel in ("HEAD", "rebase-merge/head-name", "rebase-apply/head-name"):
+        try:
+            text = (old_admin / rel).read_text().strip()
+        except OSError:
+            continue
+        text = text[len("ref: "):] if text.startswith("ref: ") else text
+        if text.startswith("refs/heads/") and text[len("refs/heads/"):] not in names:
+            names.append(text[len("refs/heads/"):])
+    return names
+
+
+def _copy_ref(shared: Path, store: Path, name: str) -> None:
+    """A ref of the shared store, and its reflog, into a fresh private store (files: nothing runs)."""
+    value = read_ref(shared, name)
+    if value is None or not SHA_RE.match(value):
+        return
+    target = store / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(value + "\n")
+    log = shared / "logs" / name
+    if log.is_file() and not log.is_symlink():
+        (store / "logs" / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(log, store / "logs" / name)
+
+
+def convert_checkout(ws: Workspace, checkout: Checkout, integration: str) -> Path:
+    """Move a checkout made before private stores onto one, losing nothing.
+
+    The admin dir (HEAD, index, ORIG_HEAD, rebase-merge/, logs/HEAD, ...) is
+    copied, the branches it stands on and ``refs/stash`` with their reflogs
+    are copied, ``.git`` is pointed at the copy, and only then is the old
+    admin dir removed (so the shared store no longer has the branch checked
+    out).  An interrupted run leaves the old layout working and is redone.
+    """
+    old_admin = legacy_admin(checkout)
+    assert old_admin is not None
+    shared, store = checkout.store, store_of(ws, checkout)
+    if store.exists():
+        shutil.rmtree(store)          # an interrupted conversion: no .git names it yet
+    tip = read_ref(shared, f"refs/heads/{integration}")
+    if tip is None:
+        raise WorkspaceError(f"{shared}: no branch {integration!r} (the integration branch) to convert against")
+    write_store_files(store, shared, integration, tip)
+    admin = store / "worktrees" / old_admin.name
+    shutil.copytree(old_admin, admin, symlinks=True)
+    (admin / "commondir").write_text("../..\n")
+    finish_admin_dir(admin)
+    for branch in _carried_branches(old_admin, ws.name):
+        _copy_ref(shared, store, f"refs/heads/{branch}")
+    _copy_ref(shared, store, "refs/stash")
+    _relink_submodules(old_admin, admin)
+    write_atomic(checkout.path / ".git", f"gitdir: {admin}\n")
+    shutil.rmtree(old_admin)
+    return store
+
+
+def _relink_submodules(old_admin: Path, admin: Path) -> None:
+    """Submodule gitdirs moved with the admin dir: re-point their checkouts' relative links."""
+    modules = admin / "modules"
+    if not modules.is_dir():
+        return
+    for dirpath, _dirs, files in os.walk(modules):
+        if "config" not in files or "HEAD" not in files:
+            continue
+        new_gitdir = Path(dirpath)
+        old_gitdir = old_admin / new_gitdir.relative_to(admin)
+        got = runner.run(["git", "config", "--file", str(new_gitdir / "config"), "core.worktree"],
+                         check=False, quiet=True)
+        if not got.ok or not got.stdout.strip():
+            continue
+        sub = Path(os.path.normpath(old_gitdir / got.stdout.strip()))
+        if not (sub / ".git").is_file():
+            continue
+        runner.run(["git", "config", "--file", str(new_gitdir / "config"), "core.worktree",
+                    os.path.relpath(sub, new_gitdir)], quiet=True)
+        write_atomic(sub / ".git", f"gitdir: {os.path.relpath(new_gitdir, sub)}\n")
+
+
+def _drop_stale_shared_admin(checkout: Checkout) -> None:
+    """A conversion interrupted after ``.git`` moved: the shared store's old entry goes."""
+    worktrees = checkout.store / "worktrees"
+    if legacy_admin(checkout) is None and worktrees.is_dir() and any(worktrees.iterdir()):
+        stale = admin_dir_for(checkout.store, checkout.path)
+        if stale is not None:
+            shutil.rmtree(stale)
+
+
+# -- what host tasks, launches and the proxy daemon call -------------------------------------------
+
+
+def sync_worktree(ws: Workspace, *, convert: bool = True, refresh: bool = True,
+                  strict: bool = False) -> list[Imported]:
+    """Convert old checkouts, refresh the integration branches inside, import the branch.
+
+    Every host task that reads or moves branches calls this first; so do
+    launches (before the container starts) and sandbox exits.  A failed
+    import is a warning, or (``strict``: tasks that land or delete work) an
+    error once every repo was tried.  One lock per worktree keeps a task and
+    the proxy daemon's timer from working on it at once.
+    """
+    if ws.is_toplevel:
+        return []
+    checkouts = [c for c in ws.checkouts() if (c.path / ".git").exists()]
+    mine = [c for c in checkouts if owned_by_me(c.store)]
+    if not mine:          # git (and chtop) never act on another user's repo: its owner's tasks do
+        if convert and any(legacy_admin(c) is not None for c in checkouts):
+            raise Refused(f"{ws.root} still uses the shared stores' git state, and they belong to another "
+                          f"user; run `inv git.status` in {ws.root} as their owner first (that moves it "
+                          "onto private git state)")
+        verify_git_dirs(ws)
+        return []
+    lock_dir = group_git_dir(ws.grouping) / ws.name
+    lock_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with _locked(lock_dir):
+        return _sync_locked(ws, mine, convert, refresh, strict)
+
+
+def _sync_locked(ws: Workspace, mine: list[Checkout], convert: bool, refresh: bool,
+                 strict: bool) -> list[Imported]:
+    from .gitops import integration_branch
+
+    legacy = [c for c in mine if legacy_admin(c) is not None]
+    if convert:
+        for checkout in legacy:
+            convert_checkout(ws, checkout, integration_branch(ws, checkout))
+            print(f"chtop: {checkout.path}: moved onto private git state {store_of(ws, checkout)} "
+                  f"(the shared store is read-only in the sandbox now)", file=sys.stderr, flush=True)
+        legacy = []
+    verify_git_dirs(ws)
+    done, failures = [], []
+    for checkout in mine:
+        store = store_of(ws, checkout)
+        if checkout in legacy or not store.is_dir():
+            continue            # not converted yet: the next task or launch does it
+        _drop_stale_shared_admin(checkout)
+        if refresh:
+            refresh_integration(store, checkout.store, integration_branch(ws, checkout))
+        try:
+            imported = import_branch(checkout.path, store, checkout.store, ws.name)
+        except CommandFailed as exc:
+            failures.append(str(exc))
+            continue
+        if imported is not None:
+            done.append(imported)
+            if imported.kept:
+                warn(f"{checkout.path}: branch {ws.name} was rewritten inside; its old tip is kept in "
+                     f"{checkout.store.parent} as {imported.kept}")
+    if failures and strict:
+        raise CommandFailed("importing the worktree's branch failed, so nothing was changed:\n  "
+                            + "\n  ".join(failures))
+    for line in failures:
+        warn(line)
+    return done
+
+
+def sync_group(grouping: Path, note=warn) -> list[Imported]:
+    """Import every feature worktree's branch of the group (the proxy daemon's timer)."""
+    done = []
+    for name in private_worktree_names(grouping):
+        try:
+            ws = find_workspace(grouping / name)
+            done += sync_worktree(ws, convert=False, refresh=False)
+        except ChtopError as exc:
+            note(f"import of worktree {name} skipped: {exc}")
+    return done
+
+
+IMPORT_INTERVAL = 2.0
+
+
+def start_import_timer(grouping: Path, note, interval: float = IMPORT_INTERVAL) -> threading.Event:
+    """Import the group's branches every ``interval`` seconds in a thread; set the event to stop."""
+    stop = threading.Event()
+
+    def loop():
+        while not stop.wait(interval):
+            try:
+                for imp in sync_group(grouping, note):
+                    note(f"IMPORT   {imp.branch} {imp.old or '(new)'} -> {imp.new} from {imp.checkout}"
+                         + (f", old tip kept as {imp.kept}" if imp.kept else ""))
+            except Exception as exc:  # noqa: BLE001 - the proxy must outlive any import problem
+                note(f"IMPORT   failed: {exc}")
+
+    threading.Thread(target=loop, name="chtop-import", daemon=True).start()
+    return stop

@@ -1,0 +1,574 @@
+"""Git quarantine: each feature worktree has private git state, and only the host
+imports its branch into the shared stores.
+
+The first tests run host-side on real repos (the layout, the import, the
+conversion of old worktrees, the proxy daemon's timer).  The podman tests run
+every attack from inside a real sandbox -- rootless as the test user, and
+rootful as root -- and then check the host's refs, reflogs and ``git fsck``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import git
+from sandbox_helpers import as_user, cgroup_hint, free_proxy_port, missing, user_group_cm
+
+from chtop_tasks import runner
+from chtop_tasks.workspace import quarantine
+from chtop_tasks.workspace.layout import find_workspace, private_store, read_gitdir_file, verify_git_dirs
+
+# -- the layout ------------------------------------------------------------------------------------
+
+
+def test_create_puts_each_checkout_on_private_git_state(with_dev):
+    g = with_dev
+    dev = g.path("dev")
+    for repo, integration in (("", "main"), ("alpha", "main"), ("beta", "kms")):
+        shared = g.toplevel / repo / ".git"
+        store = private_store(g.grouping, "dev", repo)
+        admin = read_gitdir_file(dev / repo / ".git")
+        assert admin.parent == store / "worktrees"
+        assert (admin / "commondir").read_text().strip() == "../.."
+        assert (store / "objects" / "info" / "alternates").read_text().strip() == str(shared / "objects")
+        assert not (shared / "worktrees").exists() or not any((shared / "worktrees").iterdir())
+        # the branch is in the shared store too, and the integration branch is there inside
+        assert git(shared.parent, "rev-parse", "dev") == git(dev / repo, "rev-parse", "HEAD")
+        assert git(dev / repo, "rev-parse", integration) == git(shared.parent, "rev-parse", integration)
+        assert git(dev / repo, "rev-parse", "--git-common-dir") == str(store)
+    assert git(dev, "status", "--porcelain") == ""           # excludes copied: sub-repos are not untracked
+    verify_git_dirs(find_workspace(dev))
+
+
+def test_a_pointer_to_another_worktrees_private_store_is_refused(with_dev):
+    from chtop_tasks.errors import WorkspaceError
+    from chtop_tasks.workspace.worktrees import create_worktree
+
+    g = with_dev
+    create_worktree(find_workspace(g.toplevel), "other")
+    other_admin = read_gitdir_file(g.path("other", "alpha", ".git"))
+    (g.path("dev", "alpha", ".git")).write_text(f"gitdir: {other_admin}\n")
+    with pytest.raises(WorkspaceError, match=r"alpha/\.git: points at .*other"):
+        verify_git_dirs(find_workspace(g.path("dev")))
+
+
+# -- the import ------------------------------------------------------------------------------------
+
+
+def test_host_tasks_import_the_branch_and_keep_rewritten_tips(with_dev):
+    g = with_dev
+    dev, shared = g.path("dev"), g.toplevel / "alpha"
+    first = g.commit(dev / "alpha", "a.txt", "1\n", "first")
+    assert git(shared, "rev-parse", "dev") != first                  # not yet imported
+    out = g.inv(dev, "git.status").stdout
+    assert git(shared, "rev-parse", "dev") == first
+    assert "dev/alpha is 1 commit ahead of top/alpha" in out
+    # rewritten inside: the shared branch follows, the old tip is kept
+    git(dev / "alpha", "reset", "-q", "--hard", "HEAD~1")
+    second = g.commit(dev / "alpha", "b.txt", "2\n", "second")
+    g.inv(g.toplevel, "worktree.list")
+    assert git(shared, "rev-parse", "dev") == second
+    assert git(shared, "rev-parse", f"refs/chtop/kept/dev/{first}") == first
+    # destroyed inside after the import: still on the host
+    git(dev / "alpha", "reset", "-q", "--hard", "HEAD~1")
+    for sub in private_store(g.grouping, "dev", "alpha").glob("objects/??"):
+        subprocess.run(["rm", "-rf", str(sub)], check=True)
+    g.inv(dev, "git.status")
+    for sha in (first, second):
+        assert git(shared, "cat-file", "-t", sha) == "commit"
+    assert git(shared, "fsck", "--no-dangling") == ""
+
+
+def test_an_import_with_nothing_new_runs_no_process(with_dev, monkeypatch):
+    g = with_dev
+    ws = find_workspace(g.path("dev"))
+    quarantine.sync_worktree(ws)
+    calls = []
+    real = runner.run
+    monkeypatch.setattr(runner, "run", lambda *a, **k: calls.append(a) or real(*a, **k))
+    assert quarantine.sync_worktree(ws, convert=False) == []
+    assert calls == []
+
+
+def test_worktree_delete_imports_first_and_never_loses_a_commit(with_dev):
+    g = with_dev
+    sha = g.commit(g.path("dev", "beta"), "x.txt", "x\n", "unimported")
+    refused = g.inv(g.toplevel, "worktree.delete", "--name", "dev", check=False)
+    assert refused.returncode == 3 and "not merged up" in refused.stderr
+    g.inv(g.toplevel, "worktree.delete", "--name", "dev", "--force")
+    assert not g.path("dev").exists() and not g.path(".chtop", "git", "dev").exists()
+    assert git(g.toplevel / "beta", "rev-parse", "dev") == sha           # kept, with its commit
+
+
+def test_integration_branch_refresh_overrides_the_private_copy_safely(with_dev, tmp_path):
+    g = with_dev
+    dev = g.path("dev")
+    store = private_store(g.grouping, "dev", "alpha")
+    (dev / "alpha" / "README").write_text("stashed\n")
+    git(dev / "alpha", "stash", "-q")
+    git(dev / "alpha", "pack-refs", "--all")                         # the agent's own packed refs
+    git(dev / "alpha", "update-ref", "refs/heads/main", git(dev / "alpha", "rev-parse", "HEAD~0"))
+    moved = g.push_upstream_commit("alpha", "up.txt", "up\n")
+    g.inv(dev, "git.status")
+    assert git(dev / "alpha", "rev-parse", "main") == moved
+    assert not (store / "refs" / "heads" / "main").exists()
+    assert "WIP on dev" in git(dev / "alpha", "stash", "list")        # its other refs stay
+    assert git(dev / "alpha", "rev-parse", "dev") == git(g.toplevel / "alpha", "rev-parse", "dev")
+    # a symlinked refs dir planted in the private store: the host deletes nothing through it
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "main").write_text("keep me\n")
+    os.rename(store / "refs" / "heads", store / "refs" / "heads-real")
+    (store / "refs" / "heads").symlink_to(outside)
+    g.push_upstream_commit("alpha", "up2.txt", "up\n")
+    quarantine.refresh_integration(store, g.toplevel / "alpha" / ".git", "main")
+    assert (outside / "main").read_text() == "keep me\n"
+
+
+def test_proxy_daemon_timer_imports_within_seconds(with_dev):
+    g = with_dev
+    notes = []
+    stop = quarantine.start_import_timer(g.grouping, notes.append, interval=0.2)
+    try:
+        sha = g.commit(g.path("dev", "alpha"), "t.txt", "t\n", "while the agent runs")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and git(g.toplevel / "alpha", "rev-parse", "dev") != sha:
+            time.sleep(0.1)
+    finally:
+        stop.set()
+    assert git(g.toplevel / "alpha", "rev-parse", "dev") == sha
+    assert any(n.startswith("IMPORT   dev") for n in notes), notes
+
+
+# -- worktrees made before private git state ------------------------------------------------------------
+
+
+def make_legacy_worktree(g, name: str) -> Path:
+    """What worktree.create made before private stores: `git worktree add` in each shared store."""
+    root = g.path(name)
+    git(g.toplevel, "worktree", "add", "-q", "-b", name, str(root), "main")
+    for repo, branch in (("alpha", "main"), ("beta", "kms")):
+        git(g.toplevel / repo, "worktree", "add", "-q", "-b", name, str(root / repo), branch)
+    return root
+
+
+def test_an_old_worktree_converts_with_commits_stash_and_rebase_in_progress(initialized):
+    g = initialized
+    old = make_legacy_worktree(g, "old")
+    alpha = old / "alpha"
+    mine = g.commit(alpha, "mine.txt", "m\n", "mine")
+    (alpha / "README").write_text("stashed\n")
+    git(alpha, "stash", "-q")
+    g.push_upstream_commit("alpha", "alpha.txt", "line 1\nupstream\nline 3\n")
+    g.commit(alpha, "alpha.txt", "line 1\nmine\nline 3\n", "conflicting")
+    assert subprocess.run(["git", "rebase", "main"], cwd=alpha, capture_output=True).returncode != 0
+    staged = git(alpha, "diff", "--name-only", "--diff-filter=U")
+    notes = []
+    racing = quarantine.start_import_timer(g.grouping, notes.append, interval=0.01)   # the proxy's timer
+    try:
+        g.inv(old, "git.status")                                        # the next host task converts
+    finally:
+        racing.set()
+    store = private_store(g.grouping, "old", "alpha")
+    assert read_gitdir_file(alpha / ".git").parent == store / "worktrees"
+    assert not (g.toplevel / "alpha" / ".git" / "worktrees" / "alpha").exists()
+    assert "rebase in progress" in git(alpha, "status")
+    assert git(alpha, "diff", "--name-only", "--diff-filter=U") == staged
+    assert git(alpha, "stash", "list").count("\n") == 0 and "WIP on old" in git(alpha, "stash", "list")
+    (alpha / "alpha.txt").write_text("line 1\nresolved\nline 3\n")
+    git(alpha, "add", "alpha.txt")
+    subprocess.run(["git", "-c", "core.editor=true", "rebase", "--continue"], cwd=alpha, check=True,
+                   capture_output=True)
+    git(alpha, "stash", "pop", "-q")
+    assert (alpha / "README").read_text() == "stashed\n"
+    g.inv(old, "git.status")
+    assert git(g.toplevel / "alpha", "rev-parse", "old") == git(alpha, "rev-parse", "HEAD")
+    assert git(g.toplevel / "alpha", "log", "--format=%s", "main..old").splitlines() == ["conflicting", "mine"]
+    assert git(g.toplevel / "alpha", "cat-file", "-t", mine) == "commit"
+    for repo in ("", "beta"):
+        assert read_gitdir_file(old / repo / ".git").parent == private_store(g.grouping, "old", repo) / "worktrees"
+    assert "old" in g.inv(g.toplevel, "worktree.list").stdout
+
+
+# -- from inside real sandboxes ------------------------------------------------------------------------
+
+MARK = "/tmp/chtop-quarantine-pwned"
+
+
+def attack_script(g) -> str:
+    """Every attack on the shared history, as an agent would try it.
+
+    The first kind works only on the agent's private copy (harmless: the host
+    checks that nothing shared moved); the second must fail outright, and
+    prints ``ESCAPED: ...`` if it does not.
+    """
+    top, grp = g.toplevel, g.grouping
+    private_only, must_fail = [], []
+    for repo in ("alpha", "beta"):
+        shared = top / repo / ".git"
+        private = private_store(grp, "dev", repo)
+        admin = private / "worktrees" / repo
+        monitor = f"printf '[core]\\n\\tfsmonitor = touch {MARK}\\n'"
+        private_only += [
+            f"git -C {repo} update-ref refs/heads/main $root",
+            f"git -C {repo} update-ref refs/heads/dev2 $root",
+            f"git -C {repo} replace $(git -C {repo} rev-parse main) $evil",
+            f"git -C {repo} reflog expire --expire=now --all",
+            f"git -C {repo} pack-refs --all",
+            f"git -C {repo} tag evil-tag $evil",
+            f"{monitor} > {private}/config.worktree",                  # never read: no GIT_DIR is the store
+            f"mkdir -p {private}/evil && {monitor} > {private}/evil/config && echo {private}/evil > {private}/commondir",
+        ]
+        must_fail += [
+            (f"update-ref main in {repo}'s shared store", f"git --git-dir={shared} update-ref refs/heads/main $root"),
+            (f"update-ref dev2 in {repo}'s shared store", f"git --git-dir={shared} update-ref refs/heads/dev2 $root"),
+            (f"rm shared objects of {repo}", f"rm {shared}/objects/pack/*.pack"),
+            (f"git replace in {repo}'s shared store", f"git --git-dir={shared} replace -f $main $root"),
+            (f"rewrite {repo}'s shared reflog", f": > {shared}/logs/HEAD"),
+            (f"delete {repo}'s shared reflogs", f"rm -r {shared}/logs && test ! -e {shared}/logs"),
+            (f"write {repo}'s shared packed-refs", f"echo \"$root refs/heads/main\" > {shared}/packed-refs"),
+            (f"plant a tag in {repo}'s shared store", f"echo $root > {shared}/refs/tags/planted"),
+            (f"move dev2's {repo} HEAD", f"echo 'ref: refs/heads/main' > {private_store(grp, 'dev2', repo)}/worktrees/{repo}/HEAD"),
+            (f"git config fsmonitor in {repo}", f"git -C {repo} config core.fsmonitor 'touch {MARK}'"),
+            (f"git config hooksPath in {repo}", f"git -C {repo} config core.hooksPath /tmp"),
+            (f"append to {repo}'s private config", f"{monitor} >> {private}/config"),
+            (f"write {repo}'s admin config.worktree", f"{monitor} > {admin}/config.worktree"),
+            (f"plant a hook for {repo}", f"echo 'touch {MARK}' > {private}/hooks/post-checkout"),
+            (f"redirect {repo}'s alternates", f"echo /tmp > {private}/objects/info/alternates"),
+            (f"redirect {repo}'s commondir", f"echo {private}/evil > {admin}/commondir"),
+            (f"repoint {repo}'s .git", f"echo 'gitdir: {private}/evil' > {repo}/.git"),
+        ]
+    lines = [f"cd {g.dev}", "root=$(git -C alpha rev-list --max-parents=0 HEAD)",
+             "main=$(git -C alpha rev-parse main)",
+             "evil=$(git -C alpha commit-tree -m evil $(git -C alpha rev-parse HEAD^{tree}))"]
+    lines += [f"( {cmd} ) >/dev/null 2>&1" for cmd in private_only]
+    lines += [f"if ( {cmd} ) >/dev/null 2>&1; then echo {shlex.quote('ESCAPED: ' + name)}; fi"
+              for name, cmd in must_fail]
+    # its own HEAD at the integration branch: a host-side commit there must not land on kms
+    lines += ["git -C beta symbolic-ref HEAD refs/heads/kms", "echo ATTACKS-DONE"]
+    return "\n".join(lines)
+
+
+def shared_state(g) -> dict[str, str]:
+    """Every shared store's refs (but the worktrees' own and chtop's), and a hash of its reflogs."""
+    out = {}
+    for repo in ("", "alpha", "beta"):
+        top = g.toplevel / repo
+        refs = g.git(top, "for-each-ref", "--format=%(refname) %(objectname)")
+        out[f"{repo}:refs"] = "\n".join(line for line in refs.splitlines()
+                                        if not line.startswith(("refs/heads/dev", "refs/chtop/")))
+        digest = hashlib.sha256()
+        for path in sorted((top / ".git" / "logs").rglob("*")):
+            if path.is_file() and not path.name.startswith("dev") and "chtop" not in path.parts:
+                digest.update(str(path).encode() + path.read_bytes())
+        out[f"{repo}:logs"] = digest.hexdigest()
+        out[f"{repo}:packed"] = (top / ".git" / "packed-refs").read_text()
+    return out
+
+
+def check_host_after_attacks(g, before, dev2_heads) -> None:
+    assert shared_state(g) == before
+    for repo in ("", "alpha", "beta"):
+        top = g.toplevel / repo
+        assert g.git(top, "fsck", "--no-dangling", "--no-progress") == ""
+        assert g.git(top, "for-each-ref", "refs/replace", "refs/tags/evil-tag", "refs/tags/planted") == ""
+    for repo, head in dev2_heads.items():
+        assert (private_store(g.grouping, "dev2", repo) / "worktrees" / repo / "HEAD").read_text() == head
+    assert not Path(MARK).exists()
+
+
+def dev2_heads(g) -> dict[str, str]:
+    return {repo: (private_store(g.grouping, "dev2", repo) / "worktrees" / repo / "HEAD").read_text()
+            for repo in ("alpha", "beta")}
+
+
+def host_commit_on_beta_lands_nowhere_shared(g, run_inv) -> None:
+    """The agent pointed beta's HEAD at kms: a host-side commit goes to the private kms only."""
+    kms = g.git(g.toplevel / "beta", "rev-parse", "kms")
+    g.git(g.dev / "beta", "commit", "-q", "--allow-empty", "-m", "host-side commit")
+    run_inv("git.status")
+    assert g.git(g.toplevel / "beta", "rev-parse", "kms") == kms
+    merge = run_inv("git.merge-up")
+    assert merge.returncode == 3 and "expected branch 'dev'" in merge.stderr
+    assert g.git(g.toplevel / "beta", "rev-parse", "kms") == kms
+    g.git(g.dev / "beta", "checkout", "-q", "dev")
+
+
+@pytest.fixture(scope="module")
+def qg(remote_template):
+    """dev and dev2, and ``old``: a worktree made the way chtop made them before private git state."""
+    with user_group_cm(remote_template, extra_worktrees=("dev2",),
+                       prepare=lambda group: make_legacy_worktree(group, "old")) as group:
+        yield group
+
+
+def _clear_mark():
+    if os.path.exists(MARK):
+        os.unlink(MARK)
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_attacks_from_inside_change_nothing_shared(qg):
+    g = qg
+    _clear_mark()
+    before, heads = shared_state(g), dev2_heads(g)
+    proc = g.sbox(attack_script(g))
+    assert "ATTACKS-DONE" in proc.stdout, proc.stdout + proc.stderr
+    assert [line for line in proc.stdout.splitlines() if line.startswith("ESCAPED")] == []
+    status = g.inv("git.status")          # host-side: imports, runs git in every repo
+    assert status.returncode == 0, status.stdout + status.stderr
+    check_host_after_attacks(g, before, heads)
+    host_commit_on_beta_lands_nowhere_shared(g, lambda *a: g.inv(*a))
+    check_host_after_attacks(g, before, heads)
+
+
+ALLOWED = r"""
+set -e
+cd {root}/alpha
+git log --oneline main | grep -q 'upstream change'
+echo a > a.txt && git add a.txt && git commit -qm 'work 1'
+echo b >> a.txt && git commit -qam 'work 1, amended' --amend
+git rebase -q main
+git checkout -q -b side main && echo c > c.txt && git add c.txt && git commit -qm 'picked' && git checkout -q {name}
+git cherry-pick side >/dev/null && git branch -D side >/dev/null
+echo s > s.txt && git add s.txt && git stash -q && git stash list | grep -q WIP && git stash pop -q
+git status --short | grep -q 's.txt'
+git diff --cached --stat | grep -q s.txt
+git log --oneline -3 | grep -q picked
+git diff main... --stat | grep -q a.txt
+echo ALLOWED-DONE
+"""
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_allowed_work_inside_is_visible_on_the_host_after_exit(qg):
+    g = qg
+    root, shared = g.grouping / "dev2", g.toplevel / "alpha"
+    g.git(shared, "commit", "-q", "--allow-empty", "-m", "upstream change")
+    upstream = g.git(shared, "rev-parse", "main")
+    proc = g.inv("sbox.shell", cwd=root, input=ALLOWED.format(root=root, name="dev2"))   # exits, then imports
+    assert "ALLOWED-DONE" in proc.stdout, proc.stdout + proc.stderr
+    assert g.git(shared, "log", "--format=%s", "main..dev2").splitlines() == ["picked", "work 1, amended"]
+    assert g.git(shared, "merge-base", "--is-ancestor", upstream, "dev2") == ""
+    # a person on the host sees the agent's branch and index
+    assert g.git(root / "alpha", "rev-parse", "HEAD") == g.git(shared, "rev-parse", "dev2")
+    assert "s.txt" in g.git(root / "alpha", "diff", "--cached", "--name-only")
+    g.git(root / "alpha", "reset", "-q", "--hard")
+    status = g.inv("git.status", cwd=root).stdout       # (worktree.list would convert ``old`` too early)
+    assert "dev2/alpha is 2 commits ahead of top/alpha (main branch)" in status, status
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_a_commit_destroyed_inside_after_an_import_survives(qg):
+    g = qg
+    root = g.grouping / "dev2"
+    store = private_store(g.grouping, "dev2", "beta")
+    script = (f"cd {root}/beta && echo d > d.txt && git add d.txt && git commit -qm doomed && "
+              "git rev-parse HEAD && sleep 6 && git reset -q --hard HEAD~1 && "
+              f"rm -rf {store}/objects/?? {store}/objects/pack/* && git reflog expire --expire=now --all && "
+              "echo DESTROYED")
+    shared = g.toplevel / "beta"
+    proc = g.inv("sbox.run", "--", "sh", "-c", script, cwd=root, timeout=180)
+    assert "DESTROYED" in proc.stdout, proc.stdout + proc.stderr
+    doomed = proc.stdout.split()[0]
+    assert g.git(shared, "cat-file", "-t", doomed) == "commit"        # imported while it slept
+    assert g.git(shared, "rev-parse", f"refs/chtop/kept/dev2/{doomed}") == doomed
+    assert g.git(shared, "rev-parse", "dev2") == g.git(shared, "rev-parse", "kms")
+    assert g.git(shared, "fsck", "--no-dangling", "--no-progress") == ""
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_an_old_worktree_converts_at_launch_and_works_inside(qg):
+    g = qg
+    old = g.grouping / "old"
+    g.git(old / "alpha", "commit", "-q", "--allow-empty", "-m", "made before the change")
+    proc = g.inv("sbox.run", "--", "sh", "-c",
+                 "git -C alpha log -1 --format=%s && git -C alpha commit -q --allow-empty -m inside && "
+                 f"if git --git-dir={g.toplevel}/alpha/.git update-ref refs/heads/old HEAD 2>/dev/null; "
+                 "then echo ESCAPED; fi; echo INSIDE-DONE", cwd=old)
+    assert "INSIDE-DONE" in proc.stdout and "ESCAPED" not in proc.stdout, proc.stdout + proc.stderr
+    assert "made before the change" in proc.stdout
+    assert "moved onto private git state" in proc.stderr
+    assert read_gitdir_file(old / "alpha" / ".git").parent == private_store(g.grouping, "old", "alpha") / "worktrees"
+    assert g.git(g.toplevel / "alpha", "log", "--format=%s", "-2", "old").splitlines() == [
+        "inside", "made before the change"]
+
+
+# -- rootful: the same attacks, launched as root ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rootful_group(remote_template):
+    """Its own workspace: a root-run proxy must not share a group with the test user's."""
+    with user_group_cm(remote_template, extra_worktrees=("dev2",)) as group:
+        yield group
+
+
+@pytest.fixture
+def root_env(tmp_path, rootful_group):
+    """Rootful podman with its storage in tmp (never the machine's /var/lib/containers)."""
+    store = tmp_path / "podman"
+    store.mkdir()
+    (store / "storage.conf").write_text(
+        f'[storage]\ndriver = "vfs"\ngraphroot = "{store}/graph"\nrunroot = "{store}/run"\n')
+    (store / "containers.conf").write_text(f'[engine]\ntmp_dir = "{store}/tmp"\n')
+    env = dict(os.environ, CONTAINERS_STORAGE_CONF=str(store / "storage.conf"),
+               CONTAINERS_CONF=str(store / "containers.conf"), CHTOP_PROXY_PORT=str(free_proxy_port()))
+    skel = store / "probe"
+    for d in ("usr", "etc", "proc", "dev", "sys", "tmp", "run"):
+        (skel / d).mkdir(parents=True)
+    for name, target in (("bin", "usr/bin"), ("lib", "usr/lib"), ("lib64", "usr/lib64")):
+        (skel / name).symlink_to(target)
+    probe = subprocess.run(["podman", "run", "--rm", "--network=none", "--ulimit=nofile=1024:1024",
+                            "--ulimit=nproc=1024:1024", "-v", "/usr:/usr:ro", "-v", "/etc:/etc:ro",
+                            "--rootfs", str(skel), "/bin/true"], env=env, capture_output=True, text=True)
+    if probe.returncode:
+        missing(f"rootful podman does not run here: {probe.stderr.strip()[-300:]}{cgroup_hint(probe.stderr)}")
+    return env
+
+
+def inv_as_root(env, cwd, *args, input=None):
+    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=180, input=input,
+                          stdin=subprocess.DEVNULL if input is None else None)
+
+
+@pytest.mark.podman
+@pytest.mark.rootful
+@pytest.mark.slow
+def test_rootful_attacks_change_nothing_shared_and_commits_import(rootful_group, root_env):
+    g = rootful_group
+    _clear_mark()
+    before, heads = shared_state(g), dev2_heads(g)
+    script = attack_script(g) + (f"\ncd {g.dev}/alpha && git checkout -q dev 2>/dev/null; "
+                                 "echo r > rootful.txt && git add rootful.txt && git commit -qm 'rootful work' "
+                                 "&& echo COMMITTED")
+    proc = inv_as_root(root_env, g.dev, "sbox.run", "--", "sh", "-c", script)
+    assert "ATTACKS-DONE" in proc.stdout and "COMMITTED" in proc.stdout, proc.stdout + proc.stderr
+    assert [line for line in proc.stdout.splitlines() if line.startswith("ESCAPED")] == []
+    assert "rootful podman with a user namespace" in proc.stderr
+    # root does not run git in the owner's repos (git's own ownership rule): the owner's next task imports
+    assert g.inv("git.status").returncode == 0
+    check_host_after_attacks(g, before, heads)
+    assert g.git(g.toplevel / "alpha", "log", "-1", "--format=%s", "dev") == "rootful work"
+
+
+# -- submodules: their gitdirs live in the agent-writable admin dir ------------------------------------
+
+
+def test_host_tasks_never_run_a_submodules_agent_written_config(group, tmp_path):
+    from chtop_tasks.workspace.toplevel import init_toplevel
+    from chtop_tasks.workspace.worktrees import create_worktree
+
+    g = group
+    seed = tmp_path / "alpha-seed"
+    git(tmp_path, "clone", "-q", str(g.remotes / "alpha.git"), str(seed))
+    git(seed, "-c", "protocol.file.allow=always", "submodule", "add", "-q", f"file://{g.remotes}/beta.git", "sub")
+    git(seed, "commit", "-q", "-m", "add a submodule")
+    git(seed, "push", "-q", "origin", "HEAD:main")
+    init_toplevel(find_workspace(g.toplevel))
+    create_worktree(find_workspace(g.toplevel), "dev")
+    sub = g.path("dev", "alpha", "sub")
+    sub_gitdir = read_gitdir_file(sub / ".git")
+    assert sub_gitdir.is_relative_to(private_store(g.grouping, "dev", "alpha") / "worktrees")
+    mark = tmp_path / "ran"
+    # what an agent can do inside: its submodule's config is in its own admin dir
+    git(sub, "config", "core.fsmonitor", f"touch {mark}")
+    (sub / "beta.txt").write_text("changed inside the submodule\n")
+    g.inv(g.path("dev"), "git.status")
+    g.inv(g.path("dev"), "git.diff")
+    g.inv(g.toplevel, "worktree.list")
+    assert not mark.exists()
+    subprocess.run(["git", "status"], cwd=g.path("dev", "alpha"), capture_output=True)
+    assert mark.exists()     # the control: plain git recursing into the submodule does run it
+
+
+def test_a_symlinked_branch_ref_is_never_imported_and_blocks_delete(with_dev, tmp_path):
+    g = with_dev
+    secret = tmp_path / "host-file"
+    secret.write_text("0123456789abcdef0123456789abcdef01234567\n")
+    ref = private_store(g.grouping, "dev", "alpha") / "refs" / "heads" / "dev"
+    before = git(g.toplevel / "alpha", "rev-parse", "dev")
+    ref.unlink()
+    ref.symlink_to(secret)
+    status = g.inv(g.path("dev"), "git.status", check=False)
+    assert "is a symlink" in status.stderr and f"rm {ref}" in status.stderr     # warned; the rest still ran
+    assert git(g.toplevel / "alpha", "rev-parse", "dev") == before
+    refused = g.inv(g.toplevel, "worktree.delete", "--name", "dev", "--force", check=False)
+    assert refused.returncode == 1 and "nothing was changed" in refused.stderr
+    assert g.path("dev").is_dir()
+
+
+@pytest.mark.podman
+@pytest.mark.rootful
+@pytest.mark.slow
+def test_rootful_allowed_work_imports_when_the_owner_runs_a_task(rootful_group, root_env):
+    g = rootful_group
+    root, shared = g.grouping / "dev2", g.toplevel / "alpha"
+    g.git(shared, "commit", "-q", "--allow-empty", "-m", "upstream change")
+    g.inv("git.status", cwd=root)           # the owner's task refreshes main inside (root's launch does not)
+    proc = inv_as_root(root_env, root, "sbox.run", "--", "bash", "-c", ALLOWED.format(root=root, name="dev2"))
+    assert "ALLOWED-DONE" in proc.stdout, proc.stdout + proc.stderr
+    assert g.git(shared, "log", "--format=%s", "main..dev2") == ""        # root imported nothing
+    g.inv("git.status", cwd=root)
+    assert g.git(shared, "log", "--format=%s", "main..dev2").splitlines() == ["picked", "work 1, amended"]
+
+
+@pytest.fixture(scope="module")
+def sub_template(remote_template, tmp_path_factory):
+    """The remotes, with a submodule ``sub`` (beta's history) in alpha's main."""
+    from conftest import hermetic_os_env
+
+    base = tmp_path_factory.mktemp("sub-template")
+    remotes = base / "remotes"
+    subprocess.run(["cp", "-a", str(remote_template), str(remotes)], check=True)
+    subprocess.run(["chmod", "-R", "a+rX", str(base)], check=True)
+    with hermetic_os_env(base / "home"):
+        seed = base / "alpha-seed"
+        git(base, "clone", "-q", str(remotes / "alpha.git"), str(seed))
+        git(seed, "-c", "protocol.file.allow=always", "submodule", "add", "-q", f"file://{remotes}/beta.git", "sub")
+        git(seed, "commit", "-q", "-m", "add a submodule")
+        git(seed, "push", "-q", "origin", "HEAD:main")
+    return remotes
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_submodules_work_inside_and_their_config_never_runs_on_the_host(sub_template):
+    _clear_mark()
+    with user_group_cm(sub_template) as g:
+        script = (f"cd {g.dev}/alpha/sub && git config core.fsmonitor 'touch {MARK}' && "
+                  "echo x > inside.txt && git add inside.txt && git commit -qm 'in the submodule' && "
+                  "cd .. && git add sub && git commit -qm 'bump sub' && git status --short && echo SUB-DONE")
+        proc = g.sbox(script)
+        assert "SUB-DONE" in proc.stdout, proc.stdout + proc.stderr
+        (g.dev / "alpha" / "sub" / "beta.txt").write_text("dirty\n")
+        status = g.inv("git.status")
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert not Path(MARK).exists()
+        shared = g.toplevel / "alpha"
+        assert g.git(shared, "log", "-1", "--format=%s", "dev") == "bump sub"      # the gitlink, imported
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_sbox_run_waits_to_import_but_a_sigterm_still_ends_the_sandbox(qg):
+    g = qg
+    started = time.monotonic()
+    script = (f"{g.venv}/bin/python -m invoke sbox.run -- sleep 100 & pid=$!; sleep 8; "
+              "kill -TERM $pid; wait $pid; echo rc=$?")           # the signal to chtop's process only
+    proc = as_user(g.user, ["sh", "-c", script], g.env, g.dev, check=False, timeout=90)
+    assert "rc=143" in proc.stdout and time.monotonic() - started < 60, proc.stdout + proc.stderr
+    left = g.run(["podman", "ps", "--filter", "label=chtop.worktree=dev", "--format", "{{.Names}}"]).stdout
+    assert left.strip() == ""
