@@ -24,7 +24,7 @@ from ..workspace.layout import admin_dir_for, verify_git_dirs
 from . import podman as podman_mod
 from .mounts import MountContext, plan_mounts
 from .policy import STRUCTURAL_ENV, load_policy
-from .rootfs import ensure_skeleton
+from .rootfs import claim_run_dir, ensure_skeleton, remove_run_dir, stale_run_dirs
 
 NETWORKS = ("proxy", "host", "open")
 PURPOSE_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
@@ -50,13 +50,23 @@ class ProxyNeed:
 
 @dataclass(frozen=True)
 class RootSetup:
-    """The skeleton root to write before podman runs: mount points, entry files, owner."""
+    """The per-run skeleton root to write before podman runs (and remove after it)."""
 
-    skeleton: Path
+    run_dir: Path                  # <runs>/<container name>: launcher.pid and root/
     mounts: tuple
     devices: tuple
-    owner: tuple[int, int] | None  # rootful: the agent's unprivileged host uid/gid
+    owner: tuple[int, int] | None  # rootful: host uid/gid of the namespace's root (owns the skeleton)
     rootful_base: Path | None      # rootful: the root-owned dir that must hold the skeleton
+    agent_ids: tuple[int, int] | None = None   # rootful: the agent's uid/gid inside = on its mounts
+    agent_dirs: tuple[Path, ...] = ()          # rootful: root-made dirs the agent must own (config dir)
+
+    @property
+    def skeleton(self) -> Path:
+        return self.run_dir / "root"
+
+    @property
+    def runs(self) -> Path:
+        return self.run_dir.parent
 
 
 @dataclass(frozen=True)
@@ -171,13 +181,13 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
     identity = podman_mod.identity_for(target.root)
     if identity.note:
         warnings.append(identity.note)
-    root = _root_setup(target, identity, mounts, policy.devices)
+    name = f"chtop-{_slug(target.name)}-{purpose}-{secrets.token_hex(3)}"
+    root = _root_setup(target, identity, mounts, policy.devices, name)
 
     named = {**policy.env_from(host_env), **{k: host_env[k] for k in PASS_THROUGH_CUDA if host_env.get(k)},
              **_git_identity(target.root, host_env), **extra_env}
     podman_env = {k: host_env[k] for k in PODMAN_ENV if k in host_env}
     podman_env.update(named)       # values reach podman by env, never on its command line
-    name = f"chtop-{_slug(target.name)}-{purpose}-{secrets.token_hex(3)}"
     argv = podman_mod.build_argv(
         name=name, labels=_labels(target, purpose, network), mounts=mounts, skeleton=root.skeleton,
         workdir=_workdir(target, cwd), env_values=_structural_env(target, host_env, proxy.url if proxy else None),
@@ -223,14 +233,13 @@ def _proxy_need(target: Target, network: str, warnings: list[str]) -> ProxyNeed 
                      f"http://127.0.0.1:{podman_mod.RELAY_PORT}")
 
 
-def _root_setup(target: Target, identity, mounts, devices) -> RootSetup:
-    key = group_id(target.root)[:8] if target.kind == "dir" else _slug(target.name)
+def _root_setup(target: Target, identity, mounts, devices, name: str) -> RootSetup:
     if identity.rootful:
         # the agent's unprivileged uid must reach the skeleton, and a root home (0700) is in the way
         base = ROOTFUL_SKELETONS
-        skeleton = base / group_id(target.group_dir) / key
-        return RootSetup(skeleton, tuple(mounts), tuple(devices), (identity.host_uid, identity.host_gid), base)
-    return RootSetup(target.state_dir / "sbox" / "rootfs" / key, tuple(mounts), tuple(devices), None, None)
+        return RootSetup(base / group_id(target.group_dir) / name, tuple(mounts), tuple(devices),
+                         identity.ns_root, base, identity.tree_owner, (target.config_dir,))
+    return RootSetup(target.state_dir / "sbox" / "runs" / name, tuple(mounts), tuple(devices), None, None)
 
 
 ROOTFUL_SKELETONS = Path("/tmp/chtop-rootfs-0")
@@ -238,12 +247,28 @@ ROOTFUL_SKELETONS = Path("/tmp/chtop-rootfs-0")
 
 def prepare_launch(plan: LaunchPlan) -> None:
     """Do what ``plan_launch`` left to do: the state dir, the proxy (fail closed: it raises when the
-    proxy cannot start or listens elsewhere), the skeleton root and its entry files."""
+    proxy cannot start or listens elsewhere), the per-run skeleton root and its entry files (after
+    removing those of killed runs)."""
     setup = plan.setup
     setup.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)   # exists before it is masked
     if setup.proxy is not None:
         _ensure_planned_proxy(setup.proxy)
-    _write_root(setup.root, setup.proxy.socket_path if setup.proxy else None)
+    _write_root(setup.root, setup.proxy.socket_path if setup.proxy else None, plan.env)
+
+
+def cleanup_launch(plan: LaunchPlan) -> None:
+    """After the sandbox exits: remove its per-run files (the skeleton root, the pid file)."""
+    if plan.setup is not None:
+        remove_run_dir(plan.setup.root.run_dir)
+
+
+def _sweep_stale_runs(runs: Path, env: dict[str, str]) -> None:
+    """Remove the run dirs of killed launches whose container is gone too."""
+    for run_dir in stale_run_dirs(runs):
+        proc = subprocess.run(["podman", "container", "exists", run_dir.name], env=env, stdin=subprocess.DEVNULL,
+                              capture_output=True, timeout=60)
+        if proc.returncode == 1:          # 0: still there (a detached run); 125: podman failed
+            remove_run_dir(run_dir)
 
 
 def _ensure_planned_proxy(need: ProxyNeed) -> None:
@@ -255,19 +280,34 @@ def _ensure_planned_proxy(need: ProxyNeed) -> None:
                          "run `inv net.stop` and retry")
 
 
-def _write_root(root: RootSetup, proxy_socket: Path | None) -> None:
+def _write_root(root: RootSetup, proxy_socket: Path | None, env: dict[str, str] | None = None) -> None:
     if root.owner is not None:
         _check_rootful_base(root.rootful_base)
-        if proxy_socket is not None:
-            # the agent is an unprivileged host uid: hand it this worktree's socket (dir 0700, socket 0600)
-            for path in (proxy_socket.parent, proxy_socket):
-                os.chown(path, *root.owner)
+        for path in _agent_owned(root, proxy_socket):
+            os.chown(path, *root.agent_ids)
+    _sweep_stale_runs(root.runs, env if env is not None else dict(os.environ))
+    claim_run_dir(root.run_dir, 0o755 if root.owner is not None else 0o700)
     skeleton = ensure_skeleton(root.skeleton, list(root.mounts), root.devices)
     podman_mod.write_entry_files(skeleton)
     if root.owner is not None:
         for dirpath, dirnames, filenames in os.walk(skeleton):
             for name in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
                 os.lchown(name, *root.owner)
+
+
+def _agent_owned(root: RootSetup, proxy_socket: Path | None) -> list[Path]:
+    """As root, what the agent (the tree owner's ids inside, idmapped) must own: this worktree's
+    proxy socket and its dir (0700/0600), and the root-made agent config dir; never a symlink,
+    never a path some other user already owns."""
+    out = []
+    for path in [*((proxy_socket.parent, proxy_socket) if proxy_socket else ()), *root.agent_dirs]:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if st.st_uid == 0 and not Path(path).is_symlink() and (st.st_uid, st.st_gid) != root.agent_ids:
+            out.append(Path(path))
+    return out
 
 
 def _check_rootful_base(base: Path) -> None:
@@ -335,8 +375,11 @@ def launch(request: LaunchRequest) -> int:
     for line in ([request.target.note] if request.target.note else []) + list(request.notes):
         print(f"chtop: {line}", file=sys.stderr, flush=True)
     show_warnings(plan)
-    prepare_launch(plan)
-    return run_plan(plan, interactive=request.interactive)
+    try:
+        prepare_launch(plan)
+        return run_plan(plan, interactive=request.interactive)
+    finally:
+        cleanup_launch(plan)
 
 
 def shell_command(interactive: bool = True) -> list[str]:

@@ -11,6 +11,7 @@ import resource
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import ChtopError
 from .mounts import Mount
 
 RELAY_PORT = 3128
@@ -48,45 +49,92 @@ class Identity:
     """Who the agent is on the host."""
 
     rootful: bool
-    uidmap: list[str] = field(default_factory=list)
+    uidmap: list[str] = field(default_factory=list)   # --uidmap/--gidmap/--user
     note: str | None = None
-    host_uid: int | None = None      # rootful: the host uid the agent runs as
+    host_uid: int | None = None      # rootful: the host uid the agent's processes run as
     host_gid: int | None = None
+    ns_root: tuple[int, int] | None = None    # rootful: host uid/gid of the namespace's root
+    tree_owner: tuple[int, int] | None = None  # rootful: the uid/gid the agent is inside and on its mounts
+
+    @property
+    def idmap(self) -> bool:
+        """Rootful: the tree's bind mounts are idmapped (on-disk ids = the ids inside)."""
+        return self.rootful
+
+
+AGENT_RANGE = 65536
+FREE_RANGE_START = 1 << 31         # above every useradd range and every ordinary uid
 
 
 def identity_for(root: Path) -> Identity:
     """Rootless: podman's own user namespace (container root = you).
 
-    As root: a user namespace mapping container root to the owner of the
-    tree (never host root); a root-owned tree maps to an unprivileged
-    subordinate range, so the agent cannot write it.
+    As root: a user namespace over an unprivileged id range that no other
+    user has (root's /etc/subuid entry, else a free block), so no process
+    of the agent is ever host root or another user.  The agent runs inside
+    as the uid/gid that owns the tree, and the tree's mounts are idmapped
+    (``-v SRC:DST:rw,idmap``), so it can write what the tree's owner could
+    and what it creates is owned by that owner on the host; /usr and /etc
+    are not idmapped, so root's files there stay out of reach.
     """
     if os.geteuid() != 0:
         return Identity(False)
     st = root.stat()
     owner, group = st.st_uid, st.st_gid
-    base = _subid_base(owner) or 100000
-    if owner == 0:
-        return Identity(True, [f"--uidmap=0:{base}:65536", f"--gidmap=0:{base}:65536"],
-                        f"running as root: {root} is root-owned, so the agent runs as unprivileged uid {base} "
-                        "in a user namespace and cannot write it; run chtop as the tree's owner (rootless)",
-                        base, base)
-    return Identity(True, [f"--uidmap=0:{owner}:1", f"--uidmap=1:{base}:65535",
-                           f"--gidmap=0:{group}:1", f"--gidmap=1:{base}:65535"],
-                    f"running as root: rootful podman with a user namespace; the agent is uid {owner} "
-                    f"(the owner of {root}) on the host, never root", owner, group)
+    if owner >= AGENT_RANGE or group >= AGENT_RANGE:
+        raise ChtopError(f"{root} is owned by uid {owner}/gid {group}, above {AGENT_RANGE - 1}: as root chtop "
+                         "maps only that range into the sandbox; run chtop as the tree's owner (rootless)")
+    ubase, gbase = agent_id_base("uid"), agent_id_base("gid")
+    argv = [f"--uidmap=0:{ubase}:{AGENT_RANGE}", f"--gidmap=0:{gbase}:{AGENT_RANGE}"]
+    if owner or group:
+        argv.append(f"--user={owner}:{group}")
+    note = (f"running as root: rootful podman with a user namespace (host ids {ubase}..{ubase + AGENT_RANGE - 1}, "
+            f"no other user's); the agent is uid {owner} inside, never host root, and what it writes in "
+            f"{root} is owned by uid {owner} on the host")
+    return Identity(True, argv, note, ubase + owner, gbase + group, (ubase, gbase), (owner, group))
 
 
-def _subid_base(uid: int) -> int | None:
+def agent_id_base(kind: str = "uid") -> int:
+    """The first host id of the agents' range as root: root's /etc/sub{u,g}id entry when it has
+    one of at least 65536 ids, else the first 65536-aligned block from 2**31 up that no
+    /etc/sub{u,g}id entry (of any user) and no passwd/group id touches."""
+    subfile = Path(f"/etc/sub{kind}")
+    entries = _sub_entries(subfile)
+    for name, start, count in entries:
+        if name in ("root", "0") and count >= AGENT_RANGE:
+            return start
+    taken = [(start, start + count) for _, start, count in entries]
+    used_ids = _passwd_ids(kind)
+    base = FREE_RANGE_START
+    while base + AGENT_RANGE < 1 << 32:
+        end = base + AGENT_RANGE
+        if not any(start < end and base < stop for start, stop in taken) and \
+                not any(base <= i < end for i in used_ids):
+            return base
+        base += AGENT_RANGE
+    raise ChtopError(f"no free block of {AGENT_RANGE} ids for the agents; add one for root to {subfile}")
+
+
+def _sub_entries(path: Path) -> list[tuple[str, int, int]]:
+    out = []
     try:
-        name = pwd.getpwuid(uid).pw_name
-        for line in Path("/etc/subuid").read_text().splitlines():
-            parts = line.split(":")
-            if len(parts) == 3 and parts[0] in (name, str(uid)):
-                return int(parts[1])
-    except (OSError, KeyError, ValueError):
-        pass
-    return None
+        lines = path.read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        parts = line.strip().split(":")
+        if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+            out.append((parts[0], int(parts[1]), int(parts[2])))
+    return out
+
+
+def _passwd_ids(kind: str) -> list[int]:
+    import grp
+
+    try:
+        return [e.pw_uid for e in pwd.getpwall()] if kind == "uid" else [e.gr_gid for e in grp.getgrall()]
+    except OSError:
+        return []
 
 
 def _hard(res) -> int:
@@ -112,15 +160,27 @@ def ulimit_args(rootful: bool) -> list[str]:
     return args
 
 
-def mount_args(mounts: list[Mount]) -> list[str]:
+# The host's own system trees: never idmapped as root (root's files there, /etc/shadow among
+# them, keep their host owner, which the agent's namespace does not map).
+HOST_SYSTEM_TREES = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+
+def mount_args(mounts: list[Mount], identity: Identity | None = None) -> list[str]:
+    """--tmpfs/--volume per mount; as root every bind mount but the host's system trees is
+    idmapped, so the agent (the tree owner's uid inside) owns what that owner owns."""
+    idmap = identity is not None and identity.idmap
+    shared_tmp = identity is not None and identity.tree_owner not in (None, (0, 0))
     out = []
     for m in mounts:
         if m.mode == "tmpfs":
-            out.append(f"--tmpfs={m.dst}:rw,mode=0700")
+            # a non-root agent inside cannot own a tmpfs (podman 4.3 has no uid=): sticky, all-writable
+            out.append(f"--tmpfs={m.dst}:rw,mode={'1777' if shared_tmp else '0700'}")
         elif m.mode == "tmpfs-ro":
             out.append(f"--tmpfs={m.dst}:ro,mode=0500,size=4k")
         else:
             opts = "ro" if m.mode == "ro" else "rw"
+            if idmap and str(m.dst) not in HOST_SYSTEM_TREES:
+                opts += ",idmap"
             out.append(f"--volume={m.src}:{m.dst}:{opts}")
     return out
 
@@ -145,7 +205,7 @@ def build_argv(*, name: str, labels: dict[str, str], mounts: list[Mount], skelet
         argv.append("--group-add=keep-groups")
     for dev in devices:
         argv.append(f"--device={dev}")
-    argv += mount_args(mounts)
+    argv += mount_args(mounts, identity)
     for key, value in env_values.items():
         argv.append(f"--env={key}={value}")
     for key in env_names:          # values come from podman's own env (never echoed)

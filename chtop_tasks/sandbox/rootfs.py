@@ -62,3 +62,54 @@ def _mount_point(skel: Path, dst: Path, is_dir: bool) -> None:
             point.rmdir()
         point.parent.mkdir(parents=True, exist_ok=True)
         point.touch(exist_ok=True)
+
+
+# -- per-run dirs: <runs>/<container name>/{pid,root/} -------------------------------------------
+# Each launch gets its own skeleton root, removed when the sandbox exits; a run that was killed
+# before it could clean up is removed by the next launch of the group (its launcher is gone
+# and podman has no container of that name).
+
+PID_FILE = "launcher.pid"
+
+
+def claim_run_dir(run_dir: Path, mode: int = 0o700) -> None:
+    """Make ``run_dir`` (fresh) and record the launching process in it.  As root the namespace's
+    unprivileged root must traverse it to the skeleton: ``mode`` 0755 then."""
+    run_dir.parent.mkdir(parents=True, exist_ok=True, mode=mode)
+    run_dir.mkdir(mode=mode)
+    (run_dir / PID_FILE).write_text(f"{os.getpid()}\n")
+
+
+def remove_run_dir(run_dir: Path) -> None:
+    import shutil
+
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _launcher_alive(run_dir: Path) -> bool:
+    try:
+        pid = int((run_dir / PID_FILE).read_text().strip())
+    except (OSError, ValueError):
+        # no pid yet: a launch that is just starting, or one killed right after mkdir
+        try:
+            import time
+
+            return time.time() - run_dir.stat().st_mtime < 60
+        except OSError:
+            return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stale_run_dirs(runs: Path) -> list[Path]:
+    """The run dirs under ``runs`` whose launcher has died (their container may still run)."""
+    try:
+        entries = sorted(runs.iterdir())
+    except OSError:
+        return []
+    return [d for d in entries if d.is_dir() and not d.is_symlink() and not _launcher_alive(d)]
