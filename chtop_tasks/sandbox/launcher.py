@@ -22,6 +22,7 @@ from ..places import Target, group_id, home_dir
 from ..runner import echo
 from ..workspace.layout import admin_dir_for, verify_git_dirs
 from . import podman as podman_mod
+from .limits import Limits, killed_note, limit_args, load_limits, why_not_enforced
 from .mounts import MountContext, plan_mounts
 from .policy import STRUCTURAL_ENV, load_policy
 from .rootfs import claim_run_dir, ensure_skeleton, remove_run_dir, stale_run_dirs
@@ -83,6 +84,7 @@ class LaunchPlan:
     env: dict[str, str]
     warnings: list[str] = field(default_factory=list)
     setup: LaunchSetup | None = None
+    limits: Limits = field(default_factory=Limits)     # the limits podman enforces (none where it cannot)
 
 
 @dataclass(frozen=True)
@@ -181,6 +183,9 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
     identity = podman_mod.identity_for(target.root)
     if identity.note:
         warnings.append(identity.note)
+    limits, limits_note = _limits_for(target, identity.rootful)
+    if limits_note:
+        warnings.append(limits_note)
     name = f"chtop-{_slug(target.name)}-{purpose}-{secrets.token_hex(3)}"
     root = _root_setup(target, identity, mounts, policy.devices, name)
 
@@ -189,12 +194,24 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
     podman_env = {k: host_env[k] for k in PODMAN_ENV if k in host_env}
     podman_env.update(named)       # values reach podman by env, never on its command line
     argv = podman_mod.build_argv(
-        name=name, labels=_labels(target, purpose, network), mounts=mounts, skeleton=root.skeleton,
+        name=name, labels=_labels(target, purpose, network, limits, limits_note), mounts=mounts, skeleton=root.skeleton,
         workdir=_workdir(target, cwd), env_values=_structural_env(target, host_env, proxy.url if proxy else None),
         env_names=sorted(named), devices=policy.devices, network=network, proxy_socket=proxy_socket,
         interactive=interactive, identity=identity, hostname=f"sbox-{_slug(target.name)}"[:63],
-        command=command, image=image)
-    return LaunchPlan(argv, name, podman_env, warnings, LaunchSetup(target.state_dir, proxy, root))
+        command=command, image=image, limits=[] if limits_note else limit_args(limits))
+    return LaunchPlan(argv, name, podman_env, warnings, LaunchSetup(target.state_dir, proxy, root),
+                      Limits() if limits_note else limits)
+
+
+def _limits_for(target: Target, rootful: bool) -> tuple[Limits, str | None]:
+    """This sandbox's limits, and a note when the host cannot enforce them (then none are passed)."""
+    limits = load_limits(target.policy_dir, target.name if target.kind == "worktree" else None)
+    if not limits.any:
+        return limits, None
+    why = why_not_enforced(rootful)
+    if why:
+        return limits, f"limits NOT enforced ({limits.describe()}): {why}"
+    return limits, None
 
 
 def _checked_launch_args(command, purpose, network, extra_env) -> dict[str, str]:
@@ -346,10 +363,15 @@ def _workdir(target: Target, cwd: Path | None) -> Path:
     return target.root
 
 
-def _labels(target: Target, purpose: str, network: str) -> dict[str, str]:
-    return {f"{LABEL}.group": str(target.group_dir), f"{LABEL}.group_id": group_id(target.group_dir),
-            f"{LABEL}.worktree": target.name, f"{LABEL}.root": str(target.root),
-            f"{LABEL}.purpose": purpose, f"{LABEL}.network": network}
+def _labels(target: Target, purpose: str, network: str, limits: Limits | None = None,
+            limits_note: str | None = None) -> dict[str, str]:
+    labels = {f"{LABEL}.group": str(target.group_dir), f"{LABEL}.group_id": group_id(target.group_dir),
+              f"{LABEL}.worktree": target.name, f"{LABEL}.root": str(target.root),
+              f"{LABEL}.purpose": purpose, f"{LABEL}.network": network}
+    if limits is not None:
+        shown = limits.describe().replace(", ", " ")
+        labels[f"{LABEL}.limits"] = f"{shown} (NOT enforced)" if limits_note and limits.any else shown
+    return labels
 
 
 def _which_host(name: str) -> bool:
@@ -377,9 +399,13 @@ def launch(request: LaunchRequest) -> int:
     show_warnings(plan)
     try:
         prepare_launch(plan)
-        return run_plan(plan, interactive=request.interactive)
+        status = run_plan(plan, interactive=request.interactive)
     finally:
         cleanup_launch(plan)
+    note = killed_note(status, plan.limits)
+    if note:
+        print(f"chtop: {note}", file=sys.stderr, flush=True)
+    return status
 
 
 def shell_command(interactive: bool = True) -> list[str]:
@@ -390,7 +416,8 @@ def shell_command(interactive: bool = True) -> list[str]:
 
 
 def list_sandboxes(group_dir: Path) -> list[dict[str, str]]:
-    """The running sandboxes of a group: name, worktree, purpose, network, status, command."""
+    """The running sandboxes of a group: name, worktree, purpose, network, status, command, limits
+    (``memory 256M pids 32``, with ``(NOT enforced)`` where the host could not)."""
     argv = ["podman", "ps", "--filter", f"label={LABEL}.group_id={group_id(group_dir)}", "--format", "json"]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60)
@@ -406,7 +433,8 @@ def list_sandboxes(group_dir: Path) -> list[dict[str, str]]:
         rows.append({"name": names[0], "worktree": labels.get(f"{LABEL}.worktree", "?"),
                      "purpose": labels.get(f"{LABEL}.purpose", "?"),
                      "network": labels.get(f"{LABEL}.network", "?"), "status": item.get("Status", "?"),
-                     "command": " ".join(command[4:] if command[:2] == ["/bin/sh", podman_mod.ENTRY] else command)})
+                     "command": " ".join(command[4:] if command[:2] == ["/bin/sh", podman_mod.ENTRY] else command),
+                     "limits": labels.get(f"{LABEL}.limits", "?")})
     return rows
 
 

@@ -188,7 +188,7 @@ def mount_args(mounts: list[Mount], identity: Identity | None = None) -> list[st
 def build_argv(*, name: str, labels: dict[str, str], mounts: list[Mount], skeleton: Path, workdir: Path,
                env_values: dict[str, str], env_names: list[str], devices: list[Path], network: str,
                proxy_socket: Path | None, interactive: bool, identity: Identity, hostname: str,
-               command: list[str], image: str | None = None) -> list[str]:
+               command: list[str], image: str | None = None, limits: list[str] | None = None) -> list[str]:
     argv = ["podman", "run", "--rm", f"--name={name}", f"--hostname={hostname}"]
     for key, value in labels.items():
         argv.append(f"--label={key}={value}")
@@ -201,6 +201,7 @@ def build_argv(*, name: str, labels: dict[str, str], mounts: list[Mount], skelet
         argv.append("--ipc=host")
     argv += identity.uidmap
     argv += ulimit_args(identity.rootful)
+    argv += list(limits or ())
     if not identity.rootful:
         argv.append("--group-add=keep-groups")
     for dev in devices:

@@ -53,13 +53,13 @@ def shell(c, dir=None, network="proxy", allow_self_edit=False):  # noqa: A002
 @task(help={"dir": "list the --dir sandboxes (group ~/.config/chtop) instead of this workspace's"})
 @reports_errors
 def ps(c, dir=False):  # noqa: A002
-    """The running sandboxes of this group: name, worktree, purpose, network, status."""
+    """The running sandboxes of this group: name, worktree, purpose, network, status, limits."""
     rows = sandbox.list_sandboxes(places.group_dir_for(Path.cwd(), dir))
     if not rows:
         say("no sandboxes running")
     for row in rows:
         say(f"{row['name']}\t{row['worktree']}\t{row['purpose']}\t{row['network']}\t{row['status']}\t"
-            f"{row['command']}")
+            f"{row['command']}\tlimits: {row['limits']}")
 
 
 # -- agents: claude, agent, build-image (logic in chtop_tasks/agents/) --
