@@ -320,3 +320,16 @@ def test_self_edit_is_opt_in_and_loud(g):
         assert (g.dev / "tasks.py").read_text().endswith("# agent was here\n")
     finally:
         g.git(g.dev, "checkout", "--", "tasks.py")
+
+
+def test_rootless_says_when_limits_are_not_enforced_and_leaves_no_run_files(g):
+    from chtop_tasks.sandbox.limits import why_not_enforced
+
+    proc = g.sbox("echo RAN")
+    assert "RAN" in proc.stdout, proc.stderr
+    why = why_not_enforced(False)
+    if why:                                       # cgroup v1 here: rootless podman cannot set them
+        assert "limits NOT enforced (memory" in proc.stderr and why in proc.stderr
+        assert "--memory" not in proc.stderr
+    runs = g.grouping / ".chtop" / "sbox" / "runs"
+    assert not runs.exists() or list(runs.iterdir()) == []     # the per-run skeleton went with the run
