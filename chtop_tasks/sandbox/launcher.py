@@ -166,7 +166,8 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
     host_env = dict(os.environ)
     if target.kind == "worktree":
         verify_git_dirs(target.workspace)
-    policy = load_policy(target.policy_dir, home_dir(), target.workspace.grouping if target.workspace else None)
+    policy = load_policy(target.policy_dir, home_dir(), target.workspace.grouping if target.workspace else None,
+                         target.name if target.kind == "worktree" else None)
     warnings = list(policy.warnings)
     proxy = _proxy_need(target, network, warnings)
     proxy_socket = proxy.socket_path if proxy else None
