@@ -333,3 +333,13 @@ def test_rootless_says_when_limits_are_not_enforced_and_leaves_no_run_files(g):
         assert "--memory" not in proc.stderr
     runs = g.grouping / ".chtop" / "sbox" / "runs"
     assert not runs.exists() or list(runs.iterdir()) == []     # the per-run skeleton went with the run
+
+
+def test_no_relay_process_the_proxy_accepts_on_the_sandboxs_listener(g):
+    """The entry hands its 127.0.0.1:3128 listener to the proxy (SCM_RIGHTS): no socat inside,
+    only the sleep that holds the hand-off, and the agent's requests still reach the proxy."""
+    proc = g.sbox("echo COMM $(cat /proc/[0-9]*/comm | sort | tr '\\n' ' '); "
+                  "curl -sS -o /dev/null -w 'proxy=%{http_code}\\n' --max-time 10 http://blocked.example/")
+    comm = next(line for line in proc.stdout.splitlines() if line.startswith("COMM "))
+    assert "socat" not in comm and "sleep" in comm, comm
+    assert "proxy=403" in proc.stdout, proc.stdout + proc.stderr

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..places import check_worktree_name
+from . import fdpass
 from .control import worktree_socket
 from .hostmatch import BadHost, address_is_public, canonical_host, is_ip, parse_authority
 from .logs import RequestLog, net_dir
@@ -126,6 +127,7 @@ class Server:
         sock.bind(str(path))
         os.chmod(path, 0o600)
         self._listen(key, sock, worktree, tcp=False)
+        fdpass.open_handoff(self, key, path, worktree)    # the sandbox may hand over its own listener
 
     def listen_worktree(self, name: str) -> Path:
         check_worktree_name(name)

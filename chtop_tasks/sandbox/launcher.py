@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..errors import ChtopError, CommandFailed, UsageError
 from ..places import Target, group_id, home_dir
+from ..proxy.fdpass import handoff_path
 from ..runner import echo
 from ..workspace.layout import admin_dir_for, verify_git_dirs
 from . import podman as podman_mod
@@ -244,9 +245,9 @@ def _proxy_need(target: Target, network: str, warnings: list[str]) -> ProxyNeed 
         warnings.append("--network host: the agent shares the host's network; the proxy is only honoured "
                         "by clients that use HTTPS_PROXY, a raw socket goes around it")
         return ProxyNeed(target.group_dir, target.policy_dir, worktree, None, endpoint.url)
-    if not _which_host("socat"):
-        raise ChtopError("socat is not installed on the host (/usr/bin/socat); the proxy relay inside the "
-                         "sandbox needs it.  Install it: apt-get install socat")
+    if not _which_host("python3") and not _which_host("socat"):
+        raise ChtopError("neither python3 nor socat is installed on the host (/usr/bin); the sandbox needs one "
+                         "to reach the proxy.  Install one: apt-get install python3")
     return ProxyNeed(target.group_dir, target.policy_dir, worktree, endpoint.socket_path,
                      f"http://127.0.0.1:{podman_mod.RELAY_PORT}")
 
@@ -318,7 +319,8 @@ def _agent_owned(root: RootSetup, proxy_socket: Path | None) -> list[Path]:
     proxy socket and its dir (0700/0600), and the root-made agent config dir; never a symlink,
     never a path some other user already owns."""
     out = []
-    for path in [*((proxy_socket.parent, proxy_socket) if proxy_socket else ()), *root.agent_dirs]:
+    sockets = (proxy_socket.parent, proxy_socket, handoff_path(proxy_socket)) if proxy_socket else ()
+    for path in [*sockets, *root.agent_dirs]:
         try:
             st = os.lstat(path)
         except OSError:

@@ -20,22 +20,29 @@ ENTRY_DIR = "/.chtop"          # in the skeleton (read-only root); files chtop p
 ENTRY = f"{ENTRY_DIR}/entry.sh"
 SHELLRC = f"{ENTRY_DIR}/shellrc"
 
-# Starts the relay 127.0.0.1:PORT -> proxy unix socket in the background,
-# waits (at most ~2 s) until it listens, then becomes the command.
+# Gives the proxy a listener 127.0.0.1:PORT made in this network namespace
+# (listen_handoff.py, SCM_RIGHTS: no relay hop), else -- no python3 or no
+# hand-off socket -- starts a socat relay and waits (at most ~2 s) until it
+# listens; then becomes the command.
 ENTRY_SCRIPT = r"""#!/bin/sh
-# chtop sandbox entry: $1 = proxy socket ("" for none), $2 = relay port, then the command.
+# chtop sandbox entry: $1 = proxy socket ("" for none), $2 = port, then the command.
 sock=$1; port=$2; shift 2
 if [ -n "$sock" ]; then
-    socat TCP-LISTEN:"$port",bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:"$sock" </dev/null >/dev/null 2>&1 &
-    hex=$(printf '%04X' "$port"); i=0
-    until grep -q "0100007F:$hex 00000000:0000 0A" /proc/net/tcp 2>/dev/null; do
-        i=$((i + 1))
-        if [ "$i" -gt 400 ]; then echo "chtop: the proxy relay did not start" >&2; exit 125; fi
-        sleep 0.005
-    done
+    if [ -S "${sock%/*}/handoff.sock" ] && [ -x /usr/bin/python3 ]; then
+        /usr/bin/python3 -I -S /.chtop/listen_handoff.py "${sock%/*}/handoff.sock" "$port" || exit 125
+    else
+        socat TCP-LISTEN:"$port",bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:"$sock" </dev/null >/dev/null 2>&1 &
+        hex=$(printf '%04X' "$port"); i=0
+        until grep -q "0100007F:$hex 00000000:0000 0A" /proc/net/tcp 2>/dev/null; do
+            i=$((i + 1))
+            if [ "$i" -gt 400 ]; then echo "chtop: the proxy relay did not start" >&2; exit 125; fi
+            sleep 0.005
+        done
+    fi
 fi
 exec "$@"
 """
+HANDOFF_SCRIPT = Path(__file__).resolve().parent.parent / "incontainer" / "listen_handoff.py"
 
 SHELLRC_SCRIPT = r"""# chtop sbox.shell rcfile: ~/.bashrc, then the worktree's .claude/env.sh
 [ -f ~/.bashrc ] && . ~/.bashrc
@@ -224,7 +231,9 @@ def build_argv(*, name: str, labels: dict[str, str], mounts: list[Mount], skelet
 def write_entry_files(skeleton: Path) -> None:
     entry_dir = skeleton / ENTRY_DIR.lstrip("/")
     entry_dir.mkdir(parents=True, exist_ok=True)
-    for rel, text in ((ENTRY, ENTRY_SCRIPT), (SHELLRC, SHELLRC_SCRIPT)):
+    files = ((ENTRY, ENTRY_SCRIPT), (SHELLRC, SHELLRC_SCRIPT),
+             (f"{ENTRY_DIR}/listen_handoff.py", HANDOFF_SCRIPT.read_text()))
+    for rel, text in files:
         path = skeleton / rel.lstrip("/")
         if not path.is_file() or path.read_text() != text:
             tmp = path.with_suffix(".tmp")
