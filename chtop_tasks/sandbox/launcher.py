@@ -103,6 +103,10 @@ class LaunchRequest:
     image: str | None = None
     image_trees: tuple[Path, ...] = ()
     notes: tuple[str, ...] = ()   # said before the warnings (e.g. which token an agent uses)
+    # the caller has nothing left to do after the sandbox (sbox.run): a non-interactive launch then
+    # becomes a small shell that waits for podman and removes the per-run files, so no Python
+    # process stays alive per sandbox
+    replace_process: bool = False
 
 
 def _slug(text: str) -> str:
@@ -391,6 +395,29 @@ def run_plan(plan: LaunchPlan, interactive: bool = False) -> int:
     return run_interactive(plan.argv, env=plan.env, pty=interactive, quiet=True)
 
 
+# $1 = the run dir, $2 = what to say on a SIGKILL (exit 137), then podman's argv.  A trap (not an
+# ignore, which podman would inherit) keeps Ctrl-C from ending the shell before podman has exited.
+WAITER = r"""d=$1; note=$2; shift 2
+trap : INT
+"$@"; rc=$?
+rm -rf -- "$d"
+if [ "$rc" = 137 ] && [ -n "$note" ]; then printf 'chtop: %s\n' "$note" >&2; fi
+exit $rc
+"""
+
+
+def exec_waiter(plan: LaunchPlan) -> None:
+    """Become ``sh`` running podman and then the cleanup (exit status: podman's, 128+sig if killed)."""
+    echo(plan.argv)
+    if shutil.which(plan.argv[0], path=plan.env.get("PATH")) is None:
+        raise CommandFailed("podman is not installed (apt-get install podman uidmap crun)")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    note = killed_note(137, plan.limits) or ""
+    os.execve("/bin/sh", ["sh", "-c", WAITER, "chtop-sbox", str(plan.setup.root.run_dir), note, *plan.argv],
+              plan.env)
+
+
 def launch(request: LaunchRequest) -> int:
     """The one launch entry: plan, say the notes and warnings, prepare, run; the child's exit status."""
     plan = plan_launch(request.target, request.command, interactive=request.interactive,
@@ -402,6 +429,8 @@ def launch(request: LaunchRequest) -> int:
     show_warnings(plan)
     try:
         prepare_launch(plan)
+        if request.replace_process and not request.interactive:
+            exec_waiter(plan)                           # does not return
         status = run_plan(plan, interactive=request.interactive)
     finally:
         cleanup_launch(plan)

@@ -22,7 +22,7 @@ _COMMON_HELP = {
 def _request(command, interactive, purpose, dir, network, allow_self_edit):  # noqa: A002
     target = places.target_for(Path.cwd(), Path(dir) if dir else None)
     return sandbox.LaunchRequest(target, command, interactive=interactive, purpose=purpose, network=network,
-                                 allow_self_edit=allow_self_edit, cwd=Path.cwd())
+                                 allow_self_edit=allow_self_edit, cwd=Path.cwd(), replace_process=True)
 
 
 @task(help={**_COMMON_HELP, "dry_run": "print the podman command line and exit: nothing is started or written"})
