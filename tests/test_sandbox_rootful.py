@@ -160,3 +160,19 @@ def test_rootful_cleans_up_its_skeleton_and_stale_ones(root_dev, root_env):
     assert "RAN" in proc.stdout, proc.stdout + proc.stderr
     assert not stale.exists()
     assert not runs.exists() or list(runs.iterdir()) == []
+
+
+def test_the_agents_id_range_is_roots_or_one_nobody_has(tmp_path):
+    """Pure: root's own /etc/subuid entry when it has one, else a free 65536 block from 2**31 up
+    that overlaps no user's subordinate range and no passwd uid."""
+    from chtop_tasks.sandbox.podman import AGENT_RANGE, FREE_RANGE_START, agent_id_base
+
+    sub = tmp_path / "subuid"
+    sub.write_text("chtop-sbt:100000:65536\nroot:300000:65536\n")
+    assert agent_id_base("uid", sub, []) == 300000
+    sub.write_text(f"chtop-sbt:100000:65536\nbig:{FREE_RANGE_START + 10}:70000\nroot:1:10\n")
+    base = agent_id_base("uid", sub, [FREE_RANGE_START + 2 * AGENT_RANGE + 5])
+    assert base == FREE_RANGE_START + 3 * AGENT_RANGE        # past the big range and the passwd uid
+    sub.write_text("")
+    assert agent_id_base("uid", sub, []) == FREE_RANGE_START
+    assert agent_id_base("uid", tmp_path / "none", []) == FREE_RANGE_START

@@ -101,17 +101,17 @@ def identity_for(root: Path) -> Identity:
     return Identity(True, argv, note, ubase + owner, gbase + group, (ubase, gbase), (owner, group))
 
 
-def agent_id_base(kind: str = "uid") -> int:
+def agent_id_base(kind: str = "uid", subfile: Path | None = None, used_ids: list[int] | None = None) -> int:
     """The first host id of the agents' range as root: root's /etc/sub{u,g}id entry when it has
     one of at least 65536 ids, else the first 65536-aligned block from 2**31 up that no
     /etc/sub{u,g}id entry (of any user) and no passwd/group id touches."""
-    subfile = Path(f"/etc/sub{kind}")
+    subfile = subfile or Path(f"/etc/sub{kind}")
     entries = _sub_entries(subfile)
     for name, start, count in entries:
         if name in ("root", "0") and count >= AGENT_RANGE:
             return start
     taken = [(start, start + count) for _, start, count in entries]
-    used_ids = _passwd_ids(kind)
+    used_ids = _passwd_ids(kind) if used_ids is None else used_ids
     base = FREE_RANGE_START
     while base + AGENT_RANGE < 1 << 32:
         end = base + AGENT_RANGE
