@@ -64,6 +64,31 @@ def timed(argv, cwd) -> float:
     return took
 
 
+PLAN_AND_PREPARE = """
+import json
+from pathlib import Path
+from chtop_tasks import places
+from chtop_tasks.sandbox.launcher import plan_launch, prepare_launch
+plan = plan_launch(places.target_for(Path.cwd()), ["true"], interactive=False)
+prepare_launch(plan)
+print(json.dumps([plan.argv, str(plan.setup.root.run_dir)]))
+"""
+
+
+def bare_argv(g, as_user) -> list[str]:
+    """The podman argv chtop would run, with its per-run skeleton prepared and kept for the bare runs
+    (its pid file names this process, so chtop's sweep of killed runs leaves it alone)."""
+    import json
+
+    proc = subprocess.run(as_user + [str(g.venv / "bin" / "python"), "-c", PLAN_AND_PREPARE], cwd=g.dev,
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if proc.returncode:
+        raise SystemExit(f"planning the bare run failed:\n{proc.stderr[-1500:]}")
+    argv, run_dir = json.loads(proc.stdout.strip().splitlines()[-1])
+    (Path(run_dir) / "launcher.pid").write_text(f"{os.getpid()}\n")
+    return argv
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
@@ -78,9 +103,7 @@ def main() -> int:
         g = build(base)
         as_user = ["runuser", "-u", g.user.pw_name, "--", "env", "-i", *[f"{k}={v}" for k, v in g.env.items()]]
         inv = as_user + [str(g.venv / "bin" / "python"), "-m", "invoke", "sbox.run", "--", "true"]
-        dry = subprocess.run(as_user + [str(g.venv / "bin" / "python"), "-m", "invoke", "sbox.run",
-                                        "--dry-run", "--", "true"], cwd=g.dev, capture_output=True, text=True)
-        bare = shlex.split(dry.stdout.strip().removeprefix("$ "))
+        bare = bare_argv(g, as_user)
         timed(inv, g.dev)                      # warm: proxy started, skeleton made
         timed(as_user + bare, g.dev)
         py = str(g.venv / "bin" / "python")

@@ -19,7 +19,6 @@ from pathlib import Path
 
 from ..errors import ChtopError, CommandFailed, UsageError
 from ..places import Target, group_id, home_dir
-from ..proxy.fdpass import handoff_path
 from ..runner import echo
 from ..workspace.layout import admin_dir_for, verify_git_dirs
 from . import podman as podman_mod
@@ -322,6 +321,8 @@ def _agent_owned(root: RootSetup, proxy_socket: Path | None) -> list[Path]:
     """As root, what the agent (the tree owner's ids inside, idmapped) must own: this worktree's
     proxy socket and its dir (0700/0600), and the root-made agent config dir; never a symlink,
     never a path some other user already owns."""
+    from ..proxy.fdpass import handoff_path
+
     out = []
     sockets = (proxy_socket.parent, proxy_socket, handoff_path(proxy_socket)) if proxy_socket else ()
     for path in [*sockets, *root.agent_dirs]:
