@@ -40,7 +40,20 @@ sys.path.insert(0, str(ROOT))
 
 from bench_proxy import servers_main  # noqa: E402
 
-PER_SANDBOX = ("python", "podman", "conmon", "catatonit", "sleep")
+PER_SANDBOX = ("podman", "conmon", "catatonit", "sleep")
+
+
+def kept_as(comm: str, cmd: str) -> str | None:
+    """What a new process is per sandbox (None: someone else's, on this shared machine)."""
+    if comm == "runuser":
+        return "runuser (the bench's harness)"
+    if comm.startswith("python") and "invoke" in cmd:
+        return "inv (chtop's launcher)"
+    if comm == "sh" and "chtop-sbox" in cmd:
+        return "sh (chtop's waiter)"
+    if comm == "sleep" and cmd.startswith("sleep infinity"):
+        return "sleep (hand-off holder)"
+    return next((k for k in PER_SANDBOX if comm.startswith(k)), None)
 
 
 def build(base: Path, n: int):
@@ -72,6 +85,27 @@ def build(base: Path, n: int):
         os.environ.clear()
         os.environ.update(saved)
     return group, env
+
+
+def build_rootless(base: Path, n: int):
+    """The same, owned by the unprivileged test user (built as the tests build it): dev + w01.."""
+    import conftest
+    from bench_sandbox import build as build_user_group
+
+    from chtop_tasks.workspace.layout import find_workspace
+    from chtop_tasks.workspace.worktrees import create_worktree
+
+    group = build_user_group(base)                  # toplevel + dev, owned by the test user
+    names = [f"w{i:02d}" for i in range(1, n)]
+    home = base / "root-home"
+    with conftest.hermetic_os_env(home):
+        with open(home / ".gitconfig", "a") as fh:
+            fh.write("[safe]\n\tdirectory = *\n")            # root adds worktrees to the user's repos
+        for name in names:
+            create_worktree(find_workspace(group.toplevel), name)
+    shutil.rmtree(home, ignore_errors=True)
+    subprocess.run(["chown", "-R", f"{group.user.pw_uid}:{group.user.pw_gid}", str(group.grouping)], check=True)
+    return group, [group.dev] + [group.grouping / name for name in names]
 
 
 def storage_env(base: Path) -> dict[str, str]:
@@ -112,30 +146,43 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=50)
     ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--rootless", action="store_true", help="run the sandboxes rootless as the test user")
     args = ap.parse_args()
     if os.geteuid() != 0:
-        raise SystemExit("run as root (rootful podman; the sandboxes run in a user namespace)")
+        raise SystemExit("run as root (rootful podman, or --rootless: as the unprivileged test user)")
     q = mp.Queue()
     srv = mp.Process(target=servers_main, args=(q,), daemon=True)
     srv.start()
     echo = q.get(timeout=10)[0]
     base = Path(tempfile.mkdtemp(prefix="chtop-many-", dir="/tmp"))
+    base.chmod(0o755)                 # the test user walks into it (rootless)
     procs: list[subprocess.Popen] = []
     try:
         t0 = time.perf_counter()
-        group, env = build(base, args.n)
+        if args.rootless:
+            ugroup, trees = build_rootless(base, args.n)
+            toplevel = ugroup.toplevel
+            run_env = dict(ugroup.env)
+            python = ["runuser", "-u", ugroup.user.pw_name, "--", "env", "-i",
+                      *[f"{k}={v}" for k, v in run_env.items()], str(ugroup.venv / "bin" / "python")]
+            run_env = None
+        else:
+            group, env = build(base, args.n)
+            toplevel = group.toplevel
+            trees = [group.path(f"w{i:02d}") for i in range(args.n)]
+            run_env = {**os.environ, **env, **storage_env(base), "NO_COLOR": "1"}
+            run_env["CHTOP_PROXY_PORT"] = str(12000 + os.getpid() % 20000)
+            python = [sys.executable]
         print(f"built {args.n} worktrees in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-        with open(group.toplevel / "sandbox" / "net-allow.txt", "a") as fh:
+        with open(toplevel / "sandbox" / "net-allow.txt", "a") as fh:
             fh.write("127.0.0.1 private   # bench: the loopback echo server\n")
-        client_dir = group.toplevel / "bench-client"         # read-only inside every sandbox
-        client_dir.mkdir()
+        client_dir = toplevel / "bench-client"         # read-only inside every sandbox
+        client_dir.mkdir(mode=0o755)
         for name in ("bench_proxy.py", "egress_client.py"):
             shutil.copy(ROOT / "bench" / name, client_dir / name)
+            (client_dir / name).chmod(0o644)
         go = client_dir / "GO"
-        run_env = {**os.environ, **env, **storage_env(base), "NO_COLOR": "1"}
-        port = 12000 + os.getpid() % 20000
-        run_env["CHTOP_PROXY_PORT"] = str(port)
-        warm = subprocess.run([sys.executable, "-m", "invoke", "sbox.run", "--", "true"], cwd=group.path("w00"),
+        warm = subprocess.run([*python, "-m", "invoke", "sbox.run", "--", "true"], cwd=trees[0],
                               env=run_env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if warm.returncode:
             raise SystemExit(f"the first sandbox failed:\n{warm.stderr[-2000:]}")
@@ -145,10 +192,10 @@ def main() -> int:
         launch = []
         for i in range(args.n):
             start = time.perf_counter()
-            p = subprocess.Popen([sys.executable, "-m", "invoke", "sbox.run", "--", "python3",
+            p = subprocess.Popen([*python, "-m", "invoke", "sbox.run", "--", "python3",
                                   str(client_dir / "egress_client.py"), "loop", "127.0.0.1:3128", str(echo),
                                   "--seconds", str(args.seconds), "--go", str(go)],
-                                 cwd=group.path(f"w{i:02d}"), env=run_env, stdout=subprocess.PIPE,
+                                 cwd=trees[i], env=run_env, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
             procs.append(p)
             line = p.stdout.readline()
@@ -166,8 +213,9 @@ def main() -> int:
         for _, comm, cmd, rss in new:
             if is_agent(comm, cmd):
                 continue
-            key = "inv (chtop)" if "invoke" in cmd else next((k for k in PER_SANDBOX if comm.startswith(k)), comm)
-            kept[key] = kept.get(key, 0) + rss
+            key = kept_as(comm, cmd)
+            if key:
+                kept[key] = kept.get(key, 0) + rss
         go.write_text("go\n")
         results = []
         for p in procs:
@@ -184,18 +232,24 @@ def main() -> int:
             except (OSError, ValueError):
                 pass
         srv.terminate()
+        if args.rootless:
+            from sandbox_helpers import end_pause_process
+
+            end_pause_process(base / "w" / "run")
         shutil.rmtree(base, ignore_errors=True)
     n = args.n
     mib = 2**20
     first = statistics.median(launch[:3])
     last = statistics.median(launch[-3:])
-    print(f"\n{n} sandboxes of one group, as root ({os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f})")
+    mode = "rootless, as the test user" if args.rootless else "as root"
+    print(f"\n{n} sandboxes of one group, {mode} ({os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f})")
     print(f"  launch to READY  first 3 median {first:.3f} s, last 3 median {last:.3f} s, ratio {last / first:.2f} "
           f"(target <= 2); all: min {min(launch):.3f} max {max(launch):.3f} median {statistics.median(launch):.3f}")
     drop = (mem0 - mem1) / n
     print(f"  idle memory      MemAvailable drop {drop / mib:.1f} MiB per sandbox; without the agents' own "
           f"processes ({agents / n / mib:.1f} MiB PSS each) {(drop - agents / n) / mib:.1f} MiB (target <= 30)")
-    print("  kept per sandbox (PSS): " +
+    ours = sum(v for k, v in kept.items() if "harness" not in k)
+    print(f"  kept per sandbox by chtop and podman (PSS) {ours / n / mib:.1f} MiB (target <= 30): " +
           ", ".join(f"{k} {v / n / mib:.1f} MiB" for k, v in sorted(kept.items())))
     opened = sum(r["opened"] for r in results)
     errors = sum(r["errors"] for r in results)
