@@ -1,6 +1,7 @@
 """The ``podman run`` argv for a mount plan: rootless by default, a user
-namespace when run as root, and the entry wrapper that starts the proxy
-relay inside a ``--network none`` container.
+namespace with idmapped mounts when run as root, and the entry wrapper that
+gives a ``--network none`` container its way to the proxy (the hand-off of
+its own listener, see ``proxy/fdpass.py``; a socat relay as the fallback).
 """
 
 from __future__ import annotations

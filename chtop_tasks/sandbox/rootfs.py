@@ -2,8 +2,10 @@
 
 No image is pulled.  The skeleton holds empty mount points; the host's /usr
 and /etc are mounted over it read-only (so the toolchain and glibc always
-match the host), and the container runs with a read-only root.  It lives in
-chtop's host-side state dir, which is never mounted into a sandbox.
+match the host), and the container runs with a read-only root.  Each launch
+gets its own (a per-run dir in chtop's host-side state dir, which is never
+mounted into a sandbox; as root under /tmp/chtop-rootfs-0), removed when the
+sandbox exits.
 """
 
 from __future__ import annotations
