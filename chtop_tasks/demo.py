@@ -8,6 +8,7 @@ it from.
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -115,7 +116,7 @@ def clone_project_as_toplevel(grouping: Path, manifest: str) -> Path:
 
 def inv(cwd: Path, *args: str, check: bool = True) -> int:
     """Run `inv ARGS` in ``cwd``, showing it as the user would type it."""
-    say(f"{cwd}$ inv {' '.join(args)}")
+    say(f"{cwd}$ inv {shlex.join(args)}")
     proc = subprocess.run([sys.executable, "-m", "invoke", *args], cwd=cwd, env=dict(os.environ, **DEMO_ENV),
                           stdin=subprocess.DEVNULL)
     if check and proc.returncode:
