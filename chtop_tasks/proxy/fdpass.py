@@ -16,7 +16,8 @@ sandbox (and its network namespace) outlives it.
 
 Everything the sandbox sends is hostile: the fd must be a listening TCP
 stream socket (anything else is refused and closed), one fd per
-connection, at most ``MAX_PASSED`` per socket at once.
+connection, at most ``MAX_PASSED`` per socket at once, and at most
+``MAX_PENDING`` connections waiting to send their message.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ HANDOFF_NAME = "handoff.sock"
 MAGIC = b"CHTOP-LISTEN 1\n"
 OK = b"OK\n"
 MAX_PASSED = 16
+MAX_PENDING = 64          # hand-off connections that have not sent their message yet
 
 
 def handoff_path(proxy_socket: Path) -> Path:
@@ -61,6 +63,7 @@ class Handoff:
         self.path = Path(path)
         self.worktree = worktree
         self.passed: dict[int, str] = {}       # unix conn fd -> key of the listener it passed
+        self.pending: set[int] = set()         # conns still to send their message
         self.serial = 0
 
     def open(self) -> None:
@@ -88,10 +91,16 @@ class Handoff:
             except OSError as exc:
                 self.server.log.note(f"hand-off accept failed: {exc}")
                 return
+            if len(self.pending) >= MAX_PENDING:
+                conn.close()
+                self.server.log.note(f"hand-off refused ({self.worktree or 'group'}): {MAX_PENDING} pending")
+                continue
             conn.setblocking(False)
+            self.pending.add(conn.fileno())
             self.server.loop.add_reader(conn.fileno(), self._on_hello, conn)
 
     def _drop(self, conn: socket.socket, why: str | None = None) -> None:
+        self.pending.discard(conn.fileno())
         if why:
             self.server.log.note(f"hand-off refused ({self.worktree or 'group'}): {why}")
         try:
@@ -119,6 +128,7 @@ class Handoff:
         if why is not None:
             lsock.close()
             return self._drop(conn, why)
+        self.pending.discard(conn.fileno())
         self.serial += 1
         lkey = f"{self.key}:{self.serial}"
         self.server._listen(lkey, lsock, self.worktree, tcp=True)
