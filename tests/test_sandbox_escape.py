@@ -332,7 +332,7 @@ def test_rootless_says_when_limits_are_not_enforced_and_leaves_no_run_files(g):
         assert "limits NOT enforced (memory" in proc.stderr and why in proc.stderr
         assert "--memory" not in proc.stderr
     runs = g.grouping / ".chtop" / "sbox" / "runs"
-    assert not runs.exists() or list(runs.iterdir()) == []     # the per-run skeleton went with the run
+    assert not runs.exists()                   # the per-run skeleton (and the empty runs dir) went with the run
 
 
 def test_no_relay_process_the_proxy_accepts_on_the_sandboxs_listener(g):

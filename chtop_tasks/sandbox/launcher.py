@@ -401,7 +401,7 @@ def run_plan(plan: LaunchPlan, interactive: bool = False) -> int:
 WAITER = r"""d=$1; note=$2; shift 2
 trap : INT
 "$@"; rc=$?
-rm -rf -- "$d"
+rm -rf -- "$d"; rmdir -- "${d%/*}" 2>/dev/null
 if [ "$rc" = 137 ] && [ -n "$note" ]; then printf 'chtop: %s\n' "$note" >&2; fi
 exit $rc
 """

@@ -77,15 +77,25 @@ PID_FILE = "launcher.pid"
 def claim_run_dir(run_dir: Path, mode: int = 0o700) -> None:
     """Make ``run_dir`` (fresh) and record the launching process in it.  As root the namespace's
     unprivileged root must traverse it to the skeleton: ``mode`` 0755 then."""
-    run_dir.parent.mkdir(parents=True, exist_ok=True, mode=mode)
-    run_dir.mkdir(mode=mode)
+    for _ in range(3):              # the last run of the group may remove the parent meanwhile
+        run_dir.parent.mkdir(parents=True, exist_ok=True, mode=mode)
+        try:
+            run_dir.mkdir(mode=mode)
+            break
+        except FileNotFoundError:
+            continue
     (run_dir / PID_FILE).write_text(f"{os.getpid()}\n")
 
 
 def remove_run_dir(run_dir: Path) -> None:
+    """Remove ``run_dir``, and the group's runs dir when it was the last one in it."""
     import shutil
 
     shutil.rmtree(run_dir, ignore_errors=True)
+    try:
+        run_dir.parent.rmdir()
+    except OSError:
+        pass
 
 
 def _launcher_alive(run_dir: Path) -> bool:
