@@ -8,6 +8,7 @@ it from.
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -115,7 +116,7 @@ def clone_project_as_toplevel(grouping: Path, manifest: str) -> Path:
 
 def inv(cwd: Path, *args: str, check: bool = True) -> int:
     """Run `inv ARGS` in ``cwd``, showing it as the user would type it."""
-    say(f"{cwd}$ inv {' '.join(args)}")
+    say(f"{cwd}$ inv {shlex.join(args)}")
     proc = subprocess.run([sys.executable, "-m", "invoke", *args], cwd=cwd, env=dict(os.environ, **DEMO_ENV),
                           stdin=subprocess.DEVNULL)
     if check and proc.returncode:
@@ -171,6 +172,12 @@ def run_demo(base: Path | None = None, venv: bool = True, sandbox: bool = True) 
         inv(top, "net.start")
         inv(dev, "sbox.run", "--", "python3", "chtop_tasks/incontainer/probe.py",
             "--host-home", str(Path.home()), "--toplevel", str(top))
+        narrate("   The agent's work: a commit in dev/mathapp from inside the sandbox, seen on the host")
+        inv(dev, "sbox.run", "--", "sh", "-c",
+            "cd mathapp && echo 'Totals of integer lists.' > NOTES.md && git add NOTES.md && "
+            "git commit -q -m 'mathapp: notes, written in the sandbox' && echo '  committed inside the sandbox'")
+        say(git(dev / "mathapp", "log", "-1", "--format=  on the host: %h %s (%an)").stdout.rstrip())
+        inv(dev, "git.merge-up")
         narrate("   The proxy's log: the allowed and the blocked CONNECT (approve with inv net.allow)")
         inv(top, "net.pending")
         inv(top, "net.stop")

@@ -22,6 +22,7 @@ def test_demo_runs_the_whole_workflow(tmp_path):
     assert "dev/mathapp is 1 commit behind top/mathapp (main branch)" in out
     for check, answer in [
         (r"read this worktree \(\S+/ch/dev\)", "can"),
+        (r"write a file in a repo of this worktree", "can"),
         (r"read /etc/shadow", "cannot"),
         (r"write the toplevel's \S+/tasks.py", "cannot"),
         (r"connect to 1.1.1.1:443 directly", "cannot"),
@@ -29,6 +30,8 @@ def test_demo_runs_the_whole_workflow(tmp_path):
         (r"CONNECT github.com:443 via the proxy \(not allowed\)", "HTTP/1.1 403 Forbidden"),
     ]:
         assert re.search(rf"^  {check}\s+{re.escape(answer)}", out, re.M), check
+    assert "committed inside the sandbox" in out
+    assert re.search(r"on the host: [0-9a-f]+ mathapp: notes, written in the sandbox \(chtop demo\)", out)
     assert "github.com" in out.split("inv net.pending", 1)[1]
     top = tmp_path / "ch" / "top"
     assert not (tmp_path / "ch" / "dev").exists()

@@ -332,3 +332,26 @@ def test_self_edit_is_opt_in_and_loud(g):
         assert (g.dev / "tasks.py").read_text().endswith("# agent was here\n")
     finally:
         g.git(g.dev, "checkout", "--", "tasks.py")
+
+
+def test_rootless_says_when_limits_are_not_enforced_and_leaves_no_run_files(g):
+    from chtop_tasks.sandbox.limits import why_not_enforced
+
+    proc = g.sbox("echo RAN")
+    assert "RAN" in proc.stdout, proc.stderr
+    why = why_not_enforced(False)
+    if why:                                       # cgroup v1 here: rootless podman cannot set them
+        assert "limits NOT enforced (memory" in proc.stderr and why in proc.stderr
+        assert "--memory" not in proc.stderr
+    runs = g.grouping / ".chtop" / "sbox" / "runs"
+    assert not runs.exists()                   # the per-run skeleton (and the empty runs dir) went with the run
+
+
+def test_no_relay_process_the_proxy_accepts_on_the_sandboxs_listener(g):
+    """The entry hands its 127.0.0.1:3128 listener to the proxy (SCM_RIGHTS): no socat inside,
+    only the sleep that holds the hand-off, and the agent's requests still reach the proxy."""
+    proc = g.sbox("echo COMM $(cat /proc/[0-9]*/comm | sort | tr '\\n' ' '); "
+                  "curl -sS -o /dev/null -w 'proxy=%{http_code}\\n' --max-time 10 http://blocked.example/")
+    comm = next(line for line in proc.stdout.splitlines() if line.startswith("COMM "))
+    assert "socat" not in comm and "sleep" in comm, comm
+    assert "proxy=403" in proc.stdout, proc.stdout + proc.stderr

@@ -120,6 +120,18 @@ def test_venv_base_interpreter_prefix_is_mounted(with_dev, tmp_path):
     assert m[str(prefix)] == "ro" and m[str(dev / ".venv")] == "ro"
 
 
+def test_venv_base_interpreter_under_the_scratch_home_is_mounted(with_dev):
+    """Root's pyenv lives in /root, which the sandbox covers with a scratch tmpfs: the base
+    interpreter is still mounted (read-only) at its own path."""
+    dev = with_dev.path("dev")
+    prefix = places.home_dir() / ".pyenv" / "versions" / "3.11.7"
+    (prefix / "bin").mkdir(parents=True)
+    (dev / ".venv").mkdir()
+    (dev / ".venv" / "pyvenv.cfg").write_text(f"home = {prefix}/bin\nversion = 3.11\n")
+    m = modes(plan_for(dev))
+    assert m[str(places.home_dir())] == "tmpfs" and m[str(prefix)] == "ro"
+
+
 def test_refuses_toplevel_and_outside(with_dev, tmp_path):
     with pytest.raises(WorkspaceError, match="is the toplevel"):
         places.target_for(with_dev.toplevel)

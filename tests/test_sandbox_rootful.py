@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import git
 from sandbox_helpers import cgroup_hint, free_proxy_port, missing, user_group_cm
 
 pytestmark = [pytest.mark.podman, pytest.mark.rootful, pytest.mark.slow]
@@ -21,9 +22,9 @@ def owned(remote_template):
         yield group
 
 
-@pytest.fixture
-def root_env(tmp_path, owned):
-    """Rootful podman with its storage in tmp (never the machine's /var/lib/containers)."""
+def rootful_podman_env(tmp_path: Path) -> dict[str, str]:
+    """Rootful podman with its storage in tmp (never the machine's /var/lib/containers); skips (fails
+    in CI) when rootful podman cannot run here."""
     store = tmp_path / "podman"
     store.mkdir()
     (store / "storage.conf").write_text(
@@ -44,9 +45,28 @@ def root_env(tmp_path, owned):
     return env
 
 
+@pytest.fixture
+def root_env(tmp_path):
+    return rootful_podman_env(tmp_path)
+
+
 def inv_as_root(env, cwd, *args):
     return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, stdin=subprocess.DEVNULL, timeout=120)
+
+
+def _subid_ranges(path="/etc/subuid"):
+    out = []
+    for line in Path(path).read_text().splitlines():
+        name, start, count = line.split(":")
+        out.append((name, int(start), int(start) + int(count)))
+    return out
+
+
+def _uid_map(stdout: str) -> tuple[int, int, int]:
+    line = next(ln for ln in stdout.splitlines() if ln.startswith("UIDMAP "))
+    inside, host, count = (int(x) for x in line.split()[1:4])
+    return inside, host, count
 
 
 def test_rootful_maps_the_agent_to_the_tree_owner(owned, root_env):
@@ -56,28 +76,103 @@ def test_rootful_maps_the_agent_to_the_tree_owner(owned, root_env):
     root_file.write_text("root's\n")
     os.chown(root_file, 0, 0)
     os.chmod(root_file, 0o666 & ~0o022)
-    script = ("head -1 /proc/self/uid_map; touch alpha/made-inside && echo MADE; "
+    script = ("echo UIDMAP $(head -1 /proc/self/uid_map); echo INSIDE-UID $(id -u); "
+              "touch alpha/made-inside && echo MADE; "
               f"if echo x >> {root_file} 2>/dev/null; then echo ESCAPED-root-file; fi; "
               "curl -sS -o /dev/null -w 'proxy=%{http_code}\\n' --max-time 10 http://blocked.example/; "
               "echo PROBES-DONE")
     proc = inv_as_root(root_env, g.dev, "sbox.run", "--", "sh", "-c", script)
     assert "PROBES-DONE" in proc.stdout, proc.stdout + proc.stderr
     assert "rootful podman with a user namespace" in proc.stderr          # says what it does
-    assert proc.stdout.split()[:3] == ["0", str(uid), "1"]                 # container root = the owner
+    inside, host, count = _uid_map(proc.stdout)
+    assert inside == 0 and host != 0 and count == 65536
+    for name, start, stop in _subid_ranges():                              # never another user's ids
+        assert name in ("root", "0") or stop <= host or host + count <= start, (name, start, stop, host)
+    assert f"INSIDE-UID {uid}" in proc.stdout                              # the owner's uid inside
     assert "MADE" in proc.stdout and "ESCAPED" not in proc.stdout
-    assert (g.dev / "alpha" / "made-inside").stat().st_uid == uid          # never root on the host
+    assert (g.dev / "alpha" / "made-inside").stat().st_uid == uid          # the owner's file on the host
     assert root_file.read_text() == "root's\n"
     assert "proxy=403" in proc.stdout                                       # the relay reaches the proxy
 
 
-def test_rootful_on_a_root_owned_tree_gets_an_unprivileged_uid(owned, root_env, tmp_path):
-    project = tmp_path / "proj"
-    project.mkdir()
-    (project / "f").write_text("x\n")
-    proc = inv_as_root(root_env, project, "-r", str(Path(__file__).resolve().parent.parent), "sbox.run", "--dir", str(project), "--network", "open", "--",
-                       "sh", "-c", "head -1 /proc/self/uid_map; echo y >> f || echo DENIED")
-    assert proc.returncode == 0, proc.stderr
-    first = proc.stdout.split()[:3]
-    assert first[0] == "0" and first[1] != "0"
-    assert "DENIED" in proc.stdout and (project / "f").read_text() == "x\n"
-    assert "cannot write it" in proc.stderr
+@pytest.fixture
+def root_dev(with_dev, tmp_path):
+    """A workspace built and owned by root (as on a cloud GPU box), with a venv in dev from this
+    python (pyenv's under /root here), and a root-only file standing in for /root's secrets."""
+    dev = with_dev.path("dev")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(dev / ".venv")], check=True)
+    return with_dev
+
+
+def test_as_root_the_agent_works_in_a_root_owned_worktree(root_dev, root_env):
+    g = root_dev
+    dev, top = g.path("dev"), g.toplevel
+    config = g.grouping / "claude"
+    policy = top / "sandbox" / "net-allow.txt"
+    policy_before = policy.read_text()
+    base_python = Path(os.path.realpath(sys.base_prefix))
+    script = (
+        "echo UIDMAP $(head -1 /proc/self/uid_map); "
+        "cd alpha && echo inside > from-sandbox.txt && git add from-sandbox.txt && "
+        "git commit -qm 'written as root-mapped agent' && echo COMMITTED; cd ..; "
+        "python -c 'import sys; print(\"PY\", sys.prefix, sys.base_prefix)'; "
+        'mkdir -p "$CLAUDE_CONFIG_DIR/session-env/s1" && echo ok > "$CLAUDE_CONFIG_DIR/session-env/s1/f" '
+        "&& echo CONFIG-WRITABLE; "
+        f"touch {top}/made-by-agent 2>/dev/null && echo ESCAPED-toplevel; "
+        "echo x >> alpha/.git 2>/dev/null && echo ESCAPED-gitpointer; "
+        f"echo evil.example >> {policy} 2>/dev/null && echo ESCAPED-policy; "
+        "cat /etc/shadow >/dev/null 2>&1 && echo ESCAPED-shadow; "
+        f"ls -A /root 2>/dev/null | sed 's/^/ROOTLS /'; "
+        f"cat {base_python}/../../../.bash_history 2>/dev/null && echo ESCAPED-roothome; "
+        "echo PROBES-DONE")
+    proc = g.inv(dev, "sbox.run", "--", "sh", "-c", script, env=root_env, check=False, timeout=180)
+    out = proc.stdout
+    assert "PROBES-DONE" in out, out + proc.stderr
+    assert "ESCAPED" not in out, out
+    inside, host, _ = _uid_map(out)
+    assert inside == 0 and host != 0                                       # container root is not host root
+    assert "COMMITTED" in out, out + proc.stderr                           # no "dubious ownership"
+    log = git(dev / "alpha", "log", "-1", "--format=%s|%an")
+    assert log.split("|")[0] == "written as root-mapped agent"
+    host_name = os.environ.get("GIT_AUTHOR_NAME") or git(dev / "alpha", "config", "user.name")
+    assert log.split("|")[1] == host_name                                  # the host's identity
+    made = dev / "alpha" / "from-sandbox.txt"
+    assert made.stat().st_uid == 0 and made.stat().st_gid == 0             # owned by the tree's owner
+    assert f"PY {dev}/.venv {base_python}" in out                          # the venv's python runs
+    assert "CONFIG-WRITABLE" in out and (config / "session-env" / "s1" / "f").stat().st_uid == 0
+    assert not (top / "made-by-agent").exists() and policy.read_text() == policy_before
+    host_root_entries = set(os.listdir("/root")) - {".pyenv"}
+    seen = {ln.split(None, 1)[1] for ln in out.splitlines() if ln.startswith("ROOTLS ")}
+    assert not (seen & host_root_entries), seen                            # /root's files stay out
+
+
+def test_rootful_cleans_up_its_skeleton_and_stale_ones(root_dev, root_env):
+    from chtop_tasks import places
+    from chtop_tasks.sandbox import launcher
+
+    g = root_dev
+    runs = launcher.ROOTFUL_SKELETONS / places.group_id(g.grouping)
+    stale = runs / "chtop-dev-run-dead00"
+    (stale / "root").mkdir(parents=True)
+    (stale / "launcher.pid").write_text("999999999\n")              # a launcher that is gone
+    proc = g.inv(g.path("dev"), "sbox.run", "--network", "open", "--", "sh", "-c", "ls / >/dev/null; echo RAN",
+                 env=root_env, check=False)
+    assert "RAN" in proc.stdout, proc.stdout + proc.stderr
+    assert not stale.exists()
+    assert not runs.exists()                               # nor its now empty group dir
+
+
+def test_the_agents_id_range_is_roots_or_one_nobody_has(tmp_path):
+    """Pure: root's own /etc/subuid entry when it has one, else a free 65536 block from 2**31 up
+    that overlaps no user's subordinate range and no passwd uid."""
+    from chtop_tasks.sandbox.podman import AGENT_RANGE, FREE_RANGE_START, agent_id_base
+
+    sub = tmp_path / "subuid"
+    sub.write_text("chtop-sbt:100000:65536\nroot:300000:65536\n")
+    assert agent_id_base("uid", sub, []) == 300000
+    sub.write_text(f"chtop-sbt:100000:65536\nbig:{FREE_RANGE_START + 10}:70000\nroot:1:10\n")
+    base = agent_id_base("uid", sub, [FREE_RANGE_START + 2 * AGENT_RANGE + 5])
+    assert base == FREE_RANGE_START + 3 * AGENT_RANGE        # past the big range and the passwd uid
+    sub.write_text("")
+    assert agent_id_base("uid", sub, []) == FREE_RANGE_START
+    assert agent_id_base("uid", tmp_path / "none", []) == FREE_RANGE_START

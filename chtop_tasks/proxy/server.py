@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..places import check_worktree_name, command_for_group
+from . import fdpass
 from .aio import TIMEOUTS, timeout
 from .control import worktree_socket
 from .control_protocol import ControlService
@@ -116,6 +117,7 @@ class Server:
         sock.bind(str(path))
         os.chmod(path, 0o600)
         self._listen(key, sock, worktree, tcp=False)
+        fdpass.open_handoff(self, key, path, worktree)    # the sandbox may hand over its own listener
 
     def open_worktree(self, name: str) -> Path:
         check_worktree_name(name)

@@ -26,9 +26,10 @@ from ..term import warn
 from ..workspace.layout import admin_dir_for, private_store, verify_git_dirs
 from ..workspace.quarantine import sync_worktree
 from . import podman as podman_mod
+from .limits import Limits, killed_note, limit_args, load_limits, why_not_enforced
 from .mounts import MountContext, plan_mounts
 from .policy import STRUCTURAL_ENV, load_policy
-from .rootfs import ensure_skeleton
+from .rootfs import claim_run_dir, ensure_skeleton, remove_run_dir, stale_run_dirs
 
 NETWORKS = ("proxy", "host", "open")
 PURPOSE_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
@@ -54,13 +55,23 @@ class ProxyNeed:
 
 @dataclass(frozen=True)
 class RootSetup:
-    """The skeleton root to write before podman runs: mount points, entry files, owner."""
+    """The per-run skeleton root to write before podman runs (and remove after it)."""
 
-    skeleton: Path
+    run_dir: Path                  # <runs>/<container name>: launcher.pid and root/
     mounts: tuple
     devices: tuple
-    owner: tuple[int, int] | None  # rootful: the agent's unprivileged host uid/gid
+    owner: tuple[int, int] | None  # rootful: host uid/gid of the namespace's root (owns the skeleton)
     rootful_base: Path | None      # rootful: the root-owned dir that must hold the skeleton
+    agent_ids: tuple[int, int] | None = None   # rootful: the agent's uid/gid inside = on its mounts
+    agent_dirs: tuple[Path, ...] = ()          # rootful: root-made dirs the agent must own (config dir)
+
+    @property
+    def skeleton(self) -> Path:
+        return self.run_dir / "root"
+
+    @property
+    def runs(self) -> Path:
+        return self.run_dir.parent
 
 
 @dataclass(frozen=True)
@@ -77,6 +88,7 @@ class LaunchPlan:
     env: dict[str, str]
     warnings: list[str] = field(default_factory=list)
     setup: LaunchSetup | None = None
+    limits: Limits = field(default_factory=Limits)     # the limits podman enforces (none where it cannot)
 
 
 @dataclass(frozen=True)
@@ -94,6 +106,10 @@ class LaunchRequest:
     image: str | None = None
     image_trees: tuple[Path, ...] = ()
     notes: tuple[str, ...] = ()   # said before the warnings (e.g. which token an agent uses)
+    # the caller has nothing left to do after the sandbox (sbox.run): a non-interactive launch then
+    # becomes a small shell that waits for podman and removes the per-run files, so no Python
+    # process stays alive per sandbox
+    replace_process: bool = False
 
 
 def _slug(text: str) -> str:
@@ -159,7 +175,8 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
     host_env = dict(os.environ)
     if target.kind == "worktree":
         verify_git_dirs(target.workspace)
-    policy = load_policy(target.policy_dir, home_dir(), target.workspace.grouping if target.workspace else None)
+    policy = load_policy(target.policy_dir, home_dir(), target.workspace.grouping if target.workspace else None,
+                         target.name if target.kind == "worktree" else None)
     warnings = list(policy.warnings)
     proxy = _proxy_need(target, network, warnings)
     proxy_socket = proxy.socket_path if proxy else None
@@ -176,20 +193,35 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
     identity = podman_mod.identity_for(target.root)
     if identity.note:
         warnings.append(identity.note)
-    root = _root_setup(target, identity, mounts, policy.devices)
+    limits, limits_note = _limits_for(target, identity.rootful)
+    if limits_note:
+        warnings.append(limits_note)
+    name = f"chtop-{_slug(target.name)}-{purpose}-{secrets.token_hex(3)}"
+    root = _root_setup(target, identity, mounts, policy.devices, name)
 
     named = {**policy.env_from(host_env), **{k: host_env[k] for k in PASS_THROUGH_CUDA if host_env.get(k)},
              **_git_identity(target.root, host_env), **extra_env}
     podman_env = {k: host_env[k] for k in PODMAN_ENV if k in host_env}
     podman_env.update(named)       # values reach podman by env, never on its command line
-    name = f"chtop-{_slug(target.name)}-{purpose}-{secrets.token_hex(3)}"
     argv = podman_mod.build_argv(
-        name=name, labels=_labels(target, purpose, network), mounts=mounts, skeleton=root.skeleton,
+        name=name, labels=_labels(target, purpose, network, limits, limits_note), mounts=mounts, skeleton=root.skeleton,
         workdir=_workdir(target, cwd), env_values=_structural_env(target, host_env, proxy.url if proxy else None),
         env_names=sorted(named), devices=policy.devices, network=network, proxy_socket=proxy_socket,
         interactive=interactive, identity=identity, hostname=f"sbox-{_slug(target.name)}"[:63],
-        command=command, image=image)
-    return LaunchPlan(argv, name, podman_env, warnings, LaunchSetup(target.state_dir, proxy, root))
+        command=command, image=image, limits=[] if limits_note else limit_args(limits))
+    return LaunchPlan(argv, name, podman_env, warnings, LaunchSetup(target.state_dir, proxy, root),
+                      Limits() if limits_note else limits)
+
+
+def _limits_for(target: Target, rootful: bool) -> tuple[Limits, str | None]:
+    """This sandbox's limits, and a note when the host cannot enforce them (then none are passed)."""
+    limits = load_limits(target.policy_dir, target.name if target.kind == "worktree" else None)
+    if not limits.any:
+        return limits, None
+    why = why_not_enforced(rootful)
+    if why:
+        return limits, f"limits NOT enforced ({limits.describe()}): {why}"
+    return limits, None
 
 
 def _checked_launch_args(command, purpose, network, extra_env) -> dict[str, str]:
@@ -221,21 +253,20 @@ def _proxy_need(target: Target, network: str, warnings: list[str]) -> ProxyNeed 
         warnings.append("--network host: the agent shares the host's network; the proxy is only honoured "
                         "by clients that use HTTPS_PROXY, a raw socket goes around it")
         return ProxyNeed(target.group_dir, target.policy_dir, worktree, None, endpoint.url)
-    if not _which_host("socat"):
-        raise ChtopError("socat is not installed on the host (/usr/bin/socat); the proxy relay inside the "
-                         "sandbox needs it.  Install it: apt-get install socat")
+    if not _which_host("python3") and not _which_host("socat"):
+        raise ChtopError("neither python3 nor socat is installed on the host (/usr/bin); the sandbox needs one "
+                         "to reach the proxy.  Install one: apt-get install python3")
     return ProxyNeed(target.group_dir, target.policy_dir, worktree, endpoint.socket_path,
                      f"http://127.0.0.1:{podman_mod.RELAY_PORT}")
 
 
-def _root_setup(target: Target, identity, mounts, devices) -> RootSetup:
-    key = group_id(target.root)[:8] if target.kind == "dir" else _slug(target.name)
+def _root_setup(target: Target, identity, mounts, devices, name: str) -> RootSetup:
     if identity.rootful:
         # the agent's unprivileged uid must reach the skeleton, and a root home (0700) is in the way
         base = ROOTFUL_SKELETONS
-        skeleton = base / group_id(target.group_dir) / key
-        return RootSetup(skeleton, tuple(mounts), tuple(devices), (identity.host_uid, identity.host_gid), base)
-    return RootSetup(target.state_dir / "sbox" / "rootfs" / key, tuple(mounts), tuple(devices), None, None)
+        return RootSetup(base / group_id(target.group_dir) / name, tuple(mounts), tuple(devices),
+                         identity.ns_root, base, identity.tree_owner, (target.config_dir,))
+    return RootSetup(target.state_dir / "sbox" / "runs" / name, tuple(mounts), tuple(devices), None, None)
 
 
 ROOTFUL_SKELETONS = Path("/tmp/chtop-rootfs-0")
@@ -243,12 +274,28 @@ ROOTFUL_SKELETONS = Path("/tmp/chtop-rootfs-0")
 
 def prepare_launch(plan: LaunchPlan) -> None:
     """Do what ``plan_launch`` left to do: the state dir, the proxy (fail closed: it raises when the
-    proxy cannot start or listens elsewhere), the skeleton root and its entry files."""
+    proxy cannot start or listens elsewhere), the per-run skeleton root and its entry files (after
+    removing those of killed runs)."""
     setup = plan.setup
     setup.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)   # exists before it is masked
     if setup.proxy is not None:
         _ensure_planned_proxy(setup.proxy)
-    _write_root(setup.root, setup.proxy.socket_path if setup.proxy else None)
+    _write_root(setup.root, setup.proxy.socket_path if setup.proxy else None, plan.env)
+
+
+def cleanup_launch(plan: LaunchPlan) -> None:
+    """After the sandbox exits: remove its per-run files (the skeleton root, the pid file)."""
+    if plan.setup is not None:
+        remove_run_dir(plan.setup.root.run_dir)
+
+
+def _sweep_stale_runs(runs: Path, env: dict[str, str]) -> None:
+    """Remove the run dirs of killed launches whose container is gone too."""
+    for run_dir in stale_run_dirs(runs):
+        proc = subprocess.run(["podman", "container", "exists", run_dir.name], env=env, stdin=subprocess.DEVNULL,
+                              capture_output=True, timeout=60)
+        if proc.returncode == 1:          # 0: still there (a detached run); 125: podman failed
+            remove_run_dir(run_dir)
 
 
 def _ensure_planned_proxy(need: ProxyNeed) -> None:
@@ -260,19 +307,37 @@ def _ensure_planned_proxy(need: ProxyNeed) -> None:
                          "run `inv net.stop` and retry")
 
 
-def _write_root(root: RootSetup, proxy_socket: Path | None) -> None:
+def _write_root(root: RootSetup, proxy_socket: Path | None, env: dict[str, str] | None = None) -> None:
     if root.owner is not None:
         _check_rootful_base(root.rootful_base)
-        if proxy_socket is not None:
-            # the agent is an unprivileged host uid: hand it this worktree's socket (dir 0700, socket 0600)
-            for path in (proxy_socket.parent, proxy_socket):
-                os.chown(path, *root.owner)
+        for path in _agent_owned(root, proxy_socket):
+            os.chown(path, *root.agent_ids)
+    _sweep_stale_runs(root.runs, env if env is not None else dict(os.environ))
+    claim_run_dir(root.run_dir, 0o755 if root.owner is not None else 0o700)
     skeleton = ensure_skeleton(root.skeleton, list(root.mounts), root.devices)
     podman_mod.write_entry_files(skeleton)
     if root.owner is not None:
         for dirpath, dirnames, filenames in os.walk(skeleton):
             for name in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
                 os.lchown(name, *root.owner)
+
+
+def _agent_owned(root: RootSetup, proxy_socket: Path | None) -> list[Path]:
+    """As root, what the agent (the tree owner's ids inside, idmapped) must own: this worktree's
+    proxy socket and its dir (0700/0600), and the root-made agent config dir; never a symlink,
+    never a path some other user already owns."""
+    from ..proxy.fdpass import handoff_path
+
+    out = []
+    sockets = (proxy_socket.parent, proxy_socket, handoff_path(proxy_socket)) if proxy_socket else ()
+    for path in [*sockets, *root.agent_dirs]:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if st.st_uid == 0 and not Path(path).is_symlink() and (st.st_uid, st.st_gid) != root.agent_ids:
+            out.append(Path(path))
+    return out
 
 
 def _check_rootful_base(base: Path) -> None:
@@ -311,10 +376,15 @@ def _workdir(target: Target, cwd: Path | None) -> Path:
     return target.root
 
 
-def _labels(target: Target, purpose: str, network: str) -> dict[str, str]:
-    return {f"{LABEL}.group": str(target.group_dir), f"{LABEL}.group_id": group_id(target.group_dir),
-            f"{LABEL}.worktree": target.name, f"{LABEL}.root": str(target.root),
-            f"{LABEL}.purpose": purpose, f"{LABEL}.network": network}
+def _labels(target: Target, purpose: str, network: str, limits: Limits | None = None,
+            limits_note: str | None = None) -> dict[str, str]:
+    labels = {f"{LABEL}.group": str(target.group_dir), f"{LABEL}.group_id": group_id(target.group_dir),
+              f"{LABEL}.worktree": target.name, f"{LABEL}.root": str(target.root),
+              f"{LABEL}.purpose": purpose, f"{LABEL}.network": network}
+    if limits is not None:
+        shown = limits.describe().replace(", ", " ")
+        labels[f"{LABEL}.limits"] = f"{shown} (NOT enforced)" if limits_note and limits.any else shown
+    return labels
 
 
 def _which_host(name: str) -> bool:
@@ -365,6 +435,39 @@ def run_plan(plan: LaunchPlan, interactive: bool = False) -> int:
     return run_interactive(plan.argv, env=plan.env, pty=interactive, quiet=True)
 
 
+# $1 = the run dir, $2 = what to say on a SIGKILL (exit 137), $3 = the worktree whose branch to
+# import afterwards ("" for --dir), $4 = the python and $5 = the chtop checkout that does it, then
+# podman's argv.  bash, not sh: podman runs as a child with our stdin and SIGINT back at its default
+# (an asynchronous list would get /dev/null and SIGINT ignored), so the shell can pass a SIGTERM or
+# SIGHUP sent to it on to podman (which ends the sandbox) and still clean up afterwards.
+WAITER = r"""d=$1; note=$2; wt=$3; py=$4; pp=$5; shift 5
+trap : INT
+( trap - INT; exec "$@" ) <&0 & pid=$!
+trap 'kill -TERM $pid 2>/dev/null' TERM
+trap 'kill -HUP $pid 2>/dev/null' HUP
+while :; do wait $pid; rc=$?; kill -0 $pid 2>/dev/null || break; done
+rm -rf -- "$d"; rmdir -- "${d%/*}" 2>/dev/null
+if [ "$rc" = 137 ] && [ -n "$note" ]; then printf 'chtop: %s\n' "$note" >&2; fi
+if [ -n "$wt" ]; then PYTHONPATH="$pp" "$py" -m chtop_tasks.sandbox.after_exit "$wt"; fi
+exit $rc
+"""
+
+
+def exec_waiter(plan: LaunchPlan, target: Target) -> None:
+    """Become ``bash`` running podman, then the cleanup and (in a worktree) the import of its branch:
+    no Python stays around an idle sandbox (exit status: podman's, 128+sig if killed)."""
+    announce(plan)
+    if shutil.which(plan.argv[0], path=plan.env.get("PATH")) is None:
+        raise CommandFailed("podman is not installed (apt-get install podman uidmap crun)")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    note = killed_note(137, plan.limits) or ""
+    worktree = str(target.root) if target.kind == "worktree" else ""
+    checkout = str(Path(__file__).resolve().parent.parent.parent)
+    os.execve("/bin/bash", ["bash", "-c", WAITER, "chtop-sbox", str(plan.setup.root.run_dir), note, worktree,
+                          sys.executable, checkout, *plan.argv], plan.env)
+
+
 def plan_request(request: LaunchRequest) -> LaunchPlan:
     """``plan_launch`` for a request (reads only)."""
     return plan_launch(request.target, request.command, interactive=request.interactive,
@@ -378,27 +481,33 @@ def say_request(request: LaunchRequest, plan: LaunchPlan) -> None:
     for line in ([request.target.note] if request.target.note else []) + list(request.notes):
         print(f"chtop: {line}", file=sys.stderr, flush=True)
     show_warnings(plan)
-
-
 def launch(request: LaunchRequest, before_run=None) -> int:
-    """The one launch entry: plan, say the notes and warnings, prepare, run, then import the
-    worktree's branch into the shared stores; the child's exit status.
+    """The one launch entry: plan, say the notes and warnings, prepare, run, then clean up and import
+    the worktree's branch into the shared stores; the child's exit status.
 
     ``before_run(plan)``, when given, is called once everything is prepared, just before podman
-    starts (a session records its container's name there).
+    starts (a session records its container's name there).  ``request.replace_process`` (sbox.run)
+    hands the wait to a small shell (``exec_waiter``) that does the same after podman exits.
     """
     if request.target.kind == "worktree":
         # the private git state the plan mounts: converted, its integration branches refreshed
         sync_worktree(request.target.workspace)
     plan = plan_request(request)
     say_request(request, plan)
-    prepare_launch(plan)
     try:
+        prepare_launch(plan)
         if before_run is not None:
             before_run(plan)
-        return run_plan(plan, interactive=request.interactive)
+        if request.replace_process and not request.interactive:
+            exec_waiter(plan, request.target)           # does not return
+        status = run_plan(plan, interactive=request.interactive)
     finally:
+        cleanup_launch(plan)
         import_after_exit(request.target)
+    note = killed_note(status, plan.limits)
+    if note:
+        print(f"chtop: {note}", file=sys.stderr, flush=True)
+    return status
 
 
 def shell_command(interactive: bool = True) -> list[str]:
@@ -409,7 +518,8 @@ def shell_command(interactive: bool = True) -> list[str]:
 
 
 def list_sandboxes(group_dir: Path) -> list[dict[str, str]]:
-    """The running sandboxes of a group: name, worktree, purpose, network, status, command."""
+    """The running sandboxes of a group: name, worktree, purpose, network, status, command, limits
+    (``memory 256M pids 32``, with ``(NOT enforced)`` where the host could not)."""
     argv = ["podman", "ps", "--filter", f"label={LABEL}.group_id={group_id(group_dir)}", "--format", "json"]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60)
@@ -426,7 +536,8 @@ def list_sandboxes(group_dir: Path) -> list[dict[str, str]]:
                      "root": labels.get(f"{LABEL}.root", "?"),
                      "purpose": labels.get(f"{LABEL}.purpose", "?"),
                      "network": labels.get(f"{LABEL}.network", "?"), "status": item.get("Status", "?"),
-                     "command": " ".join(command[4:] if command[:2] == ["/bin/sh", podman_mod.ENTRY] else command)})
+                     "command": " ".join(command[4:] if command[:2] == ["/bin/sh", podman_mod.ENTRY] else command),
+                     "limits": labels.get(f"{LABEL}.limits", "?")})
     return rows
 
 
@@ -441,7 +552,7 @@ def sandboxes_in(group_dir: Path, root: Path) -> list[dict[str, str]]:
     return [row for row in rows if row["root"] == str(root)]
 
 
-PS_COLUMNS = ("name", "worktree", "purpose", "network", "status", "command")
+PS_COLUMNS = ("name", "worktree", "purpose", "network", "status", "limits", "command")
 
 
 def format_sandbox_table(rows: list[dict[str, str]]) -> list[str]:

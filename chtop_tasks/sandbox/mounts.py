@@ -280,7 +280,8 @@ def plan_mounts(ctx: MountContext, fs_rules) -> MountPlan:
         plan.add(ctx.proxy_dir, ctx.proxy_dir, "ro", "egress proxy socket dir")
     prefix = venv_base_prefix(ctx.root / ".venv")
     if prefix is not None and not is_within(prefix, Path("/usr")) and prefix.is_dir():
-        if plan.effective_mode(prefix) is None:
+        # wherever it lives: under the scratch home (root's pyenv in /root) it would be hidden
+        if plan.effective_mode(prefix) in (None, "tmpfs"):
             plan.add(prefix, prefix, "ro", "the venv's base interpreter")
     rename_proof(plan)
     return plan

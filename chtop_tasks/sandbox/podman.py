@@ -1,6 +1,7 @@
 """The ``podman run`` argv for a mount plan: rootless by default, a user
-namespace when run as root, and the entry wrapper that starts the proxy
-relay inside a ``--network none`` container.
+namespace with idmapped mounts when run as root, and the entry wrapper that
+gives a ``--network none`` container its way to the proxy (the hand-off of
+its own listener, see ``proxy/fdpass.py``; a socat relay as the fallback).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import resource
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import ChtopError
 from .mounts import Mount
 
 RELAY_PORT = 3128
@@ -19,22 +21,29 @@ ENTRY_DIR = "/.chtop"          # in the skeleton (read-only root); files chtop p
 ENTRY = f"{ENTRY_DIR}/entry.sh"
 SHELLRC = f"{ENTRY_DIR}/shellrc"
 
-# Starts the relay 127.0.0.1:PORT -> proxy unix socket in the background,
-# waits (at most ~2 s) until it listens, then becomes the command.
+# Gives the proxy a listener 127.0.0.1:PORT made in this network namespace
+# (listen_handoff.py, SCM_RIGHTS: no relay hop), else -- no python3 or no
+# hand-off socket -- starts a socat relay and waits (at most ~2 s) until it
+# listens; then becomes the command.
 ENTRY_SCRIPT = r"""#!/bin/sh
-# chtop sandbox entry: $1 = proxy socket ("" for none), $2 = relay port, then the command.
+# chtop sandbox entry: $1 = proxy socket ("" for none), $2 = port, then the command.
 sock=$1; port=$2; shift 2
 if [ -n "$sock" ]; then
-    socat TCP-LISTEN:"$port",bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:"$sock" </dev/null >/dev/null 2>&1 &
-    hex=$(printf '%04X' "$port"); i=0
-    until grep -q "0100007F:$hex 00000000:0000 0A" /proc/net/tcp 2>/dev/null; do
-        i=$((i + 1))
-        if [ "$i" -gt 400 ]; then echo "chtop: the proxy relay did not start" >&2; exit 125; fi
-        sleep 0.005
-    done
+    if [ -S "${sock%/*}/handoff.sock" ] && [ -x /usr/bin/python3 ]; then
+        /usr/bin/python3 -I -S /.chtop/listen_handoff.py "${sock%/*}/handoff.sock" "$port" || exit 125
+    else
+        socat TCP-LISTEN:"$port",bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:"$sock" </dev/null >/dev/null 2>&1 &
+        hex=$(printf '%04X' "$port"); i=0
+        until grep -q "0100007F:$hex 00000000:0000 0A" /proc/net/tcp 2>/dev/null; do
+            i=$((i + 1))
+            if [ "$i" -gt 400 ]; then echo "chtop: the proxy relay did not start" >&2; exit 125; fi
+            sleep 0.005
+        done
+    fi
 fi
 exec "$@"
 """
+HANDOFF_SCRIPT = Path(__file__).resolve().parent.parent / "incontainer" / "listen_handoff.py"
 
 # ~/.bashrc is the host's: its lines may name paths the sandbox does not mount (a venv's activate
 # script, a conda hook), so its errors are not shown; the worktree's env.sh then sets the env.
@@ -50,45 +59,92 @@ class Identity:
     """Who the agent is on the host."""
 
     rootful: bool
-    uidmap: list[str] = field(default_factory=list)
+    uidmap: list[str] = field(default_factory=list)   # --uidmap/--gidmap/--user
     note: str | None = None
-    host_uid: int | None = None      # rootful: the host uid the agent runs as
+    host_uid: int | None = None      # rootful: the host uid the agent's processes run as
     host_gid: int | None = None
+    ns_root: tuple[int, int] | None = None    # rootful: host uid/gid of the namespace's root
+    tree_owner: tuple[int, int] | None = None  # rootful: the uid/gid the agent is inside and on its mounts
+
+    @property
+    def idmap(self) -> bool:
+        """Rootful: the tree's bind mounts are idmapped (on-disk ids = the ids inside)."""
+        return self.rootful
+
+
+AGENT_RANGE = 65536
+FREE_RANGE_START = 1 << 31         # above every useradd range and every ordinary uid
 
 
 def identity_for(root: Path) -> Identity:
     """Rootless: podman's own user namespace (container root = you).
 
-    As root: a user namespace mapping container root to the owner of the
-    tree (never host root); a root-owned tree maps to an unprivileged
-    subordinate range, so the agent cannot write it.
+    As root: a user namespace over an unprivileged id range that no other
+    user has (root's /etc/subuid entry, else a free block), so no process
+    of the agent is ever host root or another user.  The agent runs inside
+    as the uid/gid that owns the tree, and the tree's mounts are idmapped
+    (``-v SRC:DST:rw,idmap``), so it can write what the tree's owner could
+    and what it creates is owned by that owner on the host; /usr and /etc
+    are not idmapped, so root's files there stay out of reach.
     """
     if os.geteuid() != 0:
         return Identity(False)
     st = root.stat()
     owner, group = st.st_uid, st.st_gid
-    base = _subid_base(owner) or 100000
-    if owner == 0:
-        return Identity(True, [f"--uidmap=0:{base}:65536", f"--gidmap=0:{base}:65536"],
-                        f"running as root: {root} is root-owned, so the agent runs as unprivileged uid {base} "
-                        "in a user namespace and cannot write it; run chtop as the tree's owner (rootless)",
-                        base, base)
-    return Identity(True, [f"--uidmap=0:{owner}:1", f"--uidmap=1:{base}:65535",
-                           f"--gidmap=0:{group}:1", f"--gidmap=1:{base}:65535"],
-                    f"running as root: rootful podman with a user namespace; the agent is uid {owner} "
-                    f"(the owner of {root}) on the host, never root", owner, group)
+    if owner >= AGENT_RANGE or group >= AGENT_RANGE:
+        raise ChtopError(f"{root} is owned by uid {owner}/gid {group}, above {AGENT_RANGE - 1}: as root chtop "
+                         "maps only that range into the sandbox; run chtop as the tree's owner (rootless)")
+    ubase, gbase = agent_id_base("uid"), agent_id_base("gid")
+    argv = [f"--uidmap=0:{ubase}:{AGENT_RANGE}", f"--gidmap=0:{gbase}:{AGENT_RANGE}"]
+    if owner or group:
+        argv.append(f"--user={owner}:{group}")
+    note = (f"running as root: rootful podman with a user namespace (host ids {ubase}..{ubase + AGENT_RANGE - 1}, "
+            f"no other user's); the agent is uid {owner} inside, never host root, and what it writes in "
+            f"{root} is owned by uid {owner} on the host")
+    return Identity(True, argv, note, ubase + owner, gbase + group, (ubase, gbase), (owner, group))
 
 
-def _subid_base(uid: int) -> int | None:
+def agent_id_base(kind: str = "uid", subfile: Path | None = None, used_ids: list[int] | None = None) -> int:
+    """The first host id of the agents' range as root: root's /etc/sub{u,g}id entry when it has
+    one of at least 65536 ids, else the first 65536-aligned block from 2**31 up that no
+    /etc/sub{u,g}id entry (of any user) and no passwd/group id touches."""
+    subfile = subfile or Path(f"/etc/sub{kind}")
+    entries = _sub_entries(subfile)
+    for name, start, count in entries:
+        if name in ("root", "0") and count >= AGENT_RANGE:
+            return start
+    taken = [(start, start + count) for _, start, count in entries]
+    used_ids = _passwd_ids(kind) if used_ids is None else used_ids
+    base = FREE_RANGE_START
+    while base + AGENT_RANGE < 1 << 32:
+        end = base + AGENT_RANGE
+        if not any(start < end and base < stop for start, stop in taken) and \
+                not any(base <= i < end for i in used_ids):
+            return base
+        base += AGENT_RANGE
+    raise ChtopError(f"no free block of {AGENT_RANGE} ids for the agents; add one for root to {subfile}")
+
+
+def _sub_entries(path: Path) -> list[tuple[str, int, int]]:
+    out = []
     try:
-        name = pwd.getpwuid(uid).pw_name
-        for line in Path("/etc/subuid").read_text().splitlines():
-            parts = line.split(":")
-            if len(parts) == 3 and parts[0] in (name, str(uid)):
-                return int(parts[1])
-    except (OSError, KeyError, ValueError):
-        pass
-    return None
+        lines = path.read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        parts = line.strip().split(":")
+        if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+            out.append((parts[0], int(parts[1]), int(parts[2])))
+    return out
+
+
+def _passwd_ids(kind: str) -> list[int]:
+    import grp
+
+    try:
+        return [e.pw_uid for e in pwd.getpwall()] if kind == "uid" else [e.gr_gid for e in grp.getgrall()]
+    except OSError:
+        return []
 
 
 def _hard(res) -> int:
@@ -115,15 +171,27 @@ def ulimit_args(rootful: bool) -> list[str]:
     return args
 
 
-def mount_args(mounts: list[Mount]) -> list[str]:
+# The host's own system trees: never idmapped as root (root's files there, /etc/shadow among
+# them, keep their host owner, which the agent's namespace does not map).
+HOST_SYSTEM_TREES = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+
+def mount_args(mounts: list[Mount], identity: Identity | None = None) -> list[str]:
+    """--tmpfs/--volume per mount; as root every bind mount but the host's system trees is
+    idmapped, so the agent (the tree owner's uid inside) owns what that owner owns."""
+    idmap = identity is not None and identity.idmap
+    shared_tmp = identity is not None and identity.tree_owner not in (None, (0, 0))
     out = []
     for m in mounts:
         if m.mode == "tmpfs":
-            out.append(f"--tmpfs={m.dst}:rw,mode=0700")
+            # a non-root agent inside cannot own a tmpfs (podman 4.3 has no uid=): sticky, all-writable
+            out.append(f"--tmpfs={m.dst}:rw,mode={'1777' if shared_tmp else '0700'}")
         elif m.mode == "tmpfs-ro":
             out.append(f"--tmpfs={m.dst}:ro,mode=0500,size=4k")
         else:
             opts = "ro" if m.mode == "ro" else "rw"
+            if idmap and str(m.dst) not in HOST_SYSTEM_TREES:
+                opts += ",idmap"
             out.append(f"--volume={m.src}:{m.dst}:{opts}")
     return out
 
@@ -131,7 +199,7 @@ def mount_args(mounts: list[Mount]) -> list[str]:
 def build_argv(*, name: str, labels: dict[str, str], mounts: list[Mount], skeleton: Path, workdir: Path,
                env_values: dict[str, str], env_names: list[str], devices: list[Path], network: str,
                proxy_socket: Path | None, interactive: bool, identity: Identity, hostname: str,
-               command: list[str], image: str | None = None) -> list[str]:
+               command: list[str], image: str | None = None, limits: list[str] | None = None) -> list[str]:
     argv = ["podman", "run", "--rm", f"--name={name}", f"--hostname={hostname}"]
     for key, value in labels.items():
         argv.append(f"--label={key}={value}")
@@ -144,11 +212,12 @@ def build_argv(*, name: str, labels: dict[str, str], mounts: list[Mount], skelet
         argv.append("--ipc=host")
     argv += identity.uidmap
     argv += ulimit_args(identity.rootful)
+    argv += list(limits or ())
     if not identity.rootful:
         argv.append("--group-add=keep-groups")
     for dev in devices:
         argv.append(f"--device={dev}")
-    argv += mount_args(mounts)
+    argv += mount_args(mounts, identity)
     for key, value in env_values.items():
         argv.append(f"--env={key}={value}")
     for key in env_names:          # values come from podman's own env (never echoed)
@@ -166,7 +235,9 @@ def build_argv(*, name: str, labels: dict[str, str], mounts: list[Mount], skelet
 def write_entry_files(skeleton: Path) -> None:
     entry_dir = skeleton / ENTRY_DIR.lstrip("/")
     entry_dir.mkdir(parents=True, exist_ok=True)
-    for rel, text in ((ENTRY, ENTRY_SCRIPT), (SHELLRC, SHELLRC_SCRIPT)):
+    files = ((ENTRY, ENTRY_SCRIPT), (SHELLRC, SHELLRC_SCRIPT),
+             (f"{ENTRY_DIR}/listen_handoff.py", HANDOFF_SCRIPT.read_text()))
+    for rel, text in files:
         path = skeleton / rel.lstrip("/")
         if not path.is_file() or path.read_text() != text:
             tmp = path.with_suffix(".tmp")

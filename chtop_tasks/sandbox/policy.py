@@ -5,7 +5,12 @@ fs-allow.txt    ``ro PATH`` or ``rw PATH`` per line; ``~``, ``$HOME`` and
                 do not exist are skipped.  Nothing else is mounted
                 (default-deny).  A missing file refuses the launch.
 devices.txt     one path or glob per line; only existing character devices
-                are passed (``--device``), anything else is skipped.
+                are passed (``--device``), anything else is skipped.  Every
+                sandbox of the group gets them at once (devices are shared,
+                e.g. several agents on one GPU).  A worktree's own
+                ``worktrees/<name>/devices.txt`` narrows its sandbox to the
+                group's devices it names (``/dev/nvidia0`` plus the control
+                nodes: GPU 0 only); it never adds one the group lacks.
 env-allow.txt   one variable name per line (a trailing ``*`` matches a
                 prefix, e.g. ``LC_*``); forwarded from the launching shell.
                 Structural names chtop sets itself are ignored with a
@@ -179,10 +184,29 @@ def parse_env_allow(path: Path) -> tuple[list[str], list[str]]:
     return names, warnings
 
 
-def load_policy(policy_dir: Path, home: Path, ch: Path | None) -> SandboxPolicy:
-    """Read all three files from ``policy_dir`` (raises PolicyError)."""
+def narrow_devices(devices: list[Path], path: Path) -> tuple[list[Path], list[str]]:
+    """Keep the ``devices`` that the worktree layer ``path`` names (a missing layer keeps all)."""
+    if not path.is_file():
+        return devices, []
+    wanted, warnings = parse_devices(path)
+    group = set(devices)
+    for number, text in _lines(path):
+        matches = sorted(glob.glob(text)) if glob.has_magic(text) else [text]
+        for match in matches:
+            if Path(match) not in group and os.path.exists(match):
+                warnings.append(f"{path}:{number}: {match} is not in the group's {DEVICES}; a worktree's list "
+                                "only narrows it, skipped")
+    return [d for d in devices if d in set(wanted)], warnings
+
+
+def load_policy(policy_dir: Path, home: Path, ch: Path | None, worktree: str | None = None) -> SandboxPolicy:
+    """Read all three files from ``policy_dir`` (raises PolicyError); with ``worktree``, its
+    ``worktrees/<name>/devices.txt`` narrows the devices."""
     policy_dir = Path(policy_dir)
     fs = parse_fs_allow(policy_dir / FS_ALLOW, home, ch)
     devices, dev_warnings = parse_devices(policy_dir / DEVICES)
+    if worktree is not None:
+        devices, narrow_warnings = narrow_devices(devices, policy_dir / "worktrees" / worktree / DEVICES)
+        dev_warnings += narrow_warnings
     names, env_warnings = parse_env_allow(policy_dir / ENV_ALLOW)
     return SandboxPolicy(fs, devices, names, dev_warnings + env_warnings)

@@ -2,8 +2,10 @@
 
 No image is pulled.  The skeleton holds empty mount points; the host's /usr
 and /etc are mounted over it read-only (so the toolchain and glibc always
-match the host), and the container runs with a read-only root.  It lives in
-chtop's host-side state dir, which is never mounted into a sandbox.
+match the host), and the container runs with a read-only root.  Each launch
+gets its own (a per-run dir in chtop's host-side state dir, which is never
+mounted into a sandbox; as root under /tmp/chtop-rootfs-0), removed when the
+sandbox exits.
 """
 
 from __future__ import annotations
@@ -62,3 +64,64 @@ def _mount_point(skel: Path, dst: Path, is_dir: bool) -> None:
             point.rmdir()
         point.parent.mkdir(parents=True, exist_ok=True)
         point.touch(exist_ok=True)
+
+
+# -- per-run dirs: <runs>/<container name>/{pid,root/} -------------------------------------------
+# Each launch gets its own skeleton root, removed when the sandbox exits; a run that was killed
+# before it could clean up is removed by the next launch of the group (its launcher is gone
+# and podman has no container of that name).
+
+PID_FILE = "launcher.pid"
+
+
+def claim_run_dir(run_dir: Path, mode: int = 0o700) -> None:
+    """Make ``run_dir`` (fresh) and record the launching process in it.  As root the namespace's
+    unprivileged root must traverse it to the skeleton: ``mode`` 0755 then."""
+    for _ in range(3):              # the last run of the group may remove the parent meanwhile
+        run_dir.parent.mkdir(parents=True, exist_ok=True, mode=mode)
+        try:
+            run_dir.mkdir(mode=mode)
+            break
+        except FileNotFoundError:
+            continue
+    (run_dir / PID_FILE).write_text(f"{os.getpid()}\n")
+
+
+def remove_run_dir(run_dir: Path) -> None:
+    """Remove ``run_dir``, and the group's runs dir when it was the last one in it."""
+    import shutil
+
+    shutil.rmtree(run_dir, ignore_errors=True)
+    try:
+        run_dir.parent.rmdir()
+    except OSError:
+        pass
+
+
+def _launcher_alive(run_dir: Path) -> bool:
+    try:
+        pid = int((run_dir / PID_FILE).read_text().strip())
+    except (OSError, ValueError):
+        # no pid yet: a launch that is just starting, or one killed right after mkdir
+        try:
+            import time
+
+            return time.time() - run_dir.stat().st_mtime < 60
+        except OSError:
+            return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stale_run_dirs(runs: Path) -> list[Path]:
+    """The run dirs under ``runs`` whose launcher has died (their container may still run)."""
+    try:
+        entries = sorted(runs.iterdir())
+    except OSError:
+        return []
+    return [d for d in entries if d.is_dir() and not d.is_symlink() and not _launcher_alive(d)]

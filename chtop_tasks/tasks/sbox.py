@@ -22,7 +22,7 @@ _COMMON_HELP = {
 def _request(command, interactive, purpose, dir, network, allow_self_edit):  # noqa: A002
     target = places.target_for(Path.cwd(), Path(dir) if dir else None)
     return sandbox.LaunchRequest(target, command, interactive=interactive, purpose=purpose, network=network,
-                                 allow_self_edit=allow_self_edit, cwd=Path.cwd())
+                                 allow_self_edit=allow_self_edit, cwd=Path.cwd(), replace_process=True)
 
 
 @task(help={**_COMMON_HELP, "dry_run": "print the podman command line and exit: nothing is started or written"})
@@ -53,7 +53,7 @@ def shell(c, dir=None, network="proxy", allow_self_edit=False):  # noqa: A002
 @task(help={"dir": "list the --dir sandboxes (group ~/.config/chtop) instead of this workspace's"})
 @reports_errors
 def ps(c, dir=False):  # noqa: A002
-    """The running sandboxes of this group: name, worktree, purpose, network, status."""
+    """The running sandboxes of this group: name, worktree, purpose, network, status, limits."""
     rows = sandbox.list_sandboxes(places.group_dir_for(Path.cwd(), dir))
     if not rows:
         say("no sandboxes running")

@@ -1,0 +1,128 @@
+"""The sandbox's listener handed to the proxy (SCM_RIGHTS, chtop_tasks/proxy/fdpass.py): the
+proxy accepts on it itself, judges it as the worktree's, refuses anything but a listening TCP
+socket, and drops it when the hand-off connection closes.  A real proxy; this process plays
+the sandbox's entry (the same protocol as chtop_tasks/incontainer/listen_handoff.py)."""
+# ruff: noqa: F811  (pytest fixtures imported from proxy_helpers are redefined as arguments)
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from proxy_helpers import echo, free_port, proxy, read_all, read_head  # noqa: F401  (fixtures)
+
+from chtop_tasks.proxy.fdpass import HANDOFF_NAME, MAGIC
+
+HANDOFF_SCRIPT = Path(__file__).resolve().parent.parent / "chtop_tasks" / "incontainer" / "listen_handoff.py"
+
+
+def hand_off(handoff: Path, fd: int, payload: bytes = MAGIC) -> tuple[socket.socket, bytes]:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(str(handoff))
+    socket.send_fds(conn, [payload], [fd])
+    conn.settimeout(5)
+    try:
+        return conn, conn.recv(16)
+    except OSError:
+        return conn, b""
+
+
+def listener() -> tuple[socket.socket, int]:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(64)
+    return s, s.getsockname()[1]
+
+
+def connect_tunnel(port: int, target: str) -> tuple[int, socket.socket]:
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+    status, _ = read_head(s)
+    return status, s
+
+
+def test_the_proxy_serves_a_handed_over_listener_as_the_worktrees(proxy, echo):
+    proxy.allow("echo.example.test private", worktree="dev")
+    ep = proxy.start("dev")
+    handoff = ep.socket_path.with_name(HANDOFF_NAME)
+    assert handoff.is_socket()
+    lsock, port = listener()
+    conn, reply = hand_off(handoff, lsock.fileno())
+    assert reply == b"OK\n"
+    lsock.close()                                        # only the proxy holds it now
+    status, s = connect_tunnel(port, f"echo.example.test:{echo.port}")
+    assert status == 200                                 # the worktree's layer allows it
+    s.sendall(b"ping")
+    s.shutdown(socket.SHUT_WR)
+    assert read_all(s) == b"ping"
+    status, _ = connect_tunnel(port, "other.example.test:443")
+    assert status == 403
+    rec = proxy.wait_record(lambda r: r.get("host") == "other.example.test")
+    assert rec["worktree"] == "dev" and rec["client"].startswith("127.0.0.1:")
+    conn.close()                                         # the sandbox ended
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        except ConnectionRefusedError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the proxy still listens on a finished sandbox's socket")
+
+
+@pytest.mark.parametrize("what", ["pipe", "unlistened", "udp", "bad-magic"])
+def test_anything_but_a_listening_tcp_socket_is_refused(proxy, what):
+    ep = proxy.start("dev")
+    handoff = ep.socket_path.with_name(HANDOFF_NAME)
+    if what == "pipe":
+        r, w = os.pipe()
+        fd, keep = r, (r, w)
+    elif what == "udp":
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("127.0.0.1", 0))
+        fd, keep = s.fileno(), s
+    else:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        if what == "bad-magic":
+            s.listen(1)
+        fd, keep = s.fileno(), s
+    conn, reply = hand_off(handoff, fd, b"HELLO THERE 1\n" if what == "bad-magic" else MAGIC)
+    assert reply == b""                                  # closed, no OK
+    conn.close()
+    del keep
+    proxy.start("dev")                                   # the proxy is still fine
+
+
+def test_the_in_container_script_hands_off_and_holds_the_connection(proxy, echo):
+    """listen_handoff.py itself (run here with this machine's python3): exits 0 once the proxy has
+    the listener, and a sleep it leaves behind keeps the hand-off alive until it is killed."""
+    proxy.allow("echo.example.test private")
+    ep = proxy.start("dev")
+    port = free_port()
+    proc = subprocess.run(["/usr/bin/python3", "-I", "-S", str(HANDOFF_SCRIPT),
+                           str(ep.socket_path.with_name(HANDOFF_NAME)), str(port)],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    holder = subprocess.run(["pgrep", "-f", "-x", "sleep infinity", "-n"], capture_output=True, text=True)
+    pid = int(holder.stdout.split()[0])
+    try:
+        status, s = connect_tunnel(port, f"echo.example.test:{echo.port}")
+        assert status == 200
+        s.close()
+    finally:
+        os.kill(pid, 9)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            time.sleep(0.05)
+        except ConnectionRefusedError:
+            return
+    pytest.fail("the listener outlived its holder")
+
