@@ -64,3 +64,25 @@ def test_no_concern_imports_upward():
 def test_incontainer_scripts_use_only_the_standard_library():
     for path in (PKG / "incontainer").glob("*.py"):
         assert not imported_concerns(path), f"{path} imports chtop code; it runs inside a sandbox"
+
+
+def test_inv_start_imports_no_concerns_logic():
+    """Loading the task collection (what every `inv` start does) imports no git, proxy, sandbox or
+    venv logic: each task imports its own part when it runs."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, tasks; from chtop_tasks import namespace; "
+             "print(' '.join(m for m in sys.modules if m.startswith('chtop_tasks.')))")
+    loaded = subprocess.run([sys.executable, "-c", probe], cwd=PKG.parent, capture_output=True, text=True,
+                            check=True).stdout.split()
+    heavy = [m for m in loaded if m.split(".")[1] in ("proxy", "sandbox", "venv", "sessions", "dash")
+             or m in ("chtop_tasks.workspace.gitops", "chtop_tasks.workspace.worktrees")]
+    assert heavy == [], heavy
+
+
+def test_the_venv_task_names_the_installer_variable_as_the_build_does():
+    from chtop_tasks.tasks import venv as venv_task
+    from chtop_tasks.venv import build
+
+    assert venv_task.INSTALLER_ENV == build.INSTALLER_ENV

@@ -3,11 +3,29 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import sys
 
 from invoke import Exit
 
 from ..errors import ChtopError
+
+
+class LazyModule:
+    """A chtop module imported when a task first uses it.  Every ``inv`` start loads every task
+    module; importing each one's logic up front would make every task pay for all of them."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr):
+        module = importlib.import_module(self._name)
+        self.__dict__.update(vars(module))   # later lookups are plain attribute reads
+        return getattr(module, attr)
+
+
+def lazy(name: str) -> LazyModule:
+    return LazyModule(f"chtop_tasks.{name}")
 
 
 def reports_errors(func):

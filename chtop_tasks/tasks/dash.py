@@ -5,8 +5,9 @@ import sys
 from invoke import task
 
 from ..errors import UsageError
-from ..workspace.layout import find_workspace
-from .common import reports_errors
+from .common import lazy, reports_errors
+
+layout = lazy("workspace.layout")
 
 
 @task(help={"interval": "seconds between refreshes (default 2)"})
@@ -17,4 +18,4 @@ def dash(c, interval=2.0):
         raise UsageError("inv dash needs a terminal (run it in a terminal or a tmux pane)")
     from ..dash.app import run_dash
 
-    return run_dash(find_workspace(), float(interval))
+    return run_dash(layout.find_workspace(), float(interval))

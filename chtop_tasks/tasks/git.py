@@ -3,34 +3,35 @@
 from invoke import task
 
 from ..argv import remainder_args
-from ..workspace import gitops
-from ..workspace.dotfiles import refresh_workspace_files
-from ..workspace.layout import find_workspace
-from .common import reports_errors
+from .common import lazy, reports_errors
+
+gitops = lazy("workspace.gitops")
+dotfiles = lazy("workspace.dotfiles")
+layout = lazy("workspace.layout")
 
 
 @task
 @reports_errors
 def status(c):
     """git status in every repo, then how each branch relates to integration (-- ARGS pass through)."""
-    return gitops.git_status(find_workspace(), remainder_args())
+    return gitops.git_status(layout.find_workspace(), remainder_args())
 
 
 @task
 @reports_errors
 def diff(c):
     """git diff in every repo (-- ARGS pass through, e.g. -- --stat)."""
-    return gitops.git_diff(find_workspace(), remainder_args())
+    return gitops.git_diff(layout.find_workspace(), remainder_args())
 
 
 @task(name="rebase-down", help={"dry_run": "print what would run, change nothing"})
 @reports_errors
 def rebase_down(c, dry_run=False):
     """In a worktree: rebase each repo's feature branch onto its integration branch."""
-    ws = find_workspace()
+    ws = layout.find_workspace()
     code = gitops.rebase_down(ws, remainder_args(), dry_run=dry_run)
     if not dry_run:
-        refresh_workspace_files(ws)
+        dotfiles.refresh_workspace_files(ws)
     return code
 
 
@@ -39,4 +40,4 @@ def rebase_down(c, dry_run=False):
 @reports_errors
 def merge_up(c, dry_run=False, no_ff=False):
     """In a worktree: fast-forward each integration branch to this feature (in the toplevel)."""
-    return gitops.merge_up(find_workspace(), no_ff=no_ff, dry_run=dry_run)
+    return gitops.merge_up(layout.find_workspace(), no_ff=no_ff, dry_run=dry_run)

@@ -5,10 +5,13 @@ import os
 from invoke import task
 
 from ..argv import remainder_args
-from ..proxy import approvals, control, report
-from ..proxy import watch as watching
 from ..term import say, warn
-from .common import reports_errors
+from .common import lazy, reports_errors
+
+approvals = lazy("proxy.approvals")
+control = lazy("proxy.control")
+report = lazy("proxy.report")
+watching = lazy("proxy.watch")
 
 
 @task

@@ -4,11 +4,13 @@ from pathlib import Path
 
 from invoke import task
 
-from .. import places, sandbox
 from ..argv import remainder_args
 from ..runner import format_command
 from ..term import say
-from .common import reports_errors
+from .common import lazy, reports_errors
+
+places = lazy("places")
+sandbox = lazy("sandbox")
 
 _COMMON_HELP = {
     "dir": "sandbox this directory instead of the current worktree (policy: ~/.config/chtop/sandbox)",

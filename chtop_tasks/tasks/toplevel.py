@@ -2,14 +2,15 @@
 
 from invoke import task
 
-from ..workspace import toplevel as toplevel_ops
-from ..workspace.layout import find_workspace
-from .common import reports_errors, venv_builder
+from .common import lazy, reports_errors, venv_builder
+
+toplevel_ops = lazy("workspace.toplevel")
+layout = lazy("workspace.layout")
 
 
 @task(help={"no_venv": "skip building the toplevel's .venv"})
 @reports_errors
 def init(c, no_venv=False):
     """Clone the manifest's repos into the toplevel, render dotfiles, build the venv."""
-    ws = find_workspace()
+    ws = layout.find_workspace()
     toplevel_ops.init_toplevel(ws, venv_builder(not no_venv))

@@ -4,9 +4,11 @@ from pathlib import Path
 
 from invoke import task
 
-from ..venv.build import INSTALLER_ENV, build_venv
-from ..workspace.layout import find_workspace
-from .common import reports_errors
+from .common import lazy, reports_errors
+
+INSTALLER_ENV = "CHTOP_INSTALLER"   # venv.build's own name for it (a test checks they agree)
+venv_build = lazy("venv.build")
+layout = lazy("workspace.layout")
 
 
 @task(
@@ -21,5 +23,5 @@ from .common import reports_errors
 @reports_errors
 def build(c, workdir=None, recreate=False, test=False, installer=None, dry_run=False):
     """Build <root>/.venv: install every manifest repo, smoke-import each from a scratch dir."""
-    ws = find_workspace(Path(workdir) if workdir else None)
-    build_venv(ws.root, ws.manifest, recreate=recreate, test=test, installer=installer, dry_run=dry_run)
+    ws = layout.find_workspace(Path(workdir) if workdir else None)
+    venv_build.build_venv(ws.root, ws.manifest, recreate=recreate, test=test, installer=installer, dry_run=dry_run)

@@ -4,9 +4,10 @@ from invoke import task
 
 from ..errors import UsageError
 from ..term import say, warn
-from ..workspace import worktrees
-from ..workspace.layout import find_workspace
-from .common import reports_errors, venv_builder
+from .common import lazy, reports_errors, venv_builder
+
+worktrees = lazy("workspace.worktrees")
+layout = lazy("workspace.layout")
 
 
 def required_name(name: str, verb: str) -> None:
@@ -20,7 +21,7 @@ def required_name(name: str, verb: str) -> None:
 def create(c, name="", no_venv=False):
     """Make ../NAME: a worktree of every repo on a new branch NAME, dotfiles, venv."""
     required_name(name, "create")
-    new_ws = worktrees.create_worktree(find_workspace(), name, venv_builder(not no_venv))
+    new_ws = worktrees.create_worktree(layout.find_workspace(), name, venv_builder(not no_venv))
     say(worktrees.closing_hints(new_ws))
 
 
@@ -33,7 +34,7 @@ def delete(c, name="", force=False):
     required_name(name, "delete")
     from ..sessions import refuse_while_in_use
 
-    kept = worktrees.delete_worktree(find_workspace(), name, force=force, refuse_if_busy=refuse_while_in_use)
+    kept = worktrees.delete_worktree(layout.find_workspace(), name, force=force, refuse_if_busy=refuse_while_in_use)
     say(f"deleted worktree {name}")
     for line in kept:
         warn(f"kept {line}")
@@ -43,5 +44,5 @@ def delete(c, name="", force=False):
 @reports_errors
 def list(c):  # noqa: A001 - the task's name is the interface
     """Every worktree of the group: each repo's branch, ahead/behind, dirty or clean."""
-    for line in worktrees.list_worktrees(find_workspace()):
+    for line in worktrees.list_worktrees(layout.find_workspace()):
         say(line)
