@@ -107,7 +107,7 @@ _BOILERPLATE = (
 
 
 @dataclass(frozen=True)
-class Step:
+class BuildStep:
     """One thing the build does.
 
     ``kind``: "remove" (delete the venv), "create", "trim" (pip only: drop
@@ -303,43 +303,43 @@ def plan_build(
     test: bool = False,
     installer: str = "pip",
     python: Path | None = None,
-) -> list[Step]:
+) -> list[BuildStep]:
     """The steps that build ``<root>/.venv``, in order; runs nothing."""
     root = Path(root)
     vdir, vpy = venv_dir(root), venv_python(root)
-    steps: list[Step] = []
+    steps: list[BuildStep] = []
     exists = vdir.exists() or vdir.is_symlink()
     fresh = recreate or not exists
     if recreate and exists:
-        steps.append(Step("remove", None, ("rm", "-rf", str(vdir)), note="--recreate"))
+        steps.append(BuildStep("remove", None, ("rm", "-rf", str(vdir)), note="--recreate"))
     if fresh:
-        steps.append(Step("create", None, create_argv(installer, python or base_python(), vdir), cwd=root))
-    steps.append(Step(
+        steps.append(BuildStep("create", None, create_argv(installer, python or base_python(), vdir), cwd=root))
+    steps.append(BuildStep(
         "check", None, (str(vpy), "-c", PREFIX_CODE), throwaway=True, env=tuple(SAFE_ENV.items()),
         timeout=CHECK_TIMEOUT, expect=str(vdir), note="the venv's python runs",
     ))
     if fresh and installer == "uv":
         names = ", ".join(f"bin/{n}" for n in PIP_LAUNCHERS)
-        steps.append(Step("launchers", None, (), note=f"write {vdir}/{{{names}}}: the base's pip, run by the venv's python"))
+        steps.append(BuildStep("launchers", None, (), note=f"write {vdir}/{{{names}}}: the base's pip, run by the venv's python"))
     if fresh and installer == "pip":
-        steps.append(Step(
+        steps.append(BuildStep(
             "trim", None, (str(vpy), "-m", "pip", "uninstall", "-y", "-q", "setuptools"), cwd=root,
             note="Python < 3.12's ensurepip adds setuptools; builds use the base's",
         ))
     for repo in manifest.repos:
         if repo.install == "none":
-            steps.append(Step("skip", repo.name, (), note=f'skip {repo.name}: install = "none" in {MANIFEST_NAME}'))
+            steps.append(BuildStep("skip", repo.name, (), note=f'skip {repo.name}: install = "none" in {MANIFEST_NAME}'))
             continue
-        steps.append(Step("install", repo.name, install_argv(installer, vpy, repo, root / repo.name), cwd=root))
+        steps.append(BuildStep("install", repo.name, install_argv(installer, vpy, repo, root / repo.name), cwd=root))
     if installer == "uv" and any(r.install != "none" for r in manifest.repos):
-        steps.append(Step(
+        steps.append(BuildStep(
             "deps", None, (str(vpy), UNMET_SCRIPT), throwaway=True, env=tuple(SAFE_ENV.items()),
             timeout=CHECK_TIMEOUT, then=(str(vpy), "-m", "pip", "install"),
             note="requirements neither the base nor the venv meets",
         ))
     for repo in manifest.repos:
         for module in repo.smoke_import:
-            steps.append(Step(
+            steps.append(BuildStep(
                 "smoke", repo.name, (str(vpy), "-c", IMPORT_CODE, module), throwaway=True,
                 env=tuple(SAFE_ENV.items()), timeout=CHECK_TIMEOUT, note=f"import {module}",
             ))
@@ -347,14 +347,14 @@ def plan_build(
         env = (("PATH", f"{vdir / 'bin'}{os.pathsep}$PATH"), ("VIRTUAL_ENV", str(vdir)))
         for repo in manifest.repos:
             if repo.test:
-                steps.append(Step(
+                steps.append(BuildStep(
                     "test", repo.name, tuple(shlex.split(repo.test)), throwaway=True,
                     env=tuple(SAFE_ENV.items()) + env, timeout=TEST_TIMEOUT,
                 ))
     return steps
 
 
-def format_plan(steps: list[Step]) -> str:
+def format_plan(steps: list[BuildStep]) -> str:
     return "\n".join(step.describe() for step in steps)
 
 
@@ -364,7 +364,7 @@ def _tail(result: runner.Result, lines: int = TAIL_LINES) -> str:
     return "\n".join("  " + ln for ln in kept[-lines:])
 
 
-def _runtime_env(step: Step) -> dict[str, str]:
+def _runtime_env(step: BuildStep) -> dict[str, str]:
     """The step's env, with a symbolic ``$PATH`` in PATH expanded."""
     env = dict(step.env)
     if "PATH" in env:
@@ -372,7 +372,7 @@ def _runtime_env(step: Step) -> dict[str, str]:
     return env
 
 
-def _failure(step: Step, root: Path, result: runner.Result | None, cwd, test: bool, argv=None) -> CommandFailed:
+def _failure(step: BuildStep, root: Path, result: runner.Result | None, cwd, test: bool, argv=None) -> CommandFailed:
     where = f"repo {step.repo!r}" if step.repo else f"venv {venv_dir(root)}"
     what = {
         "remove": "removing the old venv failed",
@@ -397,7 +397,7 @@ def _failure(step: Step, root: Path, result: runner.Result | None, cwd, test: bo
     return CommandFailed("\n".join(lines))
 
 
-def run_plan(steps: list[Step], root: Path, *, test: bool = False, installer: str = "?") -> BuildReport:
+def run_build_steps(steps: list[BuildStep], root: Path, *, test: bool = False, installer: str = "?") -> BuildReport:
     """Run the steps in order; raise CommandFailed naming the first that fails."""
     report = BuildReport(venv_dir(root), installer)
     with tempfile.TemporaryDirectory(prefix="chtop-venv-") as scratch:
@@ -466,7 +466,7 @@ def build_venv(
     if dry_run:
         print(format_plan(steps), flush=True)
         return
-    report = run_plan(steps, root, test=test, installer=chosen)
+    report = run_build_steps(steps, root, test=test, installer=chosen)
     print(report.summary(), flush=True)
 
 
