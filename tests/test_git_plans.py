@@ -11,9 +11,9 @@ from chtop_tasks.workspace.gitops import (
     plan_rebase_down,
     rebased_onto_integration,
 )
+from chtop_tasks.workspace.gitrun import HOST_GIT_OPTS
 from chtop_tasks.workspace.layout import Checkout, Workspace
 from chtop_tasks.workspace.manifest import Manifest, Repo
-from chtop_tasks.workspace.quarantine import HOST_GIT_OPTS
 
 GROUP = Path("/g")
 
@@ -67,3 +67,24 @@ def test_outcome_checks_name_what_is_not_as_planned():
     assert "expected 'dev'" in rebased_onto_integration(ws, rel(ws, "alpha", 0, 0, branch=None))
     assert landed_on_integration(ws, rel(ws, "alpha", 0, 0)) is None
     assert "main still lacks 2 commit(s) of dev" in landed_on_integration(ws, rel(ws, "alpha", 2, 0))
+
+
+def test_create_plans_one_checkout_per_repo_from_what_the_probes_found():
+    import pytest
+
+    from chtop_tasks.errors import Refused
+    from chtop_tasks.workspace.worktrees import steps_for_create
+
+    top = workspace("top")
+    ws = top
+    integration = {"": "main", "alpha": "main", "beta": "kms"}
+    branches = {"": {"main": "c0"}, "alpha": {"main": "a1", "feat": "a2"}, "beta": {"kms": "b1"}}
+    steps = steps_for_create(ws, top, "feat", integration, branches)
+    assert [(s.checkout.name, s.checkout.path, s.main_dir, s.start, s.tip, s.reuse_branch) for s in steps] == [
+        ("", GROUP / "feat", GROUP / "top", "main", "c0", False),
+        ("alpha", GROUP / "feat" / "alpha", GROUP / "top" / "alpha", "main", "a2", True),   # kept by a delete
+        ("beta", GROUP / "feat" / "beta", GROUP / "top" / "beta", "kms", "b1", False),
+    ]
+    assert steps[1].store == GROUP / ".chtop" / "git" / "feat" / "alpha.git"
+    with pytest.raises(Refused, match="has no branch 'kms'"):
+        steps_for_create(ws, top, "feat", integration, {**branches, "beta": {"main": "b0"}})

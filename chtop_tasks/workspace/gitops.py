@@ -15,15 +15,11 @@ from pathlib import Path
 from .. import runner
 from ..errors import ChtopError, CommandFailed, Refused, WorkspaceError
 from ..term import bold, git_color_args, say, warn
+from .gitrun import HOST_GIT_OPTS, git
 from .layout import Checkout, Workspace, verify_git_dirs
-from .quarantine import HOST_GIT_OPTS, sync_worktree
+from .quarantine import sync_worktree
 
 POOL_SIZE = max(1, min(os.cpu_count() or 1, 8))
-
-
-def git(checkout_dir: Path, args, *, check=True, quiet=True, capture=True, timeout=300) -> runner.Result:
-    return runner.run(["git", *HOST_GIT_OPTS, *args], cwd=checkout_dir, check=check, quiet=quiet,
-                      capture=capture, timeout=timeout)
 
 
 # In a feature worktree, submodule gitdirs live in the agent-writable admin dir:

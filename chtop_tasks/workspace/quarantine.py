@@ -41,10 +41,10 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import runner
 from ..errors import ChtopError, CommandFailed, Refused, WorkspaceError
 from ..places import state_dir
 from ..term import warn
+from .gitrun import git
 from .layout import (
     Checkout,
     Workspace,
@@ -58,12 +58,6 @@ from .layout import (
 SHA_RE = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 KEPT_PREFIX = "refs/chtop/kept"
 INCOMING_PREFIX = "refs/chtop/incoming"
-# What every host-side git command chtop runs on a worktree adds: nothing of
-# the agent's may run (fsmonitor, submodule recursion into agent-written
-# gitdirs, replace refs).  The configs git reads are chtop's anyway; this is
-# the second lock on the door.
-HOST_GIT_OPTS = ("--no-replace-objects", "-c", "core.fsmonitor=false", "-c", "submodule.recurse=false",
-                 "-c", "core.untrackedCache=false")
 # Pinned read-only in the sandbox (the rest of the store is the agent's): what
 # host-side git would read as config, run, or follow to other objects.
 PINNED_IN_STORE = ("config", "hooks", "info", "worktrees", "objects/info")
@@ -124,13 +118,6 @@ def read_ref(gitdir: Path, name: str) -> str | None:
         if ref == name:
             return sha
     return None
-
-
-# -- git on the host, with nothing of the agent's -------------------------------------------------
-
-
-def host_git(cwd: Path, args, *, check=True, quiet=True) -> runner.Result:
-    return runner.run(["git", *HOST_GIT_OPTS, *args], cwd=cwd, check=check, quiet=quiet)
 
 
 # -- making a private store --------------------------------------------------------------------
@@ -216,8 +203,7 @@ def add_private_worktree(shared: Path, store: Path, path: Path, branch: str, sta
                          integration: str, integration_sha: str) -> None:
     """The private store and the checkout of ``branch`` at ``start_sha`` (one ``git worktree add``)."""
     write_store_files(store, shared, integration, integration_sha)
-    runner.run(["git", f"--git-dir={store}", "worktree", "add", "-b", branch, str(path), start_sha],
-               cwd=store.parent)
+    git(store.parent, [f"--git-dir={store}", "worktree", "add", "-b", branch, str(path), start_sha], quiet=False)
     admin = admin_dir_for(store, path)
     if admin is None:
         raise CommandFailed(f"git worktree add made no admin dir for {path} in {store}")
@@ -318,22 +304,22 @@ def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str) -
     incoming = f"{INCOMING_PREFIX}/{branch}"
     argv = ["-c", "transfer.fsckObjects=true", "fetch", "--no-tags", "--no-write-fetch-head",
             "--no-auto-maintenance", "--no-recurse-submodules", "--quiet", str(checkout_path), f"+{ref}:{incoming}"]
-    result = host_git(shared, argv, check=False)
+    result = git(shared, argv, check=False)
     if not result.ok:
         raise CommandFailed(f"importing {branch} from {checkout_path} into {shared} failed: "
                             f"{result.error_tail(3)}")
-    got = host_git(shared, ["rev-parse", "--verify", f"{incoming}^{{commit}}"]).stdout.strip()
+    got = git(shared, ["rev-parse", "--verify", f"{incoming}^{{commit}}"]).stdout.strip()
     if got == old:
-        host_git(shared, ["update-ref", "-d", incoming])
+        git(shared, ["update-ref", "-d", incoming])
         return None
     kept = None
     lines = [f"update {ref} {got} {old or '0' * len(got)}"]
-    if old and not host_git(shared, ["merge-base", "--is-ancestor", old, got], check=False).ok:
+    if old and not git(shared, ["merge-base", "--is-ancestor", old, got], check=False).ok:
         kept = f"{KEPT_PREFIX}/{branch}/{old}"
         lines.append(f"update {kept} {old}")
     lines.append(f"delete {incoming}")
-    runner.run(["git", *HOST_GIT_OPTS, "update-ref", "-m", f"chtop: import {branch} from its sandbox",
-                "--stdin"], cwd=shared, quiet=True, input="\n".join(lines) + "\n")
+    git(shared, ["update-ref", "-m", f"chtop: import {branch} from its sandbox", "--stdin"],
+        input="\n".join(lines) + "\n")
     return Imported(checkout_path, branch, old, got, kept)
 
 
@@ -427,15 +413,14 @@ def _relink_submodules(old_admin: Path, admin: Path) -> None:
             continue
         new_gitdir = Path(dirpath)
         old_gitdir = old_admin / new_gitdir.relative_to(admin)
-        got = runner.run(["git", "config", "--file", str(new_gitdir / "config"), "core.worktree"],
-                         check=False, quiet=True)
+        got = git(None, ["config", "--file", str(new_gitdir / "config"), "core.worktree"], check=False)
         if not got.ok or not got.stdout.strip():
             continue
         sub = Path(os.path.normpath(old_gitdir / got.stdout.strip()))
         if not (sub / ".git").is_file():
             continue
-        runner.run(["git", "config", "--file", str(new_gitdir / "config"), "core.worktree",
-                    os.path.relpath(sub, new_gitdir)], quiet=True)
+        git(None, ["config", "--file", str(new_gitdir / "config"), "core.worktree",
+                   os.path.relpath(sub, new_gitdir)])
         write_atomic(sub / ".git", f"gitdir: {os.path.relpath(new_gitdir, sub)}\n")
 
 

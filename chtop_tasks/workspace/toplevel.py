@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from .. import runner
 from ..errors import Refused
 from ..term import say, warn
 from .dotfiles import refresh_workspace_files
 from .gitops import head_branch
+from .gitrun import git
 from .layout import Workspace, verify_git_dirs
 from .manifest import Repo
 from .worktrees import init_submodules
@@ -14,7 +14,7 @@ from .worktrees import init_submodules
 
 def clone_repo(ws: Workspace, repo: Repo) -> None:
     target = ws.toplevel / repo.name
-    runner.run(["git", "clone", "--branch", repo.branch, repo.url, str(target)], cwd=ws.toplevel)
+    git(ws.toplevel, ["clone", "--branch", repo.branch, repo.url, str(target)], quiet=False)
     if repo.submodules:
         init_submodules(target)
 
@@ -28,7 +28,7 @@ def check_existing(ws: Workspace, repo: Repo) -> str:
              f"leaving it alone (git -C {path} checkout {repo.branch} if that was not intended)")
         return "left alone (other branch)"
     if repo.submodules and (path / ".gitmodules").exists():
-        status = runner.run(["git", "submodule", "status", "--recursive"], cwd=path, quiet=True).stdout
+        status = git(path, ["submodule", "status", "--recursive"]).stdout
         if any(line.startswith("-") for line in status.splitlines()):
             init_submodules(path)
             return "submodules initialised"

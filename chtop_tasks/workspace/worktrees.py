@@ -10,7 +10,6 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import runner
 from ..errors import ChtopError, CommandFailed, Refused, UsageError, WorkspaceError
 from ..places import worktree_name_problem
 from ..term import say, warn
@@ -20,11 +19,11 @@ from .gitops import (
     dirty_paths,
     display_name,
     fan_out,
-    git,
     head_branch,
     integration_branch,
     main_checkout_dir,
 )
+from .gitrun import git
 from .layout import Checkout, Workspace, checkout_problem, find_workspace, private_store, verify_git_dirs
 from .quarantine import add_private_worktree, group_git_dir, private_worktree_names, sync_worktree
 
@@ -36,7 +35,7 @@ def name_problem(ws: Workspace, name: str) -> str | None:
         return f"worktree name {name!r} {why}"
     if name in ws.reserved_names():
         return f"worktree name {name!r} is reserved in the grouping dir ({', '.join(ws.reserved_names())})"
-    check = runner.run(["git", "check-ref-format", "--branch", name], check=False, quiet=True)
+    check = git(None, ["check-ref-format", "--branch", name], check=False)
     if not check.ok:
         return f"worktree name {name!r} is not a valid git branch name"
     path = ws.worktree_root(name)
@@ -102,17 +101,26 @@ def plan_create(ws: Workspace, name: str) -> list[AddStep]:
     if missing:
         raise Refused(f"repo(s) not cloned in the toplevel: {', '.join(missing)}.\nRun `inv toplevel.init` there first.")
     verify_git_dirs(top)
+    # the container's integration branch: what the toplevel has checked out
+    integration = {c.name: integration_branch(top, c) for c in top.checkouts()}
+    branches = {c.name: local_branches(c.path) for c in top.checkouts()}
+    return steps_for_create(ws, top, name, integration, branches)
+
+
+def steps_for_create(ws: Workspace, top: Workspace, name: str, integration: dict[str, str],
+                     branches: dict[str, dict[str, str]]) -> list[AddStep]:
+    """The checkouts ``worktree.create --name NAME`` makes, from what the probes found: each repo's
+    integration branch and its local branches (name -> commit).  Pure: no files, no processes."""
     steps = []
     for checkout in top.checkouts():
         main_dir = checkout.path
         new_path = ws.worktree_root(name) / checkout.name if checkout.name else ws.worktree_root(name)
-        start = integration_branch(top, checkout)   # the container's: what the toplevel has checked out
-        branches = local_branches(main_dir)
-        if start not in branches:
+        start, found = integration[checkout.name], branches[checkout.name]
+        if start not in found:
             raise Refused(f"{display_name(ws, main_dir)} has no branch {start!r} (its integration branch)")
         steps.append(AddStep(Checkout(checkout.name, new_path, checkout.store), main_dir, start,
-                             branches[start], name in branches, private_store(ws.grouping, name, checkout.name),
-                             branches.get(name)))
+                             found[start], name in found, private_store(ws.grouping, name, checkout.name),
+                             found.get(name)))
     return steps
 
 
@@ -135,7 +143,7 @@ class CreateRun:
                     notes.append(f"could not remove {path}: {exc}")
             tip = self.new_branches.get(step.main_dir)
             if tip and branch_exists(step.main_dir, self.name) and rev(step.main_dir, self.name) == tip:
-                runner.run(["git", "branch", "-D", self.name], cwd=step.main_dir, check=False)
+                git(step.main_dir, ["branch", "-D", self.name], check=False, quiet=False)
         if self.added:
             shutil.rmtree(self.added[0].store.parent, ignore_errors=True)   # .chtop/git/<name>/
         return notes
@@ -146,7 +154,7 @@ def add_worktrees(steps: list[AddStep], name: str, run: CreateRun) -> None:
         if step.reuse_branch:
             say(f"branch {name!r} already exists in {step.main_dir}: checking it out (kept by an earlier delete)")
         else:
-            runner.run(["git", "branch", name, step.start_sha], cwd=step.main_dir)
+            git(step.main_dir, ["branch", name, step.start_sha], quiet=False)
             run.new_branches[step.main_dir] = step.start_sha
         run.added.append(step)
         add_private_worktree(step.checkout.store, step.store, step.checkout.path, name, step.tip,
@@ -156,7 +164,7 @@ def add_worktrees(steps: list[AddStep], name: str, run: CreateRun) -> None:
 
 def init_submodules(path: Path) -> None:
     if (path / ".gitmodules").exists():
-        runner.run(["git", "submodule", "update", "--init", "--recursive"], cwd=path)
+        git(path, ["submodule", "update", "--init", "--recursive"], quiet=False)
 
 
 def create_worktree(ws: Workspace, name: str, build_venv=None) -> Workspace:
@@ -286,9 +294,9 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
         if checkout.path.exists() and not private_store(ws.grouping, name, checkout.name).is_dir():
             # not moved onto private git state (a repo only the toplevel's manifest names): still a
             # linked worktree of the shared store, which keeps its branch checked out until removed
-            runner.run(["git", "worktree", "remove", "--force", str(checkout.path)], cwd=main_dir)
+            git(main_dir, ["worktree", "remove", "--force", str(checkout.path)], quiet=False)
         if branch_exists(main_dir, name):
-            result = runner.run(["git", "branch", "-d", name], cwd=main_dir, check=False)
+            result = git(main_dir, ["branch", "-d", name], check=False, quiet=False)
             if not result.ok:
                 kept.append(f"{display_name(ws, main_dir)}: branch {name} (unmerged commits; "
                             f"`git -C {main_dir} branch -D {name}` drops them)")
@@ -297,7 +305,7 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
     store_dir = group_git_dir(ws.grouping) / name
     if store_dir.exists():
         shutil.rmtree(store_dir)
-    runner.run(["git", "worktree", "prune"], cwd=ws.toplevel, check=False)
+    git(ws.toplevel, ["worktree", "prune"], check=False, quiet=False)
     remove_policy_layer(ws, name)
     return kept
 

@@ -1,0 +1,24 @@
+"""The one way chtop runs git on the host: through the runner (echoed unless quiet), with the
+options that keep anything an agent wrote from running.
+
+What every host-side git command chtop runs adds: nothing of the agent's may run (fsmonitor,
+submodule recursion into agent-written gitdirs, replace refs, an untracked cache it planted).  The
+configs git reads are chtop's anyway (a worktree's private store has a pinned config); this is the
+second lock on the door.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import runner
+
+HOST_GIT_OPTS = ("--no-replace-objects", "-c", "core.fsmonitor=false", "-c", "submodule.recurse=false",
+                 "-c", "core.untrackedCache=false")
+
+
+def git(cwd: Path | None, args, *, check=True, quiet=True, capture=True, timeout=300,
+        input: str | None = None) -> runner.Result:
+    """``git ARGS`` in ``cwd`` with HOST_GIT_OPTS; echoed unless ``quiet``."""
+    return runner.run(["git", *HOST_GIT_OPTS, *args], cwd=cwd, check=check, quiet=quiet, capture=capture,
+                      timeout=timeout, input=input)
