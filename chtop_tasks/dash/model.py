@@ -25,7 +25,7 @@ from ..places import group_id
 from ..proxy import approvals
 from ..proxy.control import status as proxy_status
 from ..proxy.logs import JSONL, net_dir
-from ..workspace.gitops import fan_out, integration_branch
+from ..workspace.gitops import fan_out
 from ..workspace.layout import Checkout, Workspace, find_workspace
 from ..workspace.quarantine import sync_worktree
 from ..workspace.worktrees import worktree_roots
@@ -114,7 +114,7 @@ def _git(checkout_dir: Path, args: list[str]) -> runner.Result:
 
 
 def probe_repo(ws: Workspace, checkout: Checkout) -> RepoState:
-    integ = integration_branch(ws, checkout)
+    integ = ws.integration_branch(checkout)
     state = RepoState(checkout.label, None, integ)
     if not checkout.path.exists():
         state.problem = "missing"
@@ -326,7 +326,7 @@ def worktree_diff(ws: Workspace, full: bool = False) -> str:
     def one(checkout: Checkout) -> str:
         if not checkout.path.exists():
             return f"==== {checkout.label}: missing"
-        integ = integration_branch(ws, checkout)
+        integ = ws.integration_branch(checkout)
         args = ["diff", "--merge-base", integ] + ([] if full else ["--stat"])
         result = _git(checkout.path, args)
         body = (result.stdout if result.ok else result.error_tail(3)).rstrip()

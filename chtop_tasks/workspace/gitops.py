@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import runner
-from ..errors import ChtopError, CommandFailed, Refused, WorkspaceError
+from ..errors import ChtopError, CommandFailed, Refused
 from ..term import bold, git_color_args, say, warn
 from .gitrun import HOST_GIT_OPTS, git
 from .layout import Checkout, Workspace, verify_git_dirs
@@ -43,31 +43,6 @@ def head_branch(checkout_dir: Path) -> str | None:
     return result.stdout.strip() if result.ok else None
 
 
-def toplevel_branch(ws: Workspace) -> str:
-    """The container repo's integration branch: what its toplevel has checked out."""
-    head = (ws.toplevel / ".git" / "HEAD").read_text().strip()
-    if not head.startswith("ref: refs/heads/"):
-        raise WorkspaceError(f"{ws.toplevel} has a detached HEAD; check out its integration branch first.")
-    return head[len("ref: refs/heads/"):]
-
-
-def main_checkout_dir(ws: Workspace, checkout: Checkout) -> Path:
-    """Where ``checkout``'s repo has its integration branch checked out: in the toplevel."""
-    return ws.toplevel / checkout.name if checkout.name else ws.toplevel
-
-
-def integration_branch(ws: Workspace, checkout: Checkout) -> str:
-    return ws.manifest.get(checkout.name).branch if checkout.name else toplevel_branch(ws)
-
-
-def display_name(ws: Workspace, path: Path) -> str:
-    """A path shown relative to the grouping dir (``dev/alpha``), the way users name them."""
-    try:
-        return str(path.relative_to(ws.grouping))
-    except ValueError:
-        return str(path)
-
-
 def present_checkouts(ws: Workspace) -> list[Checkout]:
     """The checkouts that exist; absent ones are warned about."""
     result = []
@@ -75,7 +50,7 @@ def present_checkouts(ws: Workspace) -> list[Checkout]:
         if checkout.path.exists():
             result.append(checkout)
         else:
-            warn(f"{display_name(ws, checkout.path)} is missing (run `inv toplevel.init` in the toplevel)")
+            warn(f"{ws.display(checkout.path)} is missing (run `inv toplevel.init` in the toplevel)")
     return result
 
 
@@ -96,7 +71,7 @@ def run_in_checkout(ws: Workspace, checkout: Checkout, args: list[str]) -> RepoO
     argv = ["git", *HOST_GIT_OPTS, *git_color_args(), command, *guard, *rest]
     result = runner.run(argv, cwd=checkout.path, check=False, quiet=True)
     # the header names the command as asked (chtop's guards above are always added)
-    header = f"==== {display_name(ws, checkout.path)}  [{runner.format_command(['git', *args], checkout.path)}]"
+    header = f"==== {ws.display(checkout.path)}  [{runner.format_command(['git', *args], checkout.path)}]"
     return RepoOutput(checkout, header, result.stdout + result.stderr, result.returncode)
 
 
@@ -146,7 +121,7 @@ def ahead_behind(checkout_dir: Path, base: str, tip: str = "HEAD") -> tuple[int,
 
 
 def relation_of(ws: Workspace, checkout: Checkout) -> Relation:
-    integ = integration_branch(ws, checkout)
+    integ = ws.integration_branch(checkout)
     branch = head_branch(checkout.path)
     expected = integ if ws.is_toplevel else ws.name
     ahead, behind = (0, 0) if ws.is_toplevel else ahead_behind(checkout.path, integ)
@@ -161,8 +136,8 @@ def describe_relation(ws: Workspace, rel: Relation) -> str | None:
     """One line for a worktree repo that is not up to date, else None."""
     if rel.ahead == 0 and rel.behind == 0:
         return None
-    here = display_name(ws, rel.checkout.path)
-    top = display_name(ws, main_checkout_dir(ws, rel.checkout))
+    here = ws.display(rel.checkout.path)
+    top = ws.display(ws.main_checkout_dir(rel.checkout))
     parts = []
     if rel.ahead:
         parts.append(f"{rel.ahead} commit{'s' if rel.ahead != 1 else ''} ahead of")
@@ -177,7 +152,7 @@ def off_branch_warnings(ws: Workspace, rels: list[Relation]) -> list[str]:
         if rel.off_branch:
             actual = f"branch {rel.branch!r}" if rel.branch else "a detached HEAD"
             lines.append(
-                f"{display_name(ws, rel.checkout.path)} is on {actual}, expected {rel.expected_branch!r}"
+                f"{ws.display(rel.checkout.path)} is on {actual}, expected {rel.expected_branch!r}"
             )
     return lines
 
@@ -237,7 +212,7 @@ def operation_in_progress(checkout_dir: Path) -> str | None:
 
 
 def preflight_problems(ws: Workspace, rel: Relation) -> list[str]:
-    here = display_name(ws, rel.checkout.path)
+    here = ws.display(rel.checkout.path)
     problems = []
     if rel.off_branch:
         problems.append(f"{here}: on {rel.branch or 'a detached HEAD'}, expected branch {rel.expected_branch!r}")
@@ -268,7 +243,7 @@ def rebase_problems(ws: Workspace, rel: Relation) -> list[str]:
     if rel.behind:
         in_the_way = untracked_in_the_way(rel.checkout.path, rel.integration)
         if in_the_way:
-            problems.append(f"{display_name(ws, rel.checkout.path)}: untracked files that {rel.integration} "
+            problems.append(f"{ws.display(rel.checkout.path)}: untracked files that {rel.integration} "
                             f"also has would be overwritten ({', '.join(in_the_way[:4])}); move them away")
     return problems
 
@@ -304,7 +279,7 @@ def print_plan(ws: Workspace, rels: list[Relation], steps: list[GitStep], verb: 
     planned = {id(s.checkout): s for s in steps}
     for rel in rels:
         step = planned.get(id(rel.checkout))
-        name = display_name(ws, rel.checkout.path)
+        name = ws.display(rel.checkout.path)
         if step is None:
             say(f"  {name}: nothing to {verb}")
         elif dry_run:
@@ -357,8 +332,8 @@ def landed_on_integration(ws: Workspace, rel: Relation) -> str | None:
 def relation_in_toplevel(ws: Workspace, checkout: Checkout) -> Relation:
     """The feature branch against its integration branch as the toplevel's store has them
     (where merge-up lands; a worktree's own copy of the integration branch is refreshed later)."""
-    integ = integration_branch(ws, checkout)
-    ahead, behind = ahead_behind(main_checkout_dir(ws, checkout), integ, ws.name)
+    integ = ws.integration_branch(checkout)
+    ahead, behind = ahead_behind(ws.main_checkout_dir(checkout), integ, ws.name)
     return Relation(checkout, ws.name, integ, ahead, behind, ws.name)
 
 
@@ -369,7 +344,7 @@ def check_outcome(ws: Workspace, steps: list[GitStep], outcome, what: str, relat
     for checkout in acted:
         problem = outcome(ws, relation(ws, checkout))
         if problem:
-            wrong.append(f"{display_name(ws, checkout.path)} {problem}")
+            wrong.append(f"{ws.display(checkout.path)} {problem}")
     if wrong:
         raise CommandFailed(f"{what} ran, but the result is not what was planned:\n  " + "\n  ".join(wrong))
 
@@ -383,7 +358,7 @@ def run_steps(steps: list[GitStep], failure) -> None:
 
 def conflict_instructions(ws: Workspace, step: GitStep) -> str:
     return (
-        f"rebase stopped in {display_name(ws, step.cwd)} (see git's message above).\n"
+        f"rebase stopped in {ws.display(step.cwd)} (see git's message above).\n"
         f"That repo is left mid-rebase; repos already rebased stay rebased. Finish by hand:\n"
         f"  cd {step.cwd}\n"
         f"  # fix the conflicted files, then: git add <files>\n"
@@ -395,16 +370,16 @@ def conflict_instructions(ws: Workspace, step: GitStep) -> str:
 
 def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool) -> list[str]:
     problems = preflight_problems(ws, rel)
-    main_dir = main_checkout_dir(ws, rel.checkout)
+    main_dir = ws.main_checkout_dir(rel.checkout)
     main_branch = head_branch(main_dir)
     if rel.ahead and main_branch != rel.integration:
         problems.append(
-            f"{display_name(ws, main_dir)}: has {main_branch or 'a detached HEAD'} checked out, "
+            f"{ws.display(main_dir)}: has {main_branch or 'a detached HEAD'} checked out, "
             f"but the merge lands on {rel.integration!r} there; check it out first"
         )
     if rel.ahead and rel.behind and not no_ff:
         problems.append(
-            f"{display_name(ws, rel.checkout.path)}: {rel.integration} moved ({rel.behind} new commit(s)) "
+            f"{ws.display(rel.checkout.path)}: {rel.integration} moved ({rel.behind} new commit(s)) "
             f"since you rebased; run `inv git.rebase-down` and retry (or pass --no-ff for a merge commit)"
         )
     return problems
@@ -416,7 +391,7 @@ def plan_merge_up(ws: Workspace, rels: list[Relation], no_ff: bool) -> list[GitS
     for rel in rels:
         if rel.ahead == 0:
             continue
-        main_dir = main_checkout_dir(ws, rel.checkout)
+        main_dir = ws.main_checkout_dir(rel.checkout)
         steps.append(GitStep(rel.checkout, main_dir, ["git", "merge", *mode, rel.branch],
                           f"{rel.ahead} commit(s) to land on {rel.integration}"))
     return steps
@@ -436,7 +411,7 @@ def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False) -> int:
         say(dry_run_footer(steps))
     else:
         run_steps(steps, lambda step: CommandFailed(
-            f"merge into {display_name(ws, step.cwd)} failed (see git's message above); "
+            f"merge into {ws.display(step.cwd)} failed (see git's message above); "
             "repos already merged stay merged. Run `inv git.rebase-down` in the worktree and retry."))
         check_outcome(ws, steps, landed_on_integration, "merge-up", relation=relation_in_toplevel)
     return 0

@@ -105,6 +105,27 @@ class Workspace:
             result.append(Checkout(repo.name, self.root / repo.name, self.toplevel / repo.name / ".git"))
         return result
 
+    def toplevel_branch(self) -> str:
+        """The container repo's integration branch: what its toplevel has checked out."""
+        head = (self.toplevel / ".git" / "HEAD").read_text().strip()
+        if not head.startswith("ref: refs/heads/"):
+            raise WorkspaceError(f"{self.toplevel} has a detached HEAD; check out its integration branch first.")
+        return head[len("ref: refs/heads/"):]
+
+    def integration_branch(self, checkout: "Checkout") -> str:
+        return self.manifest.get(checkout.name).branch if checkout.name else self.toplevel_branch()
+
+    def main_checkout_dir(self, checkout: "Checkout") -> Path:
+        """Where ``checkout``'s repo has its integration branch checked out: in the toplevel."""
+        return self.toplevel / checkout.name if checkout.name else self.toplevel
+
+    def display(self, path: Path) -> str:
+        """A path shown relative to the grouping dir (``dev/alpha``), the way users name them."""
+        try:
+            return str(Path(path).relative_to(self.grouping))
+        except ValueError:
+            return str(path)
+
     def for_root(self, root: Path) -> "Workspace":
         """The same group seen from another checkout (its own manifest)."""
         root = Path(root)

@@ -465,12 +465,11 @@ def sync_worktree(ws: Workspace, *, convert: bool = True, refresh: bool = True,
 
 def _sync_locked(ws: Workspace, mine: list[Checkout], convert: bool, refresh: bool,
                  strict: bool) -> list[Imported]:
-    from .gitops import integration_branch
 
     legacy = [c for c in mine if legacy_admin(c) is not None]
     if convert:
         for checkout in legacy:
-            convert_checkout(ws, checkout, integration_branch(ws, checkout))
+            convert_checkout(ws, checkout, ws.integration_branch(checkout))
             print(f"chtop: {checkout.path}: moved onto private git state {store_of(ws, checkout)} "
                   f"(the shared store is read-only in the sandbox now)", file=sys.stderr, flush=True)
         legacy = []
@@ -482,7 +481,7 @@ def _sync_locked(ws: Workspace, mine: list[Checkout], convert: bool, refresh: bo
             continue            # not converted yet: the next task or launch does it
         _drop_stale_shared_admin(checkout)
         if refresh:
-            refresh_integration(store, checkout.store, integration_branch(ws, checkout))
+            refresh_integration(store, checkout.store, ws.integration_branch(checkout))
         try:
             imported = import_branch(checkout.path, store, checkout.store, ws.name)
         except CommandFailed as exc:

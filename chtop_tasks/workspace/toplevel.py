@@ -14,7 +14,7 @@ from .worktrees import init_submodules
 
 def clone_repo(ws: Workspace, repo: Repo) -> None:
     target = ws.toplevel / repo.name
-    git(ws.toplevel, ["clone", "--branch", repo.branch, repo.url, str(target)], quiet=False)
+    git(ws.toplevel, ["clone", "--branch", repo.branch, repo.url, str(target)], quiet=False, toplevel_only=True)
     if repo.submodules:
         init_submodules(target)
 
@@ -28,7 +28,7 @@ def check_existing(ws: Workspace, repo: Repo) -> str:
              f"leaving it alone (git -C {path} checkout {repo.branch} if that was not intended)")
         return "left alone (other branch)"
     if repo.submodules and (path / ".gitmodules").exists():
-        status = git(path, ["submodule", "status", "--recursive"]).stdout
+        status = git(path, ["submodule", "status", "--recursive"], toplevel_only=True).stdout
         if any(line.startswith("-") for line in status.splitlines()):
             init_submodules(path)
             return "submodules initialised"

@@ -17,11 +17,8 @@ from .dotfiles import refresh_workspace_files
 from .gitops import (
     ahead_behind,
     dirty_paths,
-    display_name,
     fan_out,
     head_branch,
-    integration_branch,
-    main_checkout_dir,
 )
 from .gitrun import git
 from .layout import Checkout, Workspace, checkout_problem, find_workspace, private_store, verify_git_dirs
@@ -35,7 +32,7 @@ def name_problem(ws: Workspace, name: str) -> str | None:
         return f"worktree name {name!r} {why}"
     if name in ws.reserved_names():
         return f"worktree name {name!r} is reserved in the grouping dir ({', '.join(ws.reserved_names())})"
-    check = git(None, ["check-ref-format", "--branch", name], check=False)
+    check = git(None, ["check-ref-format", "--branch", name], check=False, toplevel_only=True)
     if not check.ok:
         return f"worktree name {name!r} is not a valid git branch name"
     path = ws.worktree_root(name)
@@ -102,7 +99,7 @@ def plan_create(ws: Workspace, name: str) -> list[AddStep]:
         raise Refused(f"repo(s) not cloned in the toplevel: {', '.join(missing)}.\nRun `inv toplevel.init` there first.")
     verify_git_dirs(top)
     # the container's integration branch: what the toplevel has checked out
-    integration = {c.name: integration_branch(top, c) for c in top.checkouts()}
+    integration = {c.name: top.integration_branch(c) for c in top.checkouts()}
     branches = {c.name: local_branches(c.path) for c in top.checkouts()}
     return steps_for_create(ws, top, name, integration, branches)
 
@@ -117,7 +114,7 @@ def steps_for_create(ws: Workspace, top: Workspace, name: str, integration: dict
         new_path = ws.worktree_root(name) / checkout.name if checkout.name else ws.worktree_root(name)
         start, found = integration[checkout.name], branches[checkout.name]
         if start not in found:
-            raise Refused(f"{display_name(ws, main_dir)} has no branch {start!r} (its integration branch)")
+            raise Refused(f"{ws.display(main_dir)} has no branch {start!r} (its integration branch)")
         steps.append(AddStep(Checkout(checkout.name, new_path, checkout.store), main_dir, start,
                              found[start], name in found, private_store(ws.grouping, name, checkout.name),
                              found.get(name)))
@@ -143,7 +140,7 @@ class CreateRun:
                     notes.append(f"could not remove {path}: {exc}")
             tip = self.new_branches.get(step.main_dir)
             if tip and branch_exists(step.main_dir, self.name) and rev(step.main_dir, self.name) == tip:
-                git(step.main_dir, ["branch", "-D", self.name], check=False, quiet=False)
+                git(step.main_dir, ["branch", "-D", self.name], check=False, quiet=False, toplevel_only=True)
         if self.added:
             shutil.rmtree(self.added[0].store.parent, ignore_errors=True)   # .chtop/git/<name>/
         return notes
@@ -154,7 +151,7 @@ def add_worktrees(steps: list[AddStep], name: str, run: CreateRun) -> None:
         if step.reuse_branch:
             say(f"branch {name!r} already exists in {step.main_dir}: checking it out (kept by an earlier delete)")
         else:
-            git(step.main_dir, ["branch", name, step.start_sha], quiet=False)
+            git(step.main_dir, ["branch", name, step.start_sha], quiet=False, toplevel_only=True)
             run.new_branches[step.main_dir] = step.start_sha
         run.added.append(step)
         add_private_worktree(step.checkout.store, step.store, step.checkout.path, name, step.tip,
@@ -228,14 +225,14 @@ def delete_problems(wt: Workspace, checkouts: list[Checkout] | None = None,
     repo only the toplevel's manifest names takes its integration branch from ``top``)."""
     def branch_base(checkout: Checkout) -> str:
         known = not checkout.name or checkout.name in wt.manifest.names
-        return integration_branch(wt if known or top is None else top, checkout)
+        return (wt if known or top is None else top).integration_branch(checkout)
 
     def check(checkout: Checkout) -> list[str]:
-        here = display_name(wt, checkout.path)
+        here = wt.display(checkout.path)
         if not checkout.path.exists():
             return []
         if not checkout.store.is_dir():
-            return [f"{here}: its repo is not cloned in the toplevel ({display_name(wt, checkout.store.parent)}), "
+            return [f"{here}: its repo is not cloned in the toplevel ({wt.display(checkout.store.parent)}), "
                     "so git cannot check it; its files would be lost"]
         found = []
         dirty = dirty_paths(checkout.path)
@@ -286,26 +283,26 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
     kept = []
     # only the worktree's own branch: what its HEAD says inside is the agent's to choose
     for checkout in reversed(checkouts):
-        main_dir = main_checkout_dir(top, checkout)
+        main_dir = top.main_checkout_dir(checkout)
         if not (main_dir / ".git").exists():
-            warn(f"{display_name(ws, main_dir)} is not cloned in the toplevel: removing "
-                 f"{display_name(ws, checkout.path)} as a plain directory")
+            warn(f"{ws.display(main_dir)} is not cloned in the toplevel: removing "
+                 f"{ws.display(checkout.path)} as a plain directory")
             continue
         if checkout.path.exists() and not private_store(ws.grouping, name, checkout.name).is_dir():
             # not moved onto private git state (a repo only the toplevel's manifest names): still a
             # linked worktree of the shared store, which keeps its branch checked out until removed
             git(main_dir, ["worktree", "remove", "--force", str(checkout.path)], quiet=False)
         if branch_exists(main_dir, name):
-            result = git(main_dir, ["branch", "-d", name], check=False, quiet=False)
+            result = git(main_dir, ["branch", "-d", name], check=False, quiet=False, toplevel_only=True)
             if not result.ok:
-                kept.append(f"{display_name(ws, main_dir)}: branch {name} (unmerged commits; "
+                kept.append(f"{ws.display(main_dir)}: branch {name} (unmerged commits; "
                             f"`git -C {main_dir} branch -D {name}` drops them)")
     if wt.root.exists():
         shutil.rmtree(wt.root)
     store_dir = group_git_dir(ws.grouping) / name
     if store_dir.exists():
         shutil.rmtree(store_dir)
-    git(ws.toplevel, ["worktree", "prune"], check=False, quiet=False)
+    git(ws.toplevel, ["worktree", "prune"], check=False, quiet=False, toplevel_only=True)
     remove_policy_layer(ws, name)
     return kept
 
@@ -315,7 +312,7 @@ def remove_policy_layer(ws: Workspace, name: str) -> None:
     layer = ws.policy_dir / "worktrees" / name
     if layer.is_dir() and not layer.is_symlink():
         shutil.rmtree(layer)
-        say(f"removed its network policy layer {display_name(ws, layer)}/ "
+        say(f"removed its network policy layer {ws.display(layer)}/ "
             "(if it was committed, commit the removal in the toplevel)")
 
 
@@ -347,7 +344,7 @@ def describe_checkout(wt: Workspace, checkout: Checkout) -> str:
     if not checkout.path.exists():
         return f"  {here:<16} missing"
     branch = head_branch(checkout.path)
-    integ = integration_branch(wt, checkout)
+    integ = wt.integration_branch(checkout)
     state = "dirty" if dirty_paths(checkout.path) else "clean"
     if branch is None:
         return f"  {here:<16} (detached)  {state}"
