@@ -47,9 +47,10 @@ def test_chtop_list_into_a_closed_pipe_ends_quietly(tmp_path):
 
 def test_sbox_ps_table_has_a_header_row():
     rows = [{"name": "chtop-dev-run-abc123", "worktree": "dev", "purpose": "run", "network": "proxy",
-             "status": "Up 3 seconds", "command": "sleep 60"}]
+             "status": "Up 3 seconds", "limits": "memory 8G pids 8192", "command": "sleep 60"}]
     header, row = format_sandbox_table(rows)
-    assert header.split() == ["NAME", "WORKTREE", "PURPOSE", "NETWORK", "STATUS", "COMMAND"]
+    assert header.split() == ["NAME", "WORKTREE", "PURPOSE", "NETWORK", "STATUS", "LIMITS", "COMMAND"]
+    assert header.index("LIMITS") == row.index("memory 8G")
     assert row.startswith("chtop-dev-run-abc123  dev ") and row.endswith("sleep 60")
     assert header.index("STATUS") == row.index("Up 3 seconds")
 

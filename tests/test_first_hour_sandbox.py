@@ -115,7 +115,7 @@ def test_chtop_sbox_run_shell_and_ps_outside_any_workspace(user_group):
     bg = start_in_background(g, chtop_argv(g, "sbox.run", "--", "sleep", "60"), project, env)
     try:
         listed = wait_listed(g, chtop_argv(g, "sbox.ps"), project, "chtop-someproject-run-", env=env)
-        assert listed.splitlines()[0].split() == ["NAME", "WORKTREE", "PURPOSE", "NETWORK", "STATUS", "COMMAND"]
+        assert listed.splitlines()[0].split() == ["NAME", "WORKTREE", "PURPOSE", "NETWORK", "STATUS", "LIMITS", "COMMAND"]
     finally:
         bg.kill()
         bg.wait()

@@ -120,7 +120,7 @@ def test_over_its_memory_limit_a_sandbox_is_killed_and_another_keeps_running(lim
         assert "ran out of its memory limit (256M" in hog.stderr                 # said clearly
         assert neighbour.poll() is None                                          # the other one runs on
         ps = g.inv(dev, "sbox.ps", env=env)
-        assert "limits: memory 256M pids 32" in ps.stdout
+        assert "memory 256M pids 32" in ps.stdout and "LIMITS" in ps.stdout.splitlines()[0]
     finally:
         neighbour.terminate()
         neighbour.communicate(timeout=60)

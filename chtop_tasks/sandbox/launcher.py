@@ -557,9 +557,10 @@ PS_COLUMNS = ("name", "worktree", "purpose", "network", "status", "limits", "com
 
 def format_sandbox_table(rows: list[dict[str, str]]) -> list[str]:
     """``sbox.ps``'s table: a header row, then one aligned row per sandbox (the command last)."""
-    widths = {col: max(len(col), *(len(row[col]) for row in rows)) for col in PS_COLUMNS[:-1]}
+    widths = {col: max(len(col), *(len(row.get(col, "")) for row in rows)) for col in PS_COLUMNS[:-1]}
+
     def line(cells):
-        return "  ".join(cells[c].ljust(widths[c]) for c in PS_COLUMNS[:-1]) + "  " + cells["command"]
+        return "  ".join(cells.get(c, "").ljust(widths[c]) for c in PS_COLUMNS[:-1]) + "  " + cells["command"]
     return [line({c: c.upper() for c in PS_COLUMNS})] + [line(row) for row in rows]
 
 
