@@ -285,3 +285,26 @@ def stop_proxy_as(base: Path) -> None:
                 os.kill(int(proc_dir.name), 15)
             except OSError:
                 pass
+
+
+def rootful_podman_env(tmp_path: Path) -> dict[str, str]:
+    """Rootful podman with its storage in tmp (never the machine's /var/lib/containers); skips (fails
+    in CI) when rootful podman cannot run here."""
+    store = tmp_path / "podman"
+    store.mkdir()
+    (store / "storage.conf").write_text(
+        f'[storage]\ndriver = "vfs"\ngraphroot = "{store}/graph"\nrunroot = "{store}/run"\n')
+    (store / "containers.conf").write_text(f'[engine]\ntmp_dir = "{store}/tmp"\n')
+    env = dict(os.environ, CONTAINERS_STORAGE_CONF=str(store / "storage.conf"),
+               CONTAINERS_CONF=str(store / "containers.conf"), CHTOP_PROXY_PORT=str(free_proxy_port()))
+    skel = store / "probe"
+    for d in ("usr", "etc", "proc", "dev", "sys", "tmp", "run"):
+        (skel / d).mkdir(parents=True)
+    for name, target in (("bin", "usr/bin"), ("lib", "usr/lib"), ("lib64", "usr/lib64")):
+        (skel / name).symlink_to(target)
+    probe = subprocess.run(["podman", "run", "--rm", "--network=none", "--ulimit=nofile=1024:1024",
+                            "--ulimit=nproc=1024:1024", "-v", "/usr:/usr:ro", "-v", "/etc:/etc:ro",
+                            "--rootfs", str(skel), "/bin/true"], env=env, capture_output=True, text=True)
+    if probe.returncode:
+        missing(f"rootful podman does not run here: {probe.stderr.strip()[-300:]}{cgroup_hint(probe.stderr)}")
+    return env

@@ -51,7 +51,7 @@ def test_a_worktree_list_narrows_the_group_devices(tmp_path):
 @pytest.mark.rootful
 @pytest.mark.slow
 def test_sandboxes_share_the_devices_at_once_and_dev_sees_gpu0_only(with_dev, tmp_path):
-    from test_sandbox_rootful import rootful_podman_env
+    from sandbox_helpers import rootful_podman_env
 
     from chtop_tasks.workspace.layout import find_workspace
     from chtop_tasks.workspace.worktrees import create_worktree

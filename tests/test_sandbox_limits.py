@@ -104,7 +104,7 @@ def limited_dev(with_dev):
 @pytest.mark.rootful
 @pytest.mark.slow
 def test_over_its_memory_limit_a_sandbox_is_killed_and_another_keeps_running(limited_dev, tmp_path):
-    from test_sandbox_rootful import rootful_podman_env
+    from sandbox_helpers import rootful_podman_env
 
     g = limited_dev
     env = dict(os.environ, **rootful_podman_env(tmp_path))
@@ -130,7 +130,7 @@ def test_over_its_memory_limit_a_sandbox_is_killed_and_another_keeps_running(lim
 @pytest.mark.rootful
 @pytest.mark.slow
 def test_a_fork_bomb_stops_at_the_pids_limit(limited_dev, tmp_path):
-    from test_sandbox_rootful import rootful_podman_env
+    from sandbox_helpers import rootful_podman_env
 
     g = limited_dev
     env = dict(os.environ, **rootful_podman_env(tmp_path))

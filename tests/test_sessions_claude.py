@@ -8,7 +8,6 @@ Rootless as the unprivileged test user; the same life cycle as root (rootful pod
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from pathlib import Path
 import pexpect
 import pytest
 from fake_anthropic import FakeAnthropic, bash, text
-from sandbox_helpers import IN_CI, as_user, cgroup_hint, free_proxy_port, missing, user_group_cm
+from sandbox_helpers import IN_CI, as_user, rootful_podman_env, user_group_cm
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
@@ -275,24 +274,7 @@ def test_session_tasks_refuse_in_the_toplevel(sess):
 @pytest.fixture
 def root_env(tmp_path):
     """Rootful podman with its storage in tmp (never the machine's /var/lib/containers)."""
-    store = tmp_path / "podman"
-    store.mkdir()
-    (store / "storage.conf").write_text(
-        f'[storage]\ndriver = "vfs"\ngraphroot = "{store}/graph"\nrunroot = "{store}/run"\n')
-    (store / "containers.conf").write_text(f'[engine]\ntmp_dir = "{store}/tmp"\n')
-    env = dict(os.environ, CONTAINERS_STORAGE_CONF=str(store / "storage.conf"),
-               CONTAINERS_CONF=str(store / "containers.conf"), CHTOP_PROXY_PORT=str(free_proxy_port()))
-    skel = store / "probe"
-    for d in ("usr", "etc", "proc", "dev", "sys", "tmp", "run"):
-        (skel / d).mkdir(parents=True)
-    for name, target in (("bin", "usr/bin"), ("lib", "usr/lib"), ("lib64", "usr/lib64")):
-        (skel / name).symlink_to(target)
-    probe = subprocess.run(["podman", "run", "--rm", "--network=none", "--ulimit=nofile=1024:1024",
-                            "--ulimit=nproc=1024:1024", "-v", "/usr:/usr:ro", "-v", "/etc:/etc:ro",
-                            "--rootfs", str(skel), "/bin/true"], env=env, capture_output=True, text=True)
-    if probe.returncode:
-        missing(f"rootful podman does not run here: {probe.stderr.strip()[-300:]}{cgroup_hint(probe.stderr)}")
-    return env
+    return rootful_podman_env(tmp_path)
 
 
 @pytest.mark.rootful

@@ -20,9 +20,9 @@ from __future__ import annotations
 import json
 import os
 import stat
-import tempfile
 from pathlib import Path
 
+from ..atomic import write_atomic
 from ..errors import Refused
 from .agent_state import STATE_DIR_NAME
 
@@ -106,21 +106,8 @@ def install_hooks(config_dir: Path) -> bool:
     if wanted == current:
         return False
     owner = os.stat(config_dir)
-    fd, tmp = tempfile.mkstemp(dir=config_dir, prefix=".settings.json.")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(wanted, fh, indent=2)
-            fh.write("\n")
-        os.chmod(tmp, 0o600)
-        if os.geteuid() == 0:
-            os.chown(tmp, owner.st_uid, owner.st_gid)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(path, json.dumps(wanted, indent=2) + "\n", mode=0o600,
+                 owner=(owner.st_uid, owner.st_gid) if os.geteuid() == 0 else None)
     return True
 
 

@@ -8,12 +8,11 @@ runs in the session's terminal (the pane process), read by ``session.list``.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..atomic import write_atomic
 from ..places import state_dir
 
 RECORD_SUFFIX = ".json"
@@ -71,35 +70,12 @@ def screen_path(group_dir: Path, worktree: str) -> Path:
 
 
 def write_text_atomic(path: Path, text: str, mode: int = 0o600) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as fh:
-            fh.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(path, text, mode=mode)
 
 
 def write_json_atomic(path: Path, data, mode: int = 0o600) -> None:
     """Write ``data`` as JSON to ``path`` by a rename (readers never see half a file)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=1, sort_keys=True)
-            fh.write("\n")
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n", mode=mode)
 
 
 def save(group_dir: Path, record: Record) -> None:

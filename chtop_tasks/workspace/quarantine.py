@@ -36,11 +36,11 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import atomic
 from ..errors import ChtopError, CommandFailed, Refused, WorkspaceError
 from ..places import state_dir
 from ..term import warn
@@ -153,18 +153,7 @@ def packed_text(header: str, lines: dict[str, list[str]]) -> str:
 
 def write_atomic(path: Path, text: str) -> None:
     """Write ``path`` by renaming a fresh temp file over it (never follows a planted symlink)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    atomic.write_atomic(path, text, mode=0o644)
 
 
 def write_store_files(store: Path, shared: Path, integration: str, integration_sha: str) -> None:

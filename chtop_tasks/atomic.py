@@ -1,0 +1,27 @@
+"""Writing a file so that readers never see half of it and a planted symlink is never followed:
+a fresh temp file in the same dir, renamed over the path."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_atomic(path: Path, text: str, *, mode: int = 0o644, owner: tuple[int, int] | None = None) -> None:
+    """Replace ``path`` with ``text`` (mode ``mode``; owned by ``owner`` when given, as root)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        os.fchmod(fd, mode)
+        if owner is not None:
+            os.fchown(fd, *owner)
+        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
