@@ -118,10 +118,8 @@ def runtime_dir(group_dir: Path, create: bool = False) -> Path:
 
 # -- names ---------------------------------------------------------------------------------------
 
-def worktree_name_problem(name) -> str | None:
-    """Why ``name`` cannot be a worktree's name, or None.  Letters, digits and ``. _ -``, not
-    starting with ``.`` or ``-``, at most 64 characters (it names a dir, a branch, a socket dir
-    and a policy layer)."""
+def dir_name_problem(name) -> str | None:
+    """Why ``name`` cannot name a directory of its own (a repo, a worktree), or None."""
     if not isinstance(name, str) or not name:
         return "must be a non-empty string"
     if name in (".", ".."):
@@ -132,6 +130,16 @@ def worktree_name_problem(name) -> str | None:
         return "must not start with '-'"
     if name.startswith("."):
         return "must not start with '.'"
+    return None
+
+
+def worktree_name_problem(name) -> str | None:
+    """Why ``name`` cannot be a worktree's name, or None.  Letters, digits and ``. _ -``, not
+    starting with ``.`` or ``-``, at most 64 characters (it names a dir, a branch, a socket dir
+    and a policy layer)."""
+    why = dir_name_problem(name)
+    if why:
+        return why
     if len(name) > WORKTREE_NAME_MAX:
         return f"must be at most {WORKTREE_NAME_MAX} characters"
     if not _WORKTREE_NAME.match(name):

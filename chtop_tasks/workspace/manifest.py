@@ -18,6 +18,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from ..errors import ManifestError
+from ..places import dir_name_problem
 
 MANIFEST_NAME = "git_repositories.toml"
 
@@ -66,16 +67,9 @@ class Manifest:
 
 def check_plain_dir_name(name: str) -> str | None:
     """Return why ``name`` is not a plain directory name, or None if it is."""
-    if not isinstance(name, str) or not name:
-        return "must be a non-empty string"
-    if name in (".", ".."):
-        return "must not be '.' or '..'"
-    if "/" in name or "\\" in name:
-        return "must not contain '/'"
-    if name.startswith("-"):
-        return "must not start with '-'"
-    if name.startswith("."):
-        return "must not start with '.'"
+    why = dir_name_problem(name)
+    if why:
+        return why
     if not _PLAIN_NAME.match(name):
         return "may only contain letters, digits and . _ + -"
     return None
