@@ -303,14 +303,25 @@ def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False) ->
     rels = relations(ws)
     raise_if_problems([p for rel in rels for p in rebase_problems(ws, rel)], "rebase-down")
     steps = plan_rebase_down(ws, rels, rebase_args)
-    say(plan_heading("rebase-down in", ws, dry_run))
-    print_plan(ws, rels, steps, "rebase", dry_run)
+    carry_out(ws, rels, steps, "rebase-down", dry_run, lambda step: ChtopError(conflict_instructions(ws, step)),
+              rebased_onto_integration)
+    return 0
+
+
+LOOP_WORDS = {"rebase-down": ("rebase-down in", "rebase"), "merge-up": ("merge-up from", "land")}
+
+
+def carry_out(ws: Workspace, rels: list[Relation], steps: list[GitStep], what: str, dry_run: bool, failure,
+              outcome, relation=None) -> None:
+    """Show the plan; unless a dry run, run it one repo at a time and check the outcome."""
+    heading, verb = LOOP_WORDS[what]
+    say(plan_heading(heading, ws, dry_run))
+    print_plan(ws, rels, steps, verb, dry_run)
     if dry_run:
         say(dry_run_footer(steps))
-    else:
-        run_steps(steps, lambda step: ChtopError(conflict_instructions(ws, step)))
-        check_outcome(ws, steps, rebased_onto_integration, "rebase-down")
-    return 0
+        return
+    run_steps(steps, failure)
+    check_outcome(ws, steps, outcome, what, relation=relation or relation_of)
 
 
 def rebased_onto_integration(ws: Workspace, rel: Relation) -> str | None:
@@ -405,13 +416,8 @@ def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False) -> int:
     rels = relations(ws)
     raise_if_problems([p for rel in rels for p in merge_up_problems(ws, rel, no_ff)], "merge-up")
     steps = plan_merge_up(ws, rels, no_ff)
-    say(plan_heading("merge-up from", ws, dry_run))
-    print_plan(ws, rels, steps, "land", dry_run)
-    if dry_run:
-        say(dry_run_footer(steps))
-    else:
-        run_steps(steps, lambda step: CommandFailed(
-            f"merge into {ws.display(step.cwd)} failed (see git's message above); "
-            "repos already merged stay merged. Run `inv git.rebase-down` in the worktree and retry."))
-        check_outcome(ws, steps, landed_on_integration, "merge-up", relation=relation_in_toplevel)
+    carry_out(ws, rels, steps, "merge-up", dry_run, lambda step: CommandFailed(
+        f"merge into {ws.display(step.cwd)} failed (see git's message above); "
+        "repos already merged stay merged. Run `inv git.rebase-down` in the worktree and retry."),
+        landed_on_integration, relation=relation_in_toplevel)
     return 0
