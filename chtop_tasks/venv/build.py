@@ -7,8 +7,8 @@ pybind11, setuptools, ...) shows through.  Each manifest repo is installed
 from ``<root>/<repo>`` per its recipe, in manifest order; then each repo's
 ``smoke_import`` modules are imported with the venv's python from a
 throwaway directory with ``PYTHONSAFEPATH=1``, so a checkout dir named like a
-package (``<root>/ksgpu/``) cannot shadow the installed package (the seed's
-Appendix A).  With ``test`` each repo's ``test`` command runs the same way.
+package (``<root>/ksgpu/``) cannot shadow the installed package (Python puts
+the current dir first on ``sys.path``).  With ``test`` each repo's ``test`` command runs the same way.
 
 With uv on PATH the venv is made by ``uv venv --system-site-packages``
 (no pip, no setuptools of its own: the base's show through) and the repos are
