@@ -15,17 +15,21 @@ from pathlib import Path
 from .. import runner
 from ..errors import ChtopError, CommandFailed, Refused
 from ..term import bold, git_color_args, say, warn
-from .gitrun import HOST_GIT_OPTS, git
+from .gitprobe import (
+    WORKTREE_SUBMODULES,
+    ahead_behind,
+    dirty_paths,
+    head_branch,
+    operation_in_progress,
+    untracked_in_the_way,
+)
+from .gitrun import HOST_GIT_OPTS
 from .layout import Checkout, Workspace, verify_git_dirs
 from .quarantine import sync_worktree
 
 POOL_SIZE = max(1, min(os.cpu_count() or 1, 8))
 
 
-# In a feature worktree, submodule gitdirs live in the agent-writable admin dir:
-# host-side status/diff never start a git inside them (changed submodule commits
-# still show; files changed inside a submodule do not).
-WORKTREE_SUBMODULES = "--ignore-submodules=dirty"
 
 
 def fan_out(func, items):
@@ -35,12 +39,6 @@ def fan_out(func, items):
         return [func(item) for item in items]
     with ThreadPoolExecutor(max_workers=POOL_SIZE) as pool:
         return list(pool.map(func, items))
-
-
-def head_branch(checkout_dir: Path) -> str | None:
-    """The branch checked out in ``checkout_dir``, None when detached."""
-    result = git(checkout_dir, ["symbolic-ref", "--quiet", "--short", "HEAD"], check=False)
-    return result.stdout.strip() if result.ok else None
 
 
 def present_checkouts(ws: Workspace) -> list[Checkout]:
@@ -111,13 +109,6 @@ class Relation:
     @property
     def off_branch(self) -> bool:
         return self.branch != self.expected_branch
-
-
-def ahead_behind(checkout_dir: Path, base: str, tip: str = "HEAD") -> tuple[int, int]:
-    """Commits (ahead, behind): in ``tip`` not ``base``, in ``base`` not ``tip``."""
-    result = git(checkout_dir, ["rev-list", "--left-right", "--count", f"{base}...{tip}"])
-    behind, ahead = (int(x) for x in result.stdout.split())
-    return ahead, behind
 
 
 def relation_of(ws: Workspace, checkout: Checkout) -> Relation:
@@ -197,20 +188,6 @@ def refuse_in_toplevel(ws: Workspace, what: str) -> None:
         )
 
 
-def dirty_paths(checkout_dir: Path) -> list[str]:
-    """Uncommitted tracked changes and untracked, non-ignored files."""
-    out = git(checkout_dir, ["status", WORKTREE_SUBMODULES, "--porcelain", "--untracked-files=all"]).stdout
-    return [line for line in out.splitlines() if line.strip()]
-
-
-def operation_in_progress(checkout_dir: Path) -> str | None:
-    gitdir = Path(git(checkout_dir, ["rev-parse", "--absolute-git-dir"]).stdout.strip())
-    for marker, name in (("rebase-merge", "rebase"), ("rebase-apply", "rebase"), ("MERGE_HEAD", "merge")):
-        if (gitdir / marker).exists():
-            return name
-    return None
-
-
 def preflight_problems(ws: Workspace, rel: Relation) -> list[str]:
     here = ws.display(rel.checkout.path)
     problems = []
@@ -224,18 +201,6 @@ def preflight_problems(ws: Workspace, rel: Relation) -> list[str]:
         problems.append(f"{here}: uncommitted changes to tracked files ({len(tracked)} paths: "
                         f"{', '.join(tracked[:4])}); commit or stash them")
     return problems
-
-
-def untracked_in_the_way(checkout_dir: Path, ref: str) -> list[str]:
-    """Untracked files that ``ref``'s tree also has: checking ``ref`` out would overwrite them.
-
-    Other untracked files do not stop a rebase (git leaves them alone), so they are not refused.
-    """
-    untracked = {d[3:] for d in dirty_paths(checkout_dir) if d.startswith("??")}
-    if not untracked:
-        return []
-    in_ref = git(checkout_dir, ["ls-tree", "-r", "--name-only", ref]).stdout.splitlines()
-    return sorted(untracked.intersection(in_ref))
 
 
 def rebase_problems(ws: Workspace, rel: Relation) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..errors import Refused
 from ..term import say, warn
 from .dotfiles import refresh_workspace_files
-from .gitops import head_branch
+from .gitprobe import head_branch
 from .gitrun import git
 from .layout import Workspace, verify_git_dirs
 from .manifest import Repo

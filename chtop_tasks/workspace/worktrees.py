@@ -14,12 +14,8 @@ from ..errors import ChtopError, CommandFailed, Refused, UsageError, WorkspaceEr
 from ..places import worktree_name_problem
 from ..term import say, warn
 from .dotfiles import refresh_workspace_files
-from .gitops import (
-    ahead_behind,
-    dirty_paths,
-    fan_out,
-    head_branch,
-)
+from .gitops import fan_out
+from .gitprobe import ahead_behind, branch_exists, dirty_paths, head_branch, local_branches, rev
 from .gitrun import git
 from .layout import Checkout, Workspace, checkout_problem, find_workspace, private_store, verify_git_dirs
 from .quarantine import add_private_worktree, group_git_dir, private_worktree_names, sync_worktree
@@ -39,20 +35,6 @@ def name_problem(ws: Workspace, name: str) -> str | None:
     if path.exists() or path.is_symlink():
         return f"{path} already exists"
     return None
-
-
-def branch_exists(repo_dir: Path, branch: str) -> bool:
-    return git(repo_dir, ["rev-parse", "--verify", "--quiet", f"refs/heads/{branch}"], check=False).ok
-
-
-def rev(repo_dir: Path, ref: str) -> str:
-    return git(repo_dir, ["rev-parse", "--verify", f"{ref}^{{commit}}"]).stdout.strip()
-
-
-def local_branches(repo_dir: Path) -> dict[str, str]:
-    """Every local branch of the repo and its commit, in one git call."""
-    out = git(repo_dir, ["for-each-ref", "--format=%(refname:short) %(objectname)", "refs/heads"]).stdout
-    return dict(line.rsplit(" ", 1) for line in out.splitlines() if line)
 
 
 @dataclass

@@ -1,0 +1,69 @@
+"""Git probes: read-only questions about one checkout or store, asked with the one host git runner.
+
+The cross-repo fan-out (gitops), worktree create/delete (worktrees), the
+dashboard and the quarantine's import ask these; nothing here changes a repo.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .gitrun import git
+
+# In a feature worktree, submodule gitdirs live in the agent-writable admin dir:
+# host-side status/diff never start a git inside them (changed submodule commits
+# still show; files changed inside a submodule do not).
+WORKTREE_SUBMODULES = "--ignore-submodules=dirty"
+
+
+def head_branch(checkout_dir: Path) -> str | None:
+    """The branch checked out in ``checkout_dir``, None when detached."""
+    result = git(checkout_dir, ["symbolic-ref", "--quiet", "--short", "HEAD"], check=False)
+    return result.stdout.strip() if result.ok else None
+
+
+def ahead_behind(checkout_dir: Path, base: str, tip: str = "HEAD") -> tuple[int, int]:
+    """Commits (ahead, behind): in ``tip`` not ``base``, in ``base`` not ``tip``."""
+    result = git(checkout_dir, ["rev-list", "--left-right", "--count", f"{base}...{tip}"])
+    behind, ahead = (int(x) for x in result.stdout.split())
+    return ahead, behind
+
+
+def dirty_paths(checkout_dir: Path) -> list[str]:
+    """Uncommitted tracked changes and untracked, non-ignored files."""
+    out = git(checkout_dir, ["status", WORKTREE_SUBMODULES, "--porcelain", "--untracked-files=all"]).stdout
+    return [line for line in out.splitlines() if line.strip()]
+
+
+def operation_in_progress(checkout_dir: Path) -> str | None:
+    gitdir = Path(git(checkout_dir, ["rev-parse", "--absolute-git-dir"]).stdout.strip())
+    for marker, name in (("rebase-merge", "rebase"), ("rebase-apply", "rebase"), ("MERGE_HEAD", "merge")):
+        if (gitdir / marker).exists():
+            return name
+    return None
+
+
+def untracked_in_the_way(checkout_dir: Path, ref: str) -> list[str]:
+    """Untracked files that ``ref``'s tree also has: checking ``ref`` out would overwrite them.
+
+    Other untracked files do not stop a rebase (git leaves them alone), so they are not refused.
+    """
+    untracked = {d[3:] for d in dirty_paths(checkout_dir) if d.startswith("??")}
+    if not untracked:
+        return []
+    in_ref = git(checkout_dir, ["ls-tree", "-r", "--name-only", ref]).stdout.splitlines()
+    return sorted(untracked.intersection(in_ref))
+
+
+def branch_exists(repo_dir: Path, branch: str) -> bool:
+    return git(repo_dir, ["rev-parse", "--verify", "--quiet", f"refs/heads/{branch}"], check=False).ok
+
+
+def rev(repo_dir: Path, ref: str) -> str:
+    return git(repo_dir, ["rev-parse", "--verify", f"{ref}^{{commit}}"]).stdout.strip()
+
+
+def local_branches(repo_dir: Path) -> dict[str, str]:
+    """Every local branch of the repo and its commit, in one git call."""
+    out = git(repo_dir, ["for-each-ref", "--format=%(refname:short) %(objectname)", "refs/heads"]).stdout
+    return dict(line.rsplit(" ", 1) for line in out.splitlines() if line)
