@@ -113,7 +113,7 @@ def test_go_agent_without_sessions_says_so(with_dev, chtop_bin):
 
 def test_go_in_zsh(with_dev, chtop_bin):
     if shutil.which("zsh") is None:
-        pytest.skip("zsh is not installed (bootstrap does not install it; bash is tested above)")
+        pytest.skip("zsh is not installed (./bootstrap installs it; bash is tested above)")
     g = with_dev
     env = dict(os.environ, PATH=f"{chtop_bin}:{os.environ['PATH']}")
     script = 'eval "$(chtop shell-init zsh)"\nchtop go dev && pwd\nchtop go nope; echo rc=$?'
