@@ -1,0 +1,124 @@
+"""Time to claude's first screen through `inv sbox.claude`, against the same claude under a bare
+`podman run` with the same mounts (the argv chtop plans, run directly).
+
+Run as root (it builds a throwaway workspace owned by the unprivileged test user, as the tests do):
+
+    python bench/bench_claude_start.py [--runs N]
+
+"First screen" is claude's folder-trust question drawn in a pty.  Prints the median of each and
+the ratio (target: at most 1.15x).  Not run by the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_sandbox import build  # noqa: E402
+
+FIRST_SCREEN = "trust"
+PLAN_CLAUDE = """
+import json
+from pathlib import Path
+from chtop_tasks.agents.registry import agent_request
+from chtop_tasks.sandbox.launcher import plan_request, prepare_launch
+plan = plan_request(agent_request("claude", [], Path.cwd(), interactive=True))
+prepare_launch(plan)
+print(json.dumps([plan.argv, plan.env, str(plan.setup.root.run_dir)]))
+"""
+
+
+def seed_claude_config(g) -> None:
+    """Past claude's onboarding, so its first screen is the folder-trust question."""
+    claude_dir = g.grouping / "claude"
+    claude_dir.mkdir(exist_ok=True)
+    (claude_dir / ".claude.json").write_text(json.dumps({"hasCompletedOnboarding": True, "theme": "dark"}))
+    subprocess.run(["chown", "-R", f"{g.user.pw_uid}:{g.user.pw_gid}", str(claude_dir)], check=True)
+
+
+def time_to_first_screen(argv: list[str], cwd: Path) -> float:
+    import pexpect
+
+    start = time.perf_counter()
+    child = pexpect.spawn(argv[0], argv[1:], cwd=str(cwd), dimensions=(40, 120), timeout=120, encoding="utf-8",
+                          codec_errors="replace")
+    try:
+        child.expect(FIRST_SCREEN)
+        return time.perf_counter() - start
+    finally:
+        child.terminate(force=True)
+        child.close()
+
+
+def remove_containers(g, as_user: list[str]) -> None:
+    names = subprocess.run(as_user + ["podman", "ps", "-aq", "--filter", "label=chtop.worktree=dev"],
+                           cwd=g.dev, capture_output=True, text=True).stdout.split()
+    if names:
+        subprocess.run(as_user + ["podman", "rm", "-f", "-t", "0", *names], cwd=g.dev, capture_output=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("run as root (it runs the sandbox as the unprivileged test user, like the tests)")
+    if shutil.which("claude") is None:
+        raise SystemExit("the claude CLI is not installed (./bootstrap installs it)")
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="csb-bench-", dir="/tmp"))
+    base.chmod(0o755)
+    try:
+        g = build(base)
+        seed_claude_config(g)
+        env = dict(g.env, TERM="xterm-256color")
+        as_user = ["runuser", "-u", g.user.pw_name, "--", "env", "-i", *[f"{k}={v}" for k, v in env.items()]]
+        inv = as_user + [str(g.venv / "bin" / "python"), "-m", "invoke", "sbox.claude"]
+        time_to_first_screen(inv, g.dev)          # warm: proxy started, hooks and skeleton made
+        remove_containers(g, as_user)
+        t_inv, t_bare = [], []
+        for _ in range(args.runs):                # interleaved, so load drifts hit both alike
+            t_inv.append(time_to_first_screen(inv, g.dev))
+            remove_containers(g, as_user)
+            planned = subprocess.run(as_user + [str(g.venv / "bin" / "python"), "-c", PLAN_CLAUDE], cwd=g.dev,
+                                     capture_output=True, text=True, stdin=subprocess.DEVNULL)
+            if planned.returncode:
+                raise SystemExit(f"planning the bare run failed:\n{planned.stderr[-1500:]}")
+            argv, penv, run_dir = json.loads(planned.stdout.strip().splitlines()[-1])
+            (Path(run_dir) / "launcher.pid").write_text(f"{os.getpid()}\n")
+            bare = ["runuser", "-u", g.user.pw_name, "--", "env", "-i",
+                    *[f"{k}={v}" for k, v in dict(penv, TERM="xterm-256color").items()], *argv]
+            t_bare.append(time_to_first_screen(bare, g.dev))
+            remove_containers(g, as_user)
+        m_inv, m_bare = statistics.median(t_inv), statistics.median(t_bare)
+        print(f"runs: {args.runs} each (interleaved), as {g.user.pw_name}, rootless; first screen = claude's "
+              f"folder-trust question")
+        print(f"bare podman run, same mounts   median {m_bare * 1000:7.0f} ms  (min {min(t_bare) * 1000:.0f})")
+        print(f"inv sbox.claude                median {m_inv * 1000:7.0f} ms  (min {min(t_inv) * 1000:.0f})")
+        print(f"ratio                          {m_inv / m_bare:.2f}x  (target <= 1.15x: "
+              f"{'ok' if m_inv / m_bare <= 1.15 else 'MISSED'})")
+    finally:
+        for pid_file in base.glob("**/.chtop/net/proxy.pid"):
+            try:
+                os.kill(int(pid_file.read_text().split()[0]), 15)
+            except (OSError, ValueError):
+                pass
+        shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
