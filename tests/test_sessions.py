@@ -17,6 +17,7 @@ import pytest
 from conftest import require_tool
 
 from chtop_tasks.agents.registry import load_registry, parse_entry
+from chtop_tasks.atomic import write_atomic
 from chtop_tasks.errors import PolicyError, Refused, UsageError
 from chtop_tasks.sessions import agent_state, hooks, notify, records, screenlog, tmux
 
@@ -172,7 +173,7 @@ def test_session_log_prefers_the_kept_screen_copy_to_the_stream(tmp_path):
     records.log_path(group, "dev").write_bytes(b"\x1b[1mstream\x1b[0m\r\n")
     assert screenlog.session_log(group, "dev") == b"stream\n"
     assert screenlog.session_log(group, "dev", raw=True) == b"\x1b[1mstream\x1b[0m\r\n"
-    records.write_text_atomic(records.screen_path(group, "dev"), "rendered screen\n")
+    write_atomic(records.screen_path(group, "dev"), "rendered screen\n", mode=0o600)
     assert screenlog.session_log(group, "dev") == b"rendered screen\n"
 
 

@@ -21,6 +21,7 @@ import threading
 import time
 from pathlib import Path
 
+from ..atomic import write_atomic
 from ..errors import ChtopError
 from . import agent_state, hooks, notify, records, tmux
 
@@ -83,7 +84,7 @@ def save_screen(group: Path, record: records.Record) -> None:
     """Keep what the screen shows now (tmux's rendering, scrollback included) for session.log."""
     text = tmux.capture_history(Path(record.tmux_socket), record.tmux_session)
     if text is not None:
-        records.write_text_atomic(records.screen_path(group, record.worktree), text)
+        write_atomic(records.screen_path(group, record.worktree), text, mode=0o600)
 
 
 def finish(group: Path, record: records.Record, code: int, error: str = "") -> None:

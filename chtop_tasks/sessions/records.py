@@ -69,10 +69,6 @@ def screen_path(group_dir: Path, worktree: str) -> Path:
     return sessions_dir(group_dir) / f"{worktree}{SCREEN_SUFFIX}"
 
 
-def write_text_atomic(path: Path, text: str, mode: int = 0o600) -> None:
-    write_atomic(path, text, mode=mode)
-
-
 def write_json_atomic(path: Path, data, mode: int = 0o600) -> None:
     """Write ``data`` as JSON to ``path`` by a rename (readers never see half a file)."""
     write_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n", mode=mode)

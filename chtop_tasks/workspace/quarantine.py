@@ -151,11 +151,6 @@ def packed_text(header: str, lines: dict[str, list[str]]) -> str:
     return (header or "# pack-refs with: peeled fully-peeled sorted ") + "\n" + "".join(f"{x}\n" for x in body)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``path`` by renaming a fresh temp file over it (never follows a planted symlink)."""
-    atomic.write_atomic(path, text, mode=0o644)
-
-
 def write_store_files(store: Path, shared: Path, integration: str, integration_sha: str) -> None:
     """Everything of a fresh private store but its worktree admin dir."""
     store.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -211,7 +206,7 @@ def refresh_integration(store: Path, shared: Path, integration: str) -> bool:
     copy_info(shared, store)
     head = store / "HEAD"
     if head.is_symlink() or not head.is_file():        # removed inside: git would not see a repo
-        write_atomic(head, f"ref: refs/heads/{integration}\n")
+        atomic.write_atomic(head, f"ref: refs/heads/{integration}\n")
     tip = read_ref(shared, f"refs/heads/{integration}")
     if tip is None or not SHA_RE.match(tip):
         return False
@@ -222,7 +217,7 @@ def refresh_integration(store: Path, shared: Path, integration: str) -> bool:
     name = f"refs/heads/{integration}"
     kept = {ref: [f"{sha} {ref}"] + ([f"^{peeled}"] if peeled else []) for sha, ref, peeled in entries}
     kept[name] = [f"{tip} {name}"]          # the agent's other packed refs (its stash, tags) stay
-    write_atomic(store / "packed-refs", packed_text(header, kept))
+    atomic.write_atomic(store / "packed-refs", packed_text(header, kept))
     remove_loose_ref(store, name)
     return True
 
@@ -387,7 +382,7 @@ def convert_checkout(ws: Workspace, checkout: Checkout, integration: str) -> Pat
         _copy_ref(shared, store, f"refs/heads/{branch}")
     _copy_ref(shared, store, "refs/stash")
     _relink_submodules(old_admin, admin)
-    write_atomic(checkout.path / ".git", f"gitdir: {admin}\n")
+    atomic.write_atomic(checkout.path / ".git", f"gitdir: {admin}\n")
     shutil.rmtree(old_admin)
     return store
 
@@ -410,7 +405,7 @@ def _relink_submodules(old_admin: Path, admin: Path) -> None:
             continue
         git(None, ["config", "--file", str(new_gitdir / "config"), "core.worktree",
                    os.path.relpath(sub, new_gitdir)])
-        write_atomic(sub / ".git", f"gitdir: {os.path.relpath(new_gitdir, sub)}\n")
+        atomic.write_atomic(sub / ".git", f"gitdir: {os.path.relpath(new_gitdir, sub)}\n")
 
 
 def _drop_stale_shared_admin(checkout: Checkout) -> None:
