@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_sandbox import build  # noqa: E402
+from bench_sandbox import build, require_root, scratch_base, stop_proxies  # noqa: E402
 
 FIRST_SCREEN = "trust"
 PLAN_CLAUDE = """
@@ -73,14 +73,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
-    if os.geteuid() != 0:
-        raise SystemExit("run as root (it runs the sandbox as the unprivileged test user, like the tests)")
+    require_root()
     if shutil.which("claude") is None:
         raise SystemExit("the claude CLI is not installed (./bootstrap installs it)")
-    import tempfile
 
-    base = Path(tempfile.mkdtemp(prefix="csb-bench-", dir="/tmp"))
-    base.chmod(0o755)
+    base = scratch_base("csb-bench-")
     try:
         g = build(base)
         seed_claude_config(g)
@@ -111,11 +108,7 @@ def main() -> int:
         print(f"ratio                          {m_inv / m_bare:.2f}x  (target <= 1.15x: "
               f"{'ok' if m_inv / m_bare <= 1.15 else 'MISSED'})")
     finally:
-        for pid_file in base.glob("**/.chtop/net/proxy.pid"):
-            try:
-                os.kill(int(pid_file.read_text().split()[0]), 15)
-            except (OSError, ValueError):
-                pass
+        stop_proxies(base)
         shutil.rmtree(base, ignore_errors=True)
     return 0
 

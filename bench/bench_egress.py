@@ -28,7 +28,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,7 +36,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
 from bench_proxy import servers_main  # noqa: E402
-from bench_sandbox import build  # noqa: E402
+from bench_sandbox import build, require_root, scratch_base, stop_proxies  # noqa: E402
 
 
 def result(proc: subprocess.CompletedProcess, what: str) -> dict:
@@ -55,14 +54,12 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
-    if os.geteuid() != 0:
-        raise SystemExit("run as root (it runs the sandbox as the unprivileged test user, like the tests)")
+    require_root()
     q = mp.Queue()
     srv = mp.Process(target=servers_main, args=(q,), daemon=True)
     srv.start()
     echo, sink, source = q.get(timeout=10)
-    base = Path(tempfile.mkdtemp(prefix="csb-egress-", dir="/tmp"))
-    base.chmod(0o755)
+    base = scratch_base("csb-egress-")
     try:
         g = build(base)
         with open(g.toplevel / "sandbox" / "net-allow.txt", "a") as fh:
@@ -104,11 +101,7 @@ def main() -> int:
                 b["conc_rt_s"] = max(b["conc_rt_s"], r["conc_rt_s"])
                 b["conc_errors"] += r["conc_errors"]
     finally:
-        for pid_file in base.glob("**/.chtop/net/proxy.pid"):
-            try:
-                os.kill(int(pid_file.read_text().split()[0]), 15)
-            except (OSError, ValueError):
-                pass
+        stop_proxies(base)
         srv.terminate()
         shutil.rmtree(base, ignore_errors=True)
     d, h = best["direct"], best["host proxy"]

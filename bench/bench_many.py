@@ -29,7 +29,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -39,6 +38,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
 from bench_proxy import servers_main  # noqa: E402
+from bench_sandbox import scratch_base, stop_proxies  # noqa: E402
 
 PER_SANDBOX = ("podman", "conmon", "catatonit", "sleep")
 
@@ -154,8 +154,7 @@ def main() -> int:
     srv = mp.Process(target=servers_main, args=(q,), daemon=True)
     srv.start()
     echo = q.get(timeout=10)[0]
-    base = Path(tempfile.mkdtemp(prefix="chtop-many-", dir="/tmp"))
-    base.chmod(0o755)                 # the test user walks into it (rootless)
+    base = scratch_base("chtop-many-")                 # the test user walks into it (rootless)
     procs: list[subprocess.Popen] = []
     try:
         t0 = time.perf_counter()
@@ -226,11 +225,7 @@ def main() -> int:
         for p in procs:
             if p.poll() is None:
                 p.kill()
-        for pid_file in base.glob("**/.chtop/net/proxy.pid"):
-            try:
-                os.kill(int(pid_file.read_text().split()[0]), 15)
-            except (OSError, ValueError):
-                pass
+        stop_proxies(base)
         srv.terminate()
         if args.rootless:
             from sandbox_helpers import end_pause_process

@@ -29,6 +29,29 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
 
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise SystemExit("run as root (it runs the sandbox as the unprivileged test user, like the tests)")
+
+
+def scratch_base(prefix: str = "csb-bench-") -> Path:
+    """A throwaway dir under /tmp the unprivileged test user can walk into."""
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    base.chmod(0o755)
+    return base
+
+
+def stop_proxies(base: Path) -> None:
+    """SIGTERM every group proxy a bench started under ``base``."""
+    for pid_file in base.glob("**/.chtop/net/proxy.pid"):
+        try:
+            os.kill(int(pid_file.read_text().split()[0]), 15)
+        except (OSError, ValueError):
+            pass
+
+
 def build(base: Path):
     import conftest
     from sandbox_helpers import build_user_group, conftest_builder, ensure_test_user, ensure_user_venv, podman_works
@@ -93,12 +116,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     args = parser.parse_args()
-    if os.geteuid() != 0:
-        raise SystemExit("run as root (it runs the sandbox as the unprivileged test user, like the tests)")
-    import tempfile
+    require_root()
 
-    base = Path(tempfile.mkdtemp(prefix="csb-bench-", dir="/tmp"))
-    base.chmod(0o755)
+    base = scratch_base("csb-bench-")
     try:
         g = build(base)
         as_user = ["runuser", "-u", g.user.pw_name, "--", "env", "-i", *[f"{k}={v}" for k, v in g.env.items()]]
@@ -129,11 +149,7 @@ def main() -> int:
         print(f"chtop's own share: {own * 1000:.1f} ms (inv sbox.run - the inv floor - bare podman run; "
               "target <= 25 ms)")
     finally:
-        for pid_file in base.glob("**/.chtop/net/proxy.pid"):
-            try:
-                os.kill(int(pid_file.read_text().split()[0]), 15)
-            except (OSError, ValueError):
-                pass
+        stop_proxies(base)
         shutil.rmtree(base, ignore_errors=True)
     return 0
 

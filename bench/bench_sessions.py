@@ -15,28 +15,24 @@ Not run by the tests.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_sandbox import build, timed  # noqa: E402
+from bench_sandbox import build, require_root, scratch_base, stop_proxies, timed  # noqa: E402
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
-    if os.geteuid() != 0:
-        raise SystemExit("run as root (it runs the sandbox as the unprivileged test user, like the tests)")
-    base = Path(tempfile.mkdtemp(prefix="csb-bench-", dir="/tmp"))
-    base.chmod(0o755)
+    require_root()
+    base = scratch_base("csb-bench-")
     try:
         g = build(base)
         config = g.home / ".config" / "chtop"
@@ -63,11 +59,7 @@ def main() -> int:
     finally:
         for sock in base.glob("**/tmux.sock"):
             subprocess.run(["tmux", "-S", str(sock), "kill-server"], capture_output=True)
-        for pid_file in base.glob("**/.chtop/net/proxy.pid"):
-            try:
-                os.kill(int(pid_file.read_text().split()[0]), 15)
-            except (OSError, ValueError):
-                pass
+        stop_proxies(base)
         from sandbox_helpers import end_pause_process
 
         end_pause_process(base / "w" / "run")
