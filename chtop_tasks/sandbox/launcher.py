@@ -439,7 +439,9 @@ def run_plan(plan: LaunchPlan, interactive: bool = False) -> int:
 # import afterwards ("" for --dir), $4 = the python and $5 = the chtop checkout that does it, then
 # podman's argv.  bash, not sh: podman runs as a child with our stdin and SIGINT back at its default
 # (an asynchronous list would get /dev/null and SIGINT ignored), so the shell can pass a SIGTERM or
-# SIGHUP sent to it on to podman (which ends the sandbox) and still clean up afterwards.
+# SIGHUP sent to it on to podman (which ends the sandbox) and still clean up afterwards.  The import
+# runs from / : ``python -m`` puts its cwd first on sys.path, and the cwd may be a repo dir the agent
+# can write (a planted module there would run on the host).
 WAITER = r"""d=$1; note=$2; wt=$3; py=$4; pp=$5; shift 5
 trap : INT
 ( trap - INT; exec "$@" ) <&0 & pid=$!
@@ -448,7 +450,7 @@ trap 'kill -HUP $pid 2>/dev/null' HUP
 while :; do wait $pid; rc=$?; kill -0 $pid 2>/dev/null || break; done
 rm -rf -- "$d"; rmdir -- "${d%/*}" 2>/dev/null
 if [ "$rc" = 137 ] && [ -n "$note" ]; then printf 'chtop: %s\n' "$note" >&2; fi
-if [ -n "$wt" ]; then PYTHONPATH="$pp" "$py" -m chtop_tasks.sandbox.after_exit "$wt"; fi
+if [ -n "$wt" ]; then (cd / && PYTHONPATH="$pp" "$py" -m chtop_tasks.sandbox.after_exit "$wt"); fi
 exit $rc
 """
 

@@ -36,8 +36,9 @@ def _package_parent() -> str:
 
 
 def _python_module(module: str, *args: str) -> list[str]:
-    """argv running one of chtop's modules with this python and this chtop (PYTHONPATH set)."""
-    return ["env", f"PYTHONPATH={_package_parent()}", sys.executable, "-m", module, *args]
+    """argv running one of chtop's modules with this python and this chtop (PYTHONPATH set), from /:
+    ``python -m`` puts its cwd first on sys.path, and a worktree's repo dirs are the agent's to write."""
+    return ["env", "--chdir=/", f"PYTHONPATH={_package_parent()}", sys.executable, "-m", module, *args]
 
 
 # -- start -----------------------------------------------------------------------------------------
