@@ -30,7 +30,8 @@ from proxy_helpers import (  # noqa: F401  (fixtures)
 
 from chtop_tasks.errors import ChtopError
 from chtop_tasks.proxy import control, proxy_status, stop_proxy
-from chtop_tasks.proxy.report import format_pending, format_status
+from chtop_tasks.proxy.approvals import format_pending
+from chtop_tasks.proxy.report import format_status
 
 REPO = Path(__file__).resolve().parents[1]
 

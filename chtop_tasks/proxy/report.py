@@ -45,11 +45,5 @@ def format_status(group_dir: Path) -> tuple[str, bool]:
     return "\n".join(lines), True
 
 
-def format_pending(group_dir: Path, policy_dir: Path) -> str:
-    from .approvals import format_pending as pending_with_scopes
-
-    return pending_with_scopes(group_dir, policy_dir)
-
-
 def log_path(group_dir: Path) -> Path:
     return net_dir(group_dir) / HUMAN

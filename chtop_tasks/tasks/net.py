@@ -102,7 +102,7 @@ def deny(c, domain=None, worktree="", private=False):
 @reports_errors
 def pending(c):
     """List blocked domains not yet allowed or denied, newest first."""
-    say(report.format_pending(*report.locate()))
+    say(approvals.format_pending(*report.locate()))
 
 
 @task
