@@ -151,9 +151,12 @@ def test_plan_uv_recreate_and_test(tmp_path):
     reuse = V.plan_build(root, manifest, installer="uv", python=Path("/base/python3"))
     # An existing venv is reused, not recreated; uv installs without deps,
     # then the "deps" step installs (with pip) only what the base lacks.
-    assert [s.kind for s in reuse] == ["check", "install", "install", "deps", "smoke", "smoke"]
+    # "bytecode" compiles, in uv's cache, what the isolated build of a installs.
+    assert [s.kind for s in reuse] == ["check", "install", "install", "bytecode", "deps", "smoke", "smoke"]
     assert reuse[1].argv[1:6] == ("pip", "install", "--python", venv_py(root), "--no-deps")
-    assert reuse[3].then == (venv_py(root), "-m", "pip", "install")
+    assert reuse[3].paths == (root / "a",) and reuse[3].argv[1:] == ("-m", "compileall", "-q", "-j0")
+    assert "the builds of a need" in reuse[3].describe()
+    assert reuse[4].then == (venv_py(root), "-m", "pip", "install")
     # A fresh one is made by uv too; nothing to trim, pip launchers written.
     steps = V.plan_build(root, manifest, recreate=True, test=True, installer="uv", python=Path("/base/python3"))
     assert [s.kind for s in steps][:5] == ["remove", "create", "check", "launchers", "install"]
@@ -199,6 +202,51 @@ def test_dry_run_prints_plan_and_touches_nothing(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "-m venv --system-site-packages" in out and "--no-build-isolation -e " + str(root / "b") in out
     assert not (root / ".venv").exists()
+
+
+def test_deps_step_runs_only_when_an_installed_repo_declares_a_requirement(tmp_path):
+    site = tmp_path / "lib" / "python3.11" / "site-packages"
+    assert not V.declares_requirements(tmp_path)  # nothing installed
+    plain = site / "a-0.1.dist-info"
+    plain.mkdir(parents=True)
+    (plain / "METADATA").write_text("Metadata-Version: 2.1\nName: a\nVersion: 0.1\n\nRequires-Dist: in the body\n")
+    assert not V.declares_requirements(tmp_path)  # after the blank line it is the description
+    needs = site / "b-0.1.dist-info"
+    needs.mkdir()
+    (needs / "METADATA").write_text("Metadata-Version: 2.1\nName: b\nRequires-Dist: tinydep\n")
+    assert V.declares_requirements(tmp_path)
+
+
+def test_uv_cache_wheels_to_compile_are_the_isolated_builds_requirements(tmp_path):
+    from chtop_tasks.venv import uvcache
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools>=64", "Scikit.Build-Core[pyproject]"]\n')
+    assert uvcache.build_requirement_names(repo) == {"setuptools", "scikit_build_core"}
+    assert uvcache.build_requirement_names(tmp_path / "none") == {"setuptools"}  # PEP 517's default
+    archive = tmp_path / "cache" / uvcache.ARCHIVE_BUCKET
+
+    def unpacked(key: str, dist: str, top: str) -> Path:
+        (archive / key / f"{dist}.dist-info").mkdir(parents=True)
+        (archive / key / top).mkdir()
+        (archive / key / top / "__init__.py").write_text("")
+        return archive / key
+
+    tools = unpacked("k1", "setuptools-80.0", "setuptools")
+    core = unpacked("k2", "scikit_build_core-0.10.0", "scikit_build_core")
+    unpacked("k3", "numpy-2.0.0", "numpy")  # not a build requirement here: left alone
+    done = unpacked("k4", "setuptools-70.0", "setuptools")
+    (done / "setuptools" / "__pycache__").mkdir()
+    assert uvcache.wheels_to_compile(tmp_path / "cache", [repo]) == [tools, core]
+    assert uvcache.wheels_to_compile(tmp_path / "no-cache", [repo]) == []
+
+
+def test_consecutive_smoke_imports_are_one_batch(tmp_path):
+    root, manifest = make_root(tmp_path / "ws", [A, B])
+    steps = V.plan_build(root, manifest, installer="uv", python=Path(sys.executable))
+    kinds = [[step.kind for step in batch] for batch in V._batches(steps)]
+    assert kinds[-1] == ["smoke", "smoke"] and all(len(batch) == 1 for batch in kinds[:-1])
 
 
 def test_pip_launcher_runs_the_base_pip_in_the_venv_even_from_a_path_with_a_space(tmp_path):
@@ -325,15 +373,21 @@ def test_uv_and_pip_make_the_same_venv(installer, offline, wheelhouse, tmp_path,
 @pytest.mark.slow
 def test_a_second_worktree_takes_what_the_first_fetched_from_uvs_cache(offline, tmp_path, capsys):
     """Two checkouts built one after the other share uv's cache: the setuptools
-    wheel for ``a``'s isolated build is unpacked there once, not per worktree."""
+    wheel for ``a``'s isolated build is unpacked there once, not per worktree,
+    and byte-compiled there once, by the first build, for every later one."""
     uv = require_tool("uv")
+    echoed = {}
     for name in ("dev", "other"):
         root, manifest = make_root(tmp_path / name, [A, B])
         V.build_venv(root, manifest, installer="uv")
+        echoed[name] = capsys.readouterr().err
     cache = Path(subprocess.run([uv, "cache", "dir"], capture_output=True, text=True, check=True).stdout.strip())
     assert cache.is_relative_to(Path(os.environ["HOME"]))  # the user's cache: this test's HOME
     unpacked = list(cache.glob("archive-v*/*/setuptools/__init__.py"))
     assert len(unpacked) == 1, unpacked
+    tag = sys.implementation.cache_tag
+    assert (unpacked[0].parent / "__pycache__" / f"__init__.{tag}.pyc").is_file()
+    assert "-m compileall" in echoed["dev"] and "-m compileall" not in echoed["other"]
 
 
 @pytest.mark.slow

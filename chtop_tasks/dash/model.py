@@ -21,11 +21,11 @@ from typing import Callable
 
 from .. import runner
 from ..errors import ChtopError
+from ..fanout import fan_out
 from ..places import group_id
 from ..proxy import approvals
 from ..proxy.control import status as proxy_status
 from ..proxy.logs import JSONL, net_dir
-from ..workspace.gitops import fan_out
 from ..workspace.layout import Checkout, Workspace, find_workspace
 from ..workspace.quarantine import sync_worktree
 from ..workspace.worktrees import worktree_roots

@@ -35,7 +35,9 @@ from pathlib import Path
 
 from .. import runner
 from ..errors import ChtopError, CommandFailed, Refused, UsageError
+from ..fanout import fan_out
 from ..workspace.manifest import MANIFEST_NAME, Manifest, Repo
+from . import uvcache
 
 VENV_DIR = ".venv"
 INSTALLERS = ("pip", "uv")
@@ -114,8 +116,11 @@ class BuildStep:
     the setuptools ensurepip put in the venv, so the base's shows through),
     "check" (the venv's python runs and is the venv's), "launchers" (uv
     only: write the ``bin/pip`` launchers), "install", "skip" (install = "none"),
-    "deps" (uv only: list the requirements nothing satisfies; ``then``
-    installs them with pip), "smoke", "test".  ``argv`` is empty for "skip"
+    "bytecode" (uv only: byte-compile the unpacked wheels the isolated
+    builds of ``paths`` install, in uv's cache; ``argv`` is the command the
+    wheels' directories are appended to), "deps" (uv only: list the
+    requirements nothing satisfies; ``then`` installs them with pip),
+    "smoke", "test".  ``argv`` is empty for "skip"
     and "launchers" (chtop does those itself).  ``cwd`` None with ``throwaway``
     means a fresh temporary directory at run time.
     """
@@ -130,6 +135,7 @@ class BuildStep:
     timeout: float = INSTALL_TIMEOUT
     expect: str | None = None  # "check": the stdout it must print
     then: tuple[str, ...] = ()  # "deps": the command its output lines are appended to
+    paths: tuple[Path, ...] = ()  # "bytecode": the isolated repos whose build requirements are compiled
 
     def describe(self) -> str:
         """The step as one line of the printed plan."""
@@ -137,6 +143,9 @@ class BuildStep:
             return f"# {self.note}"
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env)
         cmd = shlex.join(self.argv)
+        if self.paths:
+            repos = ", ".join(p.name for p in self.paths)
+            cmd += f" <each unpacked wheel in `uv cache dir` that the builds of {repos} need, if it has no bytecode>"
         line = f"$ {env + ' ' if env else ''}{cmd}"
         cwd = THROWAWAY if self.throwaway else self.cwd
         if cwd is not None:
@@ -331,11 +340,18 @@ def plan_build(
             steps.append(BuildStep("skip", repo.name, (), note=f'skip {repo.name}: install = "none" in {MANIFEST_NAME}'))
             continue
         steps.append(BuildStep("install", repo.name, install_argv(installer, vpy, repo, root / repo.name), cwd=root))
+    isolated = tuple(root / r.name for r in manifest.repos if r.install == "editable")
+    if installer == "uv" and isolated:
+        steps.append(BuildStep(
+            "bytecode", None, (str(vpy), "-m", "compileall", "-q", "-j0"), throwaway=True,
+            env=tuple(SAFE_ENV.items()), timeout=CHECK_TIMEOUT, paths=isolated,
+            note="once per wheel: uv's cached build requirements get bytecode, which later isolated builds link",
+        ))
     if installer == "uv" and any(r.install != "none" for r in manifest.repos):
         steps.append(BuildStep(
             "deps", None, (str(vpy), UNMET_SCRIPT), throwaway=True, env=tuple(SAFE_ENV.items()),
             timeout=CHECK_TIMEOUT, then=(str(vpy), "-m", "pip", "install"),
-            note="requirements neither the base nor the venv meets",
+            note="requirements neither the base nor the venv meets (not run when no installed repo declares one)",
         ))
     for repo in manifest.repos:
         for module in repo.smoke_import:
@@ -398,43 +414,110 @@ def _failure(step: BuildStep, root: Path, result: runner.Result | None, cwd, tes
 
 
 def run_build_steps(steps: list[BuildStep], root: Path, *, test: bool = False, installer: str = "?") -> BuildReport:
-    """Run the steps in order; raise CommandFailed naming the first that fails."""
+    """Run the steps in order; raise CommandFailed naming the first that fails.
+
+    Consecutive smoke imports run at the same time (each in its own python,
+    from the throwaway dir): nothing they do depends on another.
+    """
     report = BuildReport(venv_dir(root), installer)
     with tempfile.TemporaryDirectory(prefix="chtop-venv-") as scratch:
         Path(UNMET_SCRIPT.replace(THROWAWAY, scratch)).write_text(UNMET_CODE)
-        for step in steps:
-            if step.kind == "skip":
-                print(step.note, flush=True)
-                report.skipped.append(step.repo)
-                continue
-            if step.kind == "launchers":
-                write_pip_launchers(venv_dir(root))
-                continue
-            cwd = Path(scratch) if step.throwaway else step.cwd
-            stream = step.kind == "test"  # a test suite's progress is worth seeing live
-            try:
-                result = runner.run(
-                    [a.replace(THROWAWAY, scratch) for a in step.argv], cwd,
-                    check=False, capture=not stream, env=_runtime_env(step), timeout=step.timeout,
-                )
-            except CommandFailed as exc:  # not found, or timed out
-                raise _failure(step, root, None, cwd, test) from exc
-            if not result.ok or (step.expect is not None and not _same_path(result.stdout.strip(), step.expect)):
-                raise _failure(step, root, result, cwd, test)
-            unmet = [ln.strip() for ln in result.stdout.splitlines() if ln.strip()] if step.then else []
-            if unmet:
-                argv = step.then + tuple(unmet)
-                result = runner.run(argv, root, check=False, timeout=INSTALL_TIMEOUT)
-                if not result.ok:
-                    raise _failure(step, root, result, root, test, argv=argv)
-                report.deps.extend(unmet)
-            if step.kind == "install":
-                report.installed.append(step.repo)
-            elif step.kind == "smoke":
-                report.smoked.append(f"{step.repo}:{step.argv[-1]}")
-            elif step.kind == "test":
-                report.tested.append(step.repo)
+        for batch in _batches(steps):
+            fan_out(lambda step: _run_step(step, root, Path(scratch), test, report), batch)
+            for step in batch:
+                _record(step, report)
     return report
+
+
+def _batches(steps: list[BuildStep]) -> list[list[BuildStep]]:
+    """The steps in order, each alone except runs of consecutive "smoke" steps."""
+    batches: list[list[BuildStep]] = []
+    for step in steps:
+        if step.kind == "smoke" and batches and batches[-1][-1].kind == "smoke":
+            batches[-1].append(step)
+        else:
+            batches.append([step])
+    return batches
+
+
+def _run_step(step: BuildStep, root: Path, scratch: Path, test: bool, report: BuildReport) -> None:
+    """Run one step; raise CommandFailed when it fails."""
+    if step.kind == "skip":
+        print(step.note, flush=True)
+        return
+    if step.kind == "launchers":
+        write_pip_launchers(venv_dir(root))
+        return
+    if step.kind == "bytecode":
+        compile_build_requirements(step, scratch)
+        return
+    if step.kind == "deps" and not declares_requirements(venv_dir(root)):
+        print("# no installed repo declares a requirement: nothing for pip to add", file=sys.stderr, flush=True)
+        return
+    cwd = scratch if step.throwaway else step.cwd
+    stream = step.kind == "test"  # a test suite's progress is worth seeing live
+    try:
+        result = runner.run(
+            [a.replace(THROWAWAY, str(scratch)) for a in step.argv], cwd,
+            check=False, capture=not stream, env=_runtime_env(step), timeout=step.timeout,
+        )
+    except CommandFailed as exc:  # not found, or timed out
+        raise _failure(step, root, None, cwd, test) from exc
+    if not result.ok or (step.expect is not None and not _same_path(result.stdout.strip(), step.expect)):
+        raise _failure(step, root, result, cwd, test)
+    unmet = [ln.strip() for ln in result.stdout.splitlines() if ln.strip()] if step.then else []
+    if unmet:
+        argv = step.then + tuple(unmet)
+        result = runner.run(argv, root, check=False, timeout=INSTALL_TIMEOUT)
+        if not result.ok:
+            raise _failure(step, root, result, root, test, argv=argv)
+        report.deps.extend(unmet)
+
+
+def _record(step: BuildStep, report: BuildReport) -> None:
+    """Note a finished step in the report."""
+    if step.kind == "skip":
+        report.skipped.append(step.repo)
+    elif step.kind == "install":
+        report.installed.append(step.repo)
+    elif step.kind == "smoke":
+        report.smoked.append(f"{step.repo}:{step.argv[-1]}")
+    elif step.kind == "test":
+        report.tested.append(step.repo)
+
+
+def compile_build_requirements(step: BuildStep, scratch: Path) -> None:
+    """The "bytecode" step: compile what it finds uncompiled; a failure only warns (it is a speed-up)."""
+    found = runner.run([uv_command(), "cache", "dir"], check=False, timeout=CHECK_TIMEOUT)
+    if not found.ok or not found.stdout.strip():
+        return
+    wheels = uvcache.wheels_to_compile(Path(found.stdout.strip()), list(step.paths))
+    if not wheels:
+        return
+    result = runner.run([*step.argv, *map(str, wheels)], scratch, check=False, env=dict(step.env), timeout=step.timeout)
+    if not result.ok:
+        print(f"# byte-compiling uv's cached build requirements failed (exit {result.returncode}); "
+              "later isolated builds compile them themselves, as before", file=sys.stderr, flush=True)
+
+
+def declares_requirements(vdir: Path) -> bool:
+    """Whether any distribution installed in the venv itself declares a requirement (``Requires-Dist``).
+
+    When none does there is nothing the "deps" step could find, and its
+    python start is saved.  A METADATA file that cannot be read counts as
+    declaring one, so the step runs.
+    """
+    for metadata in vdir.glob("lib/python*/site-packages/*.dist-info/METADATA"):
+        try:
+            with metadata.open(encoding="utf-8", errors="replace") as handle:
+                for line in handle:
+                    if line.startswith("Requires-Dist:"):
+                        return True
+                    if not line.strip():  # the headers end at the first blank line
+                        break
+        except OSError:
+            return True
+    return False
 
 
 def _same_path(a: str, b: str) -> bool:

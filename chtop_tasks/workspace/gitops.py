@@ -7,13 +7,12 @@ repo first, then run one repo at a time.
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import runner
 from ..errors import ChtopError, CommandFailed, Refused
+from ..fanout import fan_out
 from ..term import bold, git_color_args, say, warn
 from .gitprobe import (
     WORKTREE_SUBMODULES,
@@ -26,19 +25,6 @@ from .gitprobe import (
 from .gitrun import HOST_GIT_OPTS
 from .layout import Checkout, Workspace, verify_git_dirs
 from .quarantine import sync_worktree
-
-POOL_SIZE = max(1, min(os.cpu_count() or 1, 8))
-
-
-
-
-def fan_out(func, items):
-    """``func`` over ``items`` in the pool, results in input order."""
-    items = list(items)
-    if len(items) <= 1:
-        return [func(item) for item in items]
-    with ThreadPoolExecutor(max_workers=POOL_SIZE) as pool:
-        return list(pool.map(func, items))
 
 
 def present_checkouts(ws: Workspace) -> list[Checkout]:

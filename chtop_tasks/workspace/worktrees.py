@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ChtopError, CommandFailed, Refused, UsageError, WorkspaceError
+from ..fanout import fan_out
 from ..places import worktree_name_problem
 from ..term import say, warn
 from .dotfiles import refresh_workspace_files
-from .gitops import fan_out
 from .gitprobe import ahead_behind, branch_exists, dirty_paths, head_branch, local_branches, rev
 from .gitrun import git
 from .layout import Checkout, Workspace, checkout_problem, find_workspace, private_store, verify_git_dirs
