@@ -68,11 +68,16 @@ def test_the_proxy_serves_a_handed_over_listener_as_the_worktrees(proxy, echo):
     while time.monotonic() < deadline:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        except ConnectionRefusedError:
+        except (ConnectionRefusedError, ConnectionResetError):   # closed (a queued connect gets a reset)
             break
         time.sleep(0.05)
     else:
         pytest.fail("the proxy still listens on a finished sandbox's socket")
+    log, ended = proxy.group / ".chtop" / "net" / "proxy.log", "ENDED    the sandbox of worktree dev: importing"
+    deadline = time.monotonic() + 5                      # and it imports the worktree's branch at once
+    while ended not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ended in log.read_text()
 
 
 @pytest.mark.parametrize("what", ["pipe", "unlistened", "udp", "bad-magic"])
@@ -122,7 +127,7 @@ def test_the_in_container_script_hands_off_and_holds_the_connection(proxy, echo)
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             time.sleep(0.05)
-        except ConnectionRefusedError:
+        except (ConnectionRefusedError, ConnectionResetError):   # closed (a queued connect gets a reset)
             return
     pytest.fail("the listener outlived its holder")
 

@@ -135,16 +135,31 @@ def test_integration_branch_refresh_overrides_the_private_copy_safely(with_dev, 
 def test_proxy_daemon_timer_imports_within_seconds(with_dev):
     g = with_dev
     notes = []
-    stop = quarantine.start_import_timer(g.grouping, notes.append, interval=0.2)
+    stop = quarantine.ImportTimer(g.grouping, notes.append, interval=0.2)
     try:
         sha = g.commit(g.path("dev", "alpha"), "t.txt", "t\n", "while the agent runs")
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and git(g.toplevel / "alpha", "rev-parse", "dev") != sha:
             time.sleep(0.1)
     finally:
-        stop.set()
+        stop.stop()
     assert git(g.toplevel / "alpha", "rev-parse", "dev") == sha
     assert any(n.startswith("IMPORT   dev") for n in notes), notes
+
+
+def test_a_woken_import_timer_imports_at_once(with_dev):
+    """The proxy wakes its timer when a sandbox ends: the import comes then, not at the next tick."""
+    g = with_dev
+    timer = quarantine.ImportTimer(g.grouping, [].append, interval=600)
+    try:
+        sha = g.commit(g.path("dev", "alpha"), "w.txt", "w\n", "just before the sandbox ended")
+        timer.wake()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and git(g.toplevel / "alpha", "rev-parse", "dev") != sha:
+            time.sleep(0.02)
+    finally:
+        timer.stop()
+    assert git(g.toplevel / "alpha", "rev-parse", "dev") == sha
 
 
 # -- worktrees made before private git state ------------------------------------------------------------
@@ -171,11 +186,11 @@ def test_an_old_worktree_converts_with_commits_stash_and_rebase_in_progress(init
     assert subprocess.run(["git", "rebase", "main"], cwd=alpha, capture_output=True).returncode != 0
     staged = git(alpha, "diff", "--name-only", "--diff-filter=U")
     notes = []
-    racing = quarantine.start_import_timer(g.grouping, notes.append, interval=0.01)   # the proxy's timer
+    racing = quarantine.ImportTimer(g.grouping, notes.append, interval=0.01)   # the proxy's timer
     try:
         g.inv(old, "git.status")                                        # the next host task converts
     finally:
-        racing.set()
+        racing.stop()
     store = private_store(g.grouping, "old", "alpha")
     assert read_gitdir_file(alpha / ".git").parent == store / "worktrees"
     assert not (g.toplevel / "alpha" / ".git" / "worktrees" / "alpha").exists()

@@ -343,7 +343,13 @@ def test_rootless_says_when_limits_are_not_enforced_and_leaves_no_run_files(g):
     if why:                                       # cgroup v1 here: rootless podman cannot set them
         assert "limits NOT enforced (memory" in proc.stderr and why in proc.stderr
         assert "--memory" not in proc.stderr
+    from chtop_tasks import places
+    from chtop_tasks.sandbox import launcher
+
     runs = g.grouping / ".chtop" / "sbox" / "runs"
+    if launcher.RUN_SCRATCH is not None:       # /dev/shm/chtop-<uid>/<group id>/, of the test user
+        runs = launcher.RUN_SCRATCH / f"chtop-{g.user.pw_uid}" / places.group_id(g.grouping)
+        assert runs.parent.stat().st_uid == g.user.pw_uid and runs.parent.stat().st_mode & 0o777 == 0o700
     assert not runs.exists()                   # the per-run skeleton (and the empty runs dir) went with the run
 
 

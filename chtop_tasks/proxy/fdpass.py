@@ -12,7 +12,8 @@ The hand-off: the sandbox connects to ``handoff.sock``, sends ``MAGIC`` with
 the fd as SCM_RIGHTS ancillary data, and reads ``OK``.  It keeps that unix
 connection open for as long as the sandbox lives (a ``sleep`` holds it);
 when it closes, the proxy closes the listener, so no socket of a finished
-sandbox (and its network namespace) outlives it.
+sandbox (and its network namespace) outlives it, and imports the worktree's
+branch at once (the sandbox has ended: this is its exit import).
 
 Everything the sandbox sends is hostile: the fd must be a listening TCP
 stream socket (anything else is refused and closed), one fd per
@@ -153,6 +154,8 @@ class Handoff:
         if lkey in self.server.listeners:
             self.server._unlisten(lkey)
         self._drop(conn)
+        if lkey is not None:
+            self.server.sandbox_ended(self.worktree)
 
 
 def open_handoff(server, key: str, proxy_socket: Path, worktree: str | None) -> Handoff:

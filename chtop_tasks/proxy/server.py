@@ -97,6 +97,7 @@ class Server:
         self.worktree_sockets: dict[str, Path] = {}
         self.tunnels: set[Tunnel] = set()
         self.started = time.time()
+        self.importing = None           # the ImportTimer, once running
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stopping: asyncio.Event | None = None
 
@@ -438,6 +439,14 @@ class Server:
         self._flush_log()
         return released
 
+    def sandbox_ended(self, worktree: str | None) -> None:
+        """A sandbox's hand-off connection closed: it has ended, so import its branch now
+        (``sbox.run`` starts no Python after podman exits; this is its exit import)."""
+        if worktree is not None and self.importing is not None:
+            self.log.note(f"ENDED    the sandbox of worktree {worktree}: importing its branch now")
+            self._flush_log()
+            self.importing.wake()
+
     # ---- lifetime ------------------------------------------------------------------
     async def run(self) -> int:
         self.loop = asyncio.get_running_loop()
@@ -479,11 +488,11 @@ class Server:
         for err in self.policy.errors():
             self.log.note(f"LIST     {err}")
         self.log.flush()
-        from ..workspace.quarantine import start_import_timer  # agents' branches into the shared stores
-        importing = start_import_timer(self.cfg.group_dir, lambda msg: self.loop.call_soon_threadsafe(
+        from ..workspace.quarantine import ImportTimer  # agents' branches into the shared stores
+        self.importing = ImportTimer(self.cfg.group_dir, lambda msg: self.loop.call_soon_threadsafe(
             lambda: (self.log.note(msg), self.log.flush())))
         await self.stopping.wait()
-        importing.set()
+        self.importing.stop()
         control.close()
         for key in list(self.listeners):
             self._unlisten(key)

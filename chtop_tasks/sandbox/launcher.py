@@ -24,7 +24,7 @@ from ..places import Target, group_id, home_dir
 from ..runner import format_command
 from ..term import warn
 from ..workspace.layout import admin_dir_for, private_store, verify_git_dirs
-from ..workspace.quarantine import sync_worktree
+from ..workspace.quarantine import branch_ref_pairs, sync_worktree
 from . import podman as podman_mod
 from .limits import Limits, killed_note, limit_args, load_limits, why_not_enforced
 from .mounts import MountContext, plan_mounts
@@ -64,6 +64,7 @@ class RootSetup:
     rootful_base: Path | None      # rootful: the root-owned dir that must hold the skeleton
     agent_ids: tuple[int, int] | None = None   # rootful: the agent's uid/gid inside = on its mounts
     agent_dirs: tuple[Path, ...] = ()          # rootful: root-made dirs the agent must own (config dir)
+    private_base: Path | None = None           # rootless in /dev/shm: the user's own 0700 dir above the runs
 
     @property
     def skeleton(self) -> Path:
@@ -266,10 +267,22 @@ def _root_setup(target: Target, identity, mounts, devices, name: str) -> RootSet
         base = ROOTFUL_SKELETONS
         return RootSetup(base / group_id(target.group_dir) / name, tuple(mounts), tuple(devices),
                          identity.ns_root, base, identity.tree_owner, (target.config_dir,))
+    if RUN_SCRATCH is not None:
+        base = RUN_SCRATCH / f"chtop-{os.getuid()}"
+        return RootSetup(base / group_id(target.group_dir) / name, tuple(mounts), tuple(devices), None, None,
+                         private_base=base)
     return RootSetup(target.state_dir / "sbox" / "runs" / name, tuple(mounts), tuple(devices), None, None)
 
 
-ROOTFUL_SKELETONS = Path("/tmp/chtop-rootfs-0")
+def _tmpfs_scratch() -> Path | None:
+    """/dev/shm when it is there: a tmpfs on every Linux, where the ~50 mount points of a skeleton
+    are made and removed in about a millisecond (on a VM's disk: about 20 ms each way)."""
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and not shm.is_symlink() and os.access(shm, os.W_OK | os.X_OK) else None
+
+
+RUN_SCRATCH = _tmpfs_scratch()
+ROOTFUL_SKELETONS = (RUN_SCRATCH or Path("/tmp")) / "chtop-rootfs-0"
 
 
 def prepare_launch(plan: LaunchPlan) -> None:
@@ -312,6 +325,8 @@ def _write_root(root: RootSetup, proxy_socket: Path | None, env: dict[str, str] 
         _check_rootful_base(root.rootful_base)
         for path in _agent_owned(root, proxy_socket):
             os.chown(path, *root.agent_ids)
+    if root.private_base is not None:
+        _check_private_base(root.private_base)
     _sweep_stale_runs(root.runs, env if env is not None else dict(os.environ))
     claim_run_dir(root.run_dir, 0o755 if root.owner is not None else 0o700)
     skeleton = ensure_skeleton(root.skeleton, list(root.mounts), root.devices)
@@ -345,6 +360,17 @@ def _check_rootful_base(base: Path) -> None:
     st = os.lstat(base)
     if st.st_uid != 0 or base.is_symlink() or st.st_mode & 0o022:
         raise ChtopError(f"{base} is not a root-owned directory writable only by root; remove it and retry")
+
+
+def _check_private_base(base: Path) -> None:
+    """``/dev/shm/chtop-<uid>``: made 0700 if missing; refused unless it is the user's own directory
+    (another local user could have made it first, in a world-writable dir)."""
+    base.mkdir(mode=0o700, exist_ok=True)
+    st = os.lstat(base)
+    if st.st_uid != os.getuid() or base.is_symlink() or not base.is_dir():
+        raise ChtopError(f"{base} is not a directory owned by you; remove it (or have its owner remove it) and retry")
+    if st.st_mode & 0o077:
+        os.chmod(base, 0o700)
 
 
 def _structural_env(target: Target, host_env: dict[str, str], proxy_url: str | None) -> dict[str, str]:
@@ -436,13 +462,18 @@ def run_plan(plan: LaunchPlan, interactive: bool = False) -> int:
 
 
 # $1 = the run dir, $2 = what to say on a SIGKILL (exit 137), $3 = the worktree whose branch to
-# import afterwards ("" for --dir), $4 = the python and $5 = the chtop checkout that does it, then
-# podman's argv.  bash, not sh: podman runs as a child with our stdin and SIGINT back at its default
-# (an asynchronous list would get /dev/null and SIGINT ignored), so the shell can pass a SIGTERM or
-# SIGHUP sent to it on to podman (which ends the sandbox) and still clean up afterwards.  The import
-# runs from / : ``python -m`` puts its cwd first on sys.path, and the cwd may be a repo dir the agent
-# can write (a planted module there would run on the host).
-WAITER = r"""d=$1; note=$2; wt=$3; py=$4; pp=$5; shift 5
+# import afterwards ("" for --dir), $4 = the python and $5 = the chtop checkout that does it, $6 = N,
+# then N pairs of (private, shared) ref files of that branch, then podman's argv.  bash, not sh:
+# podman runs as a child with our stdin and SIGINT back at its default (an asynchronous list would
+# get /dev/null and SIGINT ignored), so the shell can pass a SIGTERM or SIGHUP sent to it on to
+# podman (which ends the sandbox) and still clean up afterwards.  The proxy daemon imports the
+# branch as soon as the sandbox's hand-off connection closes, which is before podman has exited;
+# so the shell reads each pair (as data: a regular file's first line, never a link) and starts
+# Python for the import only when one differs or cannot be read.  That import runs from / :
+# ``python -m`` puts its cwd first on sys.path, and the cwd may be a repo dir the agent can write
+# (a planted module there would run on the host).
+WAITER = r"""d=$1; note=$2; wt=$3; py=$4; pp=$5; n=$6; shift 6
+refs=("${@:1:2*n}"); shift $((2*n))
 trap : INT
 ( trap - INT; exec "$@" ) <&0 & pid=$!
 trap 'kill -TERM $pid 2>/dev/null' TERM
@@ -450,24 +481,36 @@ trap 'kill -HUP $pid 2>/dev/null' HUP
 while :; do wait $pid; rc=$?; kill -0 $pid 2>/dev/null || break; done
 rm -rf -- "$d"; rmdir -- "${d%/*}" 2>/dev/null
 if [ "$rc" = 137 ] && [ -n "$note" ]; then printf 'chtop: %s\n' "$note" >&2; fi
-if [ -n "$wt" ]; then (cd / && PYTHONPATH="$pp" "$py" -m chtop_tasks.sandbox.after_exit "$wt"); fi
+if [ -n "$wt" ]; then
+  same=1; i=0
+  while [ "$i" -lt "${#refs[@]}" ]; do
+    a=; b=; p=${refs[i]}; s=${refs[i+1]}; i=$((i+2))
+    { [ -f "$p" ] && [ ! -L "$p" ] && read -r a < "$p"; [ -f "$s" ] && read -r b < "$s"; } 2>/dev/null
+    if [ -z "$a" ] || [ "$a" != "$b" ]; then same=; break; fi
+  done
+  [ -n "$same" ] || (cd / && PYTHONPATH="$pp" "$py" -m chtop_tasks.workspace.exit_import "$wt")
+fi
 exit $rc
 """
 
 
 def exec_waiter(plan: LaunchPlan, target: Target) -> None:
-    """Become ``bash`` running podman, then the cleanup and (in a worktree) the import of its branch:
-    no Python stays around an idle sandbox (exit status: podman's, 128+sig if killed)."""
+    """Become ``bash`` running podman, then the cleanup and (in a worktree, unless the proxy has
+    done it) the import of its branch: no Python stays around an idle sandbox, and none starts
+    after it in the usual case (exit status: podman's, 128+sig if killed)."""
     announce(plan)
     if shutil.which(plan.argv[0], path=plan.env.get("PATH")) is None:
         raise CommandFailed("podman is not installed (apt-get install podman uidmap crun)")
     sys.stdout.flush()
     sys.stderr.flush()
     note = killed_note(137, plan.limits) or ""
-    worktree = str(target.root) if target.kind == "worktree" else ""
+    worktree, refs = "", []
+    if target.kind == "worktree":
+        worktree = str(target.root)
+        refs = [str(path) for pair in branch_ref_pairs(target.workspace) for path in pair]
     checkout = str(Path(__file__).resolve().parent.parent.parent)
     os.execve("/bin/bash", ["bash", "-c", WAITER, "chtop-sbox", str(plan.setup.root.run_dir), note, worktree,
-                          sys.executable, checkout, *plan.argv], plan.env)
+                          sys.executable, checkout, str(len(refs) // 2), *refs, *plan.argv], plan.env)
 
 
 def plan_request(request: LaunchRequest) -> LaunchPlan:

@@ -484,6 +484,21 @@ def _sync_locked(ws: Workspace, mine: list[Checkout], convert: bool, refresh: bo
     return done
 
 
+def branch_ref_pairs(ws: Workspace) -> list[tuple[Path, Path]]:
+    """(private store's, shared store's) loose ref file of branch ``W``, per repo of worktree ``W`` that
+    has private git state and is the caller's: where they hold the same sha there is nothing to import
+    (``sbox.run``'s waiting shell reads them so, as data, to skip starting Python)."""
+    if ws.is_toplevel:
+        return []
+    ref = f"refs/heads/{ws.name}"
+    pairs = []
+    for checkout in ws.checkouts():
+        store = store_of(ws, checkout)
+        if (checkout.path / ".git").exists() and store.is_dir() and owned_by_me(checkout.store):
+            pairs.append((store / ref, checkout.store / ref))
+    return pairs
+
+
 def sync_group(grouping: Path, note=warn) -> list[Imported]:
     """Import every feature worktree's branch of the group (the proxy daemon's timer)."""
     done = []
@@ -499,18 +514,34 @@ def sync_group(grouping: Path, note=warn) -> list[Imported]:
 IMPORT_INTERVAL = 2.0
 
 
-def start_import_timer(grouping: Path, note, interval: float = IMPORT_INTERVAL) -> threading.Event:
-    """Import the group's branches every ``interval`` seconds in a thread; set the event to stop."""
-    stop = threading.Event()
+class ImportTimer:
+    """A thread that imports the group's branches every ``interval`` seconds, and at once when woken
+    (the proxy wakes it when a sandbox's hand-off connection closes: the sandbox has ended)."""
 
-    def loop():
-        while not stop.wait(interval):
+    def __init__(self, grouping: Path, note, interval: float = IMPORT_INTERVAL):
+        self.grouping, self.note, self.interval = grouping, note, interval
+        self._woken = threading.Event()
+        self._stopped = False
+        self.rounds = 0                      # imports run so far (tests wait on it)
+        threading.Thread(target=self._loop, name="chtop-import", daemon=True).start()
+
+    def wake(self) -> None:
+        self._woken.set()
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._woken.set()
+
+    def _loop(self) -> None:
+        while True:
+            self._woken.wait(self.interval)
+            self._woken.clear()
+            if self._stopped:
+                return
             try:
-                for imp in sync_group(grouping, note):
-                    note(f"IMPORT   {imp.branch} {imp.old or '(new)'} -> {imp.new} from {imp.checkout}"
-                         + (f", old tip kept as {imp.kept}" if imp.kept else ""))
+                for imp in sync_group(self.grouping, self.note):
+                    self.note(f"IMPORT   {imp.branch} {imp.old or '(new)'} -> {imp.new} from {imp.checkout}"
+                              + (f", old tip kept as {imp.kept}" if imp.kept else ""))
             except Exception as exc:  # noqa: BLE001 - the proxy must outlive any import problem
-                note(f"IMPORT   failed: {exc}")
-
-    threading.Thread(target=loop, name="chtop-import", daemon=True).start()
-    return stop
+                self.note(f"IMPORT   failed: {exc}")
+            self.rounds += 1
