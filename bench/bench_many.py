@@ -49,8 +49,8 @@ def kept_as(comm: str, cmd: str) -> str | None:
         return "runuser (the bench's harness)"
     if comm.startswith("python") and "invoke" in cmd:
         return "inv (chtop's launcher)"
-    if comm == "sh" and "chtop-sbox" in cmd:
-        return "sh (chtop's waiter)"
+    if comm in ("sh", "bash") and "chtop-sbox" in cmd:
+        return "bash (chtop's waiter)"
     if comm == "sleep" and cmd.startswith("sleep infinity"):
         return "sleep (hand-off holder)"
     return next((k for k in PER_SANDBOX if comm.startswith(k)), None)

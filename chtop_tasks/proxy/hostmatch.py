@@ -13,9 +13,6 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
-import idna
-from publicsuffixlist import PublicSuffixList
-
 _LABEL = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?$")
 _PORT = re.compile(r"^[0-9]{1,5}$")
 _HEX = re.compile(r"^[0-9a-f]*$")
@@ -38,11 +35,21 @@ class Entry:
     text: str            # the line as written (without comment)
 
 
-def _public_suffixes() -> PublicSuffixList:
+def _public_suffixes():
+    """The public suffix list (loaded on first use: a launch that only checks the lists exist
+    does not pay for it, nor for idna)."""
     global _psl
     if _psl is None:
+        from publicsuffixlist import PublicSuffixList
+
         _psl = PublicSuffixList()
     return _psl
+
+
+def _idna():
+    import idna
+
+    return idna
 
 
 def _check_chars(raw: str) -> None:
@@ -129,6 +136,7 @@ def canonical_host(raw: str) -> str:
     _check_chars(raw)
     if ":" in raw:
         raise BadHost(f"port or colon in host {raw!r}")
+    idna = None if raw.isascii() and "xn--" not in raw.lower() else _idna()
     if raw.isascii():
         mapped = raw.lower()        # what UTS-46 mapping does to ASCII
     else:
