@@ -267,11 +267,23 @@ def _root_setup(target: Target, identity, mounts, devices, name: str) -> RootSet
         base = ROOTFUL_SKELETONS
         return RootSetup(base / group_id(target.group_dir) / name, tuple(mounts), tuple(devices),
                          identity.ns_root, base, identity.tree_owner, (target.config_dir,))
-    if RUN_SCRATCH is not None:
-        base = RUN_SCRATCH / f"chtop-{os.getuid()}"
+    base = RUN_SCRATCH / f"chtop-{os.getuid()}" if RUN_SCRATCH is not None else None
+    if base is not None and _could_be_mine(base):
         return RootSetup(base / group_id(target.group_dir) / name, tuple(mounts), tuple(devices), None, None,
                          private_base=base)
     return RootSetup(target.state_dir / "sbox" / "runs" / name, tuple(mounts), tuple(devices), None, None)
+
+
+def _could_be_mine(path: Path) -> bool:
+    """``path`` is missing, or a real directory of this user's: another local user who made
+    ``/dev/shm/chtop-<uid>`` first only sends the runs back to the state dir."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return st.st_uid == os.getuid() and not path.is_symlink() and path.is_dir()
 
 
 def _tmpfs_scratch() -> Path | None:

@@ -1,16 +1,19 @@
-"""``sbox.run``'s waiting shell (``launcher.WAITER``), run by real bash with a stand-in command for
-podman and a stand-in python that records being started: it passes the exit status on, removes
-the run dir, and starts Python for the import only when a branch ref pair differs or cannot be
-read as a plain file."""
+"""A launch's per-run files: where the run dir goes (tmpfs, unless someone else holds the user's
+dir there), and ``sbox.run``'s waiting shell (``launcher.WAITER``), run by real bash with a
+stand-in command for podman and a stand-in python that records being started: it passes the exit
+status on, removes the run dir, and starts Python for the import only when a branch ref pair
+differs or cannot be read as a plain file."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from chtop_tasks.sandbox import launcher
 from chtop_tasks.sandbox.launcher import WAITER
 
 SHA_A, SHA_B = "a" * 40, "b" * 40
@@ -75,3 +78,19 @@ def test_a_ref_that_is_not_a_plain_file_means_python_and_never_a_hang(waiter, tm
 def test_no_worktree_no_import(waiter, tmp_path):
     pairs = [(ref(tmp_path / "p" / "dev", SHA_A), ref(tmp_path / "s" / "dev", SHA_B))]
     assert waiter(pairs, worktree="") == (3, [])
+
+
+def test_run_dirs_go_to_tmpfs_unless_another_user_holds_the_users_dir_there(tmp_path, monkeypatch):
+    monkeypatch.setattr(launcher, "RUN_SCRATCH", tmp_path / "shm")
+    (tmp_path / "shm").mkdir()
+    target = SimpleNamespace(group_dir=tmp_path / "grp", state_dir=tmp_path / "grp" / ".chtop")
+    rootless = SimpleNamespace(rootful=False)
+    mine = tmp_path / "shm" / f"chtop-{os.getuid()}"
+    setup = launcher._root_setup(target, rootless, [], [], "chtop-dev-run-1")
+    assert setup.run_dir.parent.parent == mine and setup.private_base == mine
+    mine.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make another user's dir")
+    os.chown(mine, 54321, 54321)
+    setup = launcher._root_setup(target, rootless, [], [], "chtop-dev-run-1")
+    assert setup.run_dir == target.state_dir / "sbox" / "runs" / "chtop-dev-run-1" and setup.private_base is None
