@@ -154,7 +154,7 @@ def test_plan_uv_recreate_and_test(tmp_path):
     # "bytecode" compiles, in uv's cache, what the isolated build of a installs.
     assert [s.kind for s in reuse] == ["check", "install", "install", "bytecode", "deps", "smoke", "smoke"]
     assert reuse[1].argv[1:6] == ("pip", "install", "--python", venv_py(root), "--no-deps")
-    assert reuse[3].paths == (root / "a",) and reuse[3].argv[1:] == ("-m", "compileall", "-q", "-j0")
+    assert reuse[3].paths == (root / "a",) and reuse[3].argv[1:] == ("-S", "-m", "compileall", "-q", "-j0")
     assert "the builds of a need" in reuse[3].describe()
     assert reuse[4].then == (venv_py(root), "-m", "pip", "install")
     # A fresh one is made by uv too; nothing to trim, pip launchers written.
@@ -387,7 +387,7 @@ def test_a_second_worktree_takes_what_the_first_fetched_from_uvs_cache(offline, 
     assert len(unpacked) == 1, unpacked
     tag = sys.implementation.cache_tag
     assert (unpacked[0].parent / "__pycache__" / f"__init__.{tag}.pyc").is_file()
-    assert "-m compileall" in echoed["dev"] and "-m compileall" not in echoed["other"]
+    assert "-m compileall" in echoed["dev"] and "-m compileall" not in echoed["other"], echoed
 
 
 @pytest.mark.slow

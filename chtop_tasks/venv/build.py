@@ -343,7 +343,8 @@ def plan_build(
     isolated = tuple(root / r.name for r in manifest.repos if r.install == "editable")
     if installer == "uv" and isolated:
         steps.append(BuildStep(
-            "bytecode", None, (str(vpy), "-m", "compileall", "-q", "-j0"), throwaway=True,
+            # -S: no site, so no .pth of the venv (the repos' editable finders) runs for this
+            "bytecode", None, (str(vpy), "-S", "-m", "compileall", "-q", "-j0"), throwaway=True,
             env=tuple(SAFE_ENV.items()), timeout=CHECK_TIMEOUT, paths=isolated,
             note="once per wheel: uv's cached build requirements get bytecode, which later isolated builds link",
         ))
