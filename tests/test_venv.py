@@ -239,6 +239,9 @@ def test_uv_cache_wheels_to_compile_are_the_isolated_builds_requirements(tmp_pat
     done = unpacked("k4", "setuptools-70.0", "setuptools")
     (done / "setuptools" / "__pycache__").mkdir()
     assert uvcache.wheels_to_compile(tmp_path / "cache", [repo]) == [tools, core]
+    if os.geteuid() != 0:                                     # root may write anything
+        (core / "scikit_build_core").chmod(0o555)             # not ours to write: left alone
+        assert uvcache.wheels_to_compile(tmp_path / "cache", [repo]) == [tools]
     assert uvcache.wheels_to_compile(tmp_path / "no-cache", [repo]) == []
 
 

@@ -17,6 +17,7 @@ except the repos' ``pyproject.toml``, read as data (uv reads it too).
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -87,7 +88,9 @@ def needs_bytecode(unpacked: Path) -> bool:
                     code_dirs.append(entry)
     except OSError:
         return False  # unreadable: leave it alone
-    return bool(code_dirs) and not any((d / "__pycache__").is_dir() for d in code_dirs)
+    if not code_dirs or not all(os.access(d, os.W_OK | os.X_OK) for d in code_dirs):
+        return False  # nothing to compile, or a cache this user cannot write (another user's, read-only)
+    return not any((d / "__pycache__").is_dir() for d in code_dirs)
 
 
 def wheels_to_compile(cache_dir: Path, repo_dirs: list[Path]) -> list[Path]:
