@@ -17,7 +17,10 @@ the venv.  Without uv, ``python -m venv`` makes it and pip installs; the
 setuptools ensurepip adds on Python < 3.12 is removed.  Either way the user
 gets the same venv.  uv keeps its own cache (``uv cache dir``), which every
 worktree shares: a second worktree's build downloads nothing the first did,
-and builds only its own repos.
+and builds only its own repos.  After an isolated build, the build
+requirements uv unpacked there get bytecode once (``uvcache``), so later
+isolated builds do not compile setuptools again.  The smoke imports run at
+the same time, each in its own python.
 
 The build is planned as data (``plan_build`` returns the steps), printed by
 ``--dry-run``, and run step by step through ``chtop_tasks.runner``.
