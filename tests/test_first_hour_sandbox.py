@@ -38,8 +38,17 @@ def wait_listed(g, ps_argv, cwd, marker, timeout=60, env=None):
     raise AssertionError(f"{marker} never listed:\n{listed}")
 
 
-def kill_sandboxes(g, label):
+def kill_sandboxes(g, label, timeout=60):
+    """Kill the sandboxes with ``label`` and wait until podman has cleaned them up: the test's
+    teardown removes the podman storage, and a cleanup still running then never ends."""
     g.run(["sh", "-c", f"podman ps -q --filter label={label} | xargs -r podman kill"], check=False)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = g.run(["podman", "ps", "-aq", "--filter", f"label={label}"], check=False).stdout.strip()
+        if not left:
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"sandboxes with {label} still there after {timeout}s: {left}")
 
 
 def inv_argv(g, *args):

@@ -78,9 +78,12 @@ def test_rootful_maps_the_agent_to_the_tree_owner(owned, root_env):
 def root_dev(with_dev, tmp_path):
     """A workspace built and owned by root (as on a cloud GPU box), with a venv in dev from this
     python (pyenv's under /root here), and a root-only file standing in for /root's secrets."""
+    from chtop_tasks.proxy import stop_proxy
+
     dev = with_dev.path("dev")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(dev / ".venv")], check=True)
-    return with_dev
+    yield with_dev
+    stop_proxy(with_dev.grouping)             # the group's proxy, started by the test's launches
 
 
 def test_as_root_the_agent_works_in_a_root_owned_worktree(root_dev, root_env):
