@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 
 import pytest
-from proxy_helpers import certs, connect_proxy, echo, proxy, raw_request, read_head  # noqa: F401
+from proxy_helpers import certs, connect_in_thread, connect_proxy, echo, proxy, raw_request, read_head  # noqa: F401
 
 from chtop_tasks.errors import Refused, UsageError
 from chtop_tasks.proxy import approvals, control
@@ -22,21 +21,6 @@ def attach_watcher(proxy) -> socket.socket:
     s.sendall(b'{"cmd": "watch"}\n')
     assert json.loads(s.makefile().readline())["ok"]
     return s
-
-
-def connect_in_thread(target: str, via) -> tuple[threading.Thread, dict]:
-    result = {}
-
-    def go():
-        with connect_proxy(via, timeout=30) as s:
-            s.sendall(f"CONNECT {target} HTTP/1.1\r\n\r\n".encode())
-            result["status"], _ = read_head(s)
-            if result["status"] == 200:
-                s.sendall(b"ping")
-                result["echo"] = s.recv(4)
-    t = threading.Thread(target=go, daemon=True)
-    t.start()
-    return t, result
 
 
 def wait_held(proxy, host: str, timeout: float = 10.0) -> list[dict]:
@@ -68,7 +52,7 @@ def test_allow_once_lets_the_held_request_through_and_blocks_the_next(proxy, ech
         approvals.decide_all(proxy.group, proxy.policy, ["echo.example.test"], "cli", once=True)
     watcher = attach_watcher(proxy)
     try:
-        t, result = connect_in_thread(target, proxy)
+        t, result = connect_in_thread(proxy, target)
         held = wait_held(proxy, "echo.example.test")
         assert held[0]["waiting"] == 1 and held[0]["worktree"] is None
         pending = approvals.pending_requests(proxy.group, proxy.policy)
@@ -160,12 +144,12 @@ def test_durations():
 
 @pytest.mark.slow
 def test_net_watch_offers_allow_for_a_while_and_audits_it(proxy, echo):
-    from test_proxy import _connect_in_thread, _read_until, _watcher
+    from test_proxy import _read_until, _watcher
 
     proxy.start()
     watcher = _watcher(proxy)
     try:
-        t, result = _connect_in_thread(proxy, f"echo.example.test:{echo.port}")
+        t, result = connect_in_thread(proxy, f"echo.example.test:{echo.port}", b"held")
         prompt = _read_until(watcher.stdout, "BLOCKED echo.example.test")
         watcher.stdin.write("t\n")
         watcher.stdin.flush()

@@ -9,7 +9,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 from proxy_helpers import (  # noqa: F401  (fixtures)
     HTTPSServer,
     certs,
+    connect_in_thread,
     connect_proxy,
     echo,
     fd_count,
@@ -370,21 +370,6 @@ def _watcher(proxy):
     return proc
 
 
-def _connect_in_thread(proxy, target):
-    result = {}
-
-    def go():
-        with connect_proxy(proxy, timeout=30) as s:
-            s.sendall(f"CONNECT {target} HTTP/1.1\r\n\r\n".encode())
-            result["status"], _ = read_head(s)
-            if result["status"] == 200:
-                s.sendall(b"held")
-                result["echo"] = s.recv(4)
-    t = threading.Thread(target=go)
-    t.start()
-    return t, result
-
-
 def _read_until(stream, text):
     lines = []
     while True:
@@ -405,7 +390,7 @@ def test_watch_holds_and_completes_on_approval(proxy, echo):
     assert time.monotonic() - t0 < 2
     watcher = _watcher(proxy)
     try:
-        t, result = _connect_in_thread(proxy, target)
+        t, result = connect_in_thread(proxy, target, b"held")
         _read_until(watcher.stdout, "BLOCKED echo.example.test")
         time.sleep(0.3)
         assert t.is_alive() and "status" not in result          # held, not refused
@@ -419,7 +404,7 @@ def test_watch_holds_and_completes_on_approval(proxy, echo):
         assert result == {"status": 200, "echo": b"held"}
         assert "allowed once" in _read_until(watcher.stdout, "allowed")
         # allow always: written to the list once
-        t, result = _connect_in_thread(proxy, "other.example.test:443")
+        t, result = connect_in_thread(proxy, "other.example.test:443")
         _read_until(watcher.stdout, "BLOCKED other.example.test")
         watcher.stdin.write("a\n")
         watcher.stdin.flush()
@@ -429,7 +414,7 @@ def test_watch_holds_and_completes_on_approval(proxy, echo):
         rec = proxy.wait_record(lambda r: r.get("host") == "other.example.test")
         assert "non-public" in rec["reason"]
         # deny always
-        t, result = _connect_in_thread(proxy, "evil.example.org:443")
+        t, result = connect_in_thread(proxy, "evil.example.org:443")
         _read_until(watcher.stdout, "BLOCKED evil.example.org")
         watcher.stdin.write("d\n")
         watcher.stdin.flush()
