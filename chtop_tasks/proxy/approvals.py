@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..atomic import write_atomic
 from ..errors import ChtopError, Refused, UsageError
 from ..places import (
     check_worktree_name,
@@ -171,9 +172,7 @@ def add_timed_allow(group_dir: Path, d: Decision, now: float | None = None) -> s
             kept = [line for line in fh.read().splitlines() if _still_live(line, now)]
             kept.append(json.dumps({"host": d.domain, "worktree": d.worktree, "until": round(until, 3),
                                     "private": d.private, "added": round(now, 3)}))
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-            os.replace(tmp, path)
+            write_atomic(path, "".join(line + "\n" for line in kept))
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(until))
