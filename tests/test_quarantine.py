@@ -132,18 +132,23 @@ def test_integration_branch_refresh_overrides_the_private_copy_safely(with_dev, 
     assert (outside / "main").read_text() == "keep me\n"
 
 
+def imported_soon(g, sha: str, within: float = 10) -> bool:
+    """Whether the toplevel's ``dev`` reaches ``sha`` within ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline and git(g.toplevel / "alpha", "rev-parse", "dev") != sha:
+        time.sleep(0.02)
+    return git(g.toplevel / "alpha", "rev-parse", "dev") == sha
+
+
 def test_proxy_daemon_timer_imports_within_seconds(with_dev):
     g = with_dev
     notes = []
-    stop = quarantine.ImportTimer(g.grouping, notes.append, interval=0.2)
+    timer = quarantine.ImportTimer(g.grouping, notes.append, interval=0.2)
     try:
         sha = g.commit(g.path("dev", "alpha"), "t.txt", "t\n", "while the agent runs")
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and git(g.toplevel / "alpha", "rev-parse", "dev") != sha:
-            time.sleep(0.1)
+        assert imported_soon(g, sha)
     finally:
-        stop.stop()
-    assert git(g.toplevel / "alpha", "rev-parse", "dev") == sha
+        timer.stop()
     assert any(n.startswith("IMPORT   dev") for n in notes), notes
 
 
@@ -154,12 +159,9 @@ def test_a_woken_import_timer_imports_at_once(with_dev):
     try:
         sha = g.commit(g.path("dev", "alpha"), "w.txt", "w\n", "just before the sandbox ended")
         timer.wake()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and git(g.toplevel / "alpha", "rev-parse", "dev") != sha:
-            time.sleep(0.02)
+        assert imported_soon(g, sha)
     finally:
         timer.stop()
-    assert git(g.toplevel / "alpha", "rev-parse", "dev") == sha
 
 
 # -- worktrees made before private git state ------------------------------------------------------------

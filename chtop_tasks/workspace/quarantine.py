@@ -522,7 +522,6 @@ class ImportTimer:
         self.grouping, self.note, self.interval = grouping, note, interval
         self._woken = threading.Event()
         self._stopped = False
-        self.rounds = 0                      # imports run so far (tests wait on it)
         threading.Thread(target=self._loop, name="chtop-import", daemon=True).start()
 
     def wake(self) -> None:
@@ -544,4 +543,3 @@ class ImportTimer:
                               + (f", old tip kept as {imp.kept}" if imp.kept else ""))
             except Exception as exc:  # noqa: BLE001 - the proxy must outlive any import problem
                 self.note(f"IMPORT   failed: {exc}")
-            self.rounds += 1
