@@ -100,14 +100,19 @@ def limited_dev(with_dev):
     return with_dev
 
 
+@pytest.fixture
+def rootful_env(tmp_path):
+    """This process's env with rootful podman's storage in tmp."""
+    from sandbox_helpers import rootful_podman_env
+
+    return dict(os.environ, **rootful_podman_env(tmp_path))
+
+
 @pytest.mark.podman
 @pytest.mark.rootful
 @pytest.mark.slow
-def test_over_its_memory_limit_a_sandbox_is_killed_and_another_keeps_running(limited_dev, tmp_path):
-    from sandbox_helpers import rootful_podman_env
-
-    g = limited_dev
-    env = dict(os.environ, **rootful_podman_env(tmp_path))
+def test_over_its_memory_limit_a_sandbox_is_killed_and_another_keeps_running(limited_dev, rootful_env):
+    g, env = limited_dev, rootful_env
     dev = g.path("dev")
     neighbour = subprocess.Popen([sys.executable, "-m", "invoke", "sbox.run", "--network", "open", "--", "sh", "-c",
                                   "echo NEIGHBOUR-UP; sleep 40; echo NEIGHBOUR-DONE"], cwd=dev, env=env,
@@ -129,11 +134,8 @@ def test_over_its_memory_limit_a_sandbox_is_killed_and_another_keeps_running(lim
 @pytest.mark.podman
 @pytest.mark.rootful
 @pytest.mark.slow
-def test_a_fork_bomb_stops_at_the_pids_limit(limited_dev, tmp_path):
-    from sandbox_helpers import rootful_podman_env
-
-    g = limited_dev
-    env = dict(os.environ, **rootful_podman_env(tmp_path))
+def test_a_fork_bomb_stops_at_the_pids_limit(limited_dev, rootful_env):
+    g, env = limited_dev, rootful_env
     # bounded: at most 100 sleeps (each gone after 20 s), started by a subshell that dies at the
     # first failed fork; afterwards only shell builtins (no fork left), then everything is killed
     script = ("(i=0; while [ $i -lt 100 ]; do sleep 20 & i=$((i+1)); done) 2>/tmp/err; "
