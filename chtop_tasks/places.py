@@ -107,13 +107,30 @@ def runtime_dir(group_dir: Path, create: bool = False) -> Path:
     path = base / group_id(group_dir)
     if create:
         for d in (base, path):
-            d.mkdir(mode=0o700, exist_ok=True)
-            st = os.lstat(d)
-            if st.st_uid != os.getuid() or not os.path.isdir(d) or os.path.islink(d):
-                raise ChtopError(f"{d} is not a directory owned by you; refusing to use it")
-            if st.st_mode & 0o077:
-                os.chmod(d, 0o700)
+            ensure_private_dir(d)
     return path
+
+
+def is_mine_or_missing(path: Path) -> bool:
+    """``path`` is missing, or a real directory (not a link) of this user's: a private dir in a
+    world-writable place (/tmp, /dev/shm) that nobody else has made first."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return st.st_uid == os.getuid() and not os.path.islink(path) and os.path.isdir(path)
+
+
+def ensure_private_dir(path: Path) -> None:
+    """Make ``path`` (mode 0700) if missing; refuse it unless it is this user's own directory."""
+    Path(path).mkdir(mode=0o700, exist_ok=True)
+    if not is_mine_or_missing(path):
+        raise ChtopError(f"{path} is not a directory owned by you; refusing to use it "
+                         "(remove it, or have its owner remove it, and retry)")
+    if os.lstat(path).st_mode & 0o077:
+        os.chmod(path, 0o700)
 
 
 # -- names ---------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .. import runner
 from ..errors import ChtopError, CommandFailed, UsageError
-from ..places import Target, group_id, home_dir
+from ..places import Target, ensure_private_dir, group_id, home_dir, is_mine_or_missing
 from ..runner import format_command
 from ..term import warn
 from ..workspace.layout import admin_dir_for, private_store, verify_git_dirs
@@ -268,22 +268,10 @@ def _root_setup(target: Target, identity, mounts, devices, name: str) -> RootSet
         return RootSetup(base / group_id(target.group_dir) / name, tuple(mounts), tuple(devices),
                          identity.ns_root, base, identity.tree_owner, (target.config_dir,))
     base = RUN_SCRATCH / f"chtop-{os.getuid()}" if RUN_SCRATCH is not None else None
-    if base is not None and _could_be_mine(base):
+    if base is not None and is_mine_or_missing(base):   # else another user made it first
         return RootSetup(base / group_id(target.group_dir) / name, tuple(mounts), tuple(devices), None, None,
                          private_base=base)
     return RootSetup(target.state_dir / "sbox" / "runs" / name, tuple(mounts), tuple(devices), None, None)
-
-
-def _could_be_mine(path: Path) -> bool:
-    """``path`` is missing, or a real directory of this user's: another local user who made
-    ``/dev/shm/chtop-<uid>`` first only sends the runs back to the state dir."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
-    return st.st_uid == os.getuid() and not path.is_symlink() and path.is_dir()
 
 
 def _tmpfs_scratch() -> Path | None:
@@ -338,7 +326,7 @@ def _write_root(root: RootSetup, proxy_socket: Path | None, env: dict[str, str] 
         for path in _agent_owned(root, proxy_socket):
             os.chown(path, *root.agent_ids)
     if root.private_base is not None:
-        _check_private_base(root.private_base)
+        ensure_private_dir(root.private_base)
     _sweep_stale_runs(root.runs, env if env is not None else dict(os.environ))
     claim_run_dir(root.run_dir, 0o755 if root.owner is not None else 0o700)
     skeleton = ensure_skeleton(root.skeleton, list(root.mounts), root.devices)
@@ -372,17 +360,6 @@ def _check_rootful_base(base: Path) -> None:
     st = os.lstat(base)
     if st.st_uid != 0 or base.is_symlink() or st.st_mode & 0o022:
         raise ChtopError(f"{base} is not a root-owned directory writable only by root; remove it and retry")
-
-
-def _check_private_base(base: Path) -> None:
-    """``/dev/shm/chtop-<uid>``: made 0700 if missing; refused unless it is the user's own directory
-    (another local user could have made it first, in a world-writable dir)."""
-    base.mkdir(mode=0o700, exist_ok=True)
-    st = os.lstat(base)
-    if st.st_uid != os.getuid() or base.is_symlink() or not base.is_dir():
-        raise ChtopError(f"{base} is not a directory owned by you; remove it (or have its owner remove it) and retry")
-    if st.st_mode & 0o077:
-        os.chmod(base, 0o700)
 
 
 def _structural_env(target: Target, host_env: dict[str, str], proxy_url: str | None) -> dict[str, str]:
