@@ -135,6 +135,16 @@ def _run_pty(argv, env, cwd, fd) -> int:
             pass
 
     old_winch = signal.signal(signal.SIGWINCH, on_winch)
+
+    def pass_on(signum, frame):
+        # a closed terminal (SIGHUP) or a kill (SIGTERM) ends the child, and the caller cleans up
+        # after it; os.kill, not child.kill(): that reaps too, racing interact()'s waitpid
+        try:
+            os.kill(child.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    forwarded = {sig: signal.signal(sig, pass_on) for sig in (signal.SIGTERM, signal.SIGHUP)}
     relayed = False
     try:
         # A resize between spawn and here would otherwise be lost.
@@ -147,6 +157,8 @@ def _run_pty(argv, env, cwd, fd) -> int:
         relayed = True
     finally:
         signal.signal(signal.SIGWINCH, old_winch)
+        for sig, handler in forwarded.items():
+            signal.signal(sig, handler)
         if not relayed and child.isalive():  # interrupted before the session ran: never orphan it
             child.terminate(force=True)
     _drain(child)

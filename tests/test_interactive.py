@@ -41,6 +41,12 @@ PROBE = textwrap.dedent(
         sys.exit(42)
 
     signal.signal(signal.SIGINT, on_int)
+
+    def on_hup(*a):
+        print("GOT SIGHUP", flush=True)
+        sys.exit(43)
+
+    signal.signal(signal.SIGHUP, on_hup)
     print("START %d %d" % size(), flush=True)
     for line in sys.stdin:
         cmd = line.strip()
@@ -134,6 +140,20 @@ def test_ctrl_c_goes_to_the_child_not_the_launcher(terminal):
 def test_killed_child_is_128_plus_signal(terminal):
     child = terminal()
     child.sendline("kill")
+    assert finish(child) == 128 + signal.SIGTERM
+
+
+def test_a_hangup_sent_to_the_launcher_ends_the_child_and_the_launcher_goes_on(terminal):
+    """A closed terminal: the child gets the SIGHUP, and the launcher lives to clean up after it."""
+    child = terminal()
+    os.kill(child.pid, signal.SIGHUP)
+    child.expect("GOT SIGHUP")
+    assert finish(child) == 43
+
+
+def test_a_sigterm_sent_to_the_launcher_is_passed_on(terminal):
+    child = terminal()
+    os.kill(child.pid, signal.SIGTERM)
     assert finish(child) == 128 + signal.SIGTERM
 
 

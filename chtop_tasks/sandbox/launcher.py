@@ -287,27 +287,32 @@ ROOTFUL_SKELETONS = (RUN_SCRATCH or Path("/tmp")) / "chtop-rootfs-0"
 
 def prepare_launch(plan: LaunchPlan) -> None:
     """Do what ``plan_launch`` left to do: the state dir, the proxy (fail closed: it raises when the
-    proxy cannot start or listens elsewhere), the per-run skeleton root and its entry files (after
-    removing those of killed runs)."""
+    proxy cannot start or listens elsewhere), the per-run skeleton root and its entry files (those
+    of killed runs are removed after the sandbox: ``cleanup_launch``)."""
     setup = plan.setup
     setup.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)   # exists before it is masked
     if setup.proxy is not None:
         _ensure_planned_proxy(setup.proxy)
-    _write_root(setup.root, setup.proxy.socket_path if setup.proxy else None, plan.env)
+    _write_root(setup.root, setup.proxy.socket_path if setup.proxy else None)
 
 
 def cleanup_launch(plan: LaunchPlan) -> None:
-    """After the sandbox exits: remove its per-run files (the skeleton root, the pid file)."""
+    """After the sandbox exits: remove its per-run files (the skeleton root, the pid file), then
+    those of killed runs whose container is gone too.  That sweep costs a podman call per killed
+    run, so it runs here, after the sandbox, never on the way to its start (``WAITER`` does the same
+    for ``sbox.run``)."""
     if plan.setup is not None:
-        remove_run_dir(plan.setup.root.run_dir)
+        run_dir = plan.setup.root.run_dir
+        remove_run_dir(run_dir)
+        sweep_stale_runs(stale_run_dirs(run_dir.parent), plan.env)
 
 
-def _sweep_stale_runs(runs: Path, env: dict[str, str]) -> None:
-    """Remove the run dirs of killed launches whose container is gone too."""
-    for run_dir in stale_run_dirs(runs):
+def sweep_stale_runs(stale: list[Path], env: dict[str, str]) -> None:
+    """Remove these run dirs of killed launches whose container is gone too (a podman call each)."""
+    for run_dir in stale:
         proc = subprocess.run(["podman", "container", "exists", run_dir.name], env=env, stdin=subprocess.DEVNULL,
                               capture_output=True, timeout=60)
-        if proc.returncode == 1:          # 0: still there (a detached run); 125: podman failed
+        if proc.returncode == 1:          # 0: still there (its launcher was SIGKILLed); 125: podman failed
             remove_run_dir(run_dir)
 
 
@@ -320,14 +325,13 @@ def _ensure_planned_proxy(need: ProxyNeed) -> None:
                          "run `inv net.stop` and retry")
 
 
-def _write_root(root: RootSetup, proxy_socket: Path | None, env: dict[str, str] | None = None) -> None:
+def _write_root(root: RootSetup, proxy_socket: Path | None) -> None:
     if root.owner is not None:
         _check_rootful_base(root.rootful_base)
         for path in _agent_owned(root, proxy_socket):
             os.chown(path, *root.agent_ids)
     if root.private_base is not None:
         ensure_private_dir(root.private_base)
-    _sweep_stale_runs(root.runs, env if env is not None else dict(os.environ))
     claim_run_dir(root.run_dir, 0o755 if root.owner is not None else 0o700)
     skeleton = ensure_skeleton(root.skeleton, list(root.mounts), root.devices)
     podman_mod.write_entry_files(skeleton)
@@ -452,7 +456,8 @@ def run_plan(plan: LaunchPlan, interactive: bool = False) -> int:
 
 # $1 = the run dir, $2 = what to say on a SIGKILL (exit 137), $3 = the worktree whose branch to
 # import afterwards ("" for --dir), $4 = the python and $5 = the chtop checkout that does it, $6 = N,
-# then N pairs of (private, shared) ref files of that branch, then podman's argv.  bash, not sh:
+# then N pairs of (private, shared) ref files of that branch, then M and the M run dirs of killed
+# launches (removed afterwards when their container is gone too), then podman's argv.  bash, not sh:
 # podman runs as a child with our stdin and SIGINT back at its default (an asynchronous list would
 # get /dev/null and SIGINT ignored), so the shell can pass a SIGTERM or SIGHUP sent to it on to
 # podman (which ends the sandbox) and still clean up afterwards.  The proxy daemon imports the
@@ -463,12 +468,17 @@ def run_plan(plan: LaunchPlan, interactive: bool = False) -> int:
 # (a planted module there would run on the host).
 WAITER = r"""d=$1; note=$2; wt=$3; py=$4; pp=$5; n=$6; shift 6
 refs=("${@:1:2*n}"); shift $((2*n))
+m=$1; stale=("${@:2:m}"); shift $((m+1))
 trap : INT
 ( trap - INT; exec "$@" ) <&0 & pid=$!
 trap 'kill -TERM $pid 2>/dev/null' TERM
 trap 'kill -HUP $pid 2>/dev/null' HUP
 while :; do wait $pid; rc=$?; kill -0 $pid 2>/dev/null || break; done
-rm -rf -- "$d"; rmdir -- "${d%/*}" 2>/dev/null
+rm -rf -- "$d"
+for s in "${stale[@]}"; do
+  podman container exists "${s##*/}" </dev/null >/dev/null 2>&1; [ $? = 1 ] && rm -rf -- "$s"
+done
+rmdir -- "${d%/*}" 2>/dev/null
 if [ "$rc" = 137 ] && [ -n "$note" ]; then printf 'chtop: %s\n' "$note" >&2; fi
 if [ -n "$wt" ]; then
   same=1; i=0
@@ -497,9 +507,11 @@ def exec_waiter(plan: LaunchPlan, target: Target) -> None:
     if target.kind == "worktree":
         worktree = str(target.root)
         refs = [str(path) for pair in branch_ref_pairs(target.workspace) for path in pair]
+    run_dir = plan.setup.root.run_dir
+    stale = [str(path) for path in stale_run_dirs(run_dir.parent)]
     checkout = str(Path(__file__).resolve().parent.parent.parent)
-    os.execve("/bin/bash", ["bash", "-c", WAITER, "chtop-sbox", str(plan.setup.root.run_dir), note, worktree,
-                          sys.executable, checkout, str(len(refs) // 2), *refs, *plan.argv], plan.env)
+    os.execve("/bin/bash", ["bash", "-c", WAITER, "chtop-sbox", str(run_dir), note, worktree, sys.executable,
+                            checkout, str(len(refs) // 2), *refs, str(len(stale)), *stale, *plan.argv], plan.env)
 
 
 def plan_request(request: LaunchRequest) -> LaunchPlan:
