@@ -81,6 +81,30 @@ def test_inv_start_imports_no_concerns_logic():
     assert heavy == [], heavy
 
 
+def test_inv_leaves_bytecode_for_the_task_modules_unless_told_not_to(tmp_path):
+    """invoke turns bytecode writing off for its process; tasks.py turns it back on, so the modules
+    only `inv` imports are not compiled from source on every run, and -B still means none."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    def fresh_copy(name: str) -> Path:
+        dest = tmp_path / name
+        dest.mkdir()
+        shutil.copy(PKG.parent / "tasks.py", dest)
+        shutil.copytree(PKG, dest / "chtop_tasks", ignore=shutil.ignore_patterns("__pycache__"))
+        return dest
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    for name, flags in (("on", []), ("off", ["-B"])):
+        subprocess.run([sys.executable, *flags, "-m", "invoke", "--list"], cwd=fresh_copy(name), env=env,
+                       capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL)
+    cached = sorted(p.name.split(".")[0] for p in (tmp_path / "on/chtop_tasks/tasks/__pycache__").glob("*.pyc"))
+    assert {"sbox", "git", "worktree", "common"} <= set(cached), cached
+    assert not list((tmp_path / "off").rglob("*.pyc"))
+
+
 def test_the_venv_task_names_the_installer_variable_as_the_build_does():
     from chtop_tasks.tasks import venv as venv_task
     from chtop_tasks.venv import build
