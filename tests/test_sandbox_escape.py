@@ -16,6 +16,7 @@ import shlex
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -48,6 +49,8 @@ def _prepare(group):
     (policy / "devices.txt").write_text(f"/dev/nvidia*\n{devs}/*\n")
     (policy / "net-allow.txt").write_text("allowed.example private\n")
     (policy / "net-deny.txt").write_text("")
+    # what `nox` in the worktree leaves: the root's __pycache__, where invoke reads tasks.py's bytecode
+    (group.grouping / "dev" / "__pycache__").mkdir()
     # a worktree venv (only its pin matters here)
     venv = group.grouping / "dev" / ".venv"
     (venv / "bin").mkdir(parents=True)
@@ -115,7 +118,7 @@ def test_cannot_write_what_the_host_runs(g):
     top, dev = g.toplevel, g.dev
     stores = [top / ".git", top / "alpha" / ".git", top / "beta" / ".git"]
     watched = [top / "tasks.py", top / "sandbox", top / "chtop_tasks", dev / ".git", dev / ".envrc",
-               dev / ".claude", dev / ".venv", dev / "tasks.py", dev / "chtop_tasks", dev / "sandbox",
+               dev / ".claude", dev / ".venv", dev / "tasks.py", dev / "chtop_tasks", dev / "sandbox", dev / "__pycache__",
                dev / "alpha" / ".git", g.grouping / "dev2"]
     watched += [s / name for s in stores for name in ("config", "hooks", "info", "worktrees", "HEAD")]
     before = tree_digest(*[p for p in watched if p.is_dir()])
@@ -130,6 +133,7 @@ def test_cannot_write_what_the_host_runs(g):
         ("write the worktree's tasks.py", f"echo x >> {dev}/tasks.py"),
         ("write chtop_tasks/", f"touch {dev}/chtop_tasks/evil.py"),
         ("write a new top-level file", f"touch {dev}/noxfile_evil.py"),
+        ("plant tasks.py's bytecode", f"touch {dev}/__pycache__/tasks.{sys.implementation.cache_tag}.pyc"),
         ("rewrite the worktree's .git file", f"echo 'gitdir: /tmp/x' > {dev}/.git"),
         ("rewrite a repo's .git file", f"echo 'gitdir: /tmp/x' > {dev}/alpha/.git"),
         ("write .envrc", f"echo 'echo pwned' >> {dev}/.envrc"),
@@ -323,15 +327,24 @@ def test_allowlisted_paths_and_devices(g):
 
 
 def test_self_edit_is_opt_in_and_loud(g):
-    """The probes do see a write when one is allowed: --allow-self-edit opens chtop's code."""
+    """The probes do see a write when one is allowed: --allow-self-edit opens chtop's code, but not
+    the root's __pycache__ (bytecode invoke would load for tasks.py and no diff shows), made or not."""
+    bytecode = g.dev / "__pycache__"
+    owner = bytecode.stat()
+    bytecode.rmdir()
+    plant = f"mkdir -p {bytecode} && touch {bytecode}/tasks.{sys.implementation.cache_tag}.pyc"
     proc = g.sbox(f"echo '# agent was here' >> {g.dev}/tasks.py && echo WROTE; "
-                  f"echo x >> {g.dev}/.envrc || echo ENVRC-STILL-PINNED", args=("--allow-self-edit",))
+                  f"echo x >> {g.dev}/.envrc || echo ENVRC-STILL-PINNED; "
+                  f"({plant}) 2>/dev/null || echo NO-BYTECODE-PLANTED", args=("--allow-self-edit",))
     try:
         assert "WROTE" in proc.stdout and "ENVRC-STILL-PINNED" in proc.stdout
+        assert "NO-BYTECODE-PLANTED" in proc.stdout and not list(bytecode.glob("*"))
         assert "--allow-self-edit" in proc.stderr and "WRITABLE" in proc.stderr
         assert (g.dev / "tasks.py").read_text().endswith("# agent was here\n")
     finally:
         g.git(g.dev, "checkout", "--", "tasks.py")
+        bytecode.mkdir(exist_ok=True)
+        os.chown(bytecode, owner.st_uid, owner.st_gid)
 
 
 def test_rootless_says_when_limits_are_not_enforced_and_leaves_no_run_files(g):

@@ -35,7 +35,9 @@ from ..workspace.quarantine import PINNED_IN_ADMIN, PINNED_IN_STORE
 
 # What a host shell, direnv, nox, invoke or a host-side claude reads or runs
 # from a checkout: never writable from inside.
-HOST_EXECUTED = (".git", ".envrc", ".venv", ".claude", ".nox", ".direnv", ".vscode")
+# __pycache__: the bytecode of tasks.py and noxfile.py (nox writes it there), which invoke and nox
+# load when its header matches the source, and which no diff shows
+HOST_EXECUTED = (".git", ".envrc", ".venv", ".claude", ".nox", ".direnv", ".vscode", "__pycache__")
 # chtop's own management code in the container repo: read-only unless the
 # user opts in (--allow-self-edit).
 MANAGEMENT = ("tasks.py", "noxfile.py", "chtop_tasks", "invoke.yaml", "invoke.yml", "pyproject.toml",
@@ -299,6 +301,8 @@ def _worktree_mounts(plan: MountPlan, ctx: MountContext) -> None:
         plan.add(ctx.root, ctx.root, "rw", "this worktree (self-edit: chtop's code writable)")
         for name in protected:
             pin(plan, ctx.root / name, f"host runs it: {name}")
+        if not os.path.lexists(ctx.root / "__pycache__"):    # else the agent could make it, with bytecode in
+            plan.add(None, ctx.root / "__pycache__", "tmpfs-ro", "host runs it: __pycache__ (none yet)")
     else:
         checkout_dir_mounts(plan, ctx.root, protected, "this worktree's root (entries mounted one by one)")
     for repo in ctx.repo_names:
