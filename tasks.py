@@ -5,6 +5,7 @@ Works from the toplevel, any feature worktree, or any repo dir inside them
 checkout's own copy of chtop_tasks, never another worktree's.
 """
 
+import os
 import sys
 from pathlib import Path
 
@@ -12,10 +13,16 @@ from pathlib import Path
 # from sys.path; put this checkout first so its own chtop_tasks is used.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-# invoke turns bytecode writing off for its whole process (unless `inv --write-pyc`), so the task
-# modules, which only `inv` imports, were compiled from source on every run (about 5 ms of each
-# launch).  Back on, unless the user asked for none (-B, PYTHONDONTWRITEBYTECODE).  chtop_tasks/ is
-# read-only inside every sandbox, so what lands in its __pycache__ is the host's own.
+# Bytecode, before any chtop module loads.  A .pyc in a __pycache__ beside the source shows in no
+# diff, and with --allow-self-edit the agent can write one here: so the host reads and writes this
+# code's bytecode only in your own ~/.cache/chtop/pycache (the .envrc sets the same for your shell;
+# children of this process inherit it).  invoke turns bytecode writing off for its process (unless
+# `inv --write-pyc`), which had the task modules compiled from source on every run: back on, unless
+# you asked for none (-B, PYTHONDONTWRITEBYTECODE).
+if not sys.pycache_prefix:
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    cache = cache if os.path.isabs(cache) else os.path.join(os.path.expanduser("~"), ".cache")
+    sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(cache, "chtop", "pycache")
 sys.dont_write_bytecode = bool(sys.flags.dont_write_bytecode)
 
 from chtop_tasks import namespace as ns  # noqa: E402,F401

@@ -86,6 +86,22 @@ def write_gitconfig(path: Path) -> None:
     )
 
 
+def plant_pyc(source: Path, marker: Path) -> None:
+    """What an agent that can write beside ``source`` can leave: bytecode in its __pycache__ that
+    creates ``marker`` (then runs the module as it is), under the header Python checks (the
+    reviewed source's mtime and size).  No diff shows it."""
+    import importlib.util
+    import marshal
+    import struct
+
+    code = compile(f"open({str(marker)!r}, 'w').close()\n" + source.read_text(), str(source), "exec")
+    stat = source.stat()
+    pyc = source.parent / "__pycache__" / f"{source.stem}.{sys.implementation.cache_tag}.pyc"
+    pyc.parent.mkdir(exist_ok=True)
+    pyc.write_bytes(importlib.util.MAGIC_NUMBER + struct.pack("<III", 0, int(stat.st_mtime), stat.st_size)
+                    + marshal.dumps(code))
+
+
 @pytest.fixture(autouse=True)
 def hermetic(tmp_path_factory, monkeypatch):
     """Own HOME and git config for every test; nothing touches the real home."""

@@ -81,28 +81,52 @@ def test_inv_start_imports_no_concerns_logic():
     assert heavy == [], heavy
 
 
-def test_inv_leaves_bytecode_for_the_task_modules_unless_told_not_to(tmp_path):
-    """invoke turns bytecode writing off for its process; tasks.py turns it back on, so the modules
-    only `inv` imports are not compiled from source on every run, and -B still means none."""
-    import os
+def fresh_checkout(dest: Path) -> Path:
+    """tasks.py and chtop_tasks/ copied to ``dest``, no bytecode."""
     import shutil
+
+    dest.mkdir()
+    shutil.copy(PKG.parent / "tasks.py", dest)
+    shutil.copytree(PKG, dest / "chtop_tasks", ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def run_inv_list(checkout: Path, home: Path, *flags: str):
+    """`python [flags] -m invoke --list` in ``checkout``, HOME=``home``, no bytecode settings of ours."""
+    import os
     import subprocess
     import sys
 
-    def fresh_copy(name: str) -> Path:
-        dest = tmp_path / name
-        dest.mkdir()
-        shutil.copy(PKG.parent / "tasks.py", dest)
-        shutil.copytree(PKG, dest / "chtop_tasks", ignore=shutil.ignore_patterns("__pycache__"))
-        return dest
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX", "XDG_CACHE_HOME")}
+    return subprocess.run([sys.executable, *flags, "-m", "invoke", "--list"], cwd=checkout,
+                          env=dict(env, HOME=str(home)), capture_output=True, text=True, check=True,
+                          stdin=subprocess.DEVNULL)
 
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+def test_inv_caches_the_task_modules_bytecode_in_the_users_cache_unless_told_not_to(tmp_path):
+    """invoke turns bytecode writing off for its process; tasks.py turns it back on, into
+    ~/.cache/chtop/pycache, so the modules only `inv` imports are not compiled from source on every
+    run; -B still means none."""
     for name, flags in (("on", []), ("off", ["-B"])):
-        subprocess.run([sys.executable, *flags, "-m", "invoke", "--list"], cwd=fresh_copy(name), env=env,
-                       capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL)
-    cached = sorted(p.name.split(".")[0] for p in (tmp_path / "on/chtop_tasks/tasks/__pycache__").glob("*.pyc"))
-    assert {"sbox", "git", "worktree", "common"} <= set(cached), cached
-    assert not list((tmp_path / "off").rglob("*.pyc"))
+        run_inv_list(fresh_checkout(tmp_path / name), tmp_path / f"home-{name}", *flags)
+    mirror = tmp_path / "home-on/.cache/chtop/pycache" / str(tmp_path / "on").lstrip("/") / "chtop_tasks/tasks"
+    cached = {p.name.split(".")[0] for p in mirror.glob("*.pyc")}
+    assert {"sbox", "git", "worktree", "common"} <= cached, cached
+    assert not list((tmp_path / "on").rglob("*.pyc"))          # none beside the source
+    assert not list(tmp_path.glob("home-off/**/*.pyc")) and not list((tmp_path / "off").rglob("*.pyc"))
+
+
+def test_a_pyc_planted_beside_chtops_code_never_runs_under_inv(tmp_path):
+    """With --allow-self-edit the agent can write chtop_tasks/: bytecode it leaves beside a reviewed
+    module must not run when you run `inv`."""
+    from conftest import plant_pyc
+
+    checkout = fresh_checkout(tmp_path / "checkout")
+    marker = tmp_path / "planted-code-ran"
+    plant_pyc(checkout / "chtop_tasks" / "tasks" / "sbox.py", marker)
+    assert "sbox.claude" in run_inv_list(checkout, tmp_path / "home").stdout
+    assert not marker.exists(), "the planted bytecode ran on the host"
 
 
 def test_the_venv_task_names_the_installer_variable_as_the_build_does():

@@ -180,6 +180,7 @@ def test_plan_launch_argv_and_env(with_dev, monkeypatch):
     dev = with_dev.path("dev")
     monkeypatch.setenv("EDITOR", "nano")
     monkeypatch.setenv("CHTOP_TEST_SECRET", "hunter2")
+    monkeypatch.setenv("PYTHONPYCACHEPREFIX", "/home/u/.cache/chtop/pycache")
     target = places.target_for(dev)
     plan = launch.plan_launch(target, ["sh", "-c", "exit 7"], interactive=False, network="open",
                               extra_env={"ANTHROPIC_API_KEY": "sk-test"}, purpose="agent")
@@ -192,6 +193,9 @@ def test_plan_launch_argv_and_env(with_dev, monkeypatch):
     assert "--env=ANTHROPIC_API_KEY" in argv and plan.env["ANTHROPIC_API_KEY"] == "sk-test"
     assert "sk-test" not in " ".join(argv) and "hunter2" not in " ".join(argv)
     assert "CHTOP_TEST_SECRET" not in plan.env
+    # podman's env (and so the exit import's python's), never the container's: see tasks.py
+    assert plan.env["PYTHONPYCACHEPREFIX"] == "/home/u/.cache/chtop/pycache"
+    assert "--env=PYTHONPYCACHEPREFIX" not in argv
     assert any("open egress" in w for w in plan.warnings)
     with pytest.raises(UsageError):
         launch.plan_launch(target, ["true"], interactive=False, network="open", extra_env={"PATH": "/x"})

@@ -318,3 +318,16 @@ def test_a_pane_process_without_its_environment_records_why_and_exits_1(tmp_path
     assert (after.status, after.exit_status) == ("exited", 1)
     assert "environment handed over" in after.error
     assert pane.run(group, "dev", "d" * 16) == 1          # another run's id: touches nothing
+
+
+def test_the_pane_process_keeps_its_bytecode_where_inv_does(monkeypatch):
+    """The tmux server may have been started with another environment: the pane's python is told
+    the bytecode cache outright, so it never reads a __pycache__ beside the (agent-writable) code."""
+    from chtop_tasks.sessions.lifecycle import _python_module
+
+    monkeypatch.setattr(sys, "pycache_prefix", "/home/u/.cache/chtop/pycache")
+    argv = _python_module("chtop_tasks.sessions.pane", "G", "dev", "s1")
+    assert "PYTHONPYCACHEPREFIX=/home/u/.cache/chtop/pycache" in argv[:argv.index(sys.executable)]
+    assert argv[argv.index(sys.executable):] == [sys.executable, "-m", "chtop_tasks.sessions.pane", "G", "dev", "s1"]
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+    assert not any(a.startswith("PYTHONPYCACHEPREFIX=") for a in _python_module("m"))

@@ -330,6 +330,23 @@ def direnv_exec(root: Path, script: str) -> list[str]:
     return proc.stdout.splitlines()
 
 
+def test_host_python_under_the_envrc_never_runs_bytecode_left_in_the_checkout(tmp_path):
+    """The agent can write the repos (and their __pycache__, which no diff shows): under the
+    workspace's .envrc the host's python keeps its bytecode in the user's cache instead, so what
+    was planted beside a module you reviewed does not run when you import it."""
+    from conftest import plant_pyc
+
+    root = tmp_path / "ws"
+    (root / "a").mkdir(parents=True)
+    (root / "a" / "mod.py").write_text("X = 1\n")
+    marker = tmp_path / "planted-code-ran"
+    plant_pyc(root / "a" / "mod.py", marker)
+    env_home = os.environ["HOME"]
+    lines = direnv_exec(root, 'echo "$PYTHONPYCACHEPREFIX"; PYTHONPATH=a python -c "import mod; print(mod.X)"')
+    assert lines == [f"{env_home}/.cache/chtop/pycache", "1"]
+    assert not marker.exists(), "the planted bytecode ran on the host"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("installer", INSTALLERS)
 def test_uv_and_pip_make_the_same_venv(installer, offline, wheelhouse, tmp_path, capsys):

@@ -36,8 +36,11 @@ PURPOSE_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PASS_THROUGH_CUDA = ("CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH")
 # The podman process's own environment (it finds its storage and runtime dir with these).
+# podman's own environment (never the container's), which sbox.run's waiting shell and the Python
+# it may start for the exit import have too (PYTHONPYCACHEPREFIX: see tasks.py)
 PODMAN_ENV = ("PATH", "HOME", "USER", "LOGNAME", "TERM", "TMPDIR", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME",
-              "XDG_DATA_HOME", "CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF", "CONTAINERS_REGISTRIES_CONF")
+              "XDG_DATA_HOME", "CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF", "CONTAINERS_REGISTRIES_CONF",
+              "PYTHONPYCACHEPREFIX")
 NO_PROXY = "localhost,127.0.0.1,::1"
 LABEL = "chtop"
 

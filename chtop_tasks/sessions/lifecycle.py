@@ -37,8 +37,11 @@ def _package_parent() -> str:
 
 def _python_module(module: str, *args: str) -> list[str]:
     """argv running one of chtop's modules with this python and this chtop (PYTHONPATH set), from /:
-    ``python -m`` puts its cwd first on sys.path, and a worktree's repo dirs are the agent's to write."""
-    return ["env", "--chdir=/", f"PYTHONPATH={_package_parent()}", sys.executable, "-m", module, *args]
+    ``python -m`` puts its cwd first on sys.path, and a worktree's repo dirs are the agent's to write.
+    It keeps its bytecode where this process does (tasks.py: never beside the agent-writable source),
+    whatever environment the tmux server was started with."""
+    cache = [f"PYTHONPYCACHEPREFIX={sys.pycache_prefix}"] if sys.pycache_prefix else []
+    return ["env", "--chdir=/", f"PYTHONPATH={_package_parent()}", *cache, sys.executable, "-m", module, *args]
 
 
 # -- start -----------------------------------------------------------------------------------------
