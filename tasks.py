@@ -14,15 +14,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # Bytecode, before any chtop module loads.  A .pyc in a __pycache__ beside the source shows in no
-# diff, and with --allow-self-edit the agent can write one here: so the host reads and writes this
-# code's bytecode only in your own ~/.cache/chtop/pycache (the .envrc sets the same for your shell;
-# children of this process inherit it).  invoke turns bytecode writing off for its process (unless
-# `inv --write-pyc`), which had the task modules compiled from source on every run: back on, unless
-# you asked for none (-B, PYTHONDONTWRITEBYTECODE).
-if not sys.pycache_prefix:
-    cache = os.environ.get("XDG_CACHE_HOME", "")
-    cache = cache if os.path.isabs(cache) else os.path.join(os.path.expanduser("~"), ".cache")
-    sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(cache, "chtop", "pycache")
-sys.dont_write_bytecode = bool(sys.flags.dont_write_bytecode)
+# diff, and with --allow-self-edit the agent can write one here: so the host reads and writes
+# bytecode only in your own ~/.cache/chtop/pycache (the .envrc sets the same for your shell; the
+# Python processes this one starts inherit it).  invoke turns bytecode writing off for its process
+# (unless `inv --write-pyc`), which had the task modules compiled from source on every run: back
+# on.  Not when you asked for no bytecode (-B, PYTHONDONTWRITEBYTECODE): a prefix with nothing
+# written to it would have every module compiled on every start.
+if not sys.flags.dont_write_bytecode:
+    sys.dont_write_bytecode = False
+    if not sys.pycache_prefix:
+        cache = os.environ.get("XDG_CACHE_HOME", "")
+        cache = cache if os.path.isabs(cache) else os.path.join(os.path.expanduser("~"), ".cache")
+        sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(cache, "chtop", "pycache")
 
 from chtop_tasks import namespace as ns  # noqa: E402,F401

@@ -68,9 +68,13 @@ def run(
     if not quiet:
         echo(argv, cwd)
     full_env = None
-    if env is not None:
+    if env is not None:             # added to ours; a None value removes that variable
         full_env = dict(os.environ)
-        full_env.update(env)
+        for key, value in env.items():
+            if value is None:
+                full_env.pop(key, None)
+            else:
+                full_env[key] = value
     try:
         proc = subprocess.run(
             argv,

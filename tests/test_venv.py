@@ -138,6 +138,7 @@ def test_plan_is_data_in_manifest_order(tmp_path):
     assert create.argv == ("/base/python3", "-m", "venv", "--system-site-packages", str(root / ".venv"))
     assert trim.argv == (venv_py(root), "-m", "pip", "uninstall", "-y", "-q", "setuptools")
     assert inst_a.argv == (venv_py(root), "-m", "pip", "install", "-e", str(root / "a"))
+    assert not inst_a.unset            # pip's isolated builds get a fresh setuptools each time anyway
     assert inst_b.argv == (venv_py(root), "-m", "pip", "install", "--no-build-isolation", "-e", str(root / "b"))
     assert 'install = "none"' in skip.note and skip.argv == ()
     for smoke in steps[6:]:
@@ -156,6 +157,10 @@ def test_plan_uv_recreate_and_test(tmp_path):
     assert reuse[1].argv[1:6] == ("pip", "install", "--python", venv_py(root), "--no-deps")
     assert reuse[3].paths == (root / "a",) and reuse[3].argv[1:] == ("-S", "-m", "compileall", "-q", "-j0")
     assert "the builds of a need" in reuse[3].describe()
+    # uv links its cache's bytecode into each isolated build: those steps run without a pycache prefix
+    assert reuse[1].unset == reuse[3].unset == ("PYTHONPYCACHEPREFIX",) and not reuse[5].unset
+    assert reuse[1].describe().startswith("$ env -u PYTHONPYCACHEPREFIX ")
+    assert V._runtime_env(reuse[3])["PYTHONPYCACHEPREFIX"] is None
     assert reuse[4].then == (venv_py(root), "-m", "pip", "install")
     # A fresh one is made by uv too; nothing to trim, pip launchers written.
     steps = V.plan_build(root, manifest, recreate=True, test=True, installer="uv", python=Path("/base/python3"))
@@ -330,7 +335,7 @@ def direnv_exec(root: Path, script: str) -> list[str]:
     return proc.stdout.splitlines()
 
 
-def test_host_python_under_the_envrc_never_runs_bytecode_left_in_the_checkout(tmp_path):
+def test_host_python_under_the_envrc_never_runs_bytecode_left_in_the_checkout(tmp_path, monkeypatch):
     """The agent can write the repos (and their __pycache__, which no diff shows): under the
     workspace's .envrc the host's python keeps its bytecode in the user's cache instead, so what
     was planted beside a module you reviewed does not run when you import it."""
@@ -341,6 +346,8 @@ def test_host_python_under_the_envrc_never_runs_bytecode_left_in_the_checkout(tm
     (root / "a" / "mod.py").write_text("X = 1\n")
     marker = tmp_path / "planted-code-ran"
     plant_pyc(root / "a" / "mod.py", marker)
+    for name in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
     env_home = os.environ["HOME"]
     lines = direnv_exec(root, 'echo "$PYTHONPYCACHEPREFIX"; PYTHONPATH=a python -c "import mod; print(mod.X)"')
     assert lines == [f"{env_home}/.cache/chtop/pycache", "1"]
@@ -391,11 +398,13 @@ def test_uv_and_pip_make_the_same_venv(installer, offline, wheelhouse, tmp_path,
 
 
 @pytest.mark.slow
-def test_a_second_worktree_takes_what_the_first_fetched_from_uvs_cache(offline, tmp_path, capsys):
+def test_a_second_worktree_takes_what_the_first_fetched_from_uvs_cache(offline, tmp_path, capsys, monkeypatch):
     """Two checkouts built one after the other share uv's cache: the setuptools
     wheel for ``a``'s isolated build is unpacked there once, not per worktree,
-    and byte-compiled there once, by the first build, for every later one."""
+    and byte-compiled there once, by the first build, for every later one; also
+    from a shell whose .envrc sets a pycache prefix (uv's installs run without it)."""
     uv = require_tool("uv")
+    monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path / "pycache"))
     echoed = {}
     for name in ("dev", "other"):
         root, manifest = make_root(tmp_path / name, [A, B])

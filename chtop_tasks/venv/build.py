@@ -47,6 +47,11 @@ INSTALLERS = ("pip", "uv")
 INSTALLER_ENV = "CHTOP_INSTALLER"
 THROWAWAY = "<throwaway dir>"
 SAFE_ENV = {"PYTHONSAFEPATH": "1"}
+# uv links the wheels of its cache, bytecode included, into each isolated build's env; with a
+# pycache prefix (tasks.py, the .envrc) Python would look for that bytecode under the prefix
+# instead, and every build would compile setuptools again.  So uv's installs and the "bytecode"
+# step run without one: what they load is uv's cache, the user's and read-only to every sandbox.
+CACHED_BYTECODE_ENV = ("PYTHONPYCACHEPREFIX",)
 
 INSTALL_TIMEOUT = 3600  # compiled repos (ksgpu, pirate) take minutes
 CHECK_TIMEOUT = 300
@@ -139,12 +144,14 @@ class BuildStep:
     expect: str | None = None  # "check": the stdout it must print
     then: tuple[str, ...] = ()  # "deps": the command its output lines are appended to
     paths: tuple[Path, ...] = ()  # "bytecode": the isolated repos whose build requirements are compiled
+    unset: tuple[str, ...] = ()  # environment variables removed for it
 
     def describe(self) -> str:
         """The step as one line of the printed plan."""
         if not self.argv:
             return f"# {self.note}"
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env)
+        env = " ".join([*(f"-u {name}" for name in self.unset), *(f"{k}={shlex.quote(v)}" for k, v in self.env)])
+        env = f"env {env}" if self.unset else env
         cmd = shlex.join(self.argv)
         if self.paths:
             repos = ", ".join(p.name for p in self.paths)
@@ -342,13 +349,14 @@ def plan_build(
         if repo.install == "none":
             steps.append(BuildStep("skip", repo.name, (), note=f'skip {repo.name}: install = "none" in {MANIFEST_NAME}'))
             continue
-        steps.append(BuildStep("install", repo.name, install_argv(installer, vpy, repo, root / repo.name), cwd=root))
+        steps.append(BuildStep("install", repo.name, install_argv(installer, vpy, repo, root / repo.name), cwd=root,
+                               unset=CACHED_BYTECODE_ENV if installer == "uv" else ()))
     isolated = tuple(root / r.name for r in manifest.repos if r.install == "editable")
     if installer == "uv" and isolated:
         steps.append(BuildStep(
             # -S: no site, so no .pth of the venv (the repos' editable finders) runs for this
             "bytecode", None, (str(vpy), "-S", "-m", "compileall", "-q", "-j0"), throwaway=True,
-            env=tuple(SAFE_ENV.items()), timeout=CHECK_TIMEOUT, paths=isolated,
+            env=tuple(SAFE_ENV.items()), timeout=CHECK_TIMEOUT, paths=isolated, unset=CACHED_BYTECODE_ENV,
             note="once per wheel: uv's cached build requirements get bytecode, which later isolated builds link",
         ))
     if installer == "uv" and any(r.install != "none" for r in manifest.repos):
@@ -384,11 +392,12 @@ def _tail(result: runner.Result, lines: int = TAIL_LINES) -> str:
     return "\n".join("  " + ln for ln in kept[-lines:])
 
 
-def _runtime_env(step: BuildStep) -> dict[str, str]:
-    """The step's env, with a symbolic ``$PATH`` in PATH expanded."""
-    env = dict(step.env)
+def _runtime_env(step: BuildStep) -> dict[str, str | None]:
+    """The step's env for the runner: a symbolic ``$PATH`` in PATH expanded, ``unset`` as None."""
+    env: dict[str, str | None] = dict(step.env)
     if "PATH" in env:
         env["PATH"] = env["PATH"].replace("$PATH", os.environ.get("PATH", ""))
+    env.update(dict.fromkeys(step.unset))
     return env
 
 
@@ -498,7 +507,8 @@ def compile_build_requirements(step: BuildStep, scratch: Path) -> None:
     wheels = uvcache.wheels_to_compile(Path(found.stdout.strip()), list(step.paths))
     if not wheels:
         return
-    result = runner.run([*step.argv, *map(str, wheels)], scratch, check=False, env=dict(step.env), timeout=step.timeout)
+    result = runner.run([*step.argv, *map(str, wheels)], scratch, check=False, env=_runtime_env(step),
+                        timeout=step.timeout)
     if not result.ok:
         print(f"# byte-compiling uv's cached build requirements failed (exit {result.returncode}); "
               "later isolated builds compile them themselves, as before", file=sys.stderr, flush=True)
