@@ -50,7 +50,9 @@ SAFE_ENV = {"PYTHONSAFEPATH": "1"}
 # uv links the wheels of its cache, bytecode included, into each isolated build's env; with a
 # pycache prefix (tasks.py, the .envrc) Python would look for that bytecode under the prefix
 # instead, and every build would compile setuptools again.  So uv's installs and the "bytecode"
-# step run without one: what they load is uv's cache, the user's and read-only to every sandbox.
+# step run without one: the bytecode they load is uv's cache (the user's, read-only to every
+# sandbox), or a repo's own when its build code imports it (build code the agent could write runs
+# there anyway: README's security model).
 CACHED_BYTECODE_ENV = ("PYTHONPYCACHEPREFIX",)
 
 INSTALL_TIMEOUT = 3600  # compiled repos (ksgpu, pirate) take minutes
