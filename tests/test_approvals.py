@@ -187,3 +187,12 @@ def test_scoped_allow_tasks_as_a_user_runs_them(with_dev, monkeypatch):
     assert table[1].split()[-4:] == ["for", "dev", "2h", "x.example.org"]
     assert table[2].split()[-4:] == ["deny", "-", "-", "z.example.org"] and "(cli)" in table[2]
     assert len(table) == 3                                   # the refused calls decided nothing
+
+
+def test_a_request_refused_just_now_is_pending_at_once(proxy):
+    """The proxy writes its log in batches (at most 0.1 s late): net.pending asks for its status
+    first, which writes out what is queued, so a refusal it has answered is never missed."""
+    proxy.start()
+    for i in range(3):
+        assert status_of(proxy, f"fresh{i}.example.test:443") == 403
+        assert f"fresh{i}.example.test" in [p["host"] for p in approvals.pending_requests(proxy.group, proxy.policy)]

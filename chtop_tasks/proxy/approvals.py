@@ -268,12 +268,12 @@ def pending_requests(group_dir: Path, policy_dir: Path, info: dict | None = None
     caller has it.
     """
     policy = policy_for(group_dir, policy_dir)
+    info = status(group_dir) if info is None else info     # first: the proxy writes out its log then
     if blocked is None:
         undecided = pending(group_dir, policy)
     else:
         undecided = [dict(i) for i in blocked if policy.judge(i["host"], i["worktree"]).decision == "blocked"]
     items = {(i["host"], i["worktree"]): dict(i, held=False, waiting=0) for i in undecided}
-    info = status(group_dir) if info is None else info
     for hold in (info or {}).get("held", []):
         key = (hold["host"], hold["worktree"])
         item = items.setdefault(key, {"host": hold["host"], "worktree": hold["worktree"], "count": 0, "last": 0})

@@ -3,7 +3,8 @@ never mounted into a sandbox).  One client side, one server side, one list of an
 
 Requests (one JSON object a line, one reply a line):
 
-- ``{"cmd": "ping"}`` / ``{"cmd": "status"}``: the proxy's status (``Server.info``);
+- ``{"cmd": "ping"}`` / ``{"cmd": "status"}``: the proxy's status (``Server.info``; "status" writes out
+  the queued log records first: ``Server.status``);
 - ``{"cmd": "worktree", "name": N}``: open (or reuse) worktree N's socket; ``{"socket": PATH}``;
 - ``{"cmd": "watch"}``: attach as a watcher; then ``{"event": "blocked", ...}`` lines follow;
 - ``{"cmd": "decide", "host": H, "answer": A[, "worktree": W]}``: release the requests held for H
@@ -131,8 +132,10 @@ class ControlService:
 
     def answer(self, msg: dict, writer) -> dict:
         cmd = msg.get("cmd")
-        if cmd in ("ping", "status"):
+        if cmd == "ping":
             return self.proxy.info()
+        if cmd == "status":
+            return self.proxy.status()
         if cmd == "worktree":
             return {"ok": True, "socket": str(self.proxy.open_worktree(str(msg.get("name"))))}
         if cmd == "watch":

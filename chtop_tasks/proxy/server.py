@@ -427,6 +427,12 @@ class Server:
             "held": self.holds.held() if self.holds else [],
         }
 
+    def status(self) -> dict:
+        """``info``, once the queued log records are written: whoever asks first and then reads the
+        log (``net.pending`` right after a refusal) sees every request answered so far."""
+        self._flush_log()
+        return self.info()
+
     def decided(self, host: str, worktree: str | None, answer: str) -> int:
         """A decision: release the held requests for ``host`` (on ``worktree``'s socket only, when
         given), each judged again; log it; how many were released."""
