@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_sandbox import build, require_root, scratch_base, stop_proxies, timed  # noqa: E402
+from bench_sandbox import build, floor_commands, inv_floor, require_root, scratch_base, stop_proxies, timed  # noqa: E402
 
 FIRST_SCREEN = "trust"
 PLAN_CLAUDE = """
@@ -88,8 +88,7 @@ def main() -> int:
         inv = as_user + [str(g.venv / "bin" / "python"), "-m", "invoke", "sbox.claude"]
         time_to_first_screen(inv, g.dev)          # warm: proxy started, hooks and skeleton made
         remove_containers(g, as_user)
-        py = str(g.venv / "bin" / "python")
-        floors = {"true": ["true"], "python": [py, "-c", "pass"], "invoke": [py, "-c", "import invoke.main"]}
+        floors = floor_commands(g)
         t_inv, t_bare, t_floor = [], [], {k: [] for k in floors}
         for _ in range(args.runs):                # interleaved, so load drifts hit both alike
             for key, argv in floors.items():
@@ -113,11 +112,8 @@ def main() -> int:
         print(f"inv sbox.claude                median {m_inv * 1000:7.0f} ms  (min {min(t_inv) * 1000:.0f})")
         print(f"ratio                          {m_inv / m_bare:.2f}x  (target <= 1.15x: "
               f"{'ok' if m_inv / m_bare <= 1.15 else 'MISSED'})")
-        m = {k: statistics.median(v) for k, v in t_floor.items()}
-        floor = m["invoke"] - m["true"]
-        print(f"floor of any inv task: starting python {(m['python'] - m['true']) * 1000:.1f} ms "
-              f"+ importing invoke {(m['invoke'] - m['python']) * 1000:.1f} ms = {floor * 1000:.1f} ms, "
-              f"where 1.15x leaves {0.15 * m_bare * 1000:.1f} ms;\n"
+        floor, parts = inv_floor(t_floor)
+        print(f"floor of any inv task: {parts}, where 1.15x leaves {0.15 * m_bare * 1000:.1f} ms;\n"
               f"  so through inv claude's first screen is at best {(m_bare + floor) / m_bare:.2f}x "
               "before any chtop code runs")
         print(f"chtop's own share: {(m_inv - floor - m_bare) * 1000:.1f} ms "

@@ -87,6 +87,21 @@ def timed(argv, cwd) -> float:
     return took
 
 
+def floor_commands(g) -> dict[str, list[str]]:
+    """What any `inv` task pays before chtop's code runs, as commands to time beside it: nothing
+    (the harness), starting the venv's Python, and that Python importing invoke."""
+    py = str(g.venv / "bin" / "python")
+    return {"true": ["true"], "python": [py, "-c", "pass"], "invoke": [py, "-c", "import invoke.main"]}
+
+
+def inv_floor(times: dict[str, list[float]]) -> tuple[float, str]:
+    """The floor in seconds from the medians of ``floor_commands``' timings, and its parts as text."""
+    m = {k: statistics.median(v) for k, v in times.items()}
+    floor = m["invoke"] - m["true"]
+    return floor, (f"starting python {(m['python'] - m['true']) * 1000:.1f} ms + importing invoke "
+                   f"{(m['invoke'] - m['python']) * 1000:.1f} ms = {floor * 1000:.1f} ms")
+
+
 PLAN_AND_PREPARE = """
 import json
 from pathlib import Path
@@ -126,8 +141,7 @@ def main() -> int:
         bare = bare_argv(g, as_user)
         timed(inv, g.dev)                      # warm: proxy started, skeleton made
         timed(as_user + bare, g.dev)
-        py = str(g.venv / "bin" / "python")
-        floors = {"true": ["true"], "python": [py, "-c", "pass"], "invoke": [py, "-c", "import invoke.main"]}
+        floors = floor_commands(g)
         t_inv, t_bare, t_floor = [], [], {k: [] for k in floors}
         for i in range(args.runs):             # interleaved, so load drifts hit both alike
             t_inv.append(timed(inv, g.dev))
@@ -136,14 +150,12 @@ def main() -> int:
             for key, argv in floors.items():
                 t_floor[key].append(timed(as_user + argv, g.dev))
         m_inv, m_bare = statistics.median(t_inv), statistics.median(t_bare)
-        m = {k: statistics.median(v) for k, v in t_floor.items()}
         print(f"runs: {args.runs} each (interleaved), as {g.user.pw_name}, rootless")
         print(f"bare podman run   median {m_bare * 1000:7.1f} ms  (min {min(t_bare) * 1000:.1f})")
         print(f"inv sbox.run      median {m_inv * 1000:7.1f} ms  (min {min(t_inv) * 1000:.1f})")
         print(f"ratio             {m_inv / m_bare:.2f}x  (target < 1.30x)")
-        floor = m["invoke"] - m["true"]
-        print(f"floor of any inv task: starting python {(m['python'] - m['true']) * 1000:.1f} ms, "
-              f"+ importing invoke {(m['invoke'] - m['python']) * 1000:.1f} ms = {floor * 1000:.1f} ms;\n"
+        floor, parts = inv_floor(t_floor)
+        print(f"floor of any inv task: {parts};\n"
               f"  so inv sbox.run is at best {(m_bare + floor) / m_bare:.2f}x before any chtop code runs")
         own = m_inv - floor - m_bare
         print(f"chtop's own share: {own * 1000:.1f} ms (inv sbox.run - the inv floor - bare podman run; "
