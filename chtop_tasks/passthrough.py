@@ -15,6 +15,7 @@ then; that never becomes a silent 0).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import signal
@@ -94,20 +95,35 @@ def _run_plain(argv, env, cwd) -> int:
     a SIGTERM or SIGHUP sent to us is passed on to it (podman then ends the
     sandbox), so killing chtop never leaves the child running."""
     old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    forwarded = {}
     try:
         try:
             proc = subprocess.Popen(argv, env=env, cwd=cwd)
         except FileNotFoundError as exc:
             raise CommandFailed(f"{argv[0]}: command not found ({exc})") from exc
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            forwarded[sig] = signal.signal(sig, lambda signum, _frame: proc.send_signal(signum))
-        returncode = proc.wait()
+        with _ending_signals_passed_to(proc.pid):
+            returncode = proc.wait()
     finally:
         signal.signal(signal.SIGINT, old_int)
-        for sig, handler in forwarded.items():
-            signal.signal(sig, handler)
     return returncode_status(returncode)
+
+
+@contextlib.contextmanager
+def _ending_signals_passed_to(pid: int):
+    """For the block, a SIGTERM (a kill) or SIGHUP (a closed terminal) sent to us goes to ``pid``
+    instead: the child ends, and we live to clean up after it.  os.kill, not a reaping call: the
+    wait in the block reaps it."""
+    def pass_on(signum, frame):
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+    saved = {sig: signal.signal(sig, pass_on) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
 
 
 def _run_pty(argv, env, cwd, fd) -> int:
@@ -135,30 +151,19 @@ def _run_pty(argv, env, cwd, fd) -> int:
             pass
 
     old_winch = signal.signal(signal.SIGWINCH, on_winch)
-
-    def pass_on(signum, frame):
-        # a closed terminal (SIGHUP) or a kill (SIGTERM) ends the child, and the caller cleans up
-        # after it; os.kill, not child.kill(): that reaps too, racing interact()'s waitpid
-        try:
-            os.kill(child.pid, signum)
-        except ProcessLookupError:
-            pass
-
-    forwarded = {sig: signal.signal(sig, pass_on) for sig in (signal.SIGTERM, signal.SIGHUP)}
     relayed = False
     try:
-        # A resize between spawn and here would otherwise be lost.
-        child.setwinsize(*terminal_size(fd))
-        try:
-            child.interact(escape_character=None)
-        except OSError:  # our terminal went away: nothing can reach the child any more
-            if child.isalive():
-                child.terminate(force=True)
-        relayed = True
+        with _ending_signals_passed_to(child.pid):
+            # A resize between spawn and here would otherwise be lost.
+            child.setwinsize(*terminal_size(fd))
+            try:
+                child.interact(escape_character=None)
+            except OSError:  # our terminal went away: nothing can reach the child any more
+                if child.isalive():
+                    child.terminate(force=True)
+            relayed = True
     finally:
         signal.signal(signal.SIGWINCH, old_winch)
-        for sig, handler in forwarded.items():
-            signal.signal(sig, handler)
         if not relayed and child.isalive():  # interrupted before the session ran: never orphan it
             child.terminate(force=True)
     _drain(child)
