@@ -1,8 +1,11 @@
 """Writing a file so that readers never see half of it and a planted symlink is never followed:
-a fresh temp file in the same dir, renamed over the path."""
+a fresh temp file in the same dir, renamed over the path; and one read-modify-write of a file at a
+time, across processes (``locked_for_update``)."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import tempfile
 from pathlib import Path
@@ -25,3 +28,18 @@ def write_atomic(path: Path, text: str, *, mode: int = 0o644, owner: tuple[int, 
         except OSError:
             pass
         raise
+
+
+@contextlib.contextmanager
+def locked_for_update(path: Path):
+    """``path`` open for reading and appending (made, and its dir, when missing), at its start,
+    under an exclusive flock for the block."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+", encoding="utf-8") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            fh.seek(0)
+            yield fh
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

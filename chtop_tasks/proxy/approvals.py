@@ -18,7 +18,6 @@ appends one JSON line to ``<group>/.chtop/net/decisions.jsonl``: when, who
 
 from __future__ import annotations
 
-import fcntl
 import getpass
 import json
 import os
@@ -28,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..atomic import write_atomic
+from ..atomic import locked_for_update, write_atomic
 from ..errors import ChtopError, Refused, UsageError
 from ..places import (
     check_worktree_name,
@@ -164,17 +163,11 @@ def add_timed_allow(group_dir: Path, d: Decision, now: float | None = None) -> s
     now = time.time() if now is None else now
     until = now + float(d.ttl)
     path = timed_allows_path(group_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+", encoding="utf-8") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            fh.seek(0)
-            kept = [line for line in fh.read().splitlines() if _still_live(line, now)]
-            kept.append(json.dumps({"host": d.domain, "worktree": d.worktree, "until": round(until, 3),
-                                    "private": d.private, "added": round(now, 3)}))
-            write_atomic(path, "".join(line + "\n" for line in kept))
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with locked_for_update(path) as fh:
+        kept = [line for line in fh.read().splitlines() if _still_live(line, now)]
+        kept.append(json.dumps({"host": d.domain, "worktree": d.worktree, "until": round(until, 3),
+                                "private": d.private, "added": round(now, 3)}))
+        write_atomic(path, "".join(line + "\n" for line in kept))
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(until))
     where = f" (worktree {d.worktree})" if d.worktree else ""
     return f"{d.domain}: allowed{where} until {stamp} ({format_duration(d.ttl)})"
@@ -299,10 +292,7 @@ def record_decision(group_dir: Path, d: Decision, via: str, now: float | None = 
     rec = {"time": round(now, 3), "when": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(now)),
            "user": who(), "via": via, "domain": d.domain, "scope": d.scope, "worktree": d.worktree,
            "ttl": d.ttl, "private": d.private}
-    path = decisions_path(group_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+    with locked_for_update(decisions_path(group_dir)) as fh:
         fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
     return rec
 

@@ -9,13 +9,13 @@ Deny wins over allow in every layer combination.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..atomic import locked_for_update
 from ..errors import PolicyError, UsageError
 from ..places import check_worktree_name
 from .hostmatch import BadHost, Entry, find_match, parse_entry
@@ -212,22 +212,15 @@ def append_entry(path: Path, spec: str, *, allow_list: bool) -> tuple[bool, str]
     except BadHost as exc:
         raise UsageError(f"refused {spec!r}: {exc}") from None
     text = entry.host + (" private" if entry.private else "")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+", encoding="utf-8") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            fh.seek(0)
-            existing = fh.read()
-            entries, _ = parse_list(existing, allow_list=False)
-            for old in entries:
-                if old.host == entry.host and old.private == entry.private:
-                    return False, f"{entry.host}: already in {path}"
-            prefix = "" if not existing or existing.endswith("\n") else "\n"
-            fh.seek(0, os.SEEK_END)
-            fh.write(prefix + text + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with locked_for_update(path) as fh:
+        existing = fh.read()
+        entries, _ = parse_list(existing, allow_list=False)
+        for old in entries:
+            if old.host == entry.host and old.private == entry.private:
+                return False, f"{entry.host}: already in {path}"
+        prefix = "" if not existing or existing.endswith("\n") else "\n"
+        fh.seek(0, os.SEEK_END)
+        fh.write(prefix + text + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
     return True, f"{entry.host}: added to {path}"
