@@ -54,6 +54,15 @@ def row(g):
     return found[0] if found else None
 
 
+def wait_notified(g, text: str, failure: str, timeout: float = 20) -> None:
+    """Until the notify command (it appends to ``notified``) has written ``text``."""
+    notified = g.base / "notified"
+    deadline = time.monotonic() + timeout
+    while text not in (notified.read_text() if notified.exists() else ""):
+        assert time.monotonic() < deadline, failure
+        time.sleep(0.5)
+
+
 def wait_for(g, state, timeout):
     deadline = time.monotonic() + timeout
     seen = []
@@ -79,10 +88,7 @@ def test_an_agent_without_hooks_goes_working_idle_exited_with_its_status(g):
     log = g.inv("session.log").stdout
     assert "STANDIN-ARGS:[--again][two words][it's][]" in log, log[-2000:]
     assert "tick 9" in log and "STANDIN-QUIET" in log and "proxy=403" in log
-    deadline = time.monotonic() + 20
-    while "dev exited" not in ((g.base / "notified").read_text() if (g.base / "notified").exists() else ""):
-        assert time.monotonic() < deadline, "the notify command never ran"
-        time.sleep(0.5)
+    wait_notified(g, "dev exited", "the notify command never ran")
     # an exited session is not running: delete would not be refused for it, attach says so
     attach = g.inv("session.attach")
     assert attach.returncode == 3 and "has exited (5)" in attach.stderr
@@ -113,9 +119,6 @@ def test_a_session_outlives_its_terminal_and_stop_ends_it_with_sigterm_leaving_n
     assert time.monotonic() - began < 30
     assert row(g) is None
     assert "no sandboxes running" in g.inv("sbox.ps").stdout
-    deadline = time.monotonic() + 20
-    while "dev exited" not in ((g.base / "notified").read_text() if (g.base / "notified").exists() else ""):
-        assert time.monotonic() < deadline, "the notify command never ran on stop"
-        time.sleep(0.5)
+    wait_notified(g, "dev exited", "the notify command never ran on stop")
     again = g.inv("session.stop")
     assert again.returncode == 2 and "no session for worktree 'dev'" in again.stderr
