@@ -9,6 +9,7 @@ rebase-down, merge-up, new worktree) suspend the app and resume it after.
 from __future__ import annotations
 
 import time
+from concurrent.futures import CancelledError
 
 from rich.text import Text
 from textual import work
@@ -189,7 +190,7 @@ class DashApp(App):
         """From the watcher thread: a blocked request is held (or the proxy came or went)."""
         try:
             self.call_from_thread(self.refresh_data)
-        except RuntimeError:        # the app is closing
+        except (RuntimeError, CancelledError):        # the app is closing (or has closed)
             pass
 
     # -- showing -------------------------------------------------------------------------------------
