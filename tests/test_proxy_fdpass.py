@@ -110,11 +110,13 @@ def test_the_in_container_script_hands_off_and_holds_the_connection(proxy, echo)
     proxy.allow("echo.example.test private")
     ep = proxy.start("dev")
     port = free_port()
-    proc = subprocess.run(["/usr/bin/python3", "-I", "-S", str(HANDOFF_SCRIPT),
-                           str(ep.socket_path.with_name(HANDOFF_NAME)), str(port)],
-                          capture_output=True, text=True, timeout=30)
-    assert proc.returncode == 0, proc.stderr
-    holder = subprocess.run(["pgrep", "-f", "-x", "sleep infinity", "-n"], capture_output=True, text=True)
+    # its own session, so its holder is found by session, not mistaken for another test's sandbox's
+    proc = subprocess.Popen(["/usr/bin/python3", "-I", "-S", str(HANDOFF_SCRIPT),
+                             str(ep.socket_path.with_name(HANDOFF_NAME)), str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    holder = subprocess.run(["pgrep", "-s", str(proc.pid), "-x", "sleep"], capture_output=True, text=True)
     pid = int(holder.stdout.split()[0])
     try:
         status, s = connect_tunnel(port, f"echo.example.test:{echo.port}")
