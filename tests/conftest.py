@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,20 @@ def require_tool(name: str) -> str:
             pytest.fail(message + " (CI must install it: see .ci/run)")
         pytest.skip(message)
     return path
+
+
+def eventually(probe, what: str, timeout: float = 60.0, interval: float = 0.05):
+    """``probe()``'s first truthy value, asked until ``timeout``; else fail saying what was awaited and
+    what the last answer was.  For every wait on a process, a socket or a file: a generous deadline
+    costs nothing when things are fast, and a loaded machine only makes it take longer."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last answer: {value!r}")
+        time.sleep(interval)
 
 
 def git(cwd, *args, check=True) -> str:

@@ -148,7 +148,7 @@ class ProxyUnderTest:
             return []
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
-    def wait_record(self, pred, timeout: float = 10.0) -> dict:
+    def wait_record(self, pred, timeout: float = 60.0) -> dict:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for rec in self.records():
@@ -157,7 +157,7 @@ class ProxyUnderTest:
             time.sleep(0.05)
         raise AssertionError(f"no matching log record; log has:\n{self.records()[-10:]}")
 
-    def wait_records(self, count: int, timeout: float = 10.0) -> list[dict]:
+    def wait_records(self, count: int, timeout: float = 60.0) -> list[dict]:
         """The log once it holds at least ``count`` records (it is written in batches)."""
         deadline = time.monotonic() + timeout
         while len(self.records()) < count:
@@ -254,7 +254,7 @@ def read_all(s: socket.socket) -> bytes:
     return buf
 
 
-def raw_request(p, data: bytes, timeout: float = 10.0, to_close: bool = False) -> tuple[int, bytes]:
+def raw_request(p, data: bytes, timeout: float = 30.0, to_close: bool = False) -> tuple[int, bytes]:
     """Send raw bytes; return (status, rest of the answer until close).
 
     A 200 to a CONNECT leaves the tunnel open, so its rest is read only with

@@ -28,17 +28,33 @@ from chtop_tasks.proxy import approvals, control
 pytestmark = pytest.mark.slow
 
 
+SIZE = (200, 50)
+HOLD_SECONDS = 15
+
+
 class Tmux:
-    """One private tmux server (its own socket) with one session."""
+    """One private tmux server (its own socket, no config file) with one session of a fixed size.
+
+    tmux's size for a detached session differs between versions and machines (its default-size, a
+    resize just after the command starts): the window is set to SIZE by hand, and the command is
+    let go only once tmux reports that size, so the program under test starts in a known terminal."""
 
     def __init__(self, base: Path, cwd: Path, command: str):
         require_tool("tmux")
         self.sock = str(base / "tmux.sock")
-        self.run("new-session", "-d", "-s", "dash", "-x", "200", "-y", "50", "-c", str(cwd), command)
+        go = base / "tmux.go"
+        width, height = SIZE
+        self.run("new-session", "-d", "-s", "dash", "-x", str(width), "-y", str(height), "-c", str(cwd),
+                 f"while [ ! -e {go} ]; do sleep 0.05; done; {command}")
+        self.run("set-option", "-t", "dash", "-w", "window-size", "manual")
+        self.run("resize-window", "-t", "dash", "-x", str(width), "-y", str(height))
+        size = self.run("display-message", "-p", "-t", "dash", "#{window_width}x#{window_height}").strip()
+        assert size == f"{width}x{height}", f"tmux made the window {size}, not {width}x{height}"
+        go.touch()
 
     def run(self, *args) -> str:
-        return subprocess.run(["tmux", "-S", self.sock, *args], capture_output=True, text=True, check=True,
-                              stdin=subprocess.DEVNULL, timeout=30).stdout
+        return subprocess.run(["tmux", "-S", self.sock, "-f", "/dev/null", *args], capture_output=True,
+                              text=True, check=True, stdin=subprocess.DEVNULL, timeout=30).stdout
 
     def keys(self, *keys: str) -> None:
         self.run("send-keys", "-t", "dash", *keys)
@@ -46,7 +62,7 @@ class Tmux:
     def screen(self) -> str:
         return self.run("capture-pane", "-p", "-t", "dash")
 
-    def wait(self, predicate, what: str, timeout: float = 60.0) -> str:
+    def wait(self, predicate, what: str, timeout: float = 120.0) -> str:
         deadline = time.monotonic() + timeout
         while True:
             text = self.screen()
@@ -56,11 +72,11 @@ class Tmux:
                 raise AssertionError(f"timed out waiting for {what}; the screen:\n{text}")
             time.sleep(0.1)
 
-    def wait_text(self, text: str, timeout: float = 60.0) -> str:
+    def wait_text(self, text: str, timeout: float = 120.0) -> str:
         return self.wait(lambda s: text in s, repr(text), timeout)
 
     def close(self) -> None:
-        subprocess.run(["tmux", "-S", self.sock, "kill-server"], capture_output=True, timeout=30)
+        subprocess.run(["tmux", "-S", self.sock, "-f", "/dev/null", "kill-server"], capture_output=True, timeout=30)
 
 
 def row(screen: str, name: str) -> str:
@@ -87,11 +103,12 @@ def dash_env(busy_group, tmp_path, monkeypatch):
     port = free_port()
     monkeypatch.setenv("CHTOP_PROXY_PORT", str(port))
     monkeypatch.setenv("CHTOP_PROXY_HOSTS_FILE", str(hosts))
-    monkeypatch.setenv("CHTOP_PROXY_HOLD_SECONDS", "6")
+    # long enough that a slow screen still answers the first held request in time; the second one
+    # waits all of it out
+    monkeypatch.setenv("CHTOP_PROXY_HOLD_SECONDS", str(HOLD_SECONDS))
     control.ensure_proxy(g.grouping, g.toplevel / "sandbox")
     env = " ".join(f"{k}={v}" for k, v in (("TERM", "xterm-256color"), ("COLORTERM", "truecolor")))
-    # a moment first: tmux sizes a new detached window just after starting its command
-    tmux = Tmux(tmp_path, g.toplevel, f"sleep 0.5; env {env} {sys.executable} -m invoke dash --interval 0.5; sleep 600")
+    tmux = Tmux(tmp_path, g.toplevel, f"env {env} {sys.executable} -m invoke dash --interval 0.5; sleep 600")
     try:
         yield g, tmux, port, server
     finally:
@@ -117,7 +134,7 @@ def test_dash_in_tmux_rows_pending_allow_once_diff_and_a_task(dash_env):
     t0 = time.monotonic()
     out, _ = curl_through(port, url).communicate(timeout=30)     # the next one: held, then refused
     assert out.endswith("\n403") and "not on the allowlist" in out, out
-    assert time.monotonic() - t0 >= 5.5
+    assert time.monotonic() - t0 >= HOLD_SECONDS - 0.5
     assert [(r["scope"], r["via"]) for r in approvals.read_decisions(g.grouping)] == [("once", "dash")]
     # full diff of the selected worktree
     tmux.keys("f")
@@ -127,7 +144,7 @@ def test_dash_in_tmux_rows_pending_allow_once_diff_and_a_task(dash_env):
     plan = tmux.wait_text("run it? [y/N]")
     assert "rebase-down in" in plan and "1 new commit(s) on kms" in plan and "alpha: nothing to rebase" in plan
     tmux.keys("y")
-    tmux.wait_text("press Enter to return to the dashboard", timeout=120)
+    tmux.wait_text("press Enter to return to the dashboard", timeout=240)
     tmux.keys("Enter")
     tmux.wait(lambda s: "+1/-0 clean  +0/-0 clean" in row(s, "dev"), "dev rebased onto kms")
     # feat is dirty: the task's own refusal is shown, nothing runs
@@ -140,7 +157,7 @@ def test_dash_in_tmux_rows_pending_allow_once_diff_and_a_task(dash_env):
     tmux.keys("n")
     tmux.wait_text("new worktree name")
     tmux.keys("third", "Enter")
-    done = tmux.wait_text("press Enter to return to the dashboard", timeout=120)
+    done = tmux.wait_text("press Enter to return to the dashboard", timeout=240)
     assert "Worktree ready" in done and "git.rebase-down" not in done      # a clean screen for each task
     tmux.keys("Enter")
     tmux.wait(lambda s: row(s, "third") and "pending requests" in s, "the dashboard with the new row")

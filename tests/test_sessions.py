@@ -115,7 +115,7 @@ def test_reported_state_accepts_only_small_regular_files_with_an_allowed_word(tm
     os.mkfifo(tmp_path / "fifo")
     began = time.monotonic()
     assert agent_state.read_reported(tmp_path / "fifo") is None    # no writer: must not block
-    assert time.monotonic() - began < 1
+    assert time.monotonic() - began < 10               # a blocking open would never return
     assert agent_state.read_reported(tmp_path / "absent") is None
     with pytest.raises(ValueError):
         agent_state.hook_state_path(tmp_path, "../../etc/passwd")
