@@ -112,3 +112,28 @@ def test_shipped_policy_parses(home):
     assert {"EDITOR", "LANG", "LC_*", "TERM"} <= set(policy.env_names)
     assert not set(policy.env_names) & STRUCTURAL_ENV
     assert os.path.samefile(shipped, Path(__file__).resolve().parent.parent / "chtop_tasks" / "default_policy")
+
+
+def test_a_policy_line_that_mounts_a_credential_store_is_warned_about(tmp_path, home):
+    (home / ".config" / "git" / "credentials").write_text("https://u:tok@example.invalid\n")
+    (home / ".config" / "git" / "ignore").write_text("*.o\n")
+    (home / ".bashrc").write_text("export ANTHROPIC_API_KEY=x\n")
+    policy = tmp_path / "policy"
+    policy.mkdir()
+    write(policy / "fs-allow.txt", "ro ~/.config/git/ignore\nro ~/.gitconfig\nro ~/.config\nro ~/.bashrc\nro ~/data1\n")
+    warnings = load_policy(policy, home, None).warnings
+    assert len(warnings) == 3, warnings               # not the ignore file, nor data1
+    assert all("the agent can read them" in w for w in warnings)
+    assert [w.split(": ", 1)[0].rsplit(":", 1)[1] for w in warnings] == ["2", "3", "4"]
+    assert "can hold git's credential store" in warnings[1]
+
+
+def test_the_sandbox_gitconfig_has_identity_and_preferences_only():
+    from chtop_tasks.sandbox.gitconfig import sandbox_gitconfig
+
+    text = sandbox_gitconfig({"user.name": 'A "Quoted" \\ Name', "user.email": "a@example.invalid",
+                              "pull.rebase": "true", "credential.helper": "store",
+                              "http.extraheader": "Authorization: Bearer tok"})
+    assert "credential" not in text.split("\n", 2)[2] and "tok" not in text and "extraheader" not in text
+    assert '[user]\n\tname = "A \\"Quoted\\" \\\\ Name"\n\temail = "a@example.invalid"\n' in text
+    assert '[pull]\n\trebase = "true"\n' in text and '[commit]\n\tgpgsign = "false"\n' in text
