@@ -49,10 +49,12 @@ HANDOFF_SCRIPT = Path(__file__).resolve().parent.parent / "incontainer" / "liste
 # The sandbox shell's own rc, never the host's ~/.bashrc or ~/.profile (they export API keys and
 # tokens, and are not mounted): a few interactive niceties, then the worktree's env.sh sets the env.
 SHELLRC_SCRIPT = r"""# chtop sbox.shell rcfile (the host's ~/.bashrc is not read), then the worktree's .claude/env.sh
-HISTCONTROL=ignoreboth
-shopt -s checkwinsize histappend 2>/dev/null
-if [ -r /usr/share/bash-completion/bash_completion ]; then . /usr/share/bash-completion/bash_completion; fi
-alias ls='ls --color=auto' grep='grep --color=auto'
+case $- in *i*)
+    HISTCONTROL=ignoreboth
+    shopt -s checkwinsize histappend
+    if [ -r /usr/share/bash-completion/bash_completion ]; then . /usr/share/bash-completion/bash_completion; fi
+    alias ls='ls --color=auto' grep='grep --color=auto' ;;
+esac
 if [ -n "$CLAUDE_ENV_FILE" ] && [ -f "$CLAUDE_ENV_FILE" ]; then . "$CLAUDE_ENV_FILE"; fi
 PS1="(sbox) ${PS1:-\w \$ }"
 """
