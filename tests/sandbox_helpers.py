@@ -10,10 +10,14 @@ test user, with its own HOME and XDG_RUNTIME_DIR inside.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import fcntl
 import hashlib
 import os
 import pwd
+import random
+import shlex
 import shutil
 import signal
 import subprocess
@@ -227,7 +231,6 @@ def conftest_builder(remote_template, extra_worktrees=()):
 
 def user_group_cm(remote_template, extra_worktrees=(), prepare=None):
     """Context manager: a test-user workspace; ``prepare(group)`` runs as root before the chown."""
-    import contextlib
 
     @contextlib.contextmanager
     def cm():
@@ -308,3 +311,186 @@ def rootful_podman_env(tmp_path: Path) -> dict[str, str]:
     if probe.returncode:
         missing(f"rootful podman does not run here: {probe.stderr.strip()[-300:]}{cgroup_hint(probe.stderr)}")
     return env
+
+
+# -- privilege planted inside, run on the host (setuid/setgid bits, file capabilities) ------------
+
+# What an agent can try in a rw dir to leave something that grants privilege on the host: the
+# setuid/setgid bits by chmod of its own file, after a chown to a low uid, in the mode of a new file
+# (open, mknod), by fchmod, and a file capability (CAP_SETUID) on a copy of python3.
+SETUID_PLANTS = ("x-chmod-suid", "x-chmod-sgid", "x-chown", "x-open", "x-fchmod", "x-mknod")
+PLANT_SETUID_PY = r"""
+import os, shutil, stat, struct, sys
+os.chdir(sys.argv[1])
+idbin = open('/usr/bin/id', 'rb').read()
+def attempt(name, fn):
+    try:
+        fn()
+    except OSError as exc:
+        print('REFUSED', name, exc.errno)
+def copy(name, mode=0o755):
+    fd = os.open(name, os.O_CREAT | os.O_WRONLY | os.O_EXCL, mode)
+    os.write(fd, idbin)
+    os.close(fd)
+def chown_then_chmod():
+    copy('x-chown')
+    os.chown('x-chown', 1, 1)
+    os.chmod('x-chown', 0o6755)
+def fchmod():
+    fd = os.open('x-fchmod', os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o755)
+    os.write(fd, idbin)
+    os.fchmod(fd, 0o6755)
+    os.close(fd)
+def mknod():
+    os.mknod('x-mknod', stat.S_IFREG | 0o6755)
+    with open('x-mknod', 'r+b') as fh:
+        fh.write(idbin)
+def cap():
+    shutil.copy('/usr/bin/python3', 'x-cap')
+    # VFS_CAP_REVISION_2 | effective, permitted = CAP_SETUID (7)
+    os.setxattr('x-cap', 'security.capability', struct.pack('<IIIII', 0x02000001, 1 << 7, 0, 0, 0))
+copy('x-chmod-suid'); attempt('chmod-suid', lambda: os.chmod('x-chmod-suid', 0o4755))
+copy('x-chmod-sgid'); attempt('chmod-sgid', lambda: os.chmod('x-chmod-sgid', 0o2755))
+attempt('chown', chown_then_chmod)
+attempt('open', lambda: copy('x-open', 0o6755))
+attempt('fchmod', fchmod)
+attempt('mknod', mknod)
+attempt('cap', cap)
+copy('x-plain', 0o600); os.chmod('x-plain', 0o755); print('PLAIN-CHMOD-OK')
+print('PLANTED')
+"""
+
+
+def plant_setuid_script(directory: str) -> str:
+    """A shell line for inside the sandbox that tries every plant in ``directory``."""
+    import shlex
+    return f"python3 -c {shlex.quote(PLANT_SETUID_PY)} {shlex.quote(directory)}"
+
+
+def ids_as_nobody(directory: Path) -> dict[str, str]:
+    """Run each planted file (and ``x-plain``, to show the run works) on the host as ``nobody``,
+    through a hard link in a dir nobody can reach (same inode: same owner, bits and xattrs):
+    ``{name: "EUID EGID"}`` as each printed them."""
+    links = Path(tempfile.mkdtemp(prefix="csb-nobody-", dir="/tmp"))    # the same fs as the tests' trees
+    links.chmod(0o755)
+    seen = {}
+    try:
+        for name in SETUID_PLANTS + ("x-cap", "x-plain"):
+            planted = directory / name
+            if not planted.is_file():
+                continue
+            link = links / name
+            os.link(planted, link)
+            if name == "x-cap":
+                argv = [str(link), "-I", "-c", "import os\ntry: os.setuid(0)\nexcept OSError: pass\n"
+                        "print(os.geteuid(), os.getegid())"]
+            else:
+                argv = ["sh", "-c", f'echo "$({link} -u) $({link} -g)"']
+            proc = subprocess.run(["runuser", "-u", "nobody", "--", *argv], capture_output=True, text=True,
+                                  stdin=subprocess.DEVNULL, timeout=60, cwd="/")
+            seen[name] = proc.stdout.strip() or f"(failed: {proc.stderr.strip()[-200:]})"
+    finally:
+        shutil.rmtree(links, ignore_errors=True)
+    return seen
+
+
+def assert_no_gain_as_nobody(directory: Path) -> None:
+    """Every plant in ``directory`` that exists runs with nobody's own ids on the host."""
+    nobody = pwd.getpwnam("nobody")
+    mine = f"{nobody.pw_uid} {nobody.pw_gid}"
+    seen = ids_as_nobody(directory)
+    assert seen.get("x-plain") == mine, seen               # the check itself runs
+    gained = {name: ids for name, ids in seen.items() if ids != mine}
+    assert gained == {}, f"ran on the host as nobody with other ids: {gained}"
+
+
+# -- credentials where users keep them ---------------------------------------------------------
+
+SECRET = "tok-s3cret-7c1e"
+
+
+def plant_credentials(home, secret: str = SECRET) -> None:
+    """Tokens where users keep them: git's XDG credential store, the global gitconfig (an auth
+    header and a token URL), and API keys exported by the shell's startup files."""
+    git_dir = home / ".config" / "git"
+    git_dir.mkdir(parents=True, exist_ok=True)
+    (git_dir / "credentials").write_text(f"https://user:{secret}@example.invalid\n")
+    (git_dir / "ignore").write_text("*.ignored-by-host-rule\n")
+    (git_dir / "attributes").write_text("*.bin binary\n")
+    with open(home / ".gitconfig", "a") as fh:
+        fh.write(f"[http]\n\textraHeader = Authorization: Bearer {secret}\n"
+                 f"[url \"https://{secret}@example.invalid/\"]\n\tinsteadOf = https://example.invalid/\n"
+                 "[credential]\n\thelper = store\n")
+    for rc in (".bashrc", ".profile"):
+        with open(home / rc, "a") as fh:
+            fh.write(f"export ANTHROPIC_API_KEY={secret}\nexport GITHUB_TOKEN={secret}\n")
+
+
+# Everything the agent can read where a secret could be: its home (files and names), its
+# environment, its shell's (sbox.shell's rcfile), git's merged config with the sources, and every
+# config file git or a shell would read.
+LOOK_FOR_SECRETS = f"""
+grep -rsl {SECRET} "$HOME" /etc/gitconfig /etc/bash.bashrc /etc/profile 2>/dev/null | sed 's/^/FOUND-FILE /'
+env | grep {SECRET} | sed 's/^/FOUND-ENV /'
+bash -c '. /.chtop/shellrc 2>/dev/null; env' | grep {SECRET} | sed 's/^/FOUND-SHELL /'
+bash -lc 'env' 2>/dev/null | grep {SECRET} | sed 's/^/FOUND-LOGIN /'
+git config --list --show-origin | grep {SECRET} | sed 's/^/FOUND-GIT /'
+printf 'protocol=https\\nhost=example.invalid\\n\\n' | GIT_TERMINAL_PROMPT=0 git credential fill 2>/dev/null | grep {SECRET} \
+  | sed 's/^/FOUND-CRED /'
+git -C alpha check-ignore -q x.ignored-by-host-rule && echo IGNORE-RULE-OK
+git -C alpha check-attr binary x.bin | grep -q 'binary: set' && echo ATTRIBUTES-OK
+cd alpha && echo hi > from-inside.txt && git add from-inside.txt && git commit -qm 'made inside' && echo COMMITTED
+echo PROBES-DONE
+"""
+
+
+def assert_no_secret_inside(proc) -> None:
+    """What ``LOOK_FOR_SECRETS`` printed: no secret anywhere, git's ignore rules and commits work."""
+    out = proc.stdout
+    assert "PROBES-DONE" in out, out + proc.stderr
+    found = [line for line in out.splitlines() if line.startswith("FOUND")]
+    assert found == [], out
+    assert "IGNORE-RULE-OK" in out and "ATTRIBUTES-OK" in out, out
+    assert "COMMITTED" in out, out + proc.stderr
+
+
+# -- SysV IPC ----------------------------------------------------------------------------------
+
+IPC_CREAT, IPC_RMID = 0o1000, 0
+_libc = ctypes.CDLL(None, use_errno=True)
+SHM_MAKE = ("import ctypes, sys; libc = ctypes.CDLL(None, use_errno=True); "
+            "print('SHMID', libc.shmget(int(sys.argv[1]), 1 << 20, 0o1000 | 0o600))")
+
+
+def shm_make(key: int) -> int:
+    """A host segment for ``key`` (root's, mode 0644)."""
+    shmid = _libc.shmget(key, 4096, IPC_CREAT | 0o644)
+    assert shmid >= 0, ctypes.get_errno()
+    return shmid
+
+
+def shm_exists(key: int) -> int:
+    """The host's segment id for ``key``, or -1."""
+    return _libc.shmget(key, 0, 0)
+
+
+def shm_remove(key: int) -> None:
+    shmid = shm_exists(key)
+    if shmid >= 0:
+        _libc.shmctl(shmid, IPC_RMID, None)
+
+
+def shm_probe(key_inside: int, key_host: int) -> str:
+    return (f"python3 -c {shlex.quote(SHM_MAKE)} {key_inside}; "
+            f"awk 'NR > 1 {{print \"KEY\", $1}}' /proc/sysvipc/shm | grep -qw {key_host} && echo SAW-HOST-SEGMENT; "
+            "echo PROBES-DONE")
+
+
+@contextlib.contextmanager
+def host_shm_keys():
+    """(a key to make inside, the key of a segment the host has made); both removed afterwards."""
+    keys = (random.randrange(1 << 24, 1 << 30), random.randrange(1 << 24, 1 << 30))
+    shm_make(keys[1])                                                 # the host's own
+    yield keys
+    for key in keys:
+        shm_remove(key)

@@ -89,7 +89,7 @@ def test_an_image_launch_takes_the_image_as_root_and_binds_no_copied_tree(with_d
                              command=["claude"], image="localhost/chtop-sandbox:latest")
     assert "--rootfs" not in argv
     at = argv.index("localhost/chtop-sandbox:latest")
-    assert argv[at - 1] == "--volume=/s/kel/.chtop:/.chtop:ro" and argv[at + 1:at + 3] == ["/bin/sh", "/.chtop/entry.sh"]
+    assert argv[at - 1] == "--volume=/s/kel/.chtop:/.chtop:ro,nosuid,nodev" and argv[at + 1:at + 3] == ["/bin/sh", "/.chtop/entry.sh"]
     assert argv[-1] == "claude"
 
 

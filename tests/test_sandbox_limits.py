@@ -150,3 +150,23 @@ def test_a_fork_bomb_stops_at_the_pids_limit(limited_dev, rootful_env):
     assert 16 < running <= 32                                                # up to the limit, never more
     assert "fork" in out.split("FORK-ERROR ")[1].splitlines()[0].lower()    # the shell said why
     assert time.monotonic() - start < 120
+
+
+def test_ipc_is_private_with_its_own_shm_unless_a_worktree_opts_in(tmp_path):
+    from chtop_tasks.sandbox.limits import ipc_args
+
+    (tmp_path / "limits.txt").write_text("memory 2g\n")
+    layer = tmp_path / "worktrees" / "dev"
+    layer.mkdir(parents=True)
+    (layer / "limits.txt").write_text("ipc host\nshm 512m\n")
+    mqueue = tmp_path / "mqueue"
+    assert ipc_args(load_limits(tmp_path), mqueue) == (["--ipc=private", f"--shm-size={1 << 30}"], None)
+    dev = load_limits(tmp_path, "dev")
+    args, note = ipc_args(dev, mqueue)                  # no mqueue on this host: stays private, said
+    assert args == ["--ipc=private", f"--shm-size={512 << 20}"] and "no " + str(mqueue) in note
+    mqueue.mkdir()
+    args, note = ipc_args(dev, mqueue)
+    assert args == ["--ipc=host"] and "outlive" in note and str(layer / "limits.txt") in note
+    (layer / "limits.txt").write_text("ipc shared\n")
+    with pytest.raises(PolicyError, match=r"limits.txt:1: bad ipc value 'shared' \(private or host\)"):
+        load_limits(tmp_path, "dev")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from chtop_tasks.errors import PolicyError
+from chtop_tasks.errors import ChtopError, PolicyError
 from chtop_tasks.sandbox.policy import STRUCTURAL_ENV, load_policy, parse_devices, parse_env_allow, parse_fs_allow
 
 
@@ -112,3 +112,51 @@ def test_shipped_policy_parses(home):
     assert {"EDITOR", "LANG", "LC_*", "TERM"} <= set(policy.env_names)
     assert not set(policy.env_names) & STRUCTURAL_ENV
     assert os.path.samefile(shipped, Path(__file__).resolve().parent.parent / "chtop_tasks" / "default_policy")
+
+
+def test_a_policy_line_that_mounts_a_credential_store_is_warned_about(tmp_path, home):
+    (home / ".config" / "git" / "credentials").write_text("https://u:tok@example.invalid\n")
+    (home / ".config" / "git" / "ignore").write_text("*.o\n")
+    (home / ".bashrc").write_text("export ANTHROPIC_API_KEY=x\n")
+    policy = tmp_path / "policy"
+    policy.mkdir()
+    write(policy / "fs-allow.txt", "ro ~/.config/git/ignore\nro ~/.gitconfig\nro ~/.config\nro ~/.bashrc\nro ~/data1\n")
+    warnings = load_policy(policy, home, None).warnings
+    assert len(warnings) == 3, warnings               # not the ignore file, nor data1
+    assert all("the agent can read them" in w for w in warnings)
+    assert [w.split(": ", 1)[0].rsplit(":", 1)[1] for w in warnings] == ["2", "3", "4"]
+    assert "can hold git's credential store" in warnings[1]
+
+
+def test_the_sandbox_gitconfig_has_identity_and_preferences_only():
+    from chtop_tasks.sandbox.gitconfig import sandbox_gitconfig
+
+    text = sandbox_gitconfig({"user.name": 'A "Quoted" \\ Name', "user.email": "a@example.invalid",
+                              "pull.rebase": "true", "credential.helper": "store",
+                              "http.extraheader": "Authorization: Bearer tok"})
+    assert "credential" not in text.split("\n", 2)[2] and "tok" not in text and "extraheader" not in text
+    assert '[user]\n\tname = "A \\"Quoted\\" \\\\ Name"\n\temail = "a@example.invalid"\n' in text
+    assert '[pull]\n\trebase = "true"\n' in text and '[commit]\n\tgpgsign = "false"\n' in text
+
+
+def test_the_seccomp_profile_allows_mode_calls_only_without_setid_bits():
+    """Pure, on podman's own default: no unconditional allow is left for a call that sets a mode,
+    each has an allow without the bits and EPERM with either; openat2/fchmodat2 fall to the default."""
+    from chtop_tasks.sandbox import seccomp
+
+    default = {"defaultAction": "SCMP_ACT_ERRNO", "defaultErrnoRet": 38, "syscalls": [
+        {"names": ["read", "chmod", "openat", "openat2", "mkdir"], "action": "SCMP_ACT_ALLOW", "args": []},
+        {"names": ["fchmod"], "action": "SCMP_ACT_ALLOW", "args": []}]}
+    profile = seccomp.no_setid_profile(default)
+    rules = profile["syscalls"]
+    assert rules[0]["names"] == ["read", "mkdir"] and default["syscalls"][0]["names"][1] == "chmod"   # a copy
+    assert not any(r["names"] == ["fchmod"] and not r["args"] for r in rules)
+    chmod = [r for r in rules if r["names"] == ["chmod"]]
+    assert [(r["action"], r["args"][0]["value"], r["args"][0]["valueTwo"]) for r in chmod] == [
+        ("SCMP_ACT_ALLOW", 0o6000, 0), ("SCMP_ACT_ERRNO", 0o4000, 0o4000), ("SCMP_ACT_ERRNO", 0o2000, 0o2000)]
+    assert all(r.get("errnoRet") == 1 for r in rules if r["action"] == "SCMP_ACT_ERRNO")
+    openat = [r for r in rules if r["names"] == ["openat"]]
+    assert {a["index"] for r in openat for a in r["args"]} == {2, 3}      # flags and mode
+    assert not any("openat2" in r["names"] for r in rules)
+    with pytest.raises(ChtopError, match="allows every syscall"):
+        seccomp.no_setid_profile({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": []})

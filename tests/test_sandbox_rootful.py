@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import sandbox_helpers as helpers
 from conftest import git
 from sandbox_helpers import rootful_podman_env, user_group_cm
 
@@ -126,6 +127,43 @@ def test_as_root_the_agent_works_in_a_root_owned_worktree(root_dev, root_env):
     host_root_entries = set(os.listdir("/root")) - {".pyenv"}
     seen = {ln.split(None, 1)[1] for ln in out.splitlines() if ln.startswith("ROOTLS ")}
     assert not (seen & host_root_entries), seen                            # /root's files stay out
+
+
+def test_as_root_nothing_planted_inside_gains_privilege_on_the_host(root_dev, root_env):
+    """The agent is root inside and its files are root's on the host (idmapped): setuid/setgid
+    bits (chmod, chown + chmod, a new file's mode, mknod, fchmod) and a file capability on what
+    it leaves in its work dir must not survive, or run as anything but the caller on the host."""
+    g = root_dev
+    dev = g.path("dev")
+    script = f"{helpers.plant_setuid_script(str(dev / 'alpha'))} && echo PROBES-DONE"
+    proc = g.inv(dev, "sbox.run", "--", "sh", "-c", script, env=root_env, check=False, timeout=180)
+    assert "PROBES-DONE" in proc.stdout, proc.stdout + proc.stderr
+    assert "PLAIN-CHMOD-OK" in proc.stdout                                 # plain chmod still works
+    assert "REFUSED chmod-suid 1" in proc.stdout and "REFUSED chown 1" in proc.stdout     # EPERM, said
+    assert (dev / "alpha" / "x-plain").stat().st_uid == 0                  # root-owned on the host
+    helpers.assert_no_gain_as_nobody(dev / "alpha")
+
+
+def test_as_root_the_shipped_policy_hands_over_no_credentials(root_dev, root_env):
+    g = root_dev
+    helpers.plant_credentials(Path(os.environ["HOME"]))
+    proc = g.inv(g.path("dev"), "sbox.run", "--", "sh", "-c", helpers.LOOK_FOR_SECRETS, env=root_env, check=False,
+                 timeout=180)
+    helpers.assert_no_secret_inside(proc)
+    log = git(g.path("dev", "alpha"), "log", "-1", "--format=%s|%an")
+    assert log == f"made inside|{os.environ['GIT_AUTHOR_NAME']}"             # the host's identity
+
+
+def test_as_root_a_segment_made_inside_dies_with_the_sandbox(root_dev, root_env):
+    g = root_dev
+    with helpers.host_shm_keys() as (inside, host):
+        proc = g.inv(g.path("dev"), "sbox.run", "--", "sh", "-c", helpers.shm_probe(inside, host), env=root_env,
+                     check=False, timeout=180)
+        left = helpers.shm_exists(inside)
+    assert "PROBES-DONE" in proc.stdout, proc.stdout + proc.stderr
+    assert "SHMID -1" not in proc.stdout and "SHMID" in proc.stdout
+    assert "SAW-HOST-SEGMENT" not in proc.stdout
+    assert left == -1
 
 
 def test_rootful_cleans_up_its_skeleton_and_stale_ones(root_dev, root_env):

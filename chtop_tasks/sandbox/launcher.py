@@ -26,7 +26,9 @@ from ..term import warn
 from ..workspace.layout import admin_dir_for, private_store, verify_git_dirs
 from ..workspace.quarantine import branch_ref_pairs, sync_worktree
 from . import podman as podman_mod
-from .limits import Limits, killed_note, limit_args, load_limits, why_not_enforced
+from . import seccomp
+from .gitconfig import COPIED_KEYS_RE, sandbox_gitconfig
+from .limits import Limits, ipc_args, killed_note, limit_args, load_limits, why_not_enforced
 from .mounts import MountContext, plan_mounts
 from .policy import STRUCTURAL_ENV, load_policy
 from .rootfs import claim_run_dir, ensure_skeleton, remove_run_dir, stale_run_dirs
@@ -68,6 +70,12 @@ class RootSetup:
     agent_ids: tuple[int, int] | None = None   # rootful: the agent's uid/gid inside = on its mounts
     agent_dirs: tuple[Path, ...] = ()          # rootful: root-made dirs the agent must own (config dir)
     private_base: Path | None = None           # rootless in /dev/shm: the user's own 0700 dir above the runs
+    gitconfig: str = ""                        # the sandbox's global git config (``gitconfig.py``)
+
+    @property
+    def seccomp_profile(self) -> Path:
+        """Host-side, beside the skeleton (never mounted)."""
+        return self.run_dir / "seccomp.json"
 
     @property
     def skeleton(self) -> Path:
@@ -124,15 +132,19 @@ IDENTITY_VARS = {f"GIT_{role}_{field_}": key for role in ("AUTHOR", "COMMITTER")
                  for field_, key in (("NAME", "user.name"), ("EMAIL", "user.email"))}
 
 
-def _git_identity(root: Path, host_env: dict[str, str]) -> dict[str, str]:
-    """The host's identity for commits inside: env overrides, else ``git config`` (one call)."""
+def _host_git_config(root: Path) -> dict[str, str]:
+    """The host's values of the keys the sandbox's git config copies (one ``git config`` call)."""
     config: dict[str, str] = {}
-    if not all(host_env.get(var) for var in IDENTITY_VARS):
-        found = runner.run(["git", "-C", str(root), "config", "--get-regexp", r"^user\.(name|email)$"],
-                           check=False, quiet=True, timeout=10)
-        for line in found.stdout.splitlines():
-            key, _, value = line.partition(" ")
-            config[key] = value.strip()       # the last one wins, as in git
+    found = runner.run(["git", "-C", str(root), "config", "--get-regexp", COPIED_KEYS_RE],
+                       check=False, quiet=True, timeout=10)
+    for line in found.stdout.splitlines():
+        key, _, value = line.partition(" ")
+        config[key] = value.strip()       # the last one wins, as in git
+    return config
+
+
+def _git_identity(config: dict[str, str], host_env: dict[str, str]) -> dict[str, str]:
+    """The host's identity for commits inside: env overrides, else the host's git config."""
     out = {}
     for var, key in IDENTITY_VARS.items():
         value = host_env.get(var) or config.get(key)
@@ -200,11 +212,17 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
     limits, limits_note = _limits_for(target, identity.rootful)
     if limits_note:
         warnings.append(limits_note)
+    ipc, ipc_note = ipc_args(limits)
+    if ipc_note:
+        warnings.append(ipc_note)
     name = f"chtop-{_slug(target.name)}-{purpose}-{secrets.token_hex(3)}"
-    root = _root_setup(target, identity, mounts, policy.devices, name)
+    git_config = _host_git_config(target.root)
+    identity_env = _git_identity(git_config, host_env)
+    root = _root_setup(target, identity, mounts, policy.devices, name,
+                       sandbox_gitconfig(_with_env_identity(git_config, identity_env)))
 
     named = {**policy.env_from(host_env), **{k: host_env[k] for k in PASS_THROUGH_CUDA if host_env.get(k)},
-             **_git_identity(target.root, host_env), **extra_env}
+             **identity_env, **extra_env}
     podman_env = {k: host_env[k] for k in PODMAN_ENV if k in host_env}
     podman_env.update(named)       # values reach podman by env, never on its command line
     argv = podman_mod.build_argv(
@@ -212,9 +230,16 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
         workdir=_workdir(target, cwd), env_values=_structural_env(target, host_env, proxy.url if proxy else None),
         env_names=sorted(named), devices=policy.devices, network=network, proxy_socket=proxy_socket,
         interactive=interactive, identity=identity, hostname=f"sbox-{_slug(target.name)}"[:63],
-        command=command, image=image, limits=[] if limits_note else limit_args(limits))
+        command=command, image=image, limits=[] if limits_note else limit_args(limits),
+        seccomp_profile=root.seccomp_profile, ipc=ipc)
     return LaunchPlan(argv, name, podman_env, warnings, LaunchSetup(target.state_dir, proxy, root),
                       Limits() if limits_note else limits)
+
+
+def _with_env_identity(config: dict[str, str], identity_env: dict[str, str]) -> dict[str, str]:
+    """The host's git config with ``user.name``/``user.email`` as the commits inside will have them."""
+    return {**config, **{key: identity_env[var] for var, key in IDENTITY_VARS.items()
+                         if var.startswith("GIT_AUTHOR_") and var in identity_env}}
 
 
 def _limits_for(target: Target, rootful: bool) -> tuple[Limits, str | None]:
@@ -264,17 +289,18 @@ def _proxy_need(target: Target, network: str, warnings: list[str]) -> ProxyNeed 
                      f"http://127.0.0.1:{podman_mod.RELAY_PORT}")
 
 
-def _root_setup(target: Target, identity, mounts, devices, name: str) -> RootSetup:
+def _root_setup(target: Target, identity, mounts, devices, name: str, gitconfig: str = "") -> RootSetup:
     if identity.rootful:
         # the agent's unprivileged uid must reach the skeleton, and a root home (0700) is in the way
         base = ROOTFUL_SKELETONS
         return RootSetup(base / group_id(target.group_dir) / name, tuple(mounts), tuple(devices),
-                         identity.ns_root, base, identity.tree_owner, (target.config_dir,))
+                         identity.ns_root, base, identity.tree_owner, (target.config_dir,), gitconfig=gitconfig)
     base = RUN_SCRATCH / f"chtop-{os.getuid()}" if RUN_SCRATCH is not None else None
     if base is not None and is_mine_or_missing(base):   # else another user made it first
         return RootSetup(base / group_id(target.group_dir) / name, tuple(mounts), tuple(devices), None, None,
-                         private_base=base)
-    return RootSetup(target.state_dir / "sbox" / "runs" / name, tuple(mounts), tuple(devices), None, None)
+                         private_base=base, gitconfig=gitconfig)
+    return RootSetup(target.state_dir / "sbox" / "runs" / name, tuple(mounts), tuple(devices), None, None,
+                     gitconfig=gitconfig)
 
 
 def _tmpfs_scratch() -> Path | None:
@@ -336,8 +362,9 @@ def _write_root(root: RootSetup, proxy_socket: Path | None) -> None:
     if root.private_base is not None:
         ensure_private_dir(root.private_base)
     claim_run_dir(root.run_dir, 0o755 if root.owner is not None else 0o700)
+    seccomp.write_profile(root.seccomp_profile)
     skeleton = ensure_skeleton(root.skeleton, list(root.mounts), root.devices)
-    podman_mod.write_entry_files(skeleton)
+    podman_mod.write_entry_files(skeleton, root.gitconfig)
     if root.owner is not None:
         for dirpath, dirnames, filenames in os.walk(skeleton):
             for name in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
@@ -374,7 +401,7 @@ def _structural_env(target: Target, host_env: dict[str, str], proxy_url: str | N
     venv = target.root / ".venv"
     env = {"HOME": str(home_dir()), "PATH": f"{venv}/bin:{host_env.get('PATH', '/usr/bin:/bin')}",
            "IS_SANDBOX": "1", "PYTHONSAFEPATH": "1", "CLAUDE_CONFIG_DIR": str(target.config_dir),
-           "CHTOP_SANDBOX": target.name}
+           "CHTOP_SANDBOX": target.name, "GIT_CONFIG_GLOBAL": podman_mod.GITCONFIG}
     if venv.is_dir():
         env["VIRTUAL_ENV"] = str(venv)
     env_file = target.root / ".claude" / "env.sh"
@@ -560,7 +587,8 @@ def launch(request: LaunchRequest, before_run=None) -> int:
 
 
 def shell_command(interactive: bool = True) -> list[str]:
-    """bash with rcfile ~/.bashrc then .claude/env.sh (what the agent's Bash tool sees)."""
+    """bash with chtop's own rcfile (never the host's ~/.bashrc), which sources .claude/env.sh (what the
+    agent's Bash tool sees)."""
     if not interactive:
         return ["bash", "-c", f". {podman_mod.SHELLRC} && . /dev/stdin"]
     return ["bash", "--rcfile", podman_mod.SHELLRC, "-i"]

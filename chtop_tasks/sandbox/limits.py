@@ -12,6 +12,14 @@ limits.txt      ``KEY VALUE`` per line, in the toplevel's ``sandbox/`` (the
                 cpus        CPU time as a number of cores (``1.5``)
                 cpu-shares  relative weight when CPUs are contended (1024 = equal)
 
+                ipc         ``private`` (the default: SysV segments and semaphores made
+                            inside die with the sandbox, and the host's are not
+                            visible) or ``host`` (the host's IPC namespace, for CUDA
+                            IPC with processes outside; said at every launch)
+                shm         the size of the sandbox's own ``/dev/shm`` (a size or a
+                            share, like memory); by default half the memory limit
+                            (half the host's memory without one)
+
                 ``none`` removes a limit.  A missing file means no limits; a
                 malformed line is an error naming the file and line.
 
@@ -31,7 +39,8 @@ from ..errors import PolicyError
 from ..places import check_worktree_name
 
 LIMITS = "limits.txt"
-KEYS = ("memory", "pids", "cpus", "cpu-shares")
+KEYS = ("memory", "pids", "cpus", "cpu-shares", "ipc", "shm")
+IPC_MODES = ("private", "host")
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)([kmgt]?)b?$", re.I)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -44,6 +53,8 @@ class Limits:
     cpus: float | None = None
     cpu_shares: int | None = None
     sources: tuple[str, ...] = ()   # the files they came from
+    ipc: str = "private"            # or "host" (not a cgroup limit: passed wherever podman runs)
+    shm: int | None = None          # bytes of /dev/shm (None: half the memory limit)
 
     @property
     def any(self) -> bool:
@@ -82,10 +93,14 @@ def host_memory() -> int:
 
 
 def _parse_value(key: str, value: str, where: str):
+    if key == "ipc":
+        if value not in IPC_MODES:
+            raise PolicyError(f"{where}: bad ipc value {value!r} (private or host)")
+        return value
     if value == "none":
         return None
     try:
-        if key == "memory":
+        if key in ("memory", "shm"):
             if value.endswith("%"):
                 pct = float(value[:-1])
                 if not 0 < pct <= 100:
@@ -96,7 +111,7 @@ def _parse_value(key: str, value: str, where: str):
                 raise ValueError
             size = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
             if size < 6 << 20:
-                raise PolicyError(f"{where}: memory {value} is below podman's minimum of 6m")
+                raise PolicyError(f"{where}: {key} {value} is below podman's minimum of 6m")
             return size
         if key == "pids" or key == "cpu-shares":
             number = int(value)
@@ -146,7 +161,7 @@ def load_limits(policy_dir: Path, worktree: str | None = None) -> Limits:
             sources.append(str(path))
         merged.update(layer)
     return Limits(merged.get("memory"), merged.get("pids"), merged.get("cpus"), merged.get("cpu-shares"),
-                  tuple(sources))
+                  tuple(sources), merged.get("ipc") or "private", merged.get("shm"))
 
 
 def why_not_enforced(rootful: bool, cgroup_root: Path = CGROUP_ROOT) -> str | None:
@@ -178,6 +193,26 @@ def limit_args(limits: Limits) -> list[str]:
     if limits.cpu_shares is not None:
         args.append(f"--cpu-shares={limits.cpu_shares}")
     return args
+
+
+MQUEUE = Path("/dev/mqueue")
+IPC_HOST_WARNING = ("ipc host ({sources}): this sandbox shares the host's SysV IPC and POSIX message queues; "
+                    "segments made inside outlive it and its memory limit, and it sees the host's own")
+
+
+def ipc_args(limits: Limits, mqueue: Path = MQUEUE) -> tuple[list[str], str | None]:
+    """The podman IPC flags, and what to say at launch: private IPC with a /dev/shm of its own
+    (``shm``, else half the memory limit, else half the host's memory), or the host's IPC where a
+    limits file says ``ipc host`` (podman needs the host's /dev/mqueue for it)."""
+    if limits.ipc == "host":
+        where = " + ".join(limits.sources) or LIMITS
+        if mqueue.is_dir():
+            return ["--ipc=host"], IPC_HOST_WARNING.format(sources=where)
+        note = f"ipc host ({where}): this host has no {mqueue} (which podman needs for it); IPC stays private"
+    else:
+        note = None
+    shm = limits.shm or (limits.memory or host_memory()) // 2
+    return ["--ipc=private", f"--shm-size={max(shm, 6 << 20)}"], note
 
 
 def killed_note(status: int, limits: Limits) -> str | None:

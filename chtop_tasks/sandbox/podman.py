@@ -20,6 +20,7 @@ INIT_PATHS = ("/usr/libexec/podman/catatonit", "/usr/bin/catatonit", "/usr/libex
 ENTRY_DIR = "/.chtop"          # in the skeleton (read-only root); files chtop puts there
 ENTRY = f"{ENTRY_DIR}/entry.sh"
 SHELLRC = f"{ENTRY_DIR}/shellrc"
+GITCONFIG = f"{ENTRY_DIR}/gitconfig"     # GIT_CONFIG_GLOBAL inside (``gitconfig.py``)
 
 # Gives the proxy a listener 127.0.0.1:PORT made in this network namespace
 # (listen_handoff.py, SCM_RIGHTS: no relay hop), else -- no python3 or no
@@ -45,10 +46,15 @@ exec "$@"
 """
 HANDOFF_SCRIPT = Path(__file__).resolve().parent.parent / "incontainer" / "listen_handoff.py"
 
-# ~/.bashrc is the host's: its lines may name paths the sandbox does not mount (a venv's activate
-# script, a conda hook), so its errors are not shown; the worktree's env.sh then sets the env.
-SHELLRC_SCRIPT = r"""# chtop sbox.shell rcfile: ~/.bashrc (its errors hidden), then the worktree's .claude/env.sh
-[ -f ~/.bashrc ] && . ~/.bashrc 2>/dev/null
+# The sandbox shell's own rc, never the host's ~/.bashrc or ~/.profile (they export API keys and
+# tokens, and are not mounted): a few interactive niceties, then the worktree's env.sh sets the env.
+SHELLRC_SCRIPT = r"""# chtop sbox.shell rcfile (the host's ~/.bashrc is not read), then the worktree's .claude/env.sh
+case $- in *i*)
+    HISTCONTROL=ignoreboth
+    shopt -s checkwinsize histappend
+    if [ -r /usr/share/bash-completion/bash_completion ]; then . /usr/share/bash-completion/bash_completion; fi
+    alias ls='ls --color=auto' grep='grep --color=auto' ;;
+esac
 if [ -n "$CLAUDE_ENV_FILE" ] && [ -f "$CLAUDE_ENV_FILE" ]; then . "$CLAUDE_ENV_FILE"; fi
 PS1="(sbox) ${PS1:-\w \$ }"
 """
@@ -189,7 +195,8 @@ def mount_args(mounts: list[Mount], identity: Identity | None = None) -> list[st
         elif m.mode == "tmpfs-ro":
             out.append(f"--tmpfs={m.dst}:ro,mode=0500,size=4k")
         else:
-            opts = "ro" if m.mode == "ro" else "rw"
+            # nosuid,nodev: a setuid file or a device node in a mount does nothing inside either
+            opts = ("ro" if m.mode == "ro" else "rw") + ",nosuid,nodev"
             if idmap and str(m.dst) not in HOST_SYSTEM_TREES:
                 opts += ",idmap"
             out.append(f"--volume={m.src}:{m.dst}:{opts}")
@@ -199,17 +206,19 @@ def mount_args(mounts: list[Mount], identity: Identity | None = None) -> list[st
 def build_argv(*, name: str, labels: dict[str, str], mounts: list[Mount], skeleton: Path, workdir: Path,
                env_values: dict[str, str], env_names: list[str], devices: list[Path], network: str,
                proxy_socket: Path | None, interactive: bool, identity: Identity, hostname: str,
-               command: list[str], image: str | None = None, limits: list[str] | None = None) -> list[str]:
+               command: list[str], image: str | None = None, limits: list[str] | None = None,
+               seccomp_profile: Path | None = None, ipc: list[str] | None = None) -> list[str]:
     argv = ["podman", "run", "--rm", f"--name={name}", f"--hostname={hostname}"]
     for key, value in labels.items():
         argv.append(f"--label={key}={value}")
     argv += ["-it"] if interactive else ["-i"]
     argv += ["--network=host" if network in ("host", "open") else "--network=none"]
-    argv += ["--read-only", "--security-opt=no-new-privileges"]
+    argv += ["--read-only", "--security-opt=no-new-privileges", "--cap-drop=all"]
+    if seccomp_profile is not None:      # podman's default, with no way to set a setuid/setgid bit
+        argv.append(f"--security-opt=seccomp={seccomp_profile}")
     if any(Path(p).exists() for p in INIT_PATHS):
         argv.append("--init")        # a real PID 1: forwards signals, reaps the relay, 128+sig on a kill
-    if Path("/dev/mqueue").is_dir():   # --ipc host (CUDA IPC) needs the host's mqueue mount
-        argv.append("--ipc=host")
+    argv += list(ipc or ())
     argv += identity.uidmap
     argv += ulimit_args(identity.rootful)
     argv += list(limits or ())
@@ -224,7 +233,7 @@ def build_argv(*, name: str, labels: dict[str, str], mounts: list[Mount], skelet
         argv.append(f"--env={key}")
     argv.append(f"--workdir={workdir}")
     if image:       # a local image is the root; the skeleton lends it only the entry files
-        argv += [f"--volume={skeleton}{ENTRY_DIR}:{ENTRY_DIR}:ro", image]
+        argv += [f"--volume={skeleton}{ENTRY_DIR}:{ENTRY_DIR}:ro,nosuid,nodev", image]
     else:
         argv += ["--rootfs", str(skeleton)]
     argv += ["/bin/sh", ENTRY, str(proxy_socket or ""), str(RELAY_PORT)]
@@ -232,15 +241,15 @@ def build_argv(*, name: str, labels: dict[str, str], mounts: list[Mount], skelet
     return argv
 
 
-def write_entry_files(skeleton: Path) -> None:
+def write_entry_files(skeleton: Path, gitconfig: str = "") -> None:
     entry_dir = skeleton / ENTRY_DIR.lstrip("/")
     entry_dir.mkdir(parents=True, exist_ok=True)
-    files = ((ENTRY, ENTRY_SCRIPT), (SHELLRC, SHELLRC_SCRIPT),
-             (f"{ENTRY_DIR}/listen_handoff.py", HANDOFF_SCRIPT.read_text()))
-    for rel, text in files:
+    files = ((ENTRY, ENTRY_SCRIPT, 0o755), (SHELLRC, SHELLRC_SCRIPT, 0o755),
+             (f"{ENTRY_DIR}/listen_handoff.py", HANDOFF_SCRIPT.read_text(), 0o755), (GITCONFIG, gitconfig, 0o644))
+    for rel, text, mode in files:
         path = skeleton / rel.lstrip("/")
         if not path.is_file() or path.read_text() != text:
             tmp = path.with_suffix(".tmp")
             tmp.write_text(text)
-            tmp.chmod(0o755)
+            tmp.chmod(mode)
             tmp.replace(path)

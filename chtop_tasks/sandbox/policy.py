@@ -139,6 +139,35 @@ def parse_fs_allow(path: Path, home: Path, ch: Path | None) -> list[FsRule]:
     return rules
 
 
+# home paths that hold credentials where users keep them (a warning at launch if fs-allow mounts one)
+SECRET_HOME_PATHS = {
+    ".gitconfig": "git's credential helpers, http.extraHeader and token URLs",
+    ".config/git": "git's credential store (credentials) and config",
+    ".git-credentials": "git's credential store",
+    ".bashrc": "exported API keys and tokens", ".profile": "exported API keys and tokens",
+    ".bash_profile": "exported API keys and tokens", ".zshrc": "exported API keys and tokens",
+    ".netrc": "passwords", ".ssh": "keys", ".aws": "cloud credentials", ".docker": "registry tokens",
+    ".config/gh": "the GitHub CLI's token", ".npmrc": "registry tokens", ".pypirc": "upload tokens",
+}
+NO_SECRET_INSIDE = (".config/git/ignore", ".config/git/attributes")   # what git reads there besides config
+
+
+def secret_warnings(rules: list[FsRule], home: Path) -> list[str]:
+    """One warning per fs-allow path that is, or contains, a home path known to hold credentials."""
+    out = []
+    for rule in rules:
+        for path in rule.paths:
+            for rel, what in SECRET_HOME_PATHS.items():
+                known = home / rel
+                below = path.is_relative_to(known) and path not in {home / p for p in NO_SECRET_INSIDE}
+                if path == known or known.is_relative_to(path) or below:
+                    if os.path.lexists(known):
+                        out.append(f"{rule.where}: {path} is mounted, and {known} can hold {what}: the agent can "
+                                   "read them.  Remove the line (the sandbox has its own git config and shell rc)")
+                    break
+    return out
+
+
 def parse_devices(path: Path) -> tuple[list[Path], list[str]]:
     """Existing character devices matching the lines; a missing file means none."""
     if not path.is_file():
@@ -209,4 +238,4 @@ def load_policy(policy_dir: Path, home: Path, ch: Path | None, worktree: str | N
         devices, narrow_warnings = narrow_devices(devices, policy_dir / "worktrees" / worktree / DEVICES)
         dev_warnings += narrow_warnings
     names, env_warnings = parse_env_allow(policy_dir / ENV_ALLOW)
-    return SandboxPolicy(fs, devices, names, dev_warnings + env_warnings)
+    return SandboxPolicy(fs, devices, names, secret_warnings(fs, home) + dev_warnings + env_warnings)
