@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import CommandFailed
+from .term import inert
 
 DEFAULT_TIMEOUT = 600
 
@@ -45,7 +46,7 @@ def format_command(argv, cwd=None) -> str:
 
 def echo(argv, cwd=None, stream=None) -> None:
     """Print the command we are about to run, to stderr."""
-    print(format_command(argv, cwd), file=stream or sys.stderr, flush=True)
+    print(inert(format_command(argv, cwd)), file=stream or sys.stderr, flush=True)
 
 
 def run(
