@@ -32,6 +32,11 @@ def inert(text: str) -> str:
     return _CONTROL.sub(lambda m: _visible(m.group()), text)
 
 
+def inert_line(text: str) -> str:
+    """``inert`` for one line of a log: a newline shows as ``^J`` too (no forged lines)."""
+    return inert(text).replace("\n", "^J")
+
+
 def inert_keeping_colour(text: str, stream=None) -> str:
     """``inert``, but colour (SGR) stays when ``stream`` (stdout) is a terminal with colour on."""
     if not use_color(stream):

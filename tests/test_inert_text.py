@@ -181,3 +181,33 @@ def test_the_source_walk_sees_a_markup_string_handed_to_a_widget(tmp_path):
                    "    static.update(f'diff of {name}')\n    table.update_cell(1, 2, name)\n"
                    "    static.update(plain(name))\n")
     assert len(widget_calls_with_unsafe_text(bad)) == 3
+
+
+def test_net_log_shows_the_agents_request_fields_inert_on_one_line(with_dev):
+    """The human proxy log carries the agent's method, host and the reason: `inv net.log` tails it."""
+    from chtop_tasks.proxy.logs import RequestLog, net_dir
+
+    g = with_dev
+    log = RequestLog(net_dir(g.grouping))
+    log.record({"decision": "bad", "method": "G\x1b]2;m\x07ET", "host": "x\x1b]52;c;eA==\x07.example",
+                "port": 443, "status": 400, "worktree": "dev", "reason": "junk\n2026-01-01 00:00:00 ALLOWED forged"})
+    log.close()
+    proc = inv_bytes(g, g.path("dev"), "net.log")
+    assert proc.returncode == 0, proc.stderr
+    assert raw_controls(proc.stdout) == [] and b"^[]2;m^G" in proc.stdout and b"^[]52;c;" in proc.stdout
+    assert b"\n2026-01-01 00:00:00 ALLOWED forged" not in proc.stdout and b"junk^J2026" in proc.stdout
+
+
+def test_session_log_shows_the_agents_screen_inert_unless_raw(with_dev):
+    from chtop_tasks.sessions import records
+
+    g = with_dev
+    screen = records.screen_path(g.grouping, "dev")
+    screen.parent.mkdir(parents=True, exist_ok=True)
+    screen.write_text("agent says \x1b]2;pwned\x07 and \u009b2J\n")
+    shown = inv_bytes(g, g.path("dev"), "session.log")
+    assert shown.returncode == 0, shown.stderr
+    assert raw_controls(shown.stdout) == [] and b"agent says ^[]2;pwned^G and M-^[2J" in shown.stdout
+    raw_log = records.log_path(g.grouping, "dev")
+    raw_log.write_bytes(b"\x1b[1mbold\x1b[0m\n")
+    assert inv_bytes(g, g.path("dev"), "session.log", "--raw").stdout == b"\x1b[1mbold\x1b[0m\n"
