@@ -211,3 +211,17 @@ def test_session_log_shows_the_agents_screen_inert_unless_raw(with_dev):
     raw_log = records.log_path(g.grouping, "dev")
     raw_log.write_bytes(b"\x1b[1mbold\x1b[0m\n")
     assert inv_bytes(g, g.path("dev"), "session.log", "--raw").stdout == b"\x1b[1mbold\x1b[0m\n"
+
+
+def test_rebase_down_shows_gits_conflict_message_naming_the_agents_file_inert(with_dev):
+    """git names the conflicted file as it is ("Merge conflict in PATH"): rebase-down shows it inert."""
+    g = with_dev
+    dev = g.path("dev")
+    name = "notes\x1b]52;c;cm0gLXJmIH4=\x07.txt"
+    g.push_upstream_commit("alpha", name, "upstream\n")
+    g.commit(dev / "alpha", name, "the agent's\n", "agent: notes \x1b]2;subject\x07")
+    proc = inv_bytes(g, dev, "git.rebase-down")
+    assert proc.returncode == 1, proc.stderr
+    out = proc.stdout + proc.stderr
+    assert b"Merge conflict in notes^[]52;c;cm0gLXJmIH4=^G.txt" in out, out
+    assert raw_controls(out) == [], out
