@@ -143,22 +143,26 @@ def test_invokes_own_inv_typed_in_a_worktree_refuses_loudly(with_dev, tmp_path):
     assert "alpha" not in proc.stdout
 
 
+def planting_script(dev: Path, markers: dict[str, Path]) -> str:
+    """What the agent runs inside: a tasks.py in each dir of ``markers`` (made if new)."""
+    import shlex
+
+    return "set -e; " + "; ".join(
+        f"mkdir -p {shlex.quote(str(dev / rel))} && printf %s "
+        f"{shlex.quote(planted_tasks_py(dev / 'tasks.py', marker))} > {shlex.quote(str(dev / rel / 'tasks.py'))}"
+        for rel, marker in markers.items()) + "; echo PLANTED"
+
+
 @pytest.mark.podman
 @pytest.mark.slow
 def test_a_tasks_py_planted_from_inside_a_sandbox_never_runs_under_inv(remote_template):
     """The agent (rootless sandbox, dev's repos rw) plants tasks.py in a repo dir and in a new
     subdirectory; you then type `inv git.status` in each: chtop's tasks run, the planted ones never."""
-    import shlex
-
     from sandbox_helpers import as_user, user_group_cm
 
     with user_group_cm(remote_template) as g:
         markers = {rel: g.base / f"ran-{rel.replace('/', '-')}" for rel in ("alpha", "alpha/docs")}
-        script = "set -e; " + "; ".join(
-            f"mkdir -p {shlex.quote(str(g.dev / rel))} && printf %s "
-            f"{shlex.quote(planted_tasks_py(g.dev / 'tasks.py', marker))} > {shlex.quote(str(g.dev / rel / 'tasks.py'))}"
-            for rel, marker in markers.items()) + "; echo PLANTED"
-        planted = g.sbox(script)
+        planted = g.sbox(planting_script(g.dev, markers))
         assert "PLANTED" in planted.stdout, planted.stdout + planted.stderr
         assert (g.dev / "alpha" / "docs" / "tasks.py").is_file()
         bin_dir = console_script(g.base / "bin", str(g.venv / "bin" / "python"), chtop_tree=g.toplevel,
@@ -170,3 +174,35 @@ def test_a_tasks_py_planted_from_inside_a_sandbox_never_runs_under_inv(remote_te
             assert "alpha" in proc.stdout and "beta" in proc.stdout, proc.stdout
         ran = [rel for rel, marker in markers.items() if marker.exists()]
         assert ran == [], f"the tasks.py the agent planted in {ran} ran on the host"
+
+
+@pytest.mark.podman
+@pytest.mark.rootful
+@pytest.mark.slow
+def test_as_root_a_tasks_py_planted_from_inside_a_sandbox_never_runs_under_inv(with_dev, tmp_path):
+    """The same as root (a cloud GPU box): the planted code would run as uid 0."""
+    import sys
+
+    from sandbox_helpers import rootful_podman_env
+
+    from chtop_tasks.proxy import stop_proxy
+
+    g = with_dev
+    dev = g.path("dev")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(dev / ".venv")], check=True)
+    env = dict(os.environ, **rootful_podman_env(tmp_path))
+    markers = {rel: tmp_path / f"ran-{rel.replace('/', '-')}" for rel in ("alpha", "alpha/docs")}
+    try:
+        planted = g.inv(dev, "sbox.run", "--", "sh", "-c", planting_script(dev, markers), env=env,
+                        check=False, timeout=180)
+        assert "PLANTED" in planted.stdout, planted.stdout + planted.stderr
+        assert (dev / "alpha" / "docs" / "tasks.py").is_file()
+        bin_dir = console_script(tmp_path / "bin", sys.executable, chtop_tree=g.toplevel, code=CHTOP_INV).parent
+        for rel in markers:
+            proc = typed(bin_dir, dev / rel, "git.status", env=env)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            assert "alpha" in proc.stdout and "beta" in proc.stdout, proc.stdout
+    finally:
+        stop_proxy(g.grouping)
+    ran = [rel for rel, marker in markers.items() if marker.exists()]
+    assert ran == [], f"the tasks.py the agent planted in {ran} ran on the host as root"
