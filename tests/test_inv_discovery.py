@@ -93,6 +93,22 @@ def test_inv_in_a_repo_dir_never_loads_a_tasks_py_the_agent_planted(with_dev, tm
     assert "alpha" in proc.stdout and "beta" in proc.stdout, proc.stdout
 
 
+def test_a_checkout_the_agent_dressed_up_below_the_root_is_no_workspace(with_dev, tmp_path):
+    """Every task finds its workspace as chtop's inv pins its root: the outermost checkout, not a
+    repo subdirectory with its own .git, tasks.py and manifest (or chtop_tasks/ and no manifest)."""
+    from chtop_tasks.workspace.layout import find_workspace
+
+    g = with_dev
+    dev = g.path("dev")
+    plant(dev, tmp_path)
+    no_manifest = dev / "beta" / "x"
+    (no_manifest / ".git").mkdir(parents=True)
+    (no_manifest / "chtop_tasks").mkdir()
+    (no_manifest / "tasks.py").write_text("")
+    assert find_workspace(dev / "alpha" / "fake").root == dev
+    assert find_workspace(no_manifest).root == dev
+
+
 def test_inv_list_help_and_completion_are_invokes_under_chtops_inv(with_dev, tmp_path):
     g = with_dev
     bin_dir = console_script(tmp_path / "bin", os.sys.executable, chtop_tree=g.toplevel, code=CHTOP_INV).parent
