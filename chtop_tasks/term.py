@@ -4,8 +4,10 @@ Whatever chtop prints may carry text the agent wrote (diffs, file and branch nam
 git's error text, log fields), and a terminal acts on control sequences in it: OSC 2 sets the window
 title, OSC 52 writes the clipboard, cursor-up and erase-line hide lines of the diff under review.
 ``inert`` shows every control character the way ``cat -v`` does (ESC as ``^[``, DEL as ``^?``, a C1
-control as ``M-^[``...), newline and tab kept; ``say`` and ``warn`` print through it, keeping only
-colour (SGR, ``ESC [ params m``) and only when that stream is a terminal with colour on.
+control as ``M-^[``...), newline and tab kept, and the bidirectional controls that reorder what a
+line shows ("Trojan Source") as ``<U+202E>``, as ``less`` does; ``say`` and ``warn`` print through
+it, keeping only colour (SGR, ``ESC [ params m``) and only when that stream is a terminal with
+colour on.
 """
 
 from __future__ import annotations
@@ -14,12 +16,15 @@ import os
 import re
 import sys
 
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_SGR_OR_CONTROL = re.compile("(\x1b\\[[0-9;:]*m)|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROLS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"   # C0, DEL, C1, bidi embeddings and isolates
+_CONTROL = re.compile(f"[{_CONTROLS}]")
+_SGR_OR_CONTROL = re.compile(f"(\x1b\\[[0-9;:]*m)|[{_CONTROLS}]")
 
 
 def _visible(char: str) -> str:
     code = ord(char)
+    if code > 0xFF:                                    # a bidirectional control
+        return f"<U+{code:04X}>"
     if code == 0x7F:
         return "^?"
     if code >= 0x80:                                   # C1: what cat -v shows for the byte

@@ -40,6 +40,7 @@ def test_inert_shows_control_characters_as_cat_v_does():
     assert inert("\x00\x1b[1A\x1b[2K\x7f\r") == "^@^[[1A^[[2K^?^M"
     assert inert("\u009b2J \u0085") == "M-^[2J M-^E"          # C1 controls, as cat -v shows the byte
     assert inert("keep\ttabs\nand lines ü €") == "keep\ttabs\nand lines ü €"
+    assert inert("if ok:\u202e\u2066 # }\u2069\u2066") == "if ok:<U+202E><U+2066> # }<U+2069><U+2066>"
     assert inert_keeping_colour("\x1b[31mred\x1b[0m\x1b]2;t\x07", open(os.devnull)) == "^[[31mred^[[0m^[]2;t^G"
 
 
@@ -53,9 +54,17 @@ def agent_edits(g):
     return dev
 
 
+def typed_inv(g) -> Path:
+    """The `inv` you type (chtop's, as ./bootstrap links it), for this workspace."""
+    from test_inv_discovery import CHTOP_INV, console_script
+
+    return console_script(g.base / "bin", sys.executable, chtop_tree=g.toplevel, code=CHTOP_INV)
+
+
 def inv_bytes(g, cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "invoke", *args], cwd=cwd, capture_output=True,
-                          stdin=subprocess.DEVNULL, timeout=300)
+    """``inv ARGS`` typed in ``cwd``: its stdout and stderr bytes, as your terminal would get them."""
+    return subprocess.run([str(typed_inv(g)), *args], cwd=cwd, capture_output=True, stdin=subprocess.DEVNULL,
+                          timeout=300)
 
 
 @pytest.mark.parametrize("task", ["git.diff", "git.status"])
@@ -78,7 +87,7 @@ def test_git_diff_on_a_terminal_keeps_gits_colour_and_nothing_else(with_dev):
     g = with_dev
     dev = agent_edits(g)
     env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
-    child = pexpect.spawn(sys.executable, ["-m", "invoke", "git.diff"], cwd=str(dev),
+    child = pexpect.spawn(str(typed_inv(g)), ["git.diff"], cwd=str(dev),
                           env=dict(env, TERM="xterm-256color"), timeout=120)
     child.expect(pexpect.EOF)
     out = child.before
