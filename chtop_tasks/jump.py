@@ -19,6 +19,7 @@ import os
 import sys
 from pathlib import Path
 
+from . import term
 from .errors import ChtopError, NotInWorkspace, UsageError, WorkspaceError
 from .places import check_worktree_name, user_config_dir
 
@@ -225,7 +226,7 @@ def main(argv: list[str]) -> int:
             return 0
         return go(argv[1:])
     except ChtopError as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
+        term.error(str(exc))
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

@@ -2,19 +2,23 @@
 
 It echoes what it runs (``$ cmd  (cwd=...)``, so the user can repeat it), takes argv
 lists (never shell strings built from input), gives non-interactive work
-``stdin=DEVNULL`` and applies timeouts.
+``stdin=DEVNULL`` and applies timeouts.  Output that may carry the agent's text (git's, on a
+worktree) can be shown as it comes but inert (``shown_inert``: see ``term.inert``).
 """
 
 from __future__ import annotations
 
+import codecs
 import os
 import shlex
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import CommandFailed
+from .term import inert, inert_keeping_colour
 
 DEFAULT_TIMEOUT = 600
 
@@ -45,7 +49,7 @@ def format_command(argv, cwd=None) -> str:
 
 def echo(argv, cwd=None, stream=None) -> None:
     """Print the command we are about to run, to stderr."""
-    print(format_command(argv, cwd), file=stream or sys.stderr, flush=True)
+    print(inert(format_command(argv, cwd)), file=stream or sys.stderr, flush=True)
 
 
 def run(
@@ -54,6 +58,7 @@ def run(
     *,
     check: bool = True,
     capture: bool = True,
+    shown_inert: bool = False,
     quiet: bool = False,
     env: dict | None = None,
     timeout: float | None = DEFAULT_TIMEOUT,
@@ -62,7 +67,8 @@ def run(
 ) -> Result:
     """Run ``argv``; echo it unless ``quiet``; raise CommandFailed when ``check``.
 
-    With ``capture=False`` the child's output goes straight to our terminal.
+    With ``capture=False`` the child's output goes straight to our terminal; with ``shown_inert``
+    it is shown as it comes, through ``term.inert_keeping_colour`` (stdin stays the caller's).
     """
     argv = [str(a) for a in argv]
     if not quiet:
@@ -75,6 +81,8 @@ def run(
                 full_env.pop(key, None)
             else:
                 full_env[key] = value
+    if shown_inert:
+        return _run_shown_inert(argv, cwd, full_env, stdin, timeout, check)
     try:
         proc = subprocess.run(
             argv,
@@ -93,9 +101,47 @@ def run(
         raise CommandFailed(f"{argv[0]}: command not found ({exc})") from exc
     except subprocess.TimeoutExpired as exc:
         raise CommandFailed(f"timed out after {timeout}s: {format_command(argv, cwd)}") from exc
-    result = Result(argv, Path(cwd) if cwd else None, proc.returncode, proc.stdout or "", proc.stderr or "")
+    return _checked(Result(argv, Path(cwd) if cwd else None, proc.returncode, proc.stdout or "",
+                           proc.stderr or ""), check)
+
+
+def _checked(result: Result, check: bool) -> Result:
+    argv, cwd = result.argv, result.cwd
     if check and not result.ok:
         raise CommandFailed(
             f"command failed (exit {result.returncode}): {format_command(argv, cwd)}\n{result.error_tail()}"
         )
     return result
+
+
+def _pump_inert(source, sink) -> None:
+    """Copy a child's output to ``sink`` as it comes, decoded as UTF-8 and made inert."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    for chunk in iter(lambda: source.read1(65536), b""):
+        sink.write(inert_keeping_colour(decoder.decode(chunk), sink))
+        sink.flush()
+    sink.write(inert_keeping_colour(decoder.decode(b"", final=True), sink))
+    sink.flush()
+
+
+def _run_shown_inert(argv, cwd, env, stdin, timeout, check) -> Result:
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+    except FileNotFoundError as exc:
+        raise CommandFailed(f"{argv[0]}: command not found ({exc})") from exc
+    pumps = [threading.Thread(target=_pump_inert, args=pair, daemon=True)
+             for pair in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))]
+    for pump in pumps:
+        pump.start()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        proc.kill()
+        proc.wait()
+        raise CommandFailed(f"timed out after {timeout}s: {format_command(argv, cwd)}") from exc
+    finally:
+        for pump in pumps:
+            pump.join()
+    return _checked(Result(argv, Path(cwd) if cwd else None, proc.returncode, "", ""), check)
+

@@ -1,9 +1,52 @@
-"""Terminal output: colour only on a terminal with NO_COLOR unset."""
+"""Terminal output: colour only on a terminal with NO_COLOR unset; text reaches the terminal inert.
+
+Whatever chtop prints may carry text the agent wrote (diffs, file and branch names, commit subjects,
+git's error text, log fields), and a terminal acts on control sequences in it: OSC 2 sets the window
+title, OSC 52 writes the clipboard, cursor-up and erase-line hide lines of the diff under review.
+``inert`` shows every control character the way ``cat -v`` does (ESC as ``^[``, DEL as ``^?``, a C1
+control as ``M-^[``...), newline and tab kept, and the bidirectional controls that reorder what a
+line shows ("Trojan Source") as ``<U+202E>``, as ``less`` does; ``say`` and ``warn`` print through
+it, keeping only colour (SGR, ``ESC [ params m``) and only when that stream is a terminal with
+colour on.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import sys
+
+_CONTROLS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"   # C0, DEL, C1, bidi embeddings and isolates
+_CONTROL = re.compile(f"[{_CONTROLS}]")
+_SGR_OR_CONTROL = re.compile(f"(\x1b\\[[0-9;:]*m)|[{_CONTROLS}]")
+
+
+def _visible(char: str) -> str:
+    code = ord(char)
+    if code > 0xFF:                                    # a bidirectional control
+        return f"<U+{code:04X}>"
+    if code == 0x7F:
+        return "^?"
+    if code >= 0x80:                                   # C1: what cat -v shows for the byte
+        return "M-" + _visible(chr(code - 0x80))
+    return "^" + chr(code + 0x40)
+
+
+def inert(text: str) -> str:
+    """``text`` with its control characters made visible (``cat -v``), newline and tab kept."""
+    return _CONTROL.sub(lambda m: _visible(m.group()), text)
+
+
+def inert_line(text: str) -> str:
+    """``inert`` for one line of a log: a newline shows as ``^J`` too (no forged lines)."""
+    return inert(text).replace("\n", "^J")
+
+
+def inert_keeping_colour(text: str, stream=None) -> str:
+    """``inert``, but colour (SGR) stays when ``stream`` (stdout) is a terminal with colour on."""
+    if not use_color(stream):
+        return inert(text)
+    return _SGR_OR_CONTROL.sub(lambda m: m.group(1) or _visible(m.group()), text)
 
 
 def use_color(stream=None) -> bool:
@@ -17,11 +60,16 @@ def bold(text: str) -> str:
 
 def warn(message: str) -> None:
     prefix = "\033[33mwarning:\033[0m " if use_color(sys.stderr) else "warning: "
-    print(prefix + message, file=sys.stderr, flush=True)
+    print(prefix + inert_keeping_colour(message, sys.stderr), file=sys.stderr, flush=True)
+
+
+def error(message: str) -> None:
+    """``error: MESSAGE`` on stderr (an exception's text may quote the agent's)."""
+    print("error: " + inert(message), file=sys.stderr, flush=True)
 
 
 def say(message: str = "") -> None:
-    print(message, flush=True)
+    print(inert_keeping_colour(message), flush=True)
 
 
 def git_color_args() -> list[str]:

@@ -19,7 +19,7 @@ ALLOWED = {
     "sessions": {"places", "workspace", "sandbox", "agents", "proxy"},
     "incontainer": set(),
 }
-ENTRY_POINTS = {"tasks", "nox_sessions", "cli", "demo", "__init__", "jump", "dash"}
+ENTRY_POINTS = {"tasks", "nox_sessions", "cli", "inv", "demo", "__init__", "jump", "dash"}
 
 
 def concern_of(path: Path) -> str:

@@ -92,6 +92,8 @@ def test_your_own_workspace_as_written(user_setup):
     ch = home / "ch"
     assert (home / ".local" / "share" / "chtop" / "venv" / "bin" / "python").exists()   # bootstrap's own venv
     assert os.readlink(home / ".local" / "bin" / "inv").startswith(str(home / ".local" / "share" / "chtop"))
+    for cmd in ("inv", "invoke"):       # chtop's, which pins invoke's tasks.py search (tests/test_inv_discovery.py)
+        assert os.path.realpath(home / ".local" / "bin" / cmd).endswith("/bin/chtop-inv")
     assert "Claude Code" in proc.stdout                                                # the sandboxed agent ran
     for repo in ("alpha", "beta"):
         branch = as_user(user, ["git", "-C", str(ch / "dev" / repo), "branch", "--show-current"], env,

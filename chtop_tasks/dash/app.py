@@ -4,6 +4,11 @@ Every probe runs in a thread worker (never on the UI thread); a watcher
 thread keeps the proxy holding blocked requests and wakes the app when one
 arrives.  Keys that hand the terminal to another program (attach, shell,
 rebase-down, merge-up, new worktree) suspend the app and resume it after.
+
+Every text a widget shows goes through ``plain``: a rich ``Text`` (never parsed as Rich markup,
+where ``[@click=...]`` in a git error would be an action) with its control characters made visible
+(``term.inert``: an ESC in a diff would reach your terminal).  ``tests/test_inert_text.py`` walks
+this package's widget calls for it.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Input, Static
 
 from ..errors import ChtopError
+from ..term import inert
 from ..workspace.layout import Workspace, find_workspace
 from . import actions, model
 from .holds import HoldWatcher
@@ -27,6 +33,11 @@ from .holds import HoldWatcher
 REFRESH_SECONDS = 2.0
 LOAD_SECONDS = 5.0
 BUSY_SHARE = 0.25        # refresh no more often than 4x the time one refresh takes (keeps CPU for the agents)
+
+
+def plain(text: str, style: str = "") -> Text:
+    """What a widget shows: ``text`` as is (no markup), its control characters visible."""
+    return Text(inert(text), style=style)
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -42,10 +53,10 @@ class ConfirmScreen(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         question = "run it? [y/N]" if self.can_proceed else "refused (nothing was changed) - press n or Escape"
         with Vertical(id="dialog"):
-            yield Static(Text(self.title_text, style="bold"))
+            yield Static(plain(self.title_text, style="bold"))
             with VerticalScroll():
-                yield Static(Text(self.body))
-            yield Static(Text(question, style="bold"))
+                yield Static(plain(self.body))
+            yield Static(plain(question, style="bold"))
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(bool(yes and self.can_proceed))
@@ -62,7 +73,7 @@ class AskScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Static(Text(self.prompt, style="bold"))
+            yield Static(plain(self.prompt, style="bold"))
             yield Input(value=self.value, id="answer")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -229,8 +240,8 @@ class DashApp(App):
         if name != self.selected_name():
             return
         self.query_one("#diff-title", Static).update(
-            f"diff of {name} vs integration ({'full' if self.full_diff else 'stat'}; f toggles)")
-        self.query_one("#diff", Static).update(Text(text))
+            plain(f"diff of {name} vs integration ({'full' if self.full_diff else 'stat'}; f toggles)"))
+        self.query_one("#diff", Static).update(plain(text))
 
     def update_status(self) -> None:
         snap = self.snapshot
@@ -244,8 +255,8 @@ class DashApp(App):
             if not snap.sessions_available:
                 parts.append("sessions: not available")
         parts.append(f"group {self.top.grouping}")          # last: the longest, cut first
-        self.query_one("#status", Static).update(Text("  |  ".join(parts)))
-        self.query_one("#message", Static).update(Text(self.message))
+        self.query_one("#status", Static).update(plain("  |  ".join(parts)))
+        self.query_one("#message", Static).update(plain(self.message))
 
     def say(self, message: str) -> None:
         self.message = message.replace("\n", " ")
@@ -398,18 +409,18 @@ def fill_table(table: DataTable, columns: list[str], rows: list[tuple[str, list[
     keys = [key for key, _ in rows]
     shown_columns = [str(c.label) for c in table.columns.values()]
     shown_keys = [str(k.value) for k in table.rows]
-    if shown_columns == columns and shown_keys == keys:
+    if shown_columns == [inert(c) for c in columns] and shown_keys == keys:
         for key, cells in rows:
             for i, value in enumerate(cells):
-                if str(table.get_cell(key, f"c{i}")) != value:
-                    table.update_cell(key, f"c{i}", value, update_width=True)
+                if str(table.get_cell(key, f"c{i}")) != inert(value):
+                    table.update_cell(key, f"c{i}", plain(value), update_width=True)
         return
     selected = shown_keys[table.cursor_row] if shown_keys and 0 <= table.cursor_row < len(shown_keys) else None
     table.clear(columns=True)
     for i, column in enumerate(columns):          # keyed by position: a repo may be named "agent"
-        table.add_column(column, key=f"c{i}")
+        table.add_column(plain(column), key=f"c{i}")
     for key, cells in rows:
-        table.add_row(*cells, key=key)
+        table.add_row(*map(plain, cells), key=key)
     if selected in keys:
         table.move_cursor(row=keys.index(selected))
 

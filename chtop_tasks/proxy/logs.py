@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from ..places import state_dir
+from ..term import inert_line
 
 HUMAN = "proxy.log"
 JSONL = "requests.jsonl"
@@ -71,9 +72,10 @@ class RequestLog:
                 pass
 
     def note(self, text: str) -> None:
-        """A human-only line (start, stop, list errors)."""
+        """A human-only line (start, stop, list errors); what the agent sent in it (method, host,
+        reason) is made inert, one line: `net.log` shows the file through `tail`."""
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        self._human.write(f"{stamp} {text}\n")
+        self._human.write(f"{stamp} {inert_line(text)}\n")
 
     def record(self, rec: dict) -> None:
         rec.setdefault("time", round(time.time(), 3))

@@ -19,6 +19,7 @@ import tty
 from pathlib import Path
 
 from ..errors import ChtopError
+from ..term import inert
 from . import approvals, control_protocol
 from .policy import append_entry, list_path
 
@@ -93,7 +94,7 @@ def watch(group_dir: Path, policy_dir: Path, stdin=None, stdout=None) -> int:
         while True:
             if prompting is None and queue:
                 prompting = queue.pop(0)
-                print(_prompt(prompting), end="", file=stdout, flush=True)
+                print(inert(_prompt(prompting)), end="", file=stdout, flush=True)
             ready, _, _ = select.select([sock, in_fd], [], [])
             if sock in ready:
                 chunk = sock.recv(65536)
@@ -112,10 +113,10 @@ def watch(group_dir: Path, policy_dir: Path, stdin=None, stdout=None) -> int:
                         queue = [e for e in queue if e["host"] != msg["host"]]
                         if prompting is not None and prompting["host"] == msg["host"]:
                             erase = ERASE_PROMPT if stdout.isatty() else "\n"
-                            print(f"{erase}  {ended_hold_text(msg)}", file=stdout, flush=True)
+                            print(f"{erase}  {inert(ended_hold_text(msg))}", file=stdout, flush=True)
                             prompting = None
                     elif msg.get("event") == "refused":
-                        print(f"  {refused_anyway_text(msg)}", file=stdout, flush=True)
+                        print(f"  {inert(refused_anyway_text(msg))}", file=stdout, flush=True)
             if in_fd in ready:
                 chunk = os.read(in_fd, 1024)
                 if not chunk or any(k in chunk for k in END_KEYS):
@@ -138,7 +139,7 @@ def watch(group_dir: Path, policy_dir: Path, stdin=None, stdout=None) -> int:
                     except ChtopError as exc:
                         said, answer = f"{exc} (left blocked)", "ignore"
                     control_protocol.decide(sock, prompting["host"], answer)
-                    print(f"  {said}", file=stdout, flush=True)
+                    print(f"  {inert(said)}", file=stdout, flush=True)
                     prompting = None
     finally:
         if saved is not None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import functools
 import importlib
-import sys
 
 from invoke import Exit
 
+from .. import term
 from ..errors import ChtopError
 
 
@@ -36,7 +36,7 @@ def reports_errors(func):
         try:
             code = func(*args, **kwargs)
         except ChtopError as exc:
-            print(f"error: {exc}", file=sys.stderr, flush=True)
+            term.error(str(exc))
             raise Exit(code=exc.exit_code) from None
         except KeyboardInterrupt:
             raise Exit("interrupted", code=130) from None

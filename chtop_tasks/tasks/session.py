@@ -7,6 +7,7 @@ from pathlib import Path
 
 from invoke import task
 
+from .. import term
 from ..argv import remainder_args
 from ..errors import WorkspaceError
 from ..places import target_for
@@ -121,5 +122,7 @@ def log(c, name=None, raw=False):
     from ..sessions import session_log
 
     data = session_log(_workspace().grouping, _name_or_here(name), raw=raw)
+    if not raw:                  # the agent's screen, made inert (--raw: the bytes, as asked)
+        data = term.inert(data.decode(errors="replace")).encode()
     sys.stdout.buffer.write(data)
     sys.stdout.flush()

@@ -39,6 +39,7 @@ from pathlib import Path
 from .. import runner
 from ..errors import ChtopError, CommandFailed, Refused, UsageError
 from ..fanout import fan_out
+from ..term import say
 from ..workspace.manifest import MANIFEST_NAME, Manifest, Repo
 from . import uvcache
 
@@ -566,7 +567,7 @@ def build_venv(
         print(format_plan(steps), flush=True)
         return
     report = run_build_steps(steps, root, test=test, installer=chosen)
-    print(report.summary(), flush=True)
+    say(report.summary())         # names requirements from the repos' metadata, which the agent writes
 
 
 # --- nox ----------------------------------------------------------------------

@@ -311,10 +311,15 @@ def check_outcome(ws: Workspace, steps: list[GitStep], outcome, what: str, relat
         raise CommandFailed(f"{what} ran, but the result is not what was planned:\n  " + "\n  ".join(wrong))
 
 
+EDITOR_FLAGS = ("-i", "--interactive", "--edit-todo")     # git then needs your terminal for an editor
+
+
 def run_steps(steps: list[GitStep], failure) -> None:
-    """Run the planned commands one repo at a time; stop at the first failure."""
+    """Run the planned commands one repo at a time; stop at the first failure.  Their output names
+    the agent's files and commits ("Merge conflict in PATH"): shown inert, unless an editor runs."""
     for step in steps:
-        if not runner.run(step.argv, cwd=step.cwd, check=False, capture=False).ok:
+        inert = not any(arg in EDITOR_FLAGS for arg in step.argv)
+        if not runner.run(step.argv, cwd=step.cwd, check=False, capture=False, shown_inert=inert).ok:
             raise failure(step)
 
 

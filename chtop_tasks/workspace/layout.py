@@ -143,21 +143,28 @@ def _lacks_only_the_manifest(path: Path) -> bool:
 
 
 def find_root(start: Path) -> Path:
-    """The nearest enclosing dir that is a checkout of the container repo."""
+    """The outermost enclosing dir that is a checkout of the container repo.
+
+    The outermost, not the nearest: below a checkout root everything may be a repo dir the agent
+    writes, where it can dress a subdirectory up as a checkout (its own ``.git``, ``tasks.py`` and
+    manifest) for chtop to stop at."""
     start = Path(start).resolve()
+    found = None
     for candidate in (start, *start.parents):
-        if _is_checkout_root(candidate):
-            return candidate
-        if _lacks_only_the_manifest(candidate):
-            raise ManifestError(
-                f"{candidate} is a chtop checkout without its {MANIFEST_NAME}: the manifest lists the "
-                f"workspace's repos.\nRestore it (git -C {candidate} checkout -- {MANIFEST_NAME}) or write one "
-                "(README, 'The manifest')."
-            )
-    raise NotInWorkspace(
-        f"{start} is not inside a chtop workspace (no parent has {' and '.join(MARKERS)} and .git).\n"
-        "Run this from the toplevel, a feature worktree, or a repo inside one."
-    )
+        if _is_checkout_root(candidate) or _lacks_only_the_manifest(candidate):
+            found = candidate
+    if found is not None and not _is_checkout_root(found):
+        raise ManifestError(
+            f"{found} is a chtop checkout without its {MANIFEST_NAME}: the manifest lists the "
+            f"workspace's repos.\nRestore it (git -C {found} checkout -- {MANIFEST_NAME}) or write one "
+            "(README, 'The manifest')."
+        )
+    if found is None:
+        raise NotInWorkspace(
+            f"{start} is not inside a chtop workspace (no parent has {' and '.join(MARKERS)} and .git).\n"
+            "Run this from the toplevel, a feature worktree, or a repo inside one."
+        )
+    return found
 
 
 def read_gitdir_file(dot_git: Path) -> Path:
