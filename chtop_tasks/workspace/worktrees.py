@@ -17,8 +17,9 @@ from ..term import say, warn
 from .dotfiles import refresh_workspace_files
 from .gitprobe import ahead_behind, branch_exists, dirty_paths, head_branch, local_branches, rev
 from .gitrun import git
+from .keep import keep_worktree_commits, unsaved_in_worktree, unsaved_problems
 from .layout import Checkout, Workspace, checkout_problem, find_workspace, private_store, verify_git_dirs
-from .quarantine import add_private_worktree, group_git_dir, private_worktree_names, sync_worktree
+from .quarantine import KEPT_PREFIX, add_private_worktree, group_git_dir, private_worktree_names, sync_worktree
 
 
 def name_problem(ws: Workspace, name: str) -> str | None:
@@ -256,13 +257,16 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
                              "says:\n  " + "\n  ".join(extra_problems))
     sync_worktree(wt, strict=True)     # nothing the agent committed is left behind
     problems = delete_problems(wt, checkouts, top)
+    unsaved = unsaved_in_worktree(wt, checkouts)
+    problems += unsaved_problems(wt, unsaved)
     if problems and not force:
         raise Refused(f"refusing to delete {wt.root}:\n  " + "\n  ".join(problems)
                       + "\nCommit or merge up, or pass --force to delete the directory anyway "
-                        "(branches with unmerged commits are still kept).")
+                        f"(branches with unmerged commits are still kept, and so is every commit only "
+                        f"its private stores hold, as {KEPT_PREFIX}/{name}/...).")
     if problems:
         warn("--force: deleting despite:\n  " + "\n  ".join(problems))
-    kept = []
+    kept = keep_worktree_commits(wt, unsaved)     # before anything is removed
     # only the worktree's own branch: what its HEAD says inside is the agent's to choose
     for checkout in reversed(checkouts):
         main_dir = top.main_checkout_dir(checkout)
