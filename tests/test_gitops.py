@@ -139,3 +139,38 @@ def test_git_commands_refuse_a_tampered_checkout(with_dev, tmp_path):
     result = g.inv(g.path("dev"), "git.status", check=False)
     assert result.returncode == 2 and "refusing to run git" in result.stderr
     assert not (tmp_path / "pwned").exists()
+
+
+def test_chtops_own_rebase_down_is_no_rewrite_inside(with_dev):
+    g = with_dev
+    dev = g.path("dev")
+    g.commit(dev / "alpha", "mine.txt", "m\n", "feature work")
+    g.inv(dev, "git.status")                           # imported: top/alpha has dev at the old tip
+    g.push_upstream_commit("alpha", "upstream.txt", "u\n")
+    g.inv(dev, "git.rebase-down")
+    rebased = git(dev / "alpha", "rev-parse", "dev")
+    after = g.inv(dev, "git.status")
+    assert "rewritten inside" not in after.stderr
+    assert git(g.toplevel / "alpha", "rev-parse", "dev") == rebased
+    assert git(g.toplevel / "alpha", "for-each-ref", "refs/chtop/kept") == ""
+
+
+def test_delete_drops_kept_tips_whose_commits_landed_and_says_what_it_keeps(with_dev):
+    g = with_dev
+    dev = g.path("dev")
+    first = g.commit(dev / "alpha", "mine.txt", "m\n", "feature work")
+    g.inv(dev, "git.status")
+    git(dev / "alpha", "commit", "-q", "--amend", "-m", "feature work, reworded")  # same patch
+    amended = g.inv(dev, "git.status")
+    assert f"refs/chtop/kept/dev/{first}" in amended.stderr          # an agent's rewrite is still kept
+    lost = g.commit(dev / "beta", "lost.txt", "l\n", "beta work dropped later")
+    g.inv(dev, "git.status")
+    git(dev / "beta", "reset", "-q", "--hard", "HEAD~")
+    g.commit(dev / "beta", "other.txt", "o\n", "other beta work")
+    g.inv(dev, "git.status")
+    g.inv(dev, "git.merge-up")
+    result = g.inv(g.toplevel, "worktree.delete", "--name", "dev")
+    assert git(g.toplevel / "alpha", "for-each-ref", "refs/chtop/kept") == ""
+    assert f"top/alpha: dropped refs/chtop/kept/dev/{first} (its commits are all in main" in result.stdout
+    assert git(g.toplevel / "beta", "rev-parse", f"refs/chtop/kept/dev/{lost}") == lost
+    assert f"kept top/beta: refs/chtop/kept/dev/{lost} (an earlier tip of dev: 1 commit not in kms" in result.stderr

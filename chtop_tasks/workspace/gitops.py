@@ -254,8 +254,12 @@ def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False) ->
     rels = relations(ws)
     raise_if_problems([p for rel in rels for p in rebase_problems(ws, rel)], "rebase-down")
     steps = plan_rebase_down(ws, rels, rebase_args)
-    carry_out(ws, rels, steps, "rebase-down", dry_run, lambda step: ChtopError(conflict_instructions(ws, step)),
-              rebased_onto_integration)
+    try:
+        carry_out(ws, rels, steps, "rebase-down", dry_run, lambda step: ChtopError(conflict_instructions(ws, step)),
+                  rebased_onto_integration)
+    finally:
+        if steps and not dry_run:      # imported at once, as chtop's own rewrite (not the agent's)
+            sync_worktree(ws, rewritten_by_host=True)
     return 0
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .. import atomic
 from ..errors import CommandFailed
+from .gitprobe import commits_missing_from
 from .gitrun import git
 from .layout import Checkout, Workspace, private_store
 from .quarantine import KEPT_PREFIX, SHA_RE
@@ -270,3 +271,40 @@ def keep_worktree_commits(wt: Workspace, unsaved: dict[Checkout, list[Unsaved]])
                          f"{wt.display(checkout.path)}, {item.commits} commit{'s' if item.commits != 1 else ''} "
                          f"the toplevel had nowhere else)")
     return lines
+
+
+# -- kept refs that are no longer needed --------------------------------------------------------------
+
+
+def prune_kept(shared: Path, name: str, integration: str) -> tuple[list[str], list[tuple[str, int]]]:
+    """Drop the ``refs/chtop/kept/NAME/...`` refs of ``shared`` whose commits are all in
+    ``integration`` (by id or patch-id: ``git cherry``); (dropped, [(still kept, commits not in it)])."""
+    out = git(shared, ["for-each-ref", "--format=%(objectname) %(refname)", f"{KEPT_PREFIX}/{name}/"],
+              toplevel_only=True).stdout
+    dropped, kept = [], []
+    for line in out.splitlines():
+        sha, _, ref = line.partition(" ")
+        missing = commits_missing_from(shared, sha, [integration])
+        if missing:
+            kept.append((ref, len(missing)))
+        else:
+            git(shared, ["update-ref", "-d", ref, sha], quiet=False, toplevel_only=True)
+            dropped.append(ref)
+    return dropped, kept
+
+
+def prune_worktree_kept(wt: Workspace, checkouts: list[Checkout], integration_of) -> tuple[list[str], list[str]]:
+    """``prune_kept`` in every repo of the worktree: (lines saying what went, lines saying what stays
+    and why)."""
+    gone, stays = [], []
+    for checkout in checkouts:
+        if not (checkout.store / "refs").is_dir():
+            continue
+        integ = integration_of(checkout)
+        dropped, kept = prune_kept(checkout.store, wt.name, integ)
+        here = wt.display(checkout.store.parent)
+        gone += [f"{here}: dropped {ref} (its commits are all in {integ}, by id or patch-id)" for ref in dropped]
+        stays += [f"{here}: {ref} (an earlier tip of {wt.name}: {n} commit{'s' if n != 1 else ''} not in {integ}, "
+                  "by id or patch-id)"
+                  for ref, n in kept]
+    return gone, stays

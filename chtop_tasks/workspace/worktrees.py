@@ -17,7 +17,7 @@ from ..term import say, warn
 from .dotfiles import refresh_workspace_files
 from .gitprobe import ahead_behind, branch_exists, dirty_paths, head_branch, local_branches, rev
 from .gitrun import git
-from .keep import keep_worktree_commits, unsaved_in_worktree, unsaved_problems
+from .keep import keep_worktree_commits, prune_worktree_kept, unsaved_in_worktree, unsaved_problems
 from .layout import Checkout, Workspace, checkout_problem, find_workspace, private_store, verify_git_dirs
 from .quarantine import KEPT_PREFIX, add_private_worktree, group_git_dir, private_worktree_names, sync_worktree
 
@@ -202,13 +202,19 @@ def worktree_workspace(ws: Workspace, name: str) -> Workspace:
     return find_workspace(root)
 
 
+def integration_for_delete(wt: Workspace, top: Workspace | None, checkout: Checkout) -> str:
+    """A checkout's integration branch: the worktree's manifest says, or (a repo only the
+    toplevel's manifest names) the toplevel's."""
+    known = not checkout.name or checkout.name in wt.manifest.names
+    return (wt if known or top is None else top).integration_branch(checkout)
+
+
 def delete_problems(wt: Workspace, checkouts: list[Checkout] | None = None,
                     top: Workspace | None = None) -> list[str]:
     """What deleting would lose, in every checkout (default: those of the worktree's manifest; a
     repo only the toplevel's manifest names takes its integration branch from ``top``)."""
     def branch_base(checkout: Checkout) -> str:
-        known = not checkout.name or checkout.name in wt.manifest.names
-        return (wt if known or top is None else top).integration_branch(checkout)
+        return integration_for_delete(wt, top, checkout)
 
     def check(checkout: Checkout) -> list[str]:
         here = wt.display(checkout.path)
@@ -266,7 +272,10 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
                         f"its private stores hold, as {KEPT_PREFIX}/{name}/...).")
     if problems:
         warn("--force: deleting despite:\n  " + "\n  ".join(problems))
-    kept = keep_worktree_commits(wt, unsaved)     # before anything is removed
+    gone, kept = prune_worktree_kept(wt, checkouts, lambda c: integration_for_delete(wt, top, c))
+    for line in gone:
+        say(line)
+    kept += keep_worktree_commits(wt, unsaved)     # before anything is removed
     # only the worktree's own branch: what its HEAD says inside is the agent's to choose
     for checkout in reversed(checkouts):
         main_dir = top.main_checkout_dir(checkout)
