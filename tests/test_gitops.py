@@ -174,3 +174,35 @@ def test_delete_drops_kept_tips_whose_commits_landed_and_says_what_it_keeps(with
     assert f"top/alpha: dropped refs/chtop/kept/dev/{first} (its commits are all in main" in result.stdout
     assert git(g.toplevel / "beta", "rev-parse", f"refs/chtop/kept/dev/{lost}") == lost
     assert f"kept top/beta: refs/chtop/kept/dev/{lost} (an earlier tip of dev: 1 commit not in kms" in result.stderr
+
+
+def test_merge_up_checks_every_toplevel_checkout_before_any_repo_moves(with_dev):
+    g = with_dev
+    dev = g.path("dev")
+    g.commit(dev / "alpha", "a.txt", "x\n", "feature")
+    g.commit(dev / "beta", "beta.txt", "feature\n", "feature")
+    tips = {repo: git(g.toplevel / repo, "rev-parse", "HEAD") for repo in ("alpha", "beta")}
+    top_beta = g.toplevel / "beta"            # the last repo of the manifest
+    (top_beta / "beta.txt").write_text("uncommitted in the toplevel\n")
+    result = g.inv(dev, "git.merge-up", check=False)
+    assert result.returncode == 3, result.stderr
+    assert "top/beta: uncommitted changes to beta.txt, which the merge changes" in result.stderr
+    assert {repo: git(g.toplevel / repo, "rev-parse", "HEAD") for repo in ("alpha", "beta")} == tips
+    (top_beta / "beta.txt").write_text("line 1\nline 2\nline 3\n")
+    # a leftover index.lock, a merge in progress, another branch: each named, nothing moves
+    (top_beta / ".git" / "index.lock").write_text("")
+    result = g.inv(dev, "git.merge-up", check=False)
+    assert result.returncode == 3 and "top/beta: a leftover" in result.stderr and "index.lock" in result.stderr
+    (top_beta / ".git" / "index.lock").unlink()
+    (top_beta / ".git" / "MERGE_HEAD").write_text(tips["beta"] + "\n")
+    result = g.inv(dev, "git.merge-up", check=False)
+    assert result.returncode == 3 and "top/beta: a merge is in progress" in result.stderr
+    (top_beta / ".git" / "MERGE_HEAD").unlink()
+    git(top_beta, "checkout", "-q", "-b", "side")
+    result = g.inv(dev, "git.merge-up", check=False)
+    assert result.returncode == 3 and "top/beta: has side checked out" in result.stderr
+    assert {repo: git(g.toplevel / repo, "rev-parse", repo_branch) for repo, repo_branch
+            in (("alpha", "main"), ("beta", "kms"))} == tips
+    git(top_beta, "checkout", "-q", "kms")
+    g.inv(dev, "git.merge-up")
+    assert git(top_beta, "rev-parse", "kms") == git(dev / "beta", "rev-parse", "dev")

@@ -22,7 +22,7 @@ from .gitprobe import (
     operation_in_progress,
     untracked_in_the_way,
 )
-from .gitrun import HOST_GIT_OPTS
+from .gitrun import HOST_GIT_OPTS, git
 from .layout import Checkout, Workspace, verify_git_dirs
 from .quarantine import sync_worktree
 
@@ -351,6 +351,37 @@ def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool) -> list[str]:
     return problems
 
 
+def toplevel_checkout_problems(ws: Workspace, rel: Relation) -> list[str]:
+    """What would stop the merge in ``rel``'s toplevel checkout (where it lands), asked before any
+    repo moves: a leftover ``index.lock``, a merge or rebase in progress, uncommitted or untracked
+    files where the merge changes them.  Repos with nothing to land are not asked."""
+    if not rel.ahead:
+        return []
+    main_dir = ws.main_checkout_dir(rel.checkout)
+    here = ws.display(main_dir)
+    problems = []
+    gitdir = Path(git(main_dir, ["rev-parse", "--absolute-git-dir"]).stdout.strip())
+    if (gitdir / "index.lock").exists():
+        problems.append(f"{here}: a leftover {gitdir / 'index.lock'} (a git still running there, or one that "
+                        f"crashed); if none runs: rm {gitdir / 'index.lock'}")
+    busy = operation_in_progress(main_dir)
+    if busy:
+        problems.append(f"{here}: a {busy} is in progress; finish it or abort it (git -C {main_dir} {busy} --abort)")
+    touched = set(git(main_dir, ["diff", "--name-only", f"{rel.integration}...{ws.name}"]).stdout.splitlines())
+    tracked, untracked = [], []
+    for line in dirty_paths(main_dir):
+        paths = set(line[3:].split(" -> "))
+        if paths & touched:
+            (untracked if line.startswith("??") else tracked).append(line[3:])
+    if tracked:
+        problems.append(f"{here}: uncommitted changes to {', '.join(tracked[:4])}, which the merge changes; "
+                        f"commit or stash them there (git -C {main_dir} stash)")
+    if untracked:
+        problems.append(f"{here}: untracked {', '.join(untracked[:4])} would be overwritten by the merge; "
+                        "move them away")
+    return problems
+
+
 def plan_merge_up(ws: Workspace, rels: list[Relation], no_ff: bool) -> list[GitStep]:
     steps = []
     mode = ["--no-ff", "--no-edit"] if no_ff else ["--ff-only"]
@@ -369,7 +400,8 @@ def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False) -> int:
     verify_git_dirs(ws)
     verify_git_dirs(ws.for_root(ws.toplevel))
     rels = relations(ws)
-    raise_if_problems([p for rel in rels for p in merge_up_problems(ws, rel, no_ff)], "merge-up")
+    raise_if_problems([p for rel in rels for p in merge_up_problems(ws, rel, no_ff)]
+                      + [p for rel in rels for p in toplevel_checkout_problems(ws, rel)], "merge-up")
     steps = plan_merge_up(ws, rels, no_ff)
     carry_out(ws, rels, steps, "merge-up", dry_run, lambda step: CommandFailed(
         f"merge into {ws.display(step.cwd)} failed (see git's message above); "
