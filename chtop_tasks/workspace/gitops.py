@@ -23,6 +23,7 @@ from .gitprobe import (
     untracked_in_the_way,
 )
 from .gitrun import HOST_GIT_OPTS, git
+from .grouplock import holds_group_lock
 from .layout import Checkout, Workspace, verify_git_dirs
 from .quarantine import sync_worktree
 
@@ -247,6 +248,7 @@ def dry_run_footer(steps: list[GitStep]) -> str:
     return f"dry run: {len(steps)} command(s) not run, nothing was changed (run again without --dry-run)"
 
 
+@holds_group_lock("git.rebase-down")
 def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False) -> int:
     refuse_in_toplevel(ws, "git.rebase-down")
     sync_worktree(ws, strict=True)     # imports first; the integration branches inside are the host's latest
@@ -394,6 +396,7 @@ def plan_merge_up(ws: Workspace, rels: list[Relation], no_ff: bool) -> list[GitS
     return steps
 
 
+@holds_group_lock("git.merge-up")
 def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False) -> int:
     refuse_in_toplevel(ws, "git.merge-up")
     sync_worktree(ws, strict=True)     # lands what the agent committed, up to now
