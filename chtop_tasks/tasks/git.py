@@ -8,6 +8,7 @@ from .common import lazy, reports_errors
 gitops = lazy("workspace.gitops")
 dotfiles = lazy("workspace.dotfiles")
 layout = lazy("workspace.layout")
+remotes = lazy("workspace.remotes")
 
 
 @task
@@ -41,3 +42,18 @@ def rebase_down(c, dry_run=False):
 def merge_up(c, dry_run=False, no_ff=False):
     """In a worktree: fast-forward each integration branch to this feature (in the toplevel)."""
     return gitops.merge_up(layout.find_workspace(), no_ff=no_ff, dry_run=dry_run)
+
+
+@task
+@reports_errors
+def pull(c):
+    """In the toplevel (or a worktree: acts on its toplevel): fetch every repo, fast-forward clean integration branches."""
+    return remotes.pull(layout.find_workspace())
+
+
+@task(help={"dry_run": "print what would be pushed, push nothing",
+            "feature": "also push feature branch NAME of every repo that has it (never forced)"})
+@reports_errors
+def push(c, dry_run=False, feature=""):
+    """Push each integration branch that is ahead of its remote (never forced), one line per repo."""
+    return remotes.push(layout.find_workspace(), dry_run=dry_run, feature=feature)

@@ -116,12 +116,16 @@ def describe_relation(ws: Workspace, rel: Relation) -> str | None:
         return None
     here = ws.display(rel.checkout.path)
     top = ws.display(ws.main_checkout_dir(rel.checkout))
-    parts = []
-    if rel.ahead:
-        parts.append(f"{rel.ahead} commit{'s' if rel.ahead != 1 else ''} ahead of")
-    if rel.behind:
-        parts.append(f"{rel.behind} commit{'s' if rel.behind != 1 else ''} behind")
-    return f"{here} is {' and '.join(parts)} {top} ({rel.integration} branch)"
+    return f"{here} is {relation_words(rel.ahead, rel.behind)} {top} ({rel.integration} branch)"
+
+
+def relation_words(ahead: int, behind: int) -> str:
+    """``1 commit ahead of, 2 behind``: the parts that are not zero."""
+    def commits(n: int) -> str:
+        return f"{n} commit{'s' if n != 1 else ''}"
+    if ahead and behind:
+        return f"{commits(ahead)} ahead of, {behind} behind"
+    return f"{commits(ahead)} ahead of" if ahead else f"{commits(behind)} behind"
 
 
 def off_branch_warnings(ws: Workspace, rels: list[Relation]) -> list[str]:

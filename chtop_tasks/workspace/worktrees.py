@@ -55,6 +55,7 @@ class AddStep:
     reuse_branch: bool
     store: Path
     branch_sha: str | None = None
+    submodules: bool = True         # the manifest's ``submodules`` (false: none are initialised)
 
     @property
     def tip(self) -> str:
@@ -104,7 +105,7 @@ def steps_for_create(ws: Workspace, top: Workspace, name: str, integration: dict
             raise Refused(f"{ws.display(main_dir)} has no branch {start!r} (its integration branch)")
         steps.append(AddStep(Checkout(checkout.name, new_path, checkout.store), main_dir, start,
                              found[start], name in found, private_store(ws.grouping, name, checkout.name),
-                             found.get(name)))
+                             found.get(name), not checkout.name or top.manifest.get(checkout.name).submodules))
     return steps
 
 
@@ -187,7 +188,8 @@ def add_worktrees(steps: list[AddStep], name: str, run: CreateRun) -> None:
         run.record_path(step.checkout.path)
         add_private_worktree(step.checkout.store, step.store, step.checkout.path, name, step.tip,
                              step.start, step.start_sha)
-        init_submodules(step.checkout.path)
+        if step.submodules:
+            init_submodules(step.checkout.path)
 
 
 def init_submodules(path: Path) -> None:
