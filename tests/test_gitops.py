@@ -206,3 +206,19 @@ def test_merge_up_checks_every_toplevel_checkout_before_any_repo_moves(with_dev)
     git(top_beta, "checkout", "-q", "kms")
     g.inv(dev, "git.merge-up")
     assert git(top_beta, "rev-parse", "kms") == git(dev / "beta", "rev-parse", "dev")
+
+
+def test_diff_integration_shows_each_repos_work_against_its_own_branch(with_dev):
+    g = with_dev
+    dev = g.path("dev")
+    g.commit(dev / "beta", "feature.txt", "feature\n", "feature on kms")
+    g.push_upstream_commit("beta", "upstream.txt", "u\n")         # kms moved: not part of the feature
+    g.inv(dev, "git.status")
+    (dev / "alpha" / "alpha.txt").write_text("uncommitted\n")
+    out = g.inv(dev, "git.diff", "--integration", "--", "--stat").stdout
+    assert "==== dev/beta  [$ git diff --merge-base kms --stat" in out and "feature.txt" in out
+    assert "upstream.txt" not in out
+    assert "==== dev/alpha  [$ git diff --merge-base main --stat" in out and "alpha.txt" in out
+    assert "==== dev  [" not in out                                 # nothing in the container repo
+    clean = g.inv(g.toplevel, "git.diff", "--integration").stdout
+    assert "no differences against the integration branches in 3 repos" in clean

@@ -18,10 +18,12 @@ def status(c):
     return gitops.git_status(layout.find_workspace(), remainder_args())
 
 
-@task
+@task(help={"integration": "each repo against its own integration branch (git diff --merge-base BRANCH)"})
 @reports_errors
-def diff(c):
+def diff(c, integration=False):
     """git diff in every repo (-- ARGS pass through, e.g. -- --stat)."""
+    if integration:
+        return gitops.git_diff_integration(layout.find_workspace(), remainder_args())
     return gitops.git_diff(layout.find_workspace(), remainder_args())
 
 

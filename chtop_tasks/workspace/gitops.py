@@ -168,6 +168,18 @@ def git_diff(ws: Workspace, args: list[str]) -> int:
     return worst_status(outputs)
 
 
+def git_diff_integration(ws: Workspace, args: list[str]) -> int:
+    """Each repo's work against its own integration branch (``git diff --merge-base BRANCH``): what
+    the feature changed, not what the integration branch gained since."""
+    sync_worktree(ws)
+    verify_git_dirs(ws)
+    outputs = fan_out(lambda c: run_in_checkout(ws, c, ["diff", "--merge-base", ws.integration_branch(c), *args]),
+                      present_checkouts(ws))
+    if not print_outputs(outputs, hide_empty=True):
+        say(f"no differences against the integration branches in {len(outputs)} repos")
+    return worst_status(outputs)
+
+
 # -- rebase-down / merge-up -------------------------------------------------------
 
 
