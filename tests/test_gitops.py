@@ -126,8 +126,10 @@ def test_rebase_down_rerenders_dotfiles(with_dev):
     g = with_dev
     envrc = g.path("dev", ".envrc")
     envrc.write_text("stale\n")
-    g.inv(g.path("dev"), "git.rebase-down")
+    out = g.inv(g.path("dev"), "git.rebase-down").stdout
     assert "PYTHONSAFEPATH=1" in envrc.read_text()
+    assert "re-rendered dotfiles: dev/.envrc" in out
+    assert "re-rendered" not in g.inv(g.path("dev"), "git.rebase-down").stdout
 
 
 def test_git_commands_refuse_a_tampered_checkout(with_dev, tmp_path):
@@ -222,3 +224,26 @@ def test_diff_integration_shows_each_repos_work_against_its_own_branch(with_dev)
     assert "==== dev  [" not in out                                 # nothing in the container repo
     clean = g.inv(g.toplevel, "git.diff", "--integration").stdout
     assert "no differences against the integration branches in 3 repos" in clean
+
+
+def test_status_in_the_toplevel_shows_the_whole_group(with_dev):
+    g = with_dev
+    dev = g.path("dev")
+    g.commit(dev / "alpha", "a.txt", "x\n", "ahead")
+    git(dev / "beta", "checkout", "-q", "-b", "other")
+    result = g.inv(g.toplevel, "git.status")
+    assert "dev/alpha is 1 commit ahead of top/alpha (main branch)" in result.stdout
+    assert "dev/beta is on branch 'other', expected 'dev'" in result.stderr
+    git(g.toplevel / "beta", "checkout", "-q", "-b", "side")
+    from_dev = g.inv(dev, "git.status")
+    assert "top/beta is on branch 'side', expected 'kms'" in from_dev.stderr
+
+
+def test_merge_up_says_what_landed(with_dev):
+    g = with_dev
+    dev = g.path("dev")
+    g.commit(dev / "alpha", "a.txt", "x\n", "one")
+    g.commit(dev / "beta", "b1.txt", "x\n", "two")
+    g.commit(dev / "beta", "b2.txt", "x\n", "three")
+    assert "landed dev: alpha 1, beta 2 commits" in g.inv(dev, "git.merge-up").stdout
+    assert "landed nothing: every integration branch already has dev" in g.inv(dev, "git.merge-up").stdout

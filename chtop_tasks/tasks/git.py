@@ -3,6 +3,7 @@
 from invoke import task
 
 from ..argv import remainder_args
+from ..term import say
 from .common import lazy, reports_errors
 
 gitops = lazy("workspace.gitops")
@@ -34,7 +35,9 @@ def rebase_down(c, dry_run=False):
     ws = layout.find_workspace()
     code = gitops.rebase_down(ws, remainder_args(), dry_run=dry_run)
     if not dry_run:
-        dotfiles.refresh_workspace_files(ws)
+        written = dotfiles.refresh_workspace_files(ws)
+        if written:
+            say("re-rendered dotfiles: " + ", ".join(ws.display(p) for p in written))
     return code
 
 

@@ -157,7 +157,33 @@ def git_status(ws: Workspace, args: list[str]) -> int:
         say(line)
     for line in off_branch_warnings(ws, rels):
         warn(line)
+    if ws.is_toplevel:
+        group_status(ws)
+    else:
+        for line in off_branch_warnings(ws, relations(ws.for_root(ws.toplevel))):
+            warn(line)      # where merge-up lands: a toplevel repo on another branch
     return worst_status(outputs)
+
+
+def group_status(top: Workspace) -> None:
+    """In the toplevel: every worktree's relations to its integration branches, and its checkouts
+    off their branch."""
+    from .layout import find_workspace
+    from .worktrees import worktree_roots
+
+    for root in worktree_roots(top):
+        try:
+            wt = find_workspace(root)
+            sync_worktree(wt)
+            verify_git_dirs(wt)
+            rels = relations(wt)
+        except (ChtopError, OSError) as exc:
+            warn(f"{top.display(root)}: {exc}")
+            continue
+        for line in relations_block(wt, rels):
+            say(line)
+        for line in off_branch_warnings(wt, rels):
+            warn(line)
 
 
 def git_diff(ws: Workspace, args: list[str]) -> int:
@@ -426,4 +452,15 @@ def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False) -> int:
         f"merge into {ws.display(step.cwd)} failed (see git's message above); "
         "repos already merged stay merged. Run `inv git.rebase-down` in the worktree and retry."),
         landed_on_integration, relation=relation_in_toplevel)
+    if not dry_run:
+        say(landed_line(ws, rels))
     return 0
+
+
+def landed_line(ws: Workspace, rels: list[Relation]) -> str:
+    """``landed dev: ksgpu 1, pirate 2 commits`` (what merge-up moved), or that nothing was due."""
+    parts = [f"{rel.checkout.name or ws.toplevel.name} {rel.ahead}" for rel in rels if rel.ahead]
+    if not parts:
+        return f"landed nothing: every integration branch already has {ws.name}"
+    total = sum(rel.ahead for rel in rels)
+    return f"landed {ws.name}: {', '.join(parts)} commit{'s' if total != 1 else ''}"
