@@ -364,3 +364,25 @@ def test_store_tips_read_the_agents_files_as_data(tmp_path):
     tips = store_tips(store, now=now)
     assert sorted((t.source, t.sha) for t in tips) == sorted([
         ("refs/heads/side", a), ("stash@{0}", d), ("stash@{1}", c), ("reflog", d)])
+
+
+def test_init_checks_every_target_before_cloning_any(group):
+    g = group
+    (g.toplevel / "beta").mkdir()
+    (g.toplevel / "beta" / "notes.txt").write_text("not a clone\n")
+    result = g.inv(g.toplevel, "toplevel.init", "--no-venv", check=False)
+    assert result.returncode == 3
+    assert "toplevel.init cloned nothing: these exist but are not git clones:" in result.stderr
+    assert str(g.toplevel / "beta") in result.stderr
+    assert not (g.toplevel / "alpha").exists()          # the first repo was not cloned either
+    assert "$ git clone" not in result.stderr
+
+
+def test_tasks_in_the_grouping_dir_act_on_its_toplevel(with_dev):
+    from test_cli import chtop
+
+    g = with_dev
+    result = chtop(g.grouping, "worktree.list")
+    assert result.returncode == 0, result.stderr
+    assert f"dev  ({g.path('dev')})" in result.stdout
+    assert find_workspace(g.grouping).root == g.toplevel.resolve()
