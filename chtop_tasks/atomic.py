@@ -48,7 +48,14 @@ def locked_for_update(path: Path):
 
 
 def read_agent_file(path: Path, limit: int = 1 << 20) -> bytes | None:
-    """The bytes of ``path`` when it is a regular file of at most ``limit`` bytes, else None.
+    """The bytes of ``path`` when it is a regular file of at most ``limit`` bytes, else None
+    (``read_agent_file_stat`` without the stat)."""
+    got = read_agent_file_stat(path, limit)
+    return got[0] if got is not None else None
+
+
+def read_agent_file_stat(path: Path, limit: int = 1 << 20) -> tuple[bytes, os.stat_result] | None:
+    """(bytes, stat) of ``path`` when it is a regular file of at most ``limit`` bytes, else None.
 
     For files an agent can write: a symlink is not followed (O_NOFOLLOW), a FIFO or device never
     blocks the read (O_NONBLOCK, then fstat says it is no regular file), and a huge file is not
@@ -66,4 +73,4 @@ def read_agent_file(path: Path, limit: int = 1 << 20) -> bytes | None:
         return None
     finally:
         os.close(fd)
-    return data if len(data) <= limit else None
+    return (data, info) if len(data) <= limit else None
