@@ -249,7 +249,8 @@ def unsaved_in_worktree(wt: Workspace, checkouts: list[Checkout]) -> dict[Checko
     found = {}
     for checkout in checkouts:
         store = private_store(wt.grouping, wt.name, checkout.name)
-        if store.is_dir() and not store.is_symlink() and (checkout.path / ".git").is_file():
+        if (store.is_dir() and not store.is_symlink() and (checkout.path / ".git").is_file()
+                and checkout.store.is_dir()):
             unsaved = unsaved_tips(checkout.path, store, checkout.store)
             if unsaved:
                 found[checkout] = unsaved

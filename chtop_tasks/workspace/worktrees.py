@@ -321,7 +321,8 @@ def delete_problems(wt: Workspace, checkouts: list[Checkout] | None = None,
 @holds_group_lock("worktree.delete")
 def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | None = None,
                     refuse_if_busy=None) -> list[str]:
-    """Remove ``<grouping>/<name>``; returns the branches kept (unmerged).
+    """Remove ``<grouping>/<name>``; returns one line per thing kept: unmerged branches, and the
+    ``refs/chtop/kept/NAME/...`` refs that hold what only its private stores had or earlier tips.
 
     ``refuse_if_busy(wt)`` raises Refused while something still runs in the worktree (its agent
     session, a sandbox): the task passes ``sessions.refuse_while_in_use``.
