@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import CommandFailed
 from ..fanout import fan_out
 from ..term import say, warn
 from .gitops import relation_words
@@ -84,8 +85,11 @@ class PullResult:
 
 def fetch(top: Workspace, checkout: Checkout, up: Upstream) -> str | None:
     """Fetch ``up.remote`` in the checkout; None, or why it failed."""
-    got = git(checkout.path, ["fetch", "--quiet", "--no-recurse-submodules", up.remote], check=False,
-              toplevel_only=True, timeout=FETCH_TIMEOUT)
+    try:
+        got = git(checkout.path, ["fetch", "--quiet", "--no-recurse-submodules", up.remote], check=False,
+                  toplevel_only=True, timeout=FETCH_TIMEOUT)
+    except CommandFailed as exc:        # timed out: an unreachable remote, like a refused one
+        return f"could not fetch {up.remote}: {exc}"
     if got.ok:
         return None
     url = config_value(checkout.path, f"remote.{up.remote}.url") or "?"
