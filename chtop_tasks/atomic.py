@@ -1,12 +1,14 @@
 """Writing a file so that readers never see half of it and a planted symlink is never followed:
 a fresh temp file in the same dir, renamed over the path; and one read-modify-write of a file at a
-time, across processes (``locked_for_update``)."""
+time, across processes (``locked_for_update``); and reading a file an agent can write without
+following a link or blocking (``read_agent_file``)."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -43,3 +45,32 @@ def locked_for_update(path: Path):
             yield fh
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def read_agent_file(path: Path, limit: int = 1 << 20) -> bytes | None:
+    """The bytes of ``path`` when it is a regular file of at most ``limit`` bytes, else None
+    (``read_agent_file_stat`` without the stat)."""
+    got = read_agent_file_stat(path, limit)
+    return got[0] if got is not None else None
+
+
+def read_agent_file_stat(path: Path, limit: int = 1 << 20) -> tuple[bytes, os.stat_result] | None:
+    """(bytes, stat) of ``path`` when it is a regular file of at most ``limit`` bytes, else None.
+
+    For files an agent can write: a symlink is not followed (O_NOFOLLOW), a FIFO or device never
+    blocks the read (O_NONBLOCK, then fstat says it is no regular file), and a huge file is not
+    read into memory."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            return None
+        data = os.read(fd, limit + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return (data, info) if len(data) <= limit else None

@@ -94,6 +94,16 @@ def state_dir(group_dir: Path) -> Path:
     return Path(group_dir) / STATE_DIR_NAME
 
 
+def group_lock_path(group_dir: Path) -> Path:
+    """The flock every task that changes the group's worktrees or stores holds."""
+    return state_dir(group_dir) / "group.lock"
+
+
+def create_journal_path(group_dir: Path, name: str) -> Path:
+    """What a running ``worktree.create --name NAME`` has made so far (gone when it ends)."""
+    return state_dir(group_dir) / "creating" / f"{name}.json"
+
+
 def runtime_base() -> Path:
     base = Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp") / f"chtop-{os.getuid()}"
     if len(str(base)) > MAX_RUNTIME_BASE:

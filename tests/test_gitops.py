@@ -126,8 +126,10 @@ def test_rebase_down_rerenders_dotfiles(with_dev):
     g = with_dev
     envrc = g.path("dev", ".envrc")
     envrc.write_text("stale\n")
-    g.inv(g.path("dev"), "git.rebase-down")
+    out = g.inv(g.path("dev"), "git.rebase-down").stdout
     assert "PYTHONSAFEPATH=1" in envrc.read_text()
+    assert "re-rendered dotfiles: dev/.envrc" in out
+    assert "re-rendered" not in g.inv(g.path("dev"), "git.rebase-down").stdout
 
 
 def test_git_commands_refuse_a_tampered_checkout(with_dev, tmp_path):
@@ -139,3 +141,109 @@ def test_git_commands_refuse_a_tampered_checkout(with_dev, tmp_path):
     result = g.inv(g.path("dev"), "git.status", check=False)
     assert result.returncode == 2 and "refusing to run git" in result.stderr
     assert not (tmp_path / "pwned").exists()
+
+
+def test_chtops_own_rebase_down_is_no_rewrite_inside(with_dev):
+    g = with_dev
+    dev = g.path("dev")
+    g.commit(dev / "alpha", "mine.txt", "m\n", "feature work")
+    g.inv(dev, "git.status")                           # imported: top/alpha has dev at the old tip
+    g.push_upstream_commit("alpha", "upstream.txt", "u\n")
+    g.inv(dev, "git.rebase-down")
+    rebased = git(dev / "alpha", "rev-parse", "dev")
+    after = g.inv(dev, "git.status")
+    assert "rewritten inside" not in after.stderr
+    assert git(g.toplevel / "alpha", "rev-parse", "dev") == rebased
+    assert git(g.toplevel / "alpha", "for-each-ref", "refs/chtop/kept") == ""
+
+
+def test_delete_drops_kept_tips_whose_commits_landed_and_says_what_it_keeps(with_dev):
+    g = with_dev
+    dev = g.path("dev")
+    first = g.commit(dev / "alpha", "mine.txt", "m\n", "feature work")
+    g.inv(dev, "git.status")
+    git(dev / "alpha", "commit", "-q", "--amend", "-m", "feature work, reworded")  # same patch
+    amended = g.inv(dev, "git.status")
+    assert f"refs/chtop/kept/dev/{first}" in amended.stderr          # an agent's rewrite is still kept
+    lost = g.commit(dev / "beta", "lost.txt", "l\n", "beta work dropped later")
+    g.inv(dev, "git.status")
+    git(dev / "beta", "reset", "-q", "--hard", "HEAD~")
+    g.commit(dev / "beta", "other.txt", "o\n", "other beta work")
+    g.inv(dev, "git.status")
+    g.inv(dev, "git.merge-up")
+    result = g.inv(g.toplevel, "worktree.delete", "--name", "dev")
+    assert git(g.toplevel / "alpha", "for-each-ref", "refs/chtop/kept") == ""
+    assert f"top/alpha: dropped refs/chtop/kept/dev/{first} (its commits are all in main" in result.stdout
+    assert git(g.toplevel / "beta", "rev-parse", f"refs/chtop/kept/dev/{lost}") == lost
+    assert f"kept top/beta: refs/chtop/kept/dev/{lost} (an earlier tip of dev: 1 commit not in kms" in result.stderr
+
+
+def test_merge_up_checks_every_toplevel_checkout_before_any_repo_moves(with_dev):
+    g = with_dev
+    dev = g.path("dev")
+    g.commit(dev / "alpha", "a.txt", "x\n", "feature")
+    g.commit(dev / "beta", "beta.txt", "feature\n", "feature")
+    tips = {repo: git(g.toplevel / repo, "rev-parse", "HEAD") for repo in ("alpha", "beta")}
+    top_beta = g.toplevel / "beta"            # the last repo of the manifest
+    (top_beta / "beta.txt").write_text("uncommitted in the toplevel\n")
+    result = g.inv(dev, "git.merge-up", check=False)
+    assert result.returncode == 3, result.stderr
+    assert "top/beta: uncommitted changes to beta.txt, which the merge changes" in result.stderr
+    assert {repo: git(g.toplevel / repo, "rev-parse", "HEAD") for repo in ("alpha", "beta")} == tips
+    (top_beta / "beta.txt").write_text("line 1\nline 2\nline 3\n")
+    # a leftover index.lock, a merge in progress, another branch: each named, nothing moves
+    (top_beta / ".git" / "index.lock").write_text("")
+    result = g.inv(dev, "git.merge-up", check=False)
+    assert result.returncode == 3 and "top/beta: a leftover" in result.stderr and "index.lock" in result.stderr
+    (top_beta / ".git" / "index.lock").unlink()
+    (top_beta / ".git" / "MERGE_HEAD").write_text(tips["beta"] + "\n")
+    result = g.inv(dev, "git.merge-up", check=False)
+    assert result.returncode == 3 and "top/beta: a merge is in progress" in result.stderr
+    (top_beta / ".git" / "MERGE_HEAD").unlink()
+    git(top_beta, "checkout", "-q", "-b", "side")
+    result = g.inv(dev, "git.merge-up", check=False)
+    assert result.returncode == 3 and "top/beta: has side checked out" in result.stderr
+    assert {repo: git(g.toplevel / repo, "rev-parse", repo_branch) for repo, repo_branch
+            in (("alpha", "main"), ("beta", "kms"))} == tips
+    git(top_beta, "checkout", "-q", "kms")
+    g.inv(dev, "git.merge-up")
+    assert git(top_beta, "rev-parse", "kms") == git(dev / "beta", "rev-parse", "dev")
+
+
+def test_diff_integration_shows_each_repos_work_against_its_own_branch(with_dev):
+    g = with_dev
+    dev = g.path("dev")
+    g.commit(dev / "beta", "feature.txt", "feature\n", "feature on kms")
+    g.push_upstream_commit("beta", "upstream.txt", "u\n")         # kms moved: not part of the feature
+    g.inv(dev, "git.status")
+    (dev / "alpha" / "alpha.txt").write_text("uncommitted\n")
+    out = g.inv(dev, "git.diff", "--integration", "--", "--stat").stdout
+    assert "==== dev/beta  [$ git diff --merge-base kms --stat" in out and "feature.txt" in out
+    assert "upstream.txt" not in out
+    assert "==== dev/alpha  [$ git diff --merge-base main --stat" in out and "alpha.txt" in out
+    assert "==== dev  [" not in out                                 # nothing in the container repo
+    clean = g.inv(g.toplevel, "git.diff", "--integration").stdout
+    assert "no differences against the integration branches in 3 repos" in clean
+
+
+def test_status_in_the_toplevel_shows_the_whole_group(with_dev):
+    g = with_dev
+    dev = g.path("dev")
+    g.commit(dev / "alpha", "a.txt", "x\n", "ahead")
+    git(dev / "beta", "checkout", "-q", "-b", "other")
+    result = g.inv(g.toplevel, "git.status")
+    assert "dev/alpha is 1 commit ahead of top/alpha (main branch)" in result.stdout
+    assert "dev/beta is on branch 'other', expected 'dev'" in result.stderr
+    git(g.toplevel / "beta", "checkout", "-q", "-b", "side")
+    from_dev = g.inv(dev, "git.status")
+    assert "top/beta is on branch 'side', expected 'kms'" in from_dev.stderr
+
+
+def test_merge_up_says_what_landed(with_dev):
+    g = with_dev
+    dev = g.path("dev")
+    g.commit(dev / "alpha", "a.txt", "x\n", "one")
+    g.commit(dev / "beta", "b1.txt", "x\n", "two")
+    g.commit(dev / "beta", "b2.txt", "x\n", "three")
+    assert "landed dev: alpha 1, beta 2 commits" in g.inv(dev, "git.merge-up").stdout
+    assert "landed nothing: every integration branch already has dev" in g.inv(dev, "git.merge-up").stdout

@@ -281,3 +281,108 @@ def test_broken_manifest_is_a_clear_error_and_changes_nothing(group):
     assert result.returncode == 2
     assert "git_repositories.toml: repo #1 ('../x'): 'name' must not contain '/'" in result.stderr
     assert sorted(p.name for p in g.toplevel.iterdir() if p.name.startswith(".env")) == []
+
+
+def make_commits_only_the_private_stores_hold(g, monkeypatch) -> dict[str, str]:
+    """In dev/beta: a side branch, a tag, a stash and a detached HEAD commit; in dev/alpha a commit
+    reset away (only its reflog names it).  dev's own branch stays at its integration branch."""
+    import datetime
+    monkeypatch.setenv("GIT_COMMITTER_DATE", datetime.datetime.now(datetime.timezone.utc).isoformat())
+    beta, alpha = g.path("dev", "beta"), g.path("dev", "alpha")
+    git(beta, "checkout", "-q", "-b", "side")
+    made = {"side": g.commit(beta, "side.txt", "side\n", "side work")}
+    git(beta, "checkout", "-q", "--detach", "dev")
+    made["tag"] = g.commit(beta, "tag.txt", "tagged\n", "tagged work")
+    git(beta, "tag", "-a", "-m", "a tag", "v-dev")
+    git(beta, "checkout", "-q", "dev")
+    (beta / "beta.txt").write_text("stashed\n")
+    git(beta, "stash", "-q")
+    made["stash"] = git(beta, "rev-parse", "refs/stash")
+    git(beta, "checkout", "-q", "--detach", "dev")
+    made["detached"] = g.commit(beta, "detached.txt", "detached\n", "detached work")
+    made["reflog"] = g.commit(alpha, "gone.txt", "gone\n", "reset away")
+    git(alpha, "reset", "-q", "--hard", "HEAD~")
+    return made
+
+
+def test_delete_refuses_listing_commits_only_its_private_stores_hold(with_dev, monkeypatch):
+    g = with_dev
+    make_commits_only_the_private_stores_hold(g, monkeypatch)
+    result = g.inv(g.toplevel, "worktree.delete", "--name", "dev", check=False)
+    assert result.returncode == 3, result.stderr
+    err = result.stderr
+    assert "dev/beta: commits only its private store holds:" in err
+    for part in ("branch side (1 commit)", "tag v-dev (1 commit)", "stash@{0} (", "HEAD ("):
+        assert part in err
+    assert "dev/alpha: commits only its private store holds: a reflog entry (" in err
+    assert g.path("dev", "beta", "detached.txt").exists()      # nothing was removed
+    assert git(g.toplevel / "beta", "for-each-ref", "refs/chtop/kept") == ""
+
+
+def test_delete_force_keeps_every_commit_only_its_private_stores_hold(with_dev, monkeypatch):
+    g = with_dev
+    made = make_commits_only_the_private_stores_hold(g, monkeypatch)
+    result = g.inv(g.toplevel, "worktree.delete", "--name", "dev", "--force")
+    assert not g.path("dev").exists() and not g.path(".chtop", "git", "dev").exists()
+    top_beta, top_alpha = g.toplevel / "beta", g.toplevel / "alpha"
+    assert git(top_beta, "rev-parse", "refs/chtop/kept/dev/refs/heads/side") == made["side"]
+    assert git(top_beta, "rev-parse", "refs/chtop/kept/dev/refs/tags/v-dev^{commit}") == made["tag"]
+    assert git(top_beta, "cat-file", "-t", "refs/chtop/kept/dev/refs/tags/v-dev") == "tag"
+    assert git(top_beta, "rev-parse", "refs/chtop/kept/dev/refs/stash") == made["stash"]
+    assert git(top_beta, "rev-parse", "refs/chtop/kept/dev/HEAD") == made["detached"]
+    assert git(top_alpha, "rev-parse", f"refs/chtop/kept/dev/{made['reflog']}") == made["reflog"]
+    for repo, sha in ((top_beta, made["side"]), (top_beta, made["stash"]), (top_alpha, made["reflog"])):
+        git(repo, "cat-file", "-e", f"{sha}^{{commit}}")
+    assert "top/beta: refs/chtop/kept/dev/refs/heads/side (branch side of dev/beta, 1 commit" in result.stderr
+    assert "top/alpha: refs/chtop/kept/dev/" in result.stderr
+    assert git(top_beta, "fsck", "--no-dangling") == ""
+
+
+def test_store_tips_read_the_agents_files_as_data(tmp_path):
+    """A private store's files are the agent's: a symlinked ref (file or dir) is not followed, a FIFO
+    never blocks the read, a huge file is not read, old reflog entries are dropped (not the stash's)."""
+    from chtop_tasks.workspace.keep import REFLOG_DAYS, store_tips
+
+    a, b, c, d = ("a" * 40, "b" * 40, "c" * 40, "d" * 40)
+    store = tmp_path / "store.git"
+    (store / "refs" / "heads").mkdir(parents=True)
+    (store / "refs" / "heads" / "side").write_text(a + "\n")
+    outside = tmp_path / "outside"
+    (outside / "heads").mkdir(parents=True)
+    (outside / "sha").write_text(b + "\n")
+    (outside / "heads" / "x").write_text(b + "\n")
+    (store / "refs" / "heads" / "link").symlink_to(outside / "sha")
+    (store / "refs" / "linked-dir").symlink_to(outside / "heads")
+    os.mkfifo(store / "refs" / "heads" / "fifo")
+    (store / "packed-refs").symlink_to(outside / "sha")
+    (store / "logs" / "refs").mkdir(parents=True)
+    now = 2_000_000_000
+    old = now - (REFLOG_DAYS + 1) * 86400
+    line = "{} {} A <a@x> {} +0000\tmsg\n"
+    (store / "logs" / "refs" / "stash").write_text(line.format("0" * 40, c, old) + line.format(c, d, old))
+    (store / "logs" / "HEAD").write_text(line.format("0" * 40, b, old) + line.format(b, d, now))
+    tips = store_tips(store, now=now)
+    assert sorted((t.source, t.sha) for t in tips) == sorted([
+        ("refs/heads/side", a), ("stash@{0}", d), ("stash@{1}", c), ("reflog", d)])
+
+
+def test_init_checks_every_target_before_cloning_any(group):
+    g = group
+    (g.toplevel / "beta").mkdir()
+    (g.toplevel / "beta" / "notes.txt").write_text("not a clone\n")
+    result = g.inv(g.toplevel, "toplevel.init", "--no-venv", check=False)
+    assert result.returncode == 3
+    assert "toplevel.init cloned nothing: these exist but are not git clones:" in result.stderr
+    assert str(g.toplevel / "beta") in result.stderr
+    assert not (g.toplevel / "alpha").exists()          # the first repo was not cloned either
+    assert "$ git clone" not in result.stderr
+
+
+def test_tasks_in_the_grouping_dir_act_on_its_toplevel(with_dev):
+    from test_cli import chtop
+
+    g = with_dev
+    result = chtop(g.grouping, "worktree.list")
+    assert result.returncode == 0, result.stderr
+    assert f"dev  ({g.path('dev')})" in result.stdout
+    assert find_workspace(g.grouping).root == g.toplevel.resolve()

@@ -3,11 +3,13 @@
 from invoke import task
 
 from ..argv import remainder_args
+from ..term import say
 from .common import lazy, reports_errors
 
 gitops = lazy("workspace.gitops")
 dotfiles = lazy("workspace.dotfiles")
 layout = lazy("workspace.layout")
+remotes = lazy("workspace.remotes")
 
 
 @task
@@ -17,10 +19,12 @@ def status(c):
     return gitops.git_status(layout.find_workspace(), remainder_args())
 
 
-@task
+@task(help={"integration": "each repo against its own integration branch (git diff --merge-base BRANCH)"})
 @reports_errors
-def diff(c):
+def diff(c, integration=False):
     """git diff in every repo (-- ARGS pass through, e.g. -- --stat)."""
+    if integration:
+        return gitops.git_diff_integration(layout.find_workspace(), remainder_args())
     return gitops.git_diff(layout.find_workspace(), remainder_args())
 
 
@@ -31,7 +35,9 @@ def rebase_down(c, dry_run=False):
     ws = layout.find_workspace()
     code = gitops.rebase_down(ws, remainder_args(), dry_run=dry_run)
     if not dry_run:
-        dotfiles.refresh_workspace_files(ws)
+        written = dotfiles.refresh_workspace_files(ws)
+        if written:
+            say("re-rendered dotfiles: " + ", ".join(ws.display(p) for p in written))
     return code
 
 
@@ -41,3 +47,18 @@ def rebase_down(c, dry_run=False):
 def merge_up(c, dry_run=False, no_ff=False):
     """In a worktree: fast-forward each integration branch to this feature (in the toplevel)."""
     return gitops.merge_up(layout.find_workspace(), no_ff=no_ff, dry_run=dry_run)
+
+
+@task
+@reports_errors
+def pull(c):
+    """In the toplevel (or a worktree: acts on its toplevel): fetch every repo, fast-forward clean integration branches."""
+    return remotes.pull(layout.find_workspace())
+
+
+@task(help={"dry_run": "print what would be pushed, push nothing",
+            "feature": "also push feature branch NAME of every repo that has it (never forced)"})
+@reports_errors
+def push(c, dry_run=False, feature=""):
+    """Push each integration branch that is ahead of its remote (never forced), one line per repo."""
+    return remotes.push(layout.find_workspace(), dry_run=dry_run, feature=feature)

@@ -27,7 +27,7 @@ def create(c, name="", no_venv=False):
 
 @task(help={"name": "the worktree to delete (required)",
             "force": "delete despite uncommitted changes or untracked files (LOSES them); "
-                     "unmerged branches are still kept"})
+                     "unmerged branches, and commits only its private stores hold, are still kept"})
 @reports_errors
 def delete(c, name="", force=False):
     """Delete ../NAME after checking nothing would be lost (branches kept if unmerged)."""

@@ -22,7 +22,8 @@ from .gitprobe import (
     operation_in_progress,
     untracked_in_the_way,
 )
-from .gitrun import HOST_GIT_OPTS
+from .gitrun import HOST_GIT_OPTS, git
+from .grouplock import holds_group_lock
 from .layout import Checkout, Workspace, verify_git_dirs
 from .quarantine import sync_worktree
 
@@ -115,12 +116,16 @@ def describe_relation(ws: Workspace, rel: Relation) -> str | None:
         return None
     here = ws.display(rel.checkout.path)
     top = ws.display(ws.main_checkout_dir(rel.checkout))
-    parts = []
-    if rel.ahead:
-        parts.append(f"{rel.ahead} commit{'s' if rel.ahead != 1 else ''} ahead of")
-    if rel.behind:
-        parts.append(f"{rel.behind} commit{'s' if rel.behind != 1 else ''} behind")
-    return f"{here} is {' and '.join(parts)} {top} ({rel.integration} branch)"
+    return f"{here} is {relation_words(rel.ahead, rel.behind)} {top} ({rel.integration} branch)"
+
+
+def relation_words(ahead: int, behind: int) -> str:
+    """``1 commit ahead of, 2 behind``: the parts that are not zero."""
+    def commits(n: int) -> str:
+        return f"{n} commit{'s' if n != 1 else ''}"
+    if ahead and behind:
+        return f"{commits(ahead)} ahead of, {behind} behind"
+    return f"{commits(ahead)} ahead of" if ahead else f"{commits(behind)} behind"
 
 
 def off_branch_warnings(ws: Workspace, rels: list[Relation]) -> list[str]:
@@ -152,7 +157,33 @@ def git_status(ws: Workspace, args: list[str]) -> int:
         say(line)
     for line in off_branch_warnings(ws, rels):
         warn(line)
+    if ws.is_toplevel:
+        group_status(ws)
+    else:
+        for line in off_branch_warnings(ws, relations(ws.for_root(ws.toplevel))):
+            warn(line)      # where merge-up lands: a toplevel repo on another branch
     return worst_status(outputs)
+
+
+def group_status(top: Workspace) -> None:
+    """In the toplevel: every worktree's relations to its integration branches, and its checkouts
+    off their branch."""
+    from .layout import find_workspace
+    from .worktrees import worktree_roots
+
+    for root in worktree_roots(top):
+        try:
+            wt = find_workspace(root)
+            sync_worktree(wt)
+            verify_git_dirs(wt)
+            rels = relations(wt)
+        except (ChtopError, OSError) as exc:
+            warn(f"{top.display(root)}: {exc}")
+            continue
+        for line in relations_block(wt, rels):
+            say(line)
+        for line in off_branch_warnings(wt, rels):
+            warn(line)
 
 
 def git_diff(ws: Workspace, args: list[str]) -> int:
@@ -160,6 +191,18 @@ def git_diff(ws: Workspace, args: list[str]) -> int:
     shown = print_outputs(outputs, hide_empty=True)
     if not shown:
         say(f"no differences in {len(outputs)} repos")
+    return worst_status(outputs)
+
+
+def git_diff_integration(ws: Workspace, args: list[str]) -> int:
+    """Each repo's work against its own integration branch (``git diff --merge-base BRANCH``): what
+    the feature changed, not what the integration branch gained since."""
+    sync_worktree(ws)
+    verify_git_dirs(ws)
+    outputs = fan_out(lambda c: run_in_checkout(ws, c, ["diff", "--merge-base", ws.integration_branch(c), *args]),
+                      present_checkouts(ws))
+    if not print_outputs(outputs, hide_empty=True):
+        say(f"no differences against the integration branches in {len(outputs)} repos")
     return worst_status(outputs)
 
 
@@ -247,6 +290,7 @@ def dry_run_footer(steps: list[GitStep]) -> str:
     return f"dry run: {len(steps)} command(s) not run, nothing was changed (run again without --dry-run)"
 
 
+@holds_group_lock("git.rebase-down")
 def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False) -> int:
     refuse_in_toplevel(ws, "git.rebase-down")
     sync_worktree(ws, strict=True)     # imports first; the integration branches inside are the host's latest
@@ -254,8 +298,12 @@ def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False) ->
     rels = relations(ws)
     raise_if_problems([p for rel in rels for p in rebase_problems(ws, rel)], "rebase-down")
     steps = plan_rebase_down(ws, rels, rebase_args)
-    carry_out(ws, rels, steps, "rebase-down", dry_run, lambda step: ChtopError(conflict_instructions(ws, step)),
-              rebased_onto_integration)
+    try:
+        carry_out(ws, rels, steps, "rebase-down", dry_run, lambda step: ChtopError(conflict_instructions(ws, step)),
+                  rebased_onto_integration)
+    finally:
+        if steps and not dry_run:      # imported at once, as chtop's own rewrite (not the agent's)
+            sync_worktree(ws, rewritten_by_host=True)
     return 0
 
 
@@ -352,6 +400,37 @@ def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool) -> list[str]:
     return problems
 
 
+def toplevel_checkout_problems(ws: Workspace, rel: Relation) -> list[str]:
+    """What would stop the merge in ``rel``'s toplevel checkout (where it lands), asked before any
+    repo moves: a leftover ``index.lock``, a merge or rebase in progress, uncommitted or untracked
+    files where the merge changes them.  Repos with nothing to land are not asked."""
+    if not rel.ahead:
+        return []
+    main_dir = ws.main_checkout_dir(rel.checkout)
+    here = ws.display(main_dir)
+    problems = []
+    gitdir = Path(git(main_dir, ["rev-parse", "--absolute-git-dir"]).stdout.strip())
+    if (gitdir / "index.lock").exists():
+        problems.append(f"{here}: a leftover {gitdir / 'index.lock'} (a git still running there, or one that "
+                        f"crashed); if none runs: rm {gitdir / 'index.lock'}")
+    busy = operation_in_progress(main_dir)
+    if busy:
+        problems.append(f"{here}: a {busy} is in progress; finish it or abort it (git -C {main_dir} {busy} --abort)")
+    touched = set(git(main_dir, ["diff", "--name-only", f"{rel.integration}...{ws.name}"]).stdout.splitlines())
+    tracked, untracked = [], []
+    for line in dirty_paths(main_dir):
+        paths = set(line[3:].split(" -> "))
+        if paths & touched:
+            (untracked if line.startswith("??") else tracked).append(line[3:])
+    if tracked:
+        problems.append(f"{here}: uncommitted changes to {', '.join(tracked[:4])}, which the merge changes; "
+                        f"commit or stash them there (git -C {main_dir} stash)")
+    if untracked:
+        problems.append(f"{here}: untracked {', '.join(untracked[:4])} would be overwritten by the merge; "
+                        "move them away")
+    return problems
+
+
 def plan_merge_up(ws: Workspace, rels: list[Relation], no_ff: bool) -> list[GitStep]:
     steps = []
     mode = ["--no-ff", "--no-edit"] if no_ff else ["--ff-only"]
@@ -364,16 +443,29 @@ def plan_merge_up(ws: Workspace, rels: list[Relation], no_ff: bool) -> list[GitS
     return steps
 
 
+@holds_group_lock("git.merge-up")
 def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False) -> int:
     refuse_in_toplevel(ws, "git.merge-up")
     sync_worktree(ws, strict=True)     # lands what the agent committed, up to now
     verify_git_dirs(ws)
     verify_git_dirs(ws.for_root(ws.toplevel))
     rels = relations(ws)
-    raise_if_problems([p for rel in rels for p in merge_up_problems(ws, rel, no_ff)], "merge-up")
+    raise_if_problems([p for rel in rels for p in merge_up_problems(ws, rel, no_ff)]
+                      + [p for rel in rels for p in toplevel_checkout_problems(ws, rel)], "merge-up")
     steps = plan_merge_up(ws, rels, no_ff)
     carry_out(ws, rels, steps, "merge-up", dry_run, lambda step: CommandFailed(
         f"merge into {ws.display(step.cwd)} failed (see git's message above); "
         "repos already merged stay merged. Run `inv git.rebase-down` in the worktree and retry."),
         landed_on_integration, relation=relation_in_toplevel)
+    if not dry_run:
+        say(landed_line(ws, rels))
     return 0
+
+
+def landed_line(ws: Workspace, rels: list[Relation]) -> str:
+    """``landed dev: ksgpu 1, pirate 2 commits`` (what merge-up moved), or that nothing was due."""
+    parts = [f"{rel.checkout.name or ws.toplevel.name} {rel.ahead}" for rel in rels if rel.ahead]
+    if not parts:
+        return f"landed nothing: every integration branch already has {ws.name}"
+    total = sum(rel.ahead for rel in rels)
+    return f"landed {ws.name}: {', '.join(parts)} commit{'s' if total != 1 else ''}"

@@ -67,3 +67,14 @@ def local_branches(repo_dir: Path) -> dict[str, str]:
     """Every local branch of the repo and its commit, in one git call."""
     out = git(repo_dir, ["for-each-ref", "--format=%(refname:short) %(objectname)", "refs/heads"]).stdout
     return dict(line.rsplit(" ", 1) for line in out.splitlines() if line)
+
+
+def commits_missing_from(repo_dir: Path, tip: str, bases: list[str]) -> list[str]:
+    """The commits of ``tip`` that none of ``bases`` has, by id or by patch-id (``git cherry``):
+    empty when every change of ``tip`` is already in some base."""
+    missing: set[str] | None = None
+    for base in bases:
+        out = git(repo_dir, ["cherry", base, tip]).stdout
+        plus = {line[2:].strip() for line in out.splitlines() if line.startswith("+ ")}
+        missing = plus if missing is None else missing & plus
+    return sorted(missing or ())

@@ -159,12 +159,33 @@ def find_root(start: Path) -> Path:
             f"workspace's repos.\nRestore it (git -C {found} checkout -- {MANIFEST_NAME}) or write one "
             "(README, 'The manifest')."
         )
-    if found is None:
-        raise NotInWorkspace(
-            f"{start} is not inside a chtop workspace (no parent has {' and '.join(MARKERS)} and .git).\n"
-            "Run this from the toplevel, a feature worktree, or a repo inside one."
-        )
-    return found
+    if found is not None:
+        return found
+    top = toplevel_in_grouping(start)
+    if top is not None:
+        return top          # the grouping dir itself: its toplevel
+    raise NotInWorkspace(
+        f"{start} is not inside a chtop workspace (no parent has {' and '.join(MARKERS)} and .git).\n"
+        "Run this from the toplevel, a feature worktree, or a repo inside one."
+    )
+
+
+def toplevel_in_grouping(path: Path) -> Path | None:
+    """When ``path`` is a grouping dir: its toplevel (the one child that is a checkout of the
+    container repo with its own ``.git`` directory, in a grouping dir chtop accepts), else None."""
+    try:
+        children = sorted(path.iterdir())
+    except OSError:
+        return None
+    tops = [c for c in children if c.is_dir() and not c.is_symlink() and (c / ".git").is_dir()
+            and not (c / ".git").is_symlink() and _is_checkout_root(c)]
+    if len(tops) != 1:
+        return None
+    try:
+        check_grouping(path, tops[0])
+    except WorkspaceError:
+        return None
+    return tops[0]
 
 
 def read_gitdir_file(dot_git: Path) -> Path:

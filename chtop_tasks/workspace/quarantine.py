@@ -44,6 +44,7 @@ from .. import atomic
 from ..errors import ChtopError, CommandFailed, Refused, WorkspaceError
 from ..places import state_dir
 from ..term import warn
+from .gitprobe import commits_missing_from
 from .gitrun import git
 from .layout import (
     Checkout,
@@ -265,11 +266,14 @@ def _locked(worktree_git_dir: Path):
     return lock
 
 
-def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str) -> Imported | None:
+def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str,
+                  host_rewrite_bases: list[str] | None = None) -> Imported | None:
     """Bring ``branch`` from the private store into ``shared`` (None when there is nothing new).
 
     The "nothing new" answer reads two ref files and runs no process.  The
-    caller holds the worktree's lock (``sync_worktree`` does).
+    caller holds the worktree's lock (``sync_worktree`` does).  ``host_rewrite_bases``: chtop
+    itself rewrote the branch on the host (rebase-down); the old tip is kept only if some of its
+    commits are in neither the new tip nor these branches (by id or patch-id).
     """
     ref = f"refs/heads/{branch}"
     if (store / ref).is_symlink():
@@ -298,7 +302,8 @@ def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str) -
         return None
     kept = None
     lines = [f"update {ref} {got} {old or '0' * len(got)}"]
-    if old and not git(shared, ["merge-base", "--is-ancestor", old, got], check=False).ok:
+    if old and not git(shared, ["merge-base", "--is-ancestor", old, got], check=False).ok and not (
+            host_rewrite_bases and not commits_missing_from(shared, old, [got, *host_rewrite_bases])):
         kept = f"{KEPT_PREFIX}/{branch}/{old}"
         lines.append(f"update {kept} {old}")
     lines.append(f"delete {incoming}")
@@ -421,14 +426,15 @@ def _drop_stale_shared_admin(checkout: Checkout) -> None:
 
 
 def sync_worktree(ws: Workspace, *, convert: bool = True, refresh: bool = True,
-                  strict: bool = False) -> list[Imported]:
+                  strict: bool = False, rewritten_by_host: bool = False) -> list[Imported]:
     """Convert old checkouts, refresh the integration branches inside, import the branch.
 
     Every host task that reads or moves branches calls this first; so do
     launches (before the container starts) and sandbox exits.  A failed
     import is a warning, or (``strict``: tasks that land or delete work) an
     error once every repo was tried.  One lock per worktree keeps a task and
-    the proxy daemon's timer from working on it at once.
+    the proxy daemon's timer from working on it at once.  ``rewritten_by_host``: chtop's own
+    rebase-down just rewrote the branches (see ``import_branch``'s ``host_rewrite_bases``).
     """
     if ws.is_toplevel:
         return []
@@ -444,11 +450,11 @@ def sync_worktree(ws: Workspace, *, convert: bool = True, refresh: bool = True,
     lock_dir = group_git_dir(ws.grouping) / ws.name
     lock_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     with _locked(lock_dir):
-        return _sync_locked(ws, mine, convert, refresh, strict)
+        return _sync_locked(ws, mine, convert, refresh, strict, rewritten_by_host)
 
 
 def _sync_locked(ws: Workspace, mine: list[Checkout], convert: bool, refresh: bool,
-                 strict: bool) -> list[Imported]:
+                 strict: bool, rewritten_by_host: bool = False) -> list[Imported]:
 
     legacy = [c for c in mine if legacy_admin(c) is not None]
     if convert:
@@ -467,13 +473,17 @@ def _sync_locked(ws: Workspace, mine: list[Checkout], convert: bool, refresh: bo
         if refresh:
             refresh_integration(store, checkout.store, ws.integration_branch(checkout))
         try:
-            imported = import_branch(checkout.path, store, checkout.store, ws.name)
+            bases = [ws.integration_branch(checkout)] if rewritten_by_host else None
+            imported = import_branch(checkout.path, store, checkout.store, ws.name, bases)
         except CommandFailed as exc:
             failures.append(str(exc))
             continue
         if imported is not None:
             done.append(imported)
-            if imported.kept:
+            if imported.kept and rewritten_by_host:
+                warn(f"{checkout.path}: rebase-down left some commits of {ws.name}'s old tip out of the new "
+                     f"one (by patch-id too); the old tip is kept in {checkout.store.parent} as {imported.kept}")
+            elif imported.kept:
                 warn(f"{checkout.path}: branch {ws.name} was rewritten inside; its old tip is kept in "
                      f"{checkout.store.parent} as {imported.kept}")
     if failures and strict:

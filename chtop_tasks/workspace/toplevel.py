@@ -35,10 +35,26 @@ def check_existing(ws: Workspace, repo: Repo) -> str:
     return "present"
 
 
+def refuse_stray_targets(ws: Workspace) -> None:
+    """Before any clone: every repo's target is a clone, absent, or an empty dir; else refuse,
+    naming each (a stray non-git ``top/pirate`` would stop the init half-way)."""
+    stray = []
+    for repo in ws.manifest.repos:
+        path = ws.toplevel / repo.name
+        if (path / ".git").exists():
+            continue
+        if path.is_symlink() or (path.exists() and (not path.is_dir() or any(path.iterdir()))):
+            stray.append(str(path))
+    if stray:
+        raise Refused("toplevel.init cloned nothing: these exist but are not git clones:\n  " + "\n  ".join(stray)
+                      + "\nMove them away and run toplevel.init again.")
+
+
 def init_toplevel(ws: Workspace, build_venv=None) -> list[str]:
     """Clone missing repos, render dotfiles (said as it goes), build the venv; what changed."""
     if not ws.is_toplevel:
         raise Refused(f"toplevel.init runs in the toplevel ({ws.toplevel}), not in worktree {ws.root}")
+    refuse_stray_targets(ws)
     changes = []
     for repo in ws.manifest.repos:
         path = ws.toplevel / repo.name
@@ -48,8 +64,6 @@ def init_toplevel(ws: Workspace, build_venv=None) -> list[str]:
             if state != "present":
                 changes.append(f"{repo.name}: {state}")
             continue
-        if path.exists() and any(path.iterdir()):
-            raise Refused(f"{path} exists but is not a git clone; move it away and run toplevel.init again")
         clone_repo(ws, repo)
         changes.append(f"{repo.name}: cloned ({repo.branch})")
     changes += [f"wrote {p}" for p in refresh_workspace_files(ws)]

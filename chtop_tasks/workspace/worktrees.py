@@ -6,23 +6,28 @@ fails it removes what this run made, so the same command can run again.
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import atomic
 from ..errors import ChtopError, CommandFailed, Refused, UsageError, WorkspaceError
 from ..fanout import fan_out
-from ..places import worktree_name_problem
+from ..places import create_journal_path, worktree_name_problem
 from ..term import say, warn
 from .dotfiles import refresh_workspace_files
 from .gitprobe import ahead_behind, branch_exists, dirty_paths, head_branch, local_branches, rev
 from .gitrun import git
+from .grouplock import holds_group_lock
+from .keep import keep_worktree_commits, prune_worktree_kept, unsaved_in_worktree, unsaved_problems
 from .layout import Checkout, Workspace, checkout_problem, find_workspace, private_store, verify_git_dirs
-from .quarantine import add_private_worktree, group_git_dir, private_worktree_names, sync_worktree
+from .quarantine import KEPT_PREFIX, add_private_worktree, group_git_dir, private_worktree_names, sync_worktree
 
 
-def name_problem(ws: Workspace, name: str) -> str | None:
-    """Why ``name`` cannot be a new worktree, or None."""
+def name_problem(ws: Workspace, name: str, check_path: bool = True) -> str | None:
+    """Why ``name`` cannot be a new worktree, or None (``check_path``: its dir must not exist yet)."""
     why = worktree_name_problem(name)
     if why:
         return f"worktree name {name!r} {why}"
@@ -32,7 +37,7 @@ def name_problem(ws: Workspace, name: str) -> str | None:
     if not check.ok:
         return f"worktree name {name!r} is not a valid git branch name"
     path = ws.worktree_root(name)
-    if path.exists() or path.is_symlink():
+    if check_path and (path.exists() or path.is_symlink()):
         return f"{path} already exists"
     return None
 
@@ -50,6 +55,7 @@ class AddStep:
     reuse_branch: bool
     store: Path
     branch_sha: str | None = None
+    submodules: bool = True         # the manifest's ``submodules`` (false: none are initialised)
 
     @property
     def tip(self) -> str:
@@ -99,46 +105,91 @@ def steps_for_create(ws: Workspace, top: Workspace, name: str, integration: dict
             raise Refused(f"{ws.display(main_dir)} has no branch {start!r} (its integration branch)")
         steps.append(AddStep(Checkout(checkout.name, new_path, checkout.store), main_dir, start,
                              found[start], name in found, private_store(ws.grouping, name, checkout.name),
-                             found.get(name)))
+                             found.get(name), not checkout.name or top.manifest.get(checkout.name).submodules))
     return steps
 
 
 @dataclass
 class CreateRun:
-    """What one create run made, so a failure can undo exactly that."""
+    """What one create run made, so a failure (or the next run, after a kill) can undo exactly that.
+
+    Each step is written to the journal (``places.create_journal_path``) before it is taken, so a
+    run killed at any point leaves a list that covers what it made; every entry is a path that did
+    not exist when it was written, or a branch this run made (deleted only while still at the tip
+    it was made at).  The journal goes when the run succeeds or its undo is done.
+    """
 
     name: str
-    added: list[AddStep] = field(default_factory=list)
-    new_branches: dict = field(default_factory=dict)  # main_dir -> tip at creation
+    journal: Path | None = None
+    paths: list[str] = field(default_factory=list)
+    branches: list[tuple[str, str]] = field(default_factory=list)   # (repo dir, tip at creation)
+
+    def record_path(self, path: Path) -> None:
+        if path.exists() or path.is_symlink():
+            raise CommandFailed(f"{path} appeared while worktree {self.name!r} was being made (not by chtop); "
+                                "move it away and run the same command again")
+        self.paths.append(str(path))
+        self.save()
+
+    def record_branch(self, repo_dir: Path, tip: str) -> None:
+        self.branches.append((str(repo_dir), tip))
+        self.save()
+
+    def save(self) -> None:
+        if self.journal is not None:
+            self.journal.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            atomic.write_atomic(self.journal, json.dumps(
+                {"pid": os.getpid(), "name": self.name, "paths": self.paths, "branches": self.branches}))
+
+    @classmethod
+    def load(cls, journal: Path) -> CreateRun | None:
+        data = atomic.read_agent_file(journal)
+        try:
+            got = json.loads(data) if data is not None else None
+            return cls(got["name"], journal, [str(p) for p in got["paths"]],
+                       [(str(d), str(t)) for d, t in got["branches"]])
+        except (ValueError, KeyError, TypeError):
+            return None
 
     def undo(self) -> list[str]:
         notes = []
-        for step in reversed(self.added):
-            for path in (step.checkout.path, step.store):
-                try:
-                    if path.exists():
-                        shutil.rmtree(path)
-                except OSError as exc:
-                    notes.append(f"could not remove {path}: {exc}")
-            tip = self.new_branches.get(step.main_dir)
-            if tip and branch_exists(step.main_dir, self.name) and rev(step.main_dir, self.name) == tip:
-                git(step.main_dir, ["branch", "-D", self.name], check=False, quiet=False, toplevel_only=True)
-        if self.added:
-            shutil.rmtree(self.added[0].store.parent, ignore_errors=True)   # .chtop/git/<name>/
+        for path in map(Path, reversed(self.paths)):
+            try:
+                if path.is_symlink():
+                    path.unlink()
+                elif path.exists():
+                    shutil.rmtree(path)
+            except OSError as exc:
+                notes.append(f"could not remove {path}: {exc}")
+        for repo_dir, tip in reversed(self.branches):
+            main_dir = Path(repo_dir)
+            if branch_exists(main_dir, self.name) and rev(main_dir, self.name) == tip:
+                git(main_dir, ["branch", "-D", self.name], check=False, quiet=False, toplevel_only=True)
+        if not notes and self.journal is not None:
+            self.journal.unlink(missing_ok=True)
         return notes
+
+    def done(self) -> None:
+        if self.journal is not None:
+            self.journal.unlink(missing_ok=True)
 
 
 def add_worktrees(steps: list[AddStep], name: str, run: CreateRun) -> None:
+    gitdir = steps[0].store.parent if steps else None      # .chtop/git/<name>/
+    if gitdir is not None and not (gitdir.is_dir() and not gitdir.is_symlink()
+                                   and all(e.name == ".lock" for e in gitdir.iterdir())):
+        run.record_path(gitdir)       # (an earlier worktree's import lock alone there is reused)
     for step in steps:
         if step.reuse_branch:
             say(f"branch {name!r} already exists in {step.main_dir}: checking it out (kept by an earlier delete)")
         else:
+            run.record_branch(step.main_dir, step.start_sha)
             git(step.main_dir, ["branch", name, step.start_sha], quiet=False, toplevel_only=True)
-            run.new_branches[step.main_dir] = step.start_sha
-        run.added.append(step)
+        run.record_path(step.checkout.path)
         add_private_worktree(step.checkout.store, step.store, step.checkout.path, name, step.tip,
                              step.start, step.start_sha)
-        init_submodules(step.checkout.path)
+        if step.submodules:
+            init_submodules(step.checkout.path)
 
 
 def init_submodules(path: Path) -> None:
@@ -146,13 +197,43 @@ def init_submodules(path: Path) -> None:
         git(path, ["submodule", "update", "--init", "--recursive"], quiet=False)
 
 
+def undo_interrupted_create(ws: Workspace, name: str) -> None:
+    """An earlier create of ``name`` was killed (its journal is still there, and the group lock is
+    free, so it no longer runs): undo what it made, so this run starts clean."""
+    journal = create_journal_path(ws.grouping, name)
+    if not journal.exists() and not journal.is_symlink():
+        return
+    earlier = CreateRun.load(journal)
+    if earlier is None or earlier.name != name:
+        raise WorkspaceError(f"{journal} is not a journal chtop wrote; look at it, remove it, and run the "
+                             "same command again")
+    warn(f"an earlier `worktree.create --name {name}` was interrupted; undoing what it made")
+    notes = earlier.undo()
+    if notes:
+        raise CommandFailed("undoing it failed:\n  " + "\n  ".join(notes)
+                            + f"\nRemove those by hand, then: rm {journal}")
+
+
 def create_worktree(ws: Workspace, name: str, build_venv=None) -> Workspace:
     """Make ``<grouping>/<name>`` with a worktree of every repo on branch ``name``.
 
-    ``build_venv(new_ws)`` runs last; its failure keeps the worktrees.
+    ``build_venv(new_ws)`` runs last (outside the group lock); its failure keeps the worktrees.
     """
+    why = name_problem(ws, name, check_path=False)   # a bad name makes nothing, not even the lock
+    if why:
+        raise UsageError(why)
+    new_ws = make_worktree(ws, name)
+    if build_venv is not None:
+        build_venv(new_ws)
+    return new_ws
+
+
+@holds_group_lock("worktree.create")
+def make_worktree(ws: Workspace, name: str) -> Workspace:
+    """The checkouts, branches, private stores and dotfiles of ``create_worktree``, all or nothing."""
+    undo_interrupted_create(ws, name)
     steps = plan_create(ws, name)
-    run = CreateRun(name)
+    run = CreateRun(name, create_journal_path(ws.grouping, name))
     root = ws.worktree_root(name)
     try:
         add_worktrees(steps, name, run)
@@ -160,16 +241,13 @@ def create_worktree(ws: Workspace, name: str, build_venv=None) -> Workspace:
         refresh_workspace_files(new_ws)
     except (ChtopError, OSError, KeyboardInterrupt) as exc:
         notes = run.undo()
-        if root.exists() and not any(root.iterdir()):
-            root.rmdir()
         detail = "\n".join(notes)
         raise CommandFailed(
             f"creating worktree {name!r} failed: {exc}\n"
             f"Undid what this run made{' (with problems: ' + detail + ')' if notes else ''}; "
             f"fix the cause and run the same command again."
         ) from exc
-    if build_venv is not None:
-        build_venv(new_ws)
+    run.done()
     return new_ws
 
 
@@ -201,13 +279,19 @@ def worktree_workspace(ws: Workspace, name: str) -> Workspace:
     return find_workspace(root)
 
 
+def integration_for_delete(wt: Workspace, top: Workspace | None, checkout: Checkout) -> str:
+    """A checkout's integration branch: the worktree's manifest says, or (a repo only the
+    toplevel's manifest names) the toplevel's."""
+    known = not checkout.name or checkout.name in wt.manifest.names
+    return (wt if known or top is None else top).integration_branch(checkout)
+
+
 def delete_problems(wt: Workspace, checkouts: list[Checkout] | None = None,
                     top: Workspace | None = None) -> list[str]:
     """What deleting would lose, in every checkout (default: those of the worktree's manifest; a
     repo only the toplevel's manifest names takes its integration branch from ``top``)."""
     def branch_base(checkout: Checkout) -> str:
-        known = not checkout.name or checkout.name in wt.manifest.names
-        return (wt if known or top is None else top).integration_branch(checkout)
+        return integration_for_delete(wt, top, checkout)
 
     def check(checkout: Checkout) -> list[str]:
         here = wt.display(checkout.path)
@@ -234,13 +318,17 @@ def delete_problems(wt: Workspace, checkouts: list[Checkout] | None = None,
     return [p for problems in fan_out(check, checkouts or wt.checkouts()) for p in problems]
 
 
+@holds_group_lock("worktree.delete")
 def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | None = None,
                     refuse_if_busy=None) -> list[str]:
-    """Remove ``<grouping>/<name>``; returns the branches kept (unmerged).
+    """Remove ``<grouping>/<name>``; returns one line per thing kept: unmerged branches, and the
+    ``refs/chtop/kept/NAME/...`` refs that hold what only its private stores had or earlier tips.
 
     ``refuse_if_busy(wt)`` raises Refused while something still runs in the worktree (its agent
     session, a sandbox): the task passes ``sessions.refuse_while_in_use``.
     """
+    if not worktree_name_problem(name):
+        undo_interrupted_create(ws, name)     # a create killed half-way: nothing of it is left
     wt = worktree_workspace(ws, name)
     here = (cwd or Path.cwd()).resolve()
     if here == wt.root or wt.root in here.parents:
@@ -256,13 +344,19 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
                              "says:\n  " + "\n  ".join(extra_problems))
     sync_worktree(wt, strict=True)     # nothing the agent committed is left behind
     problems = delete_problems(wt, checkouts, top)
+    unsaved = unsaved_in_worktree(wt, checkouts)
+    problems += unsaved_problems(wt, unsaved)
     if problems and not force:
         raise Refused(f"refusing to delete {wt.root}:\n  " + "\n  ".join(problems)
                       + "\nCommit or merge up, or pass --force to delete the directory anyway "
-                        "(branches with unmerged commits are still kept).")
+                        f"(branches with unmerged commits are still kept, and so is every commit only "
+                        f"its private stores hold, as {KEPT_PREFIX}/{name}/...).")
     if problems:
         warn("--force: deleting despite:\n  " + "\n  ".join(problems))
-    kept = []
+    gone, kept = prune_worktree_kept(wt, checkouts, lambda c: integration_for_delete(wt, top, c))
+    for line in gone:
+        say(line)
+    kept += keep_worktree_commits(wt, unsaved)     # before anything is removed
     # only the worktree's own branch: what its HEAD says inside is the agent's to choose
     for checkout in reversed(checkouts):
         main_dir = top.main_checkout_dir(checkout)

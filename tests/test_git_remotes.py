@@ -1,0 +1,109 @@
+"""git.pull and git.push: the loop with the remotes the repos live on (local bare remotes; the
+whole loop on the real repos' bundles)."""
+
+from conftest import Group, git, make_container_remote
+from real_repos import bare_remotes_from_bundles
+
+REAL_MANIFEST = """\
+[[repo]]
+name = "pipmake"
+url = "file://{remotes}/pipmake.git"
+branch = "main"
+install = "none"
+
+[[repo]]
+name = "ksgpu"
+url = "file://{remotes}/ksgpu.git"
+branch = "kms"
+install = "none"
+
+[[repo]]
+name = "pirate"
+url = "file://{remotes}/pirate.git"
+branch = "kms"
+install = "none"
+submodules = false
+"""
+
+
+def colleague_pushes(base, bare, branch, filename) -> str:
+    """A colleague's commit on ``branch`` of the bare remote (from their own clone)."""
+    work = base / f"colleague-{bare.stem}"
+    git(base, "clone", "-q", "--branch", branch, f"file://{bare}", str(work))
+    (work / filename).write_text("the colleague's change\n")
+    git(work, "add", filename)
+    git(work, "commit", "-q", "-m", f"colleague: {filename}")
+    git(work, "push", "-q", "origin", branch)
+    return git(work, "rev-parse", "HEAD")
+
+
+def test_the_daily_loop_with_real_remotes(tmp_path):
+    remotes = tmp_path / "remotes"
+    bare = bare_remotes_from_bundles(remotes)
+    make_container_remote(remotes, REAL_MANIFEST.format(remotes=remotes))
+    grouping = tmp_path / "grp"
+    grouping.mkdir()
+    top = grouping / "top"
+    git(grouping, "clone", "-q", f"file://{remotes}/chtop.git", str(top))
+    inv = Group(tmp_path, remotes, grouping, top, ["pipmake", "ksgpu", "pirate"]).inv
+    inv(top, "toplevel.init", "--no-venv")
+    inv(top, "worktree.create", "--name", "dev", "--no-venv")
+    dev = grouping / "dev"
+    (dev / "ksgpu" / "feature.txt").write_text("the feature\n")
+    git(dev / "ksgpu", "add", "feature.txt")
+    git(dev / "ksgpu", "commit", "-q", "-m", "feature: feature.txt")
+    theirs = colleague_pushes(tmp_path, bare["ksgpu"], "kms", "colleague.txt")
+
+    pulled = inv(dev, "git.pull")                       # from the worktree: acts on the toplevel
+    assert "top/ksgpu: kms fast-forwarded 1 commit from origin/kms" in pulled.stdout
+    assert "top/pipmake: main up to date with origin/main" in pulled.stdout
+    assert "pull: 1 moved, 3 up to date, 0 not moved, 0 unreachable" in pulled.stdout
+    assert git(top / "ksgpu", "rev-parse", "kms") == theirs
+    assert "dev/ksgpu is 1 commit ahead of, 1 behind top/ksgpu (kms branch)" in inv(dev, "git.status").stdout
+    inv(dev, "git.rebase-down")
+    inv(dev, "git.merge-up")
+    dry = inv(top, "git.push", "--dry-run")
+    assert "top/ksgpu: would push kms (1 commit) to origin/kms" in dry.stdout
+    assert git(bare["ksgpu"], "rev-parse", "kms") == theirs         # the dry run pushed nothing
+    pushed = inv(top, "git.push")
+    assert "top/ksgpu: pushed kms (1 commit) to origin/kms" in pushed.stdout
+    assert "top/pirate: kms nothing to push (origin/kms has it)" in pushed.stdout
+    assert git(bare["ksgpu"], "rev-parse", "kms^") == theirs
+    assert git(bare["ksgpu"], "log", "-1", "--format=%s", "kms") == "feature: feature.txt"
+    assert git(bare["ksgpu"], "show", "kms:feature.txt") == "the feature"
+    assert "dev" not in git(bare["ksgpu"], "branch", "--format=%(refname:short)").split()
+    feature = inv(top, "git.push", "--feature", "dev")
+    assert "top/ksgpu: pushed dev (a new branch) to origin/dev" in feature.stdout
+    assert git(bare["ksgpu"], "rev-parse", "dev") == git(bare["ksgpu"], "rev-parse", "kms")
+
+
+def test_pull_reports_what_could_not_move_and_touches_none_of_it(initialized):
+    g = initialized
+    colleague_pushes(g.base, g.remotes / "alpha.git", "main", "a.txt")
+    colleague_pushes(g.base, g.remotes / "beta.git", "kms", "b.txt")
+    top_alpha, top_beta = g.toplevel / "alpha", g.toplevel / "beta"
+    (top_alpha / "alpha.txt").write_text("dirty in the toplevel\n")          # dirty
+    g.commit(top_beta, "mine.txt", "m\n", "a local commit")                   # diverged
+    before = {r: git(g.toplevel / r, "rev-parse", "HEAD") for r in ("alpha", "beta")}
+    result = g.inv(g.toplevel, "git.pull", check=False)
+    assert result.returncode == 3, result.stderr
+    assert "top/alpha: main not moved (1 commit behind origin/main): uncommitted changes to alpha.txt" in result.stderr
+    assert "top/beta: kms has diverged from origin/kms (1 commit ahead of, 1 behind); not moved" in result.stderr
+    assert "top: main up to date with origin/main" in result.stdout
+    assert {r: git(g.toplevel / r, "rev-parse", "HEAD") for r in ("alpha", "beta")} == before
+    assert (top_alpha / "alpha.txt").read_text() == "dirty in the toplevel\n"
+    # push never forces: the diverged kms is refused, the remote keeps the colleague's commit
+    pushed = g.inv(g.toplevel, "git.push", check=False)
+    assert pushed.returncode == 1
+    assert "top/beta: kms is 1 commit ahead of, 1 behind origin/kms: not pushed (never forced)" in pushed.stderr
+    # off-branch, then offline: one clear line per repo, nothing moved
+    git(top_alpha, "checkout", "-q", "alpha.txt")
+    git(top_alpha, "checkout", "-q", "-b", "side")
+    off = g.inv(g.toplevel, "git.pull", check=False)
+    assert "top/alpha: main not moved (1 commit behind origin/main): the checkout is on 'side', expected 'main'" in off.stderr
+    (g.remotes / "alpha.git").rename(g.remotes / "alpha-away.git")
+    offline = g.inv(g.toplevel, "git.pull", check=False)
+    assert offline.returncode == 1
+    assert f"top/alpha: could not fetch origin (file://{g.remotes}/alpha.git)" in offline.stderr
+    assert "nothing changed in it" in offline.stderr and "1 unreachable" in offline.stdout
+    assert git(top_alpha, "rev-parse", "main") == before["alpha"]
