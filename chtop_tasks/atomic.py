@@ -1,12 +1,14 @@
 """Writing a file so that readers never see half of it and a planted symlink is never followed:
-a fresh temp file in the same dir, renamed over the path; and one read-modify-write of a file at a
-time, across processes (``locked_for_update``)."""
+a fresh temp file in the same dir, renamed over the path; one read-modify-write of a file at a
+time, across processes (``locked_for_update``); and reading a file an agent could have written
+(``read_agent_file``: no link followed, never blocking, a regular file, bounded)."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -43,3 +45,29 @@ def locked_for_update(path: Path):
             yield fh
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def read_agent_file(path: Path, limit: int) -> bytes | None:
+    """The bytes of ``path``, or None when it is missing, a link, not a regular file (a FIFO never
+    blocks the read) or larger than ``limit`` bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            return None
+        chunks, left = [], limit + 1
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    return None if len(data) > limit else data

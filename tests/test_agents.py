@@ -210,3 +210,95 @@ def test_dir_holding_home_or_secrets_is_refused(home, tmp_path):
         with pytest.raises(Refused):
             places.check_dir_allowed(bad, home=home)
     places.check_dir_allowed(home / "projects" / "x", home=home)
+
+
+# -- each target's own agent config dir, prepared host-side (sandbox/agent_config.py) --------------
+
+def agent_config(tmp_path, session=None, root_name="dev"):
+    from chtop_tasks.sandbox.agent_config import AgentConfig
+
+    group = tmp_path / "grp"
+    login = places.login_dir(group)
+    login.mkdir(parents=True, exist_ok=True)
+    return AgentConfig(places.agent_home(group, root_name), login, group / root_name, session, ("codex",))
+
+
+def test_a_new_config_dir_gets_the_groups_login_and_only_its_own_projects(tmp_path):
+    import json
+
+    from chtop_tasks.sandbox import agent_config as ac
+
+    cfg = agent_config(tmp_path, session="abcdef0123456789")
+    (cfg.login / ".credentials.json").write_text('{"claudeAiOauth": {"accessToken": "t"}}')
+    (cfg.login / "settings.json").write_text('{"model": "opus"}')
+    other = str(cfg.root.parent / "other")
+    (cfg.login / ".claude.json").write_text(json.dumps({
+        "hasCompletedOnboarding": True, "projects": {str(cfg.root): {"trust": 1}, other: {"trust": 2},
+                                                     str(cfg.root / "alpha"): {"trust": 3}}}))
+    for name, text in ((cfg.root, "mine"), (Path(other), "theirs")):
+        transcripts = cfg.login / "projects" / ac.transcript_dir_name(name)
+        transcripts.mkdir(parents=True)
+        (transcripts / "t.jsonl").write_text(text)
+    ac.prepare(cfg)
+    assert (cfg.config / ".credentials.json").read_text() == '{"claudeAiOauth": {"accessToken": "t"}}'
+    assert (cfg.config / ".credentials.json").stat().st_mode & 0o777 == 0o600
+    account = json.loads((cfg.config / ".claude.json").read_text())
+    assert account["hasCompletedOnboarding"] is True
+    assert set(account["projects"]) == {str(cfg.root), str(cfg.root / "alpha")}
+    assert [p.read_text() for p in (cfg.config / "projects").rglob("*.jsonl")] == ["mine"]
+    assert json.loads(cfg.settings.read_text())["model"] == "opus"
+    assert (cfg.config / "settings.json").is_file() and (cfg.config / "chtop-state").is_dir()
+    assert cfg.state_dir.is_dir() and (cfg.config / "codex").is_dir()
+    # the agent's own refreshed login stays; a newer group login replaces it
+    (cfg.config / ".credentials.json").write_text("refreshed inside")
+    ac.prepare(cfg)
+    assert (cfg.config / ".credentials.json").read_text() == "refreshed inside"
+    os.utime(cfg.login / ".credentials.json", (4e9, 4e9))
+    ac.prepare(cfg)
+    assert "accessToken" in (cfg.config / ".credentials.json").read_text()
+
+
+def test_what_the_agent_planted_in_its_config_dir_is_replaced_never_followed(tmp_path):
+    from chtop_tasks.sandbox import agent_config as ac
+
+    cfg = agent_config(tmp_path, session="abcdef0123456789")
+    ac.prepare(cfg)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (cfg.config / "settings.json").unlink()
+    (cfg.config / "settings.json").symlink_to(victim)
+    os.rmdir(cfg.config / "chtop-state")
+    (cfg.config / "chtop-state").symlink_to(tmp_path)
+    (cfg.config / ".credentials.json").symlink_to(victim)
+    (cfg.login / ".credentials.json").write_text("login")
+    ac.prepare(cfg)
+    assert victim.read_text() == "precious\n"
+    assert not (cfg.config / "settings.json").is_symlink() and (cfg.config / "settings.json").is_file()
+    assert not (cfg.config / "chtop-state").is_symlink() and (cfg.config / "chtop-state").is_dir()
+    assert (cfg.config / ".credentials.json").read_text() == "login"    # replaced by a rename
+
+
+def test_a_login_dir_file_that_is_a_link_or_a_fifo_is_not_copied(tmp_path):
+    from chtop_tasks.sandbox import agent_config as ac
+
+    cfg = agent_config(tmp_path)
+    secret = tmp_path / "ssh-key"
+    secret.write_text("PRIVATE KEY")
+    (cfg.login / ".credentials.json").symlink_to(secret)
+    os.mkfifo(cfg.login / ".claude.json")
+    ac.prepare(cfg)
+    assert not (cfg.config / ".credentials.json").exists() and not (cfg.config / ".claude.json").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hand files to another uid")
+def test_as_root_what_the_agent_uses_in_its_config_dir_is_the_agents(tmp_path):
+    from chtop_tasks.sandbox import agent_config as ac
+
+    cfg = agent_config(tmp_path, session="abcdef0123456789")
+    (cfg.login / ".credentials.json").write_text("login")
+    ac.prepare(cfg, owner=(12345, 12345))
+    for path in (cfg.config, cfg.config / ".credentials.json", cfg.config / "settings.json", cfg.state_dir,
+                 cfg.config / "codex"):
+        st = os.lstat(path)
+        assert (st.st_uid, st.st_gid) == (12345, 12345), path
+    assert os.lstat(cfg.home).st_uid == 0 and os.lstat(cfg.settings).st_uid == 0    # host-side: root's

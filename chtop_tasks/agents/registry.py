@@ -174,10 +174,11 @@ def check_installed(agent: Agent, search_path: str | None = None) -> None:
 def agent_request(agent_name: str, args: list[str], cwd: Path, *, interactive: bool,
                   dir: Path | None = None, image: bool = False, network: str = "proxy",  # noqa: A002
                   allow_self_edit: bool = False, continue_: bool = False,
-                  extra_env: dict[str, str] | None = None):
+                  extra_env: dict[str, str] | None = None, session: str | None = None):
     """The sandbox LaunchRequest that starts ``agent_name`` with ``args`` in ``cwd``'s sandbox (or
     ``dir``), its notes included (which token it uses).  ``continue_`` adds the agent's continue
-    flag; ``extra_env`` adds variables for the agent (chtop's own, e.g. a session id)."""
+    flag; ``extra_env`` adds variables for the agent; ``session``, a session's id, is its
+    ``CHTOP_SESSION`` and has that session's hook state dir mounted."""
     from ..sandbox import LaunchRequest
 
     agent = get_agent(agent_name)
@@ -186,8 +187,10 @@ def agent_request(agent_name: str, args: list[str], cwd: Path, *, interactive: b
     source = secrets_path()
     env, notes = agent_env(agent, load_secrets(source), target.config_dir, source)
     env.update(extra_env or {})
-    if agent.config_env:  # some CLIs refuse a state dir that does not exist
-        Path(env[agent.config_env]).mkdir(mode=0o700, parents=True, exist_ok=True)
+    if session is not None:
+        env["CHTOP_SESSION"] = session
+    # some CLIs refuse a state dir that does not exist: the launch makes it, owned like the config dir
+    subdirs = (agent.config_subdir,) if agent.config_env and agent.config_subdir else ()
     image_args = {}
     if image:
         from .image import ensure_image, image_trees, storage_warning
@@ -196,7 +199,7 @@ def agent_request(agent_name: str, args: list[str], cwd: Path, *, interactive: b
         notes += [w for w in [storage_warning()] if w]
     return LaunchRequest(target, agent.argv(args, continue_), interactive=interactive, extra_env=env,
                          purpose=agent.name, network=network, allow_self_edit=allow_self_edit, cwd=cwd,
-                         notes=tuple(notes), **image_args)
+                         notes=tuple(notes), session=session, agent_subdirs=subdirs, **image_args)
 
 
 def launch(agent_name: str, args: list[str], cwd: Path, *, dir: Path | None = None,  # noqa: A002
