@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import read_agent_file, write_atomic
-from ..places import HOOK_STATE_DIR_NAME, SESSION_ID, ensure_private_dir, session_state_dir
+from ..places import HOOK_STATE_DIR_NAME, SESSION_ID, session_state_dir
 from ..term import warn
 from .agent_settings import install_settings, read_settings
 from .mounts import is_within
@@ -95,15 +95,13 @@ def remove_session_state(home: Path, session_id: str) -> None:
 def prepare(cfg: AgentConfig, owner: tuple[int, int] | None = None) -> None:
     """Make ``cfg``'s dirs and mount points, write its settings, seed its login.  ``owner``: as root,
     the agent's host ids (what it makes inside is theirs; config/ and the state dir must be too)."""
-    ensure_private_dir(cfg.home.parent.parent)        # <group>/.chtop
-    ensure_private_dir(cfg.home.parent)
-    ensure_private_dir(cfg.home)
+    cfg.home.mkdir(mode=0o700, parents=True, exist_ok=True)     # in the group's state dir: host-side
     new = not os.path.lexists(cfg.config)
     _agent_dir(cfg.config, owner)
     install_settings(cfg.login / SETTINGS, cfg.settings)
     _mount_point(cfg.config / SETTINGS, is_dir=False, owner=owner)
     if cfg.state_dir is not None:
-        ensure_private_dir(cfg.state_dir.parent)
+        cfg.state_dir.parent.mkdir(mode=0o700, exist_ok=True)
         _agent_dir(cfg.state_dir, owner)
         _mount_point(cfg.config / HOOK_STATE_DIR_NAME, is_dir=True, owner=owner)
     for sub in cfg.subdirs:
