@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..atomic import read_agent_file
 from ..places import session_state_dir
 
 STATES = ("working", "waiting", "idle", "exited", "lost")
@@ -46,23 +46,17 @@ class Reported:
 def read_reported(path: Path) -> Reported | None:
     """The state the agent reported in ``path``, or None (absent, not a small regular file,
     or not one of the allowed words)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+    raw = read_agent_file(path, MAX_STATE_BYTES)
+    if raw is None:
         return None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_STATE_BYTES:
-            return None
-        raw = os.read(fd, MAX_STATE_BYTES + 1)
+        mtime = os.lstat(path).st_mtime
     except OSError:
         return None
-    finally:
-        os.close(fd)
     word = raw.decode("ascii", errors="replace").strip()
     if word not in HOOK_STATES:
         return None
-    return Reported(word, st.st_mtime)
+    return Reported(word, mtime)
 
 
 class ScreenActivity:
