@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import secrets
 import stat
 import tempfile
 from pathlib import Path
@@ -29,6 +30,25 @@ def write_atomic(path: Path, text: str, *, mode: int = 0o644, owner: tuple[int, 
             os.unlink(tmp)
         except OSError:
             pass
+        raise
+
+
+def write_atomic_at(dir_fd: int, name: str, data: bytes, *, mode: int = 0o600,
+                    owner: tuple[int, int] | None = None) -> None:
+    """Replace ``name`` in the directory open as ``dir_fd`` with ``data`` by a rename: for a dir an
+    agent can write, opened without following a link, so nothing it plants meanwhile redirects it."""
+    tmp = f".{name}.{secrets.token_hex(6)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+    try:
+        os.fchmod(fd, mode)
+        if owner is not None:
+            os.fchown(fd, *owner)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
         raise
 
 

@@ -43,6 +43,7 @@ def test_shipped_registry_has_the_agents_and_their_flags(home):
     assert registry["gemini"].argv(["--resume"]) == ["gemini", "--yolo", "--resume"]
     assert "CLAUDE_CODE_OAUTH_TOKEN" in registry["claude"].credentials
     assert "KIMI_API_KEY" in registry["kimi"].credentials
+    assert registry["claude"].login_files == (".credentials.json",) and registry["codex"].login_files == ("auth.json",)
 
 
 STAND_IN = """\
@@ -100,6 +101,7 @@ def test_user_registry_overrides_and_unknown_agent_is_usage_error(home, tmp_path
         ('[x]\ncommand = ["x"]\ntokens = ["T"]\n', "tokens not listed"),
         ('[x]\ncommand = ["x"]\nflavour = 1\n', "unknown key"),
         ('[x]\ncommand = ["x"]\nconfig_subdir = "../up"\n', "plain directory"),
+        ('[x]\ncommand = ["x"]\nlogin_files = ["../../.ssh/id_rsa"]\n', "file name in its config dir"),
         ("[x\n", "agents.toml"),
         ('[x]\ncommand = ["x"]\ncredentials = ["HTTPS_PROXY"]\n', "set by the sandbox"),
         ('[x]\ncommand = ["x"]\nenv = { IS_SANDBOX = "0" }\n', "set by the sandbox"),
@@ -220,7 +222,8 @@ def agent_config(tmp_path, session=None, root_name="dev"):
     group = tmp_path / "grp"
     login = places.login_dir(group)
     login.mkdir(parents=True, exist_ok=True)
-    return AgentConfig(places.agent_home(group, root_name), login, group / root_name, session, ("codex",))
+    return AgentConfig(places.agent_home(group, root_name), login, group / root_name, session, ("codex",),
+                       (".credentials.json", "codex/auth.json"))
 
 
 def test_a_new_config_dir_gets_the_groups_login_and_only_its_own_projects(tmp_path):
@@ -276,6 +279,19 @@ def test_what_the_agent_planted_in_its_config_dir_is_replaced_never_followed(tmp
     assert not (cfg.config / "settings.json").is_symlink() and (cfg.config / "settings.json").is_file()
     assert not (cfg.config / "chtop-state").is_symlink() and (cfg.config / "chtop-state").is_dir()
     assert (cfg.config / ".credentials.json").read_text() == "login"    # replaced by a rename
+    # a sub-directory the agent made a link: the login is not written through it
+    (cfg.login / "codex").mkdir()
+    (cfg.login / "codex" / "auth.json").write_text("codex login")
+    os.rmdir(cfg.config / "codex")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (cfg.config / "codex").symlink_to(elsewhere)
+    from chtop_tasks.sandbox.agent_config import seed_login
+
+    seed_login(cfg, None)
+    assert list(elsewhere.iterdir()) == []
+    ac.prepare(cfg)                               # the launch makes it a dir again, then copies
+    assert (cfg.config / "codex" / "auth.json").read_text() == "codex login" and list(elsewhere.iterdir()) == []
 
 
 def test_a_login_dir_file_that_is_a_link_or_a_fifo_is_not_copied(tmp_path):
@@ -297,8 +313,11 @@ def test_as_root_what_the_agent_uses_in_its_config_dir_is_the_agents(tmp_path):
     cfg = agent_config(tmp_path, session="abcdef0123456789")
     (cfg.login / ".credentials.json").write_text("login")
     ac.prepare(cfg, owner=(12345, 12345))
+    (cfg.login / "codex").mkdir()
+    (cfg.login / "codex" / "auth.json").write_text("codex login")
+    ac.prepare(cfg, owner=(12345, 12345))
     for path in (cfg.config, cfg.config / ".credentials.json", cfg.config / "settings.json", cfg.state_dir,
-                 cfg.config / "codex"):
+                 cfg.config / "codex", cfg.config / "codex" / "auth.json"):
         st = os.lstat(path)
         assert (st.st_uid, st.st_gid) == (12345, 12345), path
     assert os.lstat(cfg.home).st_uid == 0 and os.lstat(cfg.settings).st_uid == 0    # host-side: root's

@@ -12,8 +12,8 @@
 
 The group's login dir (``<group>/claude``; ``~/.config/chtop/claude`` for --dir) is never
 mounted.  Before per-target dirs it was every sandbox's CLAUDE_CONFIG_DIR, so an existing one
-keeps working: its ``.credentials.json`` (the login) is copied into a config dir that has none or
-an older one; its ``.claude.json`` (onboarding, theme, accepted API keys, and the project entries
+keeps working: its login files (the registry's ``login_files``: claude's ``.credentials.json``,
+codex's ``codex/auth.json``) are copied into a config dir that has none or an older one; its ``.claude.json`` (onboarding, theme, accepted API keys, and the project entries
 of this target's own paths only) and this target's own transcripts (``projects/<its path>``) seed
 a new config dir.  They are read as data (no link followed, bounded) and written by a rename.
 Nothing is ever copied from one target's config dir to another's.
@@ -29,14 +29,13 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..atomic import read_agent_file, write_atomic
+from ..atomic import read_agent_file, write_atomic, write_atomic_at
 from ..places import HOOK_STATE_DIR_NAME, SESSION_ID, session_state_dir
 from ..term import warn
 from .agent_settings import install_settings, read_settings
 from .mounts import is_within
 
 SETTINGS = "settings.json"
-LOGIN_FILES = (".credentials.json",)       # claude's OAuth login (Linux), in its config dir
 ACCOUNT_FILE = ".claude.json"
 TRANSCRIPTS = "projects"
 MAX_LOGIN_BYTES = 1 << 20
@@ -52,6 +51,7 @@ class AgentConfig:
     root: Path                     # the target's root (whose project entries seed a new config)
     session: str | None = None     # the session id of a session's launch
     subdirs: tuple[str, ...] = ()  # config_subdir of the agent launched (made before it, owned like config/)
+    login_files: tuple[str, ...] = ()   # its login files (registry ``login_files``), relative to config/
 
     @property
     def config(self) -> Path:
@@ -73,10 +73,11 @@ class AgentConfig:
         return out
 
 
-def agent_config_for(target, session: str | None = None, subdirs: tuple[str, ...] = ()) -> AgentConfig:
+def agent_config_for(target, session: str | None = None, subdirs: tuple[str, ...] = (),
+                     login_files: tuple[str, ...] = ()) -> AgentConfig:
     if session is not None and not SESSION_ID.match(session):
         raise ValueError(f"bad session id {session!r}")
-    return AgentConfig(target.agent_home, target.login_dir, target.root, session, tuple(subdirs))
+    return AgentConfig(target.agent_home, target.login_dir, target.root, session, tuple(subdirs), tuple(login_files))
 
 
 def check_user_settings(target) -> None:
@@ -138,18 +139,32 @@ def _mount_point(path: Path, is_dir: bool, owner: tuple[int, int] | None) -> Non
 
 
 def seed_login(cfg: AgentConfig, owner: tuple[int, int] | None) -> None:
-    """The group's login copied into ``cfg.config`` where it has none, or an older one."""
-    for name in LOGIN_FILES:
-        src, dst = cfg.login / name, cfg.config / name
+    """The group's login files copied into ``cfg.config`` where it has none, or an older one.  A
+    file in an agent's config_subdir is written through a descriptor of that dir opened without
+    following links: another sandbox of this target may be running and planting them."""
+    for rel in cfg.login_files:
+        src = cfg.login / rel
         data = read_agent_file(src, MAX_LOGIN_BYTES)
-        if data is None or not _missing_or_older(dst, os.lstat(src).st_mtime):
+        if data is None:
             continue
-        _write_for_agent(dst, data.decode("utf-8", "replace"), owner)
+        parent, _, name = rel.rpartition("/")
+        try:
+            fd = os.open(cfg.config / parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            warn(f"could not open {cfg.config / parent} ({exc.strerror}); the agent there starts without {rel}")
+            continue
+        try:
+            if _missing_or_older(fd, name, os.lstat(src).st_mtime):
+                write_atomic_at(fd, name, data, mode=0o600, owner=owner)
+        except OSError as exc:          # e.g. a dir the agent made there
+            warn(f"could not write {cfg.config / rel} ({exc.strerror}); the agent there starts without it")
+        finally:
+            os.close(fd)
 
 
-def _missing_or_older(path: Path, than: float) -> bool:
+def _missing_or_older(dir_fd: int, name: str, than: float) -> bool:
     try:
-        st = os.lstat(path)
+        st = os.lstat(name, dir_fd=dir_fd)
     except FileNotFoundError:
         return True
     return not stat.S_ISREG(st.st_mode) or st.st_mtime < than

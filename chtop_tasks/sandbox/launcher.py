@@ -115,6 +115,7 @@ class LaunchRequest:
     notes: tuple[str, ...] = ()   # said before the warnings (e.g. which token an agent uses)
     session: str | None = None    # a session's id: its hook state dir is mounted (that session's alone)
     agent_subdirs: tuple[str, ...] = ()   # the agent's config_subdir, made before the launch, owned like it
+    login_files: tuple[str, ...] = ()     # in the config dir: copied from the group's login dir when newer
     # the caller has nothing left to do after the sandbox (sbox.run): a non-interactive launch then
     # becomes a small shell that waits for podman and removes the per-run files, so no Python
     # process stays alive per sandbox
@@ -173,7 +174,7 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
                 network: str = "proxy", allow_self_edit: bool = False,
                 cwd: Path | None = None, image: str | None = None,
                 image_trees: tuple[Path, ...] = (), session: str | None = None,
-                agent_subdirs: tuple[str, ...] = ()) -> LaunchPlan:
+                agent_subdirs: tuple[str, ...] = (), login_files: tuple[str, ...] = ()) -> LaunchPlan:
     """The full ``podman run`` for ``command`` in ``target``'s sandbox; reads only.
 
     Reads the policy (PolicyError if broken), checks the git layout
@@ -182,7 +183,8 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
     ``prepare_launch``.  With ``image``, that local image is the root
     instead of the host overlay, and ``image_trees`` (its own copies of
     /usr, /etc) are not bound from the host.  ``session``: a session's id (its hook state dir is
-    mounted); ``agent_subdirs``: the agent's config_subdir, made before it starts.
+    mounted); ``agent_subdirs``: the agent's config_subdir, made before it starts; ``login_files``:
+    its login files, copied from the group's login dir.
     """
     extra_env = _checked_launch_args(command, purpose, network, extra_env)
     host_env = dict(os.environ)
@@ -198,7 +200,7 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
                         "sandbox/, ...) is WRITABLE by the agent, and you run it on the host with inv/nox. "
                         "Review every change before running it.")
 
-    agent = agent_config_for(target, session, agent_subdirs)
+    agent = agent_config_for(target, session, agent_subdirs, login_files)
     ctx = _mount_context(target, proxy_socket.parent if proxy_socket else None, allow_self_edit,
                          tuple(Path(p) for p in image_trees) if image else (), agent)
     mount_plan = plan_mounts(ctx, policy.fs)
@@ -536,7 +538,7 @@ def plan_request(request: LaunchRequest) -> LaunchPlan:
                        extra_env=request.extra_env, purpose=request.purpose, network=request.network,
                        allow_self_edit=request.allow_self_edit, cwd=request.cwd, image=request.image,
                        image_trees=request.image_trees, session=request.session,
-                       agent_subdirs=request.agent_subdirs)
+                       agent_subdirs=request.agent_subdirs, login_files=request.login_files)
 
 
 def say_request(request: LaunchRequest, plan: LaunchPlan) -> None:
