@@ -254,6 +254,19 @@ def test_a_first_run_question_is_waiting_and_notifies_the_user(sess):
         while "dev waiting" not in (out.read_text() if out.exists() else ""):
             assert time.monotonic() < deadline, "the notify command never ran"
             time.sleep(0.5)
+        # accepting it: claude cannot record the answer in its read-only settings.json, and goes on
+        run, socket = user_run(g), socket_of(g, inv)
+        run(["tmux", "-S", str(socket), "send-keys", "-t", "=chtop-dev:", "2"])
+        time.sleep(2)
+        run(["tmux", "-S", str(socket), "send-keys", "-t", "=chtop-dev:", "Enter"])
+        deadline = time.monotonic() + 60
+        while "bypass permissions on" not in (screen := run(["tmux", "-S", str(socket), "capture-pane", "-p",
+                                                              "-t", "=chtop-dev:"]).stdout).lower():
+            assert time.monotonic() < deadline, screen
+            time.sleep(1)
+        assert rows(g, inv)["dev"]["state"] != "exited"
+        rendered = g.grouping / ".chtop" / "agents" / "dev" / "settings.json"
+        assert json.loads(rendered.read_text())["skipDangerousModePermissionPrompt"] is False
     finally:
         assert inv("session.stop", "--name", "dev", cwd=g.toplevel).returncode == 0
         settings.write_text(saved)
