@@ -321,3 +321,14 @@ def test_as_root_what_the_agent_uses_in_its_config_dir_is_the_agents(tmp_path):
         st = os.lstat(path)
         assert (st.st_uid, st.st_gid) == (12345, 12345), path
     assert os.lstat(cfg.home).st_uid == 0 and os.lstat(cfg.settings).st_uid == 0    # host-side: root's
+
+
+def test_each_dir_target_has_its_own_agent_config_dir_in_the_dir_groups_state(home, tmp_path):
+    a, b = tmp_path / "proj" / "x", tmp_path / "other" / "x"
+    a.mkdir(parents=True)
+    b.mkdir(parents=True)
+    ta, tb = places.dir_target(a), places.dir_target(b)
+    assert ta.config_dir != tb.config_dir and ta.login_dir == tb.login_dir == places.user_config_dir() / "claude"
+    for t in (ta, tb):
+        assert t.config_dir.parent.parent == places.user_config_dir() / ".chtop" / "agents"
+        assert t.config_dir.parent.name.startswith("x-") and t.config_dir.name == "config"
