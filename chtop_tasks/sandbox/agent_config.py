@@ -115,7 +115,8 @@ def prepare(cfg: AgentConfig, owner: tuple[int, int] | None = None) -> None:
 
 def _agent_dir(path: Path, owner: tuple[int, int] | None) -> None:
     path.mkdir(mode=0o700, exist_ok=True)
-    if owner is not None and os.lstat(path)[4:6] != owner:
+    st = os.lstat(path)
+    if owner is not None and (st.st_uid, st.st_gid) != owner:
         os.lchown(path, *owner)
 
 
@@ -128,8 +129,10 @@ def _mount_point(path: Path, is_dir: bool, owner: tuple[int, int] | None) -> Non
         st = None
     if st is not None and (stat.S_ISDIR(st.st_mode) if is_dir else stat.S_ISREG(st.st_mode)):
         return
-    if st is not None:
-        shutil.rmtree(path) if stat.S_ISDIR(st.st_mode) else os.unlink(path)
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(path)
+    elif st is not None:
+        os.unlink(path)
     if is_dir:
         os.mkdir(path, 0o700)
     else:
