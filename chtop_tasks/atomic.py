@@ -1,13 +1,14 @@
 """Writing a file so that readers never see half of it and a planted symlink is never followed:
-a fresh temp file in the same dir, renamed over the path; and one read-modify-write of a file at a
-time, across processes (``locked_for_update``); and reading a file an agent can write without
-following a link or blocking (``read_agent_file``)."""
+a fresh temp file in the same dir, renamed over the path; one read-modify-write of a file at a
+time, across processes (``locked_for_update``); and reading a file an agent could have written
+(``read_agent_file``: no link followed, never blocking, a regular file, bounded)."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import os
+import secrets
 import stat
 import tempfile
 from pathlib import Path
@@ -29,6 +30,25 @@ def write_atomic(path: Path, text: str, *, mode: int = 0o644, owner: tuple[int, 
             os.unlink(tmp)
         except OSError:
             pass
+        raise
+
+
+def write_atomic_at(dir_fd: int, name: str, data: bytes, *, mode: int = 0o600,
+                    owner: tuple[int, int] | None = None) -> None:
+    """Replace ``name`` in the directory open as ``dir_fd`` with ``data`` by a rename: for a dir an
+    agent can write, opened without following a link, so nothing it plants meanwhile redirects it."""
+    tmp = f".{name}.{secrets.token_hex(6)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+    try:
+        os.fchmod(fd, mode)
+        if owner is not None:
+            os.fchown(fd, *owner)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
         raise
 
 
@@ -68,9 +88,16 @@ def read_agent_file_stat(path: Path, limit: int = 1 << 20) -> tuple[bytes, os.st
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
             return None
-        data = os.read(fd, limit + 1)
+        chunks, left = [], limit + 1
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
     except OSError:
         return None
     finally:
         os.close(fd)
-    return (data, info) if len(data) <= limit else None
+    data = b"".join(chunks)
+    return None if len(data) > limit else (data, info)

@@ -4,6 +4,8 @@
   ``~/.config/chtop``), its ``secrets.env``, and the ``--dir`` group that
   lives there;
 - a group's id, state dir (``<group>/.chtop``) and runtime dir (sockets);
+- each sandbox target's own agent config (``<group>/.chtop/agents/<key>/``, see
+  ``sandbox/agent_config.py``) and the group's agent login dir (``<group>/claude``), never mounted;
 - the one rule for a worktree's name (``worktree.create``, the proxy's
   per-worktree sockets and layers, and the sandbox all use it);
 - the ``--dir`` guard (never a directory that is or holds ``$HOME``, the
@@ -30,6 +32,10 @@ if TYPE_CHECKING:
     from .workspace.layout import Workspace
 
 STATE_DIR_NAME = ".chtop"
+AGENTS_DIR_NAME = "agents"
+LOGIN_DIR_NAME = "claude"
+HOOK_STATE_DIR_NAME = "chtop-state"     # in an agent config dir: where a session's hooks report
+SESSION_ID = re.compile(r"^[a-z0-9]{8,32}$")
 SECRETS_NAME = "secrets.env"
 WORKTREE_NAME_MAX = 64
 _WORKTREE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
@@ -102,6 +108,32 @@ def group_lock_path(group_dir: Path) -> Path:
 def create_journal_path(group_dir: Path, name: str) -> Path:
     """What a running ``worktree.create --name NAME`` has made so far (gone when it ends)."""
     return state_dir(group_dir) / "creating" / f"{name}.json"
+
+
+def agent_home(group_dir: Path, key: str) -> Path:
+    """``<group>/.chtop/agents/<key>``: one sandbox target's agent config, host-side (only its
+    ``config/`` is mounted, into that target's sandboxes alone)."""
+    return state_dir(group_dir) / AGENTS_DIR_NAME / key
+
+
+def dir_agent_key(root: Path) -> str:
+    """The agent-config key of a --dir directory: its name (made safe) and 12 hex digits of its path."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(root).name).lstrip(".-")[:40] or "dir"
+    return f"{name}-{hashlib.sha256(str(Path(root)).encode()).hexdigest()[:12]}"
+
+
+def session_state_dir(home: Path, session_id: str) -> Path:
+    """A session's hook state dir on the host, under its target's agent home (mounted at
+    ``config/chtop-state`` in that session's sandbox alone)."""
+    if not SESSION_ID.match(session_id):
+        raise ValueError(f"bad session id {session_id!r}")
+    return Path(home) / "sessions" / session_id
+
+
+def login_dir(group_dir: Path) -> Path:
+    """``<group>/claude``: the group's agent login and the user's claude settings, host-side only
+    (before per-worktree config dirs it was every sandbox's shared CLAUDE_CONFIG_DIR)."""
+    return Path(group_dir) / LOGIN_DIR_NAME
 
 
 def runtime_base() -> Path:
@@ -212,7 +244,7 @@ class Target:
     workspace: "Workspace | None"
     policy_dir: Path
     group_dir: Path
-    config_dir: Path               # the agents' config dir (CLAUDE_CONFIG_DIR)
+    agent_home: Path               # this target's own agent config, host-side (see sandbox/agent_config.py)
     note: str | None = None        # said at launch (e.g. "sandboxing the current directory")
 
     @property
@@ -223,6 +255,15 @@ class Target:
     def state_dir(self) -> Path:
         return self.workspace.state_dir if self.workspace else state_dir(self.group_dir)
 
+    @property
+    def config_dir(self) -> Path:
+        """The agents' config dir in this target's sandboxes (CLAUDE_CONFIG_DIR): its own, read-write."""
+        return self.agent_home / "config"
+
+    @property
+    def login_dir(self) -> Path:
+        return login_dir(self.group_dir)
+
 
 def dir_target(dir: Path, note: str | None = None) -> Target:  # noqa: A002 - --dir is the flag's name
     root = Path(dir).expanduser().resolve()
@@ -230,7 +271,7 @@ def dir_target(dir: Path, note: str | None = None) -> Target:  # noqa: A002 - --
         raise UsageError(f"--dir {dir}: not a directory")
     check_dir_allowed(root)
     group = user_config_dir()
-    return Target("dir", root, None, dir_group_policy_dir(), group, group / "claude", note)
+    return Target("dir", root, None, dir_group_policy_dir(), group, agent_home(group, dir_agent_key(root)), note)
 
 
 def target_for(cwd: Path, dir: Path | None = None) -> Target:  # noqa: A002
@@ -254,7 +295,7 @@ def target_for(cwd: Path, dir: Path | None = None) -> Target:  # noqa: A002
             "(the toplevel is not containerized; the management commands run there).\n"
             "Make one and run from it:  inv worktree.create --name NAME && cd ../NAME"
         )
-    return Target("worktree", ws.root, ws, ws.policy_dir, ws.grouping, ws.claude_dir)
+    return Target("worktree", ws.root, ws, ws.policy_dir, ws.grouping, agent_home(ws.grouping, ws.name))
 
 
 def group_dir_for(cwd: Path, dir_mode: bool = False) -> Path:

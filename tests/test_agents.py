@@ -43,6 +43,7 @@ def test_shipped_registry_has_the_agents_and_their_flags(home):
     assert registry["gemini"].argv(["--resume"]) == ["gemini", "--yolo", "--resume"]
     assert "CLAUDE_CODE_OAUTH_TOKEN" in registry["claude"].credentials
     assert "KIMI_API_KEY" in registry["kimi"].credentials
+    assert registry["claude"].login_files == (".credentials.json",) and registry["codex"].login_files == ("auth.json",)
 
 
 STAND_IN = """\
@@ -100,6 +101,7 @@ def test_user_registry_overrides_and_unknown_agent_is_usage_error(home, tmp_path
         ('[x]\ncommand = ["x"]\ntokens = ["T"]\n', "tokens not listed"),
         ('[x]\ncommand = ["x"]\nflavour = 1\n', "unknown key"),
         ('[x]\ncommand = ["x"]\nconfig_subdir = "../up"\n', "plain directory"),
+        ('[x]\ncommand = ["x"]\nlogin_files = ["../../.ssh/id_rsa"]\n', "file name in its config dir"),
         ("[x\n", "agents.toml"),
         ('[x]\ncommand = ["x"]\ncredentials = ["HTTPS_PROXY"]\n', "set by the sandbox"),
         ('[x]\ncommand = ["x"]\nenv = { IS_SANDBOX = "0" }\n', "set by the sandbox"),
@@ -210,3 +212,123 @@ def test_dir_holding_home_or_secrets_is_refused(home, tmp_path):
         with pytest.raises(Refused):
             places.check_dir_allowed(bad, home=home)
     places.check_dir_allowed(home / "projects" / "x", home=home)
+
+
+# -- each target's own agent config dir, prepared host-side (sandbox/agent_config.py) --------------
+
+def agent_config(tmp_path, session=None, root_name="dev"):
+    from chtop_tasks.sandbox.agent_config import AgentConfig
+
+    group = tmp_path / "grp"
+    login = places.login_dir(group)
+    login.mkdir(parents=True, exist_ok=True)
+    return AgentConfig(places.agent_home(group, root_name), login, group / root_name, session, ("codex",),
+                       (".credentials.json", "codex/auth.json"))
+
+
+def test_a_new_config_dir_gets_the_groups_login_and_only_its_own_projects(tmp_path):
+    import json
+
+    from chtop_tasks.sandbox import agent_config as ac
+
+    cfg = agent_config(tmp_path, session="abcdef0123456789")
+    (cfg.login / ".credentials.json").write_text('{"claudeAiOauth": {"accessToken": "t"}}')
+    (cfg.login / "settings.json").write_text('{"model": "opus"}')
+    other = str(cfg.root.parent / "other")
+    (cfg.login / ".claude.json").write_text(json.dumps({
+        "hasCompletedOnboarding": True, "projects": {str(cfg.root): {"trust": 1}, other: {"trust": 2},
+                                                     str(cfg.root / "alpha"): {"trust": 3}}}))
+    for name, text in ((cfg.root, "mine"), (Path(other), "theirs")):
+        transcripts = cfg.login / "projects" / ac.transcript_dir_name(name)
+        transcripts.mkdir(parents=True)
+        (transcripts / "t.jsonl").write_text(text)
+    ac.prepare(cfg)
+    assert (cfg.config / ".credentials.json").read_text() == '{"claudeAiOauth": {"accessToken": "t"}}'
+    assert (cfg.config / ".credentials.json").stat().st_mode & 0o777 == 0o600
+    account = json.loads((cfg.config / ".claude.json").read_text())
+    assert account["hasCompletedOnboarding"] is True
+    assert set(account["projects"]) == {str(cfg.root), str(cfg.root / "alpha")}
+    assert [p.read_text() for p in (cfg.config / "projects").rglob("*.jsonl")] == ["mine"]
+    assert json.loads(cfg.settings.read_text())["model"] == "opus"
+    assert (cfg.config / "settings.json").is_file() and (cfg.config / "chtop-state").is_dir()
+    assert cfg.state_dir.is_dir() and (cfg.config / "codex").is_dir()
+    # the agent's own refreshed login stays; a newer group login replaces it
+    (cfg.config / ".credentials.json").write_text("refreshed inside")
+    ac.prepare(cfg)
+    assert (cfg.config / ".credentials.json").read_text() == "refreshed inside"
+    os.utime(cfg.login / ".credentials.json", (4e9, 4e9))
+    ac.prepare(cfg)
+    assert "accessToken" in (cfg.config / ".credentials.json").read_text()
+
+
+def test_what_the_agent_planted_in_its_config_dir_is_replaced_never_followed(tmp_path):
+    from chtop_tasks.sandbox import agent_config as ac
+
+    cfg = agent_config(tmp_path, session="abcdef0123456789")
+    ac.prepare(cfg)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (cfg.config / "settings.json").unlink()
+    (cfg.config / "settings.json").symlink_to(victim)
+    os.rmdir(cfg.config / "chtop-state")
+    (cfg.config / "chtop-state").symlink_to(tmp_path)
+    (cfg.config / ".credentials.json").symlink_to(victim)
+    (cfg.login / ".credentials.json").write_text("login")
+    ac.prepare(cfg)
+    assert victim.read_text() == "precious\n"
+    assert not (cfg.config / "settings.json").is_symlink() and (cfg.config / "settings.json").is_file()
+    assert not (cfg.config / "chtop-state").is_symlink() and (cfg.config / "chtop-state").is_dir()
+    assert (cfg.config / ".credentials.json").read_text() == "login"    # replaced by a rename
+    # a sub-directory the agent made a link: the login is not written through it
+    (cfg.login / "codex").mkdir()
+    (cfg.login / "codex" / "auth.json").write_text("codex login")
+    os.rmdir(cfg.config / "codex")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (cfg.config / "codex").symlink_to(elsewhere)
+    from chtop_tasks.sandbox.agent_config import seed_login
+
+    seed_login(cfg, None)
+    assert list(elsewhere.iterdir()) == []
+    ac.prepare(cfg)                               # the launch makes it a dir again, then copies
+    assert (cfg.config / "codex" / "auth.json").read_text() == "codex login" and list(elsewhere.iterdir()) == []
+
+
+def test_a_login_dir_file_that_is_a_link_or_a_fifo_is_not_copied(tmp_path):
+    from chtop_tasks.sandbox import agent_config as ac
+
+    cfg = agent_config(tmp_path)
+    secret = tmp_path / "ssh-key"
+    secret.write_text("PRIVATE KEY")
+    (cfg.login / ".credentials.json").symlink_to(secret)
+    os.mkfifo(cfg.login / ".claude.json")
+    ac.prepare(cfg)
+    assert not (cfg.config / ".credentials.json").exists() and not (cfg.config / ".claude.json").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hand files to another uid")
+def test_as_root_what_the_agent_uses_in_its_config_dir_is_the_agents(tmp_path):
+    from chtop_tasks.sandbox import agent_config as ac
+
+    cfg = agent_config(tmp_path, session="abcdef0123456789")
+    (cfg.login / ".credentials.json").write_text("login")
+    ac.prepare(cfg, owner=(12345, 12345))
+    (cfg.login / "codex").mkdir()
+    (cfg.login / "codex" / "auth.json").write_text("codex login")
+    ac.prepare(cfg, owner=(12345, 12345))
+    for path in (cfg.config, cfg.config / ".credentials.json", cfg.config / "settings.json", cfg.state_dir,
+                 cfg.config / "codex", cfg.config / "codex" / "auth.json"):
+        st = os.lstat(path)
+        assert (st.st_uid, st.st_gid) == (12345, 12345), path
+    assert os.lstat(cfg.home).st_uid == 0 and os.lstat(cfg.settings).st_uid == 0    # host-side: root's
+
+
+def test_each_dir_target_has_its_own_agent_config_dir_in_the_dir_groups_state(home, tmp_path):
+    a, b = tmp_path / "proj" / "x", tmp_path / "other" / "x"
+    a.mkdir(parents=True)
+    b.mkdir(parents=True)
+    ta, tb = places.dir_target(a), places.dir_target(b)
+    assert ta.config_dir != tb.config_dir and ta.login_dir == tb.login_dir == places.user_config_dir() / "claude"
+    for t in (ta, tb):
+        assert t.config_dir.parent.parent == places.user_config_dir() / ".chtop" / "agents"
+        assert t.config_dir.parent.name.startswith("x-") and t.config_dir.name == "config"

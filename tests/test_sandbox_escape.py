@@ -215,7 +215,7 @@ def test_launching_shell_env_does_not_leak(g):
     assert env["IS_SANDBOX"] == "1" and env["PYTHONSAFEPATH"] == "1"
     assert env["PATH"].startswith(f"{g.dev}/.venv/bin:")
     assert env["VIRTUAL_ENV"] == f"{g.dev}/.venv"
-    assert env["CLAUDE_CONFIG_DIR"] == f"{g.grouping}/claude"
+    assert env["CLAUDE_CONFIG_DIR"] == f"{g.grouping}/.chtop/agents/dev/config"      # dev's own
     assert env["HTTPS_PROXY"] == env["http_proxy"] == "http://127.0.0.1:3128"
     assert "localhost" in env["NO_PROXY"] and "127.0.0.1" in env["no_proxy"]
     assert SECRET not in proc.stderr            # nor in the echoed podman command

@@ -13,17 +13,18 @@ import pytest
 from chtop_tasks import places
 from chtop_tasks.errors import PolicyError, Refused, UsageError, WorkspaceError
 from chtop_tasks.sandbox import launcher as launch
-from chtop_tasks.sandbox.mounts import MountPlan, rename_proof
+from chtop_tasks.sandbox.agent_config import agent_config_for
+from chtop_tasks.sandbox.mounts import MountPlan, is_within, rename_proof
 from chtop_tasks.sandbox.policy import load_policy
 from chtop_tasks.workspace.layout import private_store
 
 
-def plan_for(root: Path, self_edit=False, policy_text=None):
+def plan_for(root: Path, self_edit=False, policy_text=None, session=None):
     target = places.target_for(root)
     if policy_text is not None:
         (target.policy_dir / "fs-allow.txt").write_text(policy_text)
     policy = load_policy(target.policy_dir, places.home_dir(), target.workspace.grouping)
-    ctx = launch._mount_context(target, None, self_edit)
+    ctx = launch._mount_context(target, None, self_edit, agent=agent_config_for(target, session))
     from chtop_tasks.sandbox.mounts import plan_mounts
 
     return plan_mounts(ctx, policy.fs)
@@ -55,7 +56,11 @@ def test_worktree_plan(with_dev):
         assert m[str(admin)] == "rw"
         assert m[str(admin / "commondir")] == m[str(admin / "gitdir")] == m[str(admin / "config.worktree")] == "ro"
     assert not any(k.startswith(str(private_store(g.grouping, "dev2", ""))) for k in m)
-    assert m[str(g.path("claude"))] == "rw"
+    # the agents' config dir: dev's own, alone, its settings read-only; the group's login dir never
+    home = g.path(".chtop", "agents", "dev")
+    assert m[str(home / "config")] == "rw" and m[str(home / "config" / "settings.json")] == "ro"
+    assert str(home) not in m and str(home / "config" / "chtop-state") not in m
+    assert not any(k.startswith(str(g.path("claude"))) for k in m)
     assert str(g.path("extern")) not in m                                   # absent: not mounted
     g.path("extern").mkdir()
     assert modes(plan_for(dev))[str(g.path("extern"))] == "ro"
@@ -64,7 +69,18 @@ def test_worktree_plan(with_dev):
     # never mounted: the grouping dir itself, siblings, chtop's state (but this worktree's git stores)
     assert str(g.grouping) not in m and str(g.path(".chtop")) not in m
     assert [k for k in m if k.startswith(str(g.path(".chtop")))
-            and not k.startswith(str(g.path(".chtop", "git", "dev")) + "/")] == []
+            and not k.startswith((str(g.path(".chtop", "git", "dev")) + "/", str(home / "config")))] == []
+
+
+def test_a_sessions_sandbox_sees_its_own_state_dir_only(with_dev):
+    g = with_dev
+    plan = plan_for(g.path("dev"), session="abcdef0123456789")
+    home = g.path(".chtop", "agents", "dev")
+    state = plan.get(home / "config" / "chtop-state")
+    assert state.mode == "rw" and state.src == home / "sessions" / "abcdef0123456789"
+    assert [m for m in plan.mounts() if m.src is not None and is_within(m.src, home / "sessions")] == [state]
+    with pytest.raises(ValueError):
+        plan_for(g.path("dev"), session="../other")
 
 
 def test_self_edit_opens_management_code_only(with_dev):

@@ -90,7 +90,7 @@ def root_dev(with_dev, tmp_path):
 def test_as_root_the_agent_works_in_a_root_owned_worktree(root_dev, root_env):
     g = root_dev
     dev, top = g.path("dev"), g.toplevel
-    config = g.grouping / "claude"
+    config = g.grouping / ".chtop" / "agents" / "dev" / "config"
     policy = top / "sandbox" / "net-allow.txt"
     policy_before = policy.read_text()
     base_python = Path(os.path.realpath(sys.base_prefix))

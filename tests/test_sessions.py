@@ -19,66 +19,75 @@ from conftest import require_tool
 from chtop_tasks.agents.registry import load_registry, parse_entry
 from chtop_tasks.atomic import write_atomic
 from chtop_tasks.errors import PolicyError, Refused, UsageError
-from chtop_tasks.sessions import agent_state, hooks, notify, records, screenlog, tmux
+from chtop_tasks.sandbox import agent_settings as hooks
+from chtop_tasks.sessions import agent_state, notify, records, screenlog, tmux
 
-# -- hooks: merged into settings.json, never dropping the user's own -----------------------------
+# -- hooks: the user's settings plus chtop's, rendered host-side, never dropping the user's own ----
+
+def install(tmp_path, content: str | None = None) -> tuple[bool, Path]:
+    """agent_settings.install_settings from a user's settings file holding ``content`` (none: absent)."""
+    users, dest = tmp_path / "users.json", tmp_path / "rendered.json"
+    if content is not None:
+        users.write_text(content)
+    return hooks.install_settings(users, dest), dest
+
 
 def test_hooks_merge_keeps_the_users_settings_and_hooks_and_is_idempotent(tmp_path):
-    cfg = tmp_path / "claude"
-    cfg.mkdir()
     user_hook = {"matcher": "Bash", "hooks": [{"type": "command", "command": "echo mine"}]}
-    (cfg / "settings.json").write_text(json.dumps({"model": "opus", "hooks": {"PreToolUse": [user_hook]}}))
-    assert hooks.install_hooks(cfg) is True
-    first = json.loads((cfg / "settings.json").read_text())
-    assert first["model"] == "opus"
+    users = json.dumps({"model": "opus", "hooks": {"PreToolUse": [user_hook]}})
+    changed, dest = install(tmp_path, users)
+    assert changed is True
+    first = json.loads(dest.read_text())
+    assert first["model"] == "opus" and first["skipDangerousModePermissionPrompt"] is True
     assert user_hook in first["hooks"]["PreToolUse"]
     for event in hooks.EVENTS:
         ours = [e for e in first["hooks"][event] if hooks.MARKER in json.dumps(e)]
         assert len(ours) == 1, event
-    assert hooks.install_hooks(cfg) is False                        # a second run changes nothing
-    assert json.loads((cfg / "settings.json").read_text()) == first
-    assert (cfg / "settings.json").stat().st_mode & 0o777 == 0o600
+    assert install(tmp_path, users)[0] is False                    # a second run changes nothing
+    assert json.loads(dest.read_text()) == first
+    assert (tmp_path / "users.json").read_text() == users           # the user's file is never written
+    assert dest.stat().st_mode & 0o777 == 0o644                     # mounted read-only, readable inside
+
+
+def test_the_users_own_answer_to_the_bypass_question_is_kept(tmp_path):
+    _, dest = install(tmp_path, json.dumps({"skipDangerousModePermissionPrompt": False}))
+    assert json.loads(dest.read_text())["skipDangerousModePermissionPrompt"] is False
 
 
 def test_hooks_replace_an_older_chtop_entry_instead_of_adding_a_second(tmp_path):
-    cfg = tmp_path / "claude"
-    cfg.mkdir()
     old = {"hooks": [{"type": "command", "command": f"echo old  # {hooks.MARKER}"}]}
-    (cfg / "settings.json").write_text(json.dumps({"hooks": {"Stop": [old]}}))
-    hooks.install_hooks(cfg)
-    stop = json.loads((cfg / "settings.json").read_text())["hooks"]["Stop"]
+    _, dest = install(tmp_path, json.dumps({"hooks": {"Stop": [old]}}))
+    stop = json.loads(dest.read_text())["hooks"]["Stop"]
     assert old not in stop and len(stop) == 1
 
 
-@pytest.mark.parametrize("content", ["", "   \n"])
-def test_hooks_install_into_a_missing_or_empty_file(tmp_path, content):
-    cfg = tmp_path / "claude"
-    cfg.mkdir()
-    if content:
-        (cfg / "settings.json").write_text(content)
-    assert hooks.install_hooks(cfg)
-    assert set(json.loads((cfg / "settings.json").read_text())["hooks"]) == set(hooks.EVENTS)
+@pytest.mark.parametrize("content", [None, "", "   \n"])
+def test_hooks_install_from_a_missing_or_empty_file(tmp_path, content):
+    changed, dest = install(tmp_path, content)
+    assert changed
+    assert set(json.loads(dest.read_text())["hooks"]) == set(hooks.EVENTS)
 
 
 @pytest.mark.parametrize("content", ["{not json", "[1, 2]", '{"hooks": []}'])
-def test_hooks_refuse_to_overwrite_an_unparsable_file(tmp_path, content):
-    cfg = tmp_path / "claude"
-    cfg.mkdir()
-    (cfg / "settings.json").write_text(content)
-    with pytest.raises(Refused, match="settings.json"):
-        hooks.install_hooks(cfg)
-    assert (cfg / "settings.json").read_text() == content
+def test_hooks_refuse_an_unparsable_users_file_and_write_nothing(tmp_path, content):
+    with pytest.raises(Refused, match="users.json"):
+        install(tmp_path, content)
+    assert (tmp_path / "users.json").read_text() == content
+    assert not (tmp_path / "rendered.json").exists()
 
 
-def test_hooks_replace_a_planted_symlink_instead_of_writing_through_it(tmp_path):
-    cfg = tmp_path / "claude"
-    cfg.mkdir()
+def test_a_users_settings_file_that_is_a_link_or_a_fifo_is_refused_without_blocking(tmp_path):
     victim = tmp_path / "victim"
-    victim.write_text("precious\n")
-    (cfg / "settings.json").symlink_to(victim)
-    with pytest.raises(Refused):
-        hooks.install_hooks(cfg)
-    assert victim.read_text() == "precious\n"
+    victim.write_text('{"hooks": {}}')
+    (tmp_path / "users.json").symlink_to(victim)
+    with pytest.raises(Refused, match="not a regular file"):
+        install(tmp_path)
+    (tmp_path / "users.json").unlink()
+    os.mkfifo(tmp_path / "users.json")
+    began = time.monotonic()
+    with pytest.raises(Refused, match="not a regular file"):
+        install(tmp_path)
+    assert time.monotonic() - began < 1
 
 
 def test_hook_command_writes_the_state_only_in_a_session_and_always_exits_0(tmp_path):
@@ -290,18 +299,6 @@ def test_unknown_session_names_are_errors(tmp_path):
     with pytest.raises(UsageError, match="no session log"):
         session_log(tmp_path, "nope")
     assert tmux.has_session(tmp_path / "absent.sock", "chtop-x") is False
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hand files to another uid")
-def test_hooks_and_state_dir_keep_the_config_dirs_owner_when_root_writes_them(tmp_path):
-    cfg = tmp_path / "claude"
-    cfg.mkdir()
-    os.chown(cfg, 12345, 12345)
-    hooks.install_hooks(cfg)
-    state = hooks.prepare_state_dir(cfg)
-    for path in (cfg / "settings.json", state):
-        st = path.stat()
-        assert (st.st_uid, st.st_gid) == (12345, 12345), path
 
 
 def test_a_pane_process_without_its_environment_records_why_and_exits_1(tmp_path):

@@ -155,8 +155,8 @@ def test_session_life_cycle_with_the_real_claude(sess, api):
     again = inv("session.start")
     assert again.returncode == 3 and "already runs" in again.stderr, again.stderr
 
-    # the hooks were merged into the group's settings: the user's own kept
-    settings = json.loads((g.grouping / "claude" / "settings.json").read_text())
+    # the hooks were merged into dev's own settings (host-written, read-only inside): the user's own kept
+    settings = json.loads((g.grouping / ".chtop" / "agents" / "dev" / "settings.json").read_text())
     assert settings["skipDangerousModePermissionPrompt"] is True
     stop_commands = [h["command"] for e in settings["hooks"]["Stop"] for h in e["hooks"]]
     assert "true  # the user's own" in stop_commands
@@ -169,7 +169,8 @@ def test_session_life_cycle_with_the_real_claude(sess, api):
     assert row["agent"] == "claude" and row["exit_status"] is None
     assert time.monotonic() - tool_began < SLEEP, "the tool call ended before the state was read"
     record = json.loads((g.grouping / ".chtop" / "sessions" / "dev.json").read_text())
-    hook_file = g.grouping / "claude" / "chtop-state" / record["session_id"]
+    sid = record["session_id"]
+    hook_file = g.grouping / ".chtop" / "agents" / "dev" / "sessions" / sid / sid
     assert hook_file.read_text().strip() == "working"           # from claude's own PreToolUse hook
     api.wait_for_turns(2, timeout=SLEEP + 90)
     assert time.monotonic() - tool_began > SLEEP - 2, json.dumps(api.conversations()[-1])[-1500:]
@@ -238,7 +239,7 @@ def test_a_first_run_question_is_waiting_and_notifies_the_user(sess):
     settings = g.grouping / "claude" / "settings.json"
     saved = settings.read_text()
     data = json.loads(saved)
-    data.pop("skipDangerousModePermissionPrompt")          # claude asks about bypass mode again
+    data["skipDangerousModePermissionPrompt"] = False      # claude asks about bypass mode again
     settings.write_text(json.dumps(data))
     out = g.base / "notified"
     config = g.home / ".config" / "chtop" / "config.toml"
@@ -253,6 +254,19 @@ def test_a_first_run_question_is_waiting_and_notifies_the_user(sess):
         while "dev waiting" not in (out.read_text() if out.exists() else ""):
             assert time.monotonic() < deadline, "the notify command never ran"
             time.sleep(0.5)
+        # accepting it: claude cannot record the answer in its read-only settings.json, and goes on
+        run, socket = user_run(g), socket_of(g, inv)
+        run(["tmux", "-S", str(socket), "send-keys", "-t", "=chtop-dev:", "2"])
+        time.sleep(2)
+        run(["tmux", "-S", str(socket), "send-keys", "-t", "=chtop-dev:", "Enter"])
+        deadline = time.monotonic() + 60
+        while "bypass permissions on" not in (screen := run(["tmux", "-S", str(socket), "capture-pane", "-p",
+                                                              "-t", "=chtop-dev:"]).stdout).lower():
+            assert time.monotonic() < deadline, screen
+            time.sleep(1)
+        assert rows(g, inv)["dev"]["state"] != "exited"
+        rendered = g.grouping / ".chtop" / "agents" / "dev" / "settings.json"
+        assert json.loads(rendered.read_text())["skipDangerousModePermissionPrompt"] is False
     finally:
         assert inv("session.stop", "--name", "dev", cwd=g.toplevel).returncode == 0
         settings.write_text(saved)

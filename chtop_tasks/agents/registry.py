@@ -26,7 +26,7 @@ AGENT_NAME = re.compile(r"[a-z][a-z0-9-]{0,19}\Z")
 REGISTRY_FILE = Path(__file__).with_name("agents.toml")
 USER_REGISTRY = "agents.toml"  # in ~/.config/chtop/
 KEYS = {"description", "command", "skip_permissions", "credentials", "tokens", "login_note",
-        "config_env", "config_subdir", "env", "install", "continue_args"}
+        "config_env", "config_subdir", "login_files", "env", "install", "continue_args"}
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,7 @@ class Agent:
     login_note: str = ""
     config_env: str = ""
     config_subdir: str = ""
+    login_files: tuple[str, ...] = ()   # in its config dir: copied from the group's login dir (see agent_config.py)
     env: dict[str, str] = field(default_factory=dict)
     install: str = ""
     description: str = ""
@@ -92,6 +93,10 @@ def parse_entry(name: str, table: dict, source: str) -> Agent:
     subdir = table.get("config_subdir", "")
     if not isinstance(subdir, str) or subdir.startswith(("/", ".")) or "/" in subdir:
         raise PolicyError(f"{source}: [{name}] config_subdir must be a plain directory name")
+    login_files = _strings(name, "login_files", table.get("login_files", []), source)
+    for file in login_files:
+        if "/" in file or file in (".", ".."):
+            raise PolicyError(f"{source}: [{name}] login_files: {file!r} must be a file name in its config dir")
     return Agent(
         name=name,
         command=command,
@@ -101,6 +106,7 @@ def parse_entry(name: str, table: dict, source: str) -> Agent:
         login_note=str(table.get("login_note", "")),
         config_env=config_env,
         config_subdir=subdir,
+        login_files=login_files,
         env=dict(env),
         install=str(table.get("install", "")),
         description=str(table.get("description", "")),
@@ -174,10 +180,11 @@ def check_installed(agent: Agent, search_path: str | None = None) -> None:
 def agent_request(agent_name: str, args: list[str], cwd: Path, *, interactive: bool,
                   dir: Path | None = None, image: bool = False, network: str = "proxy",  # noqa: A002
                   allow_self_edit: bool = False, continue_: bool = False,
-                  extra_env: dict[str, str] | None = None):
+                  extra_env: dict[str, str] | None = None, session: str | None = None):
     """The sandbox LaunchRequest that starts ``agent_name`` with ``args`` in ``cwd``'s sandbox (or
     ``dir``), its notes included (which token it uses).  ``continue_`` adds the agent's continue
-    flag; ``extra_env`` adds variables for the agent (chtop's own, e.g. a session id)."""
+    flag; ``extra_env`` adds variables for the agent; ``session``, a session's id, is its
+    ``CHTOP_SESSION`` and has that session's hook state dir mounted."""
     from ..sandbox import LaunchRequest
 
     agent = get_agent(agent_name)
@@ -186,8 +193,11 @@ def agent_request(agent_name: str, args: list[str], cwd: Path, *, interactive: b
     source = secrets_path()
     env, notes = agent_env(agent, load_secrets(source), target.config_dir, source)
     env.update(extra_env or {})
-    if agent.config_env:  # some CLIs refuse a state dir that does not exist
-        Path(env[agent.config_env]).mkdir(mode=0o700, parents=True, exist_ok=True)
+    if session is not None:
+        env["CHTOP_SESSION"] = session
+    # some CLIs refuse a state dir that does not exist: the launch makes it, owned like the config dir
+    subdirs = (agent.config_subdir,) if agent.config_env and agent.config_subdir else ()
+    login_files = tuple(f"{subdirs[0]}/{f}" if subdirs else f for f in agent.login_files)
     image_args = {}
     if image:
         from .image import ensure_image, image_trees, storage_warning
@@ -196,7 +206,8 @@ def agent_request(agent_name: str, args: list[str], cwd: Path, *, interactive: b
         notes += [w for w in [storage_warning()] if w]
     return LaunchRequest(target, agent.argv(args, continue_), interactive=interactive, extra_env=env,
                          purpose=agent.name, network=network, allow_self_edit=allow_self_edit, cwd=cwd,
-                         notes=tuple(notes), **image_args)
+                         notes=tuple(notes), session=session, agent_subdirs=subdirs,
+                         login_files=login_files, **image_args)
 
 
 def launch(agent_name: str, args: list[str], cwd: Path, *, dir: Path | None = None,  # noqa: A002

@@ -27,6 +27,8 @@ from ..workspace.layout import admin_dir_for, private_store, verify_git_dirs
 from ..workspace.quarantine import branch_ref_pairs, sync_worktree
 from . import podman as podman_mod
 from . import seccomp
+from .agent_config import AgentConfig, agent_config_for
+from .agent_config import prepare as prepare_agent_config
 from .gitconfig import COPIED_KEYS_RE, sandbox_gitconfig
 from .limits import Limits, ipc_args, killed_note, limit_args, load_limits, why_not_enforced
 from .mounts import MountContext, plan_mounts
@@ -91,6 +93,7 @@ class LaunchSetup:
     state_dir: Path
     proxy: ProxyNeed | None
     root: RootSetup
+    agent_config: AgentConfig | None = None
 
 
 @dataclass
@@ -118,6 +121,9 @@ class LaunchRequest:
     image: str | None = None
     image_trees: tuple[Path, ...] = ()
     notes: tuple[str, ...] = ()   # said before the warnings (e.g. which token an agent uses)
+    session: str | None = None    # a session's id: its hook state dir is mounted (that session's alone)
+    agent_subdirs: tuple[str, ...] = ()   # the agent's config_subdir, made before the launch, owned like it
+    login_files: tuple[str, ...] = ()     # in the config dir: copied from the group's login dir when newer
     # the caller has nothing left to do after the sandbox (sbox.run): a non-interactive launch then
     # becomes a small shell that waits for podman and removes the per-run files, so no Python
     # process stays alive per sandbox
@@ -154,8 +160,10 @@ def _git_identity(config: dict[str, str], host_env: dict[str, str]) -> dict[str,
 
 
 def _mount_context(target: Target, proxy_dir: Path | None, self_edit: bool,
-                   image_trees: tuple[Path, ...] = ()) -> MountContext:
+                   image_trees: tuple[Path, ...] = (), agent: AgentConfig | None = None) -> MountContext:
     home = home_dir()
+    agent_mounts = tuple(agent.mounts()) if agent is not None else ()
+    hidden = (target.state_dir, target.login_dir)       # never mounted; masked where a policy path holds them
     if target.kind == "worktree":
         ws = target.workspace
         stores = []
@@ -166,18 +174,19 @@ def _mount_context(target: Target, proxy_dir: Path | None, self_edit: bool,
         return MountContext(
             "worktree", target.root, target.config_dir, home, grouping=ws.grouping, toplevel=ws.toplevel,
             repo_names=tuple(ws.manifest.names), stores=tuple(stores), extern=ws.grouping / "extern",
-            guarded=(ws.grouping,), state_dirs=(ws.state_dir,), proxy_dir=proxy_dir, self_edit=self_edit,
-            image_trees=image_trees)
+            guarded=(ws.grouping,), state_dirs=hidden, proxy_dir=proxy_dir, self_edit=self_edit,
+            image_trees=image_trees, agent_mounts=agent_mounts)
     return MountContext("dir", target.root, target.config_dir, home, guarded=(target.group_dir,),
-                        state_dirs=(target.state_dir,), proxy_dir=proxy_dir, self_edit=self_edit,
-                        image_trees=image_trees)
+                        state_dirs=hidden, proxy_dir=proxy_dir, self_edit=self_edit,
+                        image_trees=image_trees, agent_mounts=agent_mounts)
 
 
 def plan_launch(target: Target, command: list[str], *, interactive: bool,
                 extra_env: dict[str, str] | None = None, purpose: str = "run",
                 network: str = "proxy", allow_self_edit: bool = False,
                 cwd: Path | None = None, image: str | None = None,
-                image_trees: tuple[Path, ...] = ()) -> LaunchPlan:
+                image_trees: tuple[Path, ...] = (), session: str | None = None,
+                agent_subdirs: tuple[str, ...] = (), login_files: tuple[str, ...] = ()) -> LaunchPlan:
     """The full ``podman run`` for ``command`` in ``target``'s sandbox; reads only.
 
     Reads the policy (PolicyError if broken), checks the git layout
@@ -185,7 +194,9 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
     ``LaunchSetup`` still to do.  Nothing is started or written: that is
     ``prepare_launch``.  With ``image``, that local image is the root
     instead of the host overlay, and ``image_trees`` (its own copies of
-    /usr, /etc) are not bound from the host.
+    /usr, /etc) are not bound from the host.  ``session``: a session's id (its hook state dir is
+    mounted); ``agent_subdirs``: the agent's config_subdir, made before it starts; ``login_files``:
+    its login files, copied from the group's login dir.
     """
     extra_env = _checked_launch_args(command, purpose, network, extra_env)
     host_env = dict(os.environ)
@@ -201,8 +212,9 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
                         "sandbox/, ...) is WRITABLE by the agent, and you run it on the host with inv/nox. "
                         "Review every change before running it.")
 
+    agent = agent_config_for(target, session, agent_subdirs, login_files)
     ctx = _mount_context(target, proxy_socket.parent if proxy_socket else None, allow_self_edit,
-                         tuple(Path(p) for p in image_trees) if image else ())
+                         tuple(Path(p) for p in image_trees) if image else (), agent)
     mount_plan = plan_mounts(ctx, policy.fs)
     warnings += mount_plan.warnings
     mounts = mount_plan.mounts()
@@ -232,7 +244,7 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
         interactive=interactive, identity=identity, hostname=f"sbox-{_slug(target.name)}"[:63],
         command=command, image=image, limits=[] if limits_note else limit_args(limits),
         seccomp_profile=root.seccomp_profile, ipc=ipc)
-    return LaunchPlan(argv, name, podman_env, warnings, LaunchSetup(target.state_dir, proxy, root),
+    return LaunchPlan(argv, name, podman_env, warnings, LaunchSetup(target.state_dir, proxy, root, agent),
                       Limits() if limits_note else limits)
 
 
@@ -316,12 +328,15 @@ ROOTFUL_SKELETONS = (RUN_SCRATCH or Path("/tmp")) / "chtop-rootfs-0"
 
 def prepare_launch(plan: LaunchPlan) -> None:
     """Do what ``plan_launch`` left to do: the state dir, the proxy (fail closed: it raises when the
-    proxy cannot start or listens elsewhere), the per-run skeleton root and its entry files (those
+    proxy cannot start or listens elsewhere), the target's agent config dir (its settings written,
+    its login seeded: ``agent_config.prepare``), the per-run skeleton root and its entry files (those
     of killed runs are removed after the sandbox: ``cleanup_launch``)."""
     setup = plan.setup
     setup.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)   # exists before it is masked
     if setup.proxy is not None:
         _ensure_planned_proxy(setup.proxy)
+    if setup.agent_config is not None:
+        prepare_agent_config(setup.agent_config, setup.root.agent_ids if setup.root.owner is not None else None)
     _write_root(setup.root, setup.proxy.socket_path if setup.proxy else None)
 
 
@@ -549,7 +564,8 @@ def plan_request(request: LaunchRequest) -> LaunchPlan:
     return plan_launch(request.target, request.command, interactive=request.interactive,
                        extra_env=request.extra_env, purpose=request.purpose, network=request.network,
                        allow_self_edit=request.allow_self_edit, cwd=request.cwd, image=request.image,
-                       image_trees=request.image_trees)
+                       image_trees=request.image_trees, session=request.session,
+                       agent_subdirs=request.agent_subdirs, login_files=request.login_files)
 
 
 def say_request(request: LaunchRequest, plan: LaunchPlan) -> None:

@@ -21,6 +21,11 @@ from inside.  So:
   ``.venv``, ``.claude`` if present) is pinned read-only the same way;
 * every directory between a read-write mount root and a pinned path is
   bind-mounted onto itself, so no parent of a pin can be renamed either.
+* the agents' config dir (``CLAUDE_CONFIG_DIR``) is this target's own
+  (``<group>/.chtop/agents/<key>/config``), mounted alone: never its parent, another target's,
+  or the group's login dir; its ``settings.json`` (chtop's hooks, the user's settings) is a
+  host-written file mounted read-only over it, and a session's hook state dir is mounted only
+  into that session's sandbox (``agent_config.py``);
 
 Every path appears at its host path, so git metadata resolves.
 """
@@ -143,10 +148,15 @@ def store_mounts(plan: MountPlan, store: Path, admin: Path | None) -> None:
         plan.add(admin, admin, "rw", "this checkout's admin dir (HEAD, index)")
         for name in PINNED_IN_ADMIN:
             pin(plan, admin / name, f"admin {name} (redirects host git if rewritten)")
+    allow_mounts_below(plan, store, "private git stores")
+
+
+def allow_mounts_below(plan: MountPlan, path: Path, what: str) -> None:
+    """A read-only tmpfs mask above ``path`` becomes a private one: it could not hold the mount
+    points of ``path``, and an empty private tmpfs shows nothing more."""
     for mount in plan.mounts():
-        if mount.mode == "tmpfs-ro" and is_within(store, mount.dst):
-            # a read-only tmpfs could not hold the store's mount points; a private one changes nothing
-            plan.add(None, mount.dst, "tmpfs", f"{mount.why} (private git stores mounted below)")
+        if mount.mode == "tmpfs-ro" and is_within(path, mount.dst):
+            plan.add(None, mount.dst, "tmpfs", f"{mount.why} ({what} mounted below)")
 
 
 def checkout_dir_mounts(plan: MountPlan, root: Path, protected: tuple[str, ...], why: str) -> None:
@@ -252,6 +262,7 @@ class MountContext:
     proxy_dir: Path | None = None
     self_edit: bool = False
     image_trees: tuple[Path, ...] = ()   # trees a local image has its own copy of (not bound from the host)
+    agent_mounts: tuple = ()             # (src, dst, mode, why) inside config_dir (agent_config.py)
 
 
 def plan_mounts(ctx: MountContext, fs_rules) -> MountPlan:
@@ -276,8 +287,10 @@ def plan_mounts(ctx: MountContext, fs_rules) -> MountPlan:
     else:
         _dir_mounts(plan, ctx)
 
-    ctx.config_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    plan.add(ctx.config_dir, ctx.config_dir, "rw", "agent config dir (per group)")
+    allow_mounts_below(plan, ctx.config_dir, "this target's agent config dir")
+    plan.add(ctx.config_dir, ctx.config_dir, "rw", "this target's own agent config dir (no other's)")
+    for src, dst, mode, why in ctx.agent_mounts:
+        plan.add(src, dst, mode, why)
     if ctx.proxy_dir is not None:
         plan.add(ctx.proxy_dir, ctx.proxy_dir, "ro", "egress proxy socket dir")
     prefix = venv_base_prefix(ctx.root / ".venv")

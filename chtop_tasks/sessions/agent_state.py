@@ -4,13 +4,13 @@ States: ``working``, ``waiting`` (for the user's input or a permission),
 ``idle`` (its turn ended), ``exited`` and ``lost`` (the last two are known
 to the host, never to the agent).
 
-Claude Code reports through chtop's hooks (``hooks.py``): a hook command
-inside the sandbox writes one word to ``<agent config dir>/chtop-state/<session id>``.
-That directory is writable by every agent of the group, so the file is
-display data from a stranger: it is opened without following links or
-blocking (no FIFO), must be a regular file, is read up to a few bytes, and
-is used only if it is exactly one of the allowed words.  Nothing in it is
-ever executed, sourced or taken as configuration.
+Claude Code reports through chtop's hooks (``sandbox/agent_settings.py``): a hook command
+inside the sandbox writes one word to ``$CLAUDE_CONFIG_DIR/chtop-state/<session id>``; there the
+session's own state dir is mounted (``places.session_state_dir``; no other session's is).  The
+agent writes it, so the file is display data from a stranger: it is opened without following
+links or blocking (no FIFO), must be a regular file, is read up to a few bytes, and is used only
+if it is exactly one of the allowed words.  Nothing in it is ever executed, sourced or taken as
+configuration.
 
 Agents without hooks, and a hooked agent before its first report: the screen (``tmux capture-pane``) changing means
 ``working``; unchanged for ``IDLE_AFTER`` seconds means ``idle``.
@@ -19,28 +19,21 @@ Agents without hooks, and a hooked agent before its first report: the screen (``
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import read_agent_file_stat
+from ..places import session_state_dir
 
 STATES = ("working", "waiting", "idle", "exited", "lost")
 HOOK_STATES = ("working", "waiting", "idle", "exited")   # what an agent may report
-STATE_DIR_NAME = "chtop-state"
 MAX_STATE_BYTES = 32
 IDLE_AFTER = 5.0
-SESSION_ID = re.compile(r"^[a-z0-9]{8,32}$")
 
 
-def hook_state_dir(config_dir: Path) -> Path:
-    return Path(config_dir) / STATE_DIR_NAME
-
-
-def hook_state_path(config_dir: Path, session_id: str) -> Path:
-    if not SESSION_ID.match(session_id):
-        raise ValueError(f"bad session id {session_id!r}")
-    return hook_state_dir(config_dir) / session_id
+def hook_state_path(home: Path, session_id: str) -> Path:
+    """Where session ``session_id``'s hooks report, on the host (``home``: its target's agent home)."""
+    return session_state_dir(home, session_id) / session_id
 
 
 @dataclass(frozen=True)

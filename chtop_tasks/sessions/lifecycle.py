@@ -19,8 +19,9 @@ from pathlib import Path
 from .. import runner
 from ..errors import ChtopError, CommandFailed, Refused, UsageError
 from ..places import target_for
+from ..sandbox.agent_config import check_user_settings, remove_session_state
 from ..term import say, warn
-from . import agent_state, hooks, records, tmux
+from . import records, tmux
 from .listing import is_live, list_sessions, session_row
 
 STOP_GRACE = 10.0
@@ -75,19 +76,17 @@ def _clear_earlier_run(target) -> None:
         raise SessionRunning(f"worktree {target.name}'s session already runs ({old.tmux_session}, {old.agent}); "
                              f"nothing started.  Attach: inv session.attach --name {target.name}")
     _remove_container(old)
-    _clear_hook_state(target.config_dir, old.session_id)
+    remove_session_state(target.agent_home, old.session_id)
 
 
 def _check_launch(target, agent: str, args: list[str], continue_: bool) -> None:
-    """Plan the launch once here (errors surface now, in this terminal) and install the hooks."""
+    """Plan the launch once here: errors (a broken policy, layout or claude settings file) surface
+    now, in this terminal."""
     from ..agents.registry import agent_request, get_agent
     from ..sandbox import plan_request, show_warnings
 
     command = get_agent(agent).argv(args, continue_)   # a continue flag the agent lacks is refused here
-    if agent in hooks.HOOKED_AGENTS:
-        if hooks.install_hooks(target.config_dir):
-            say(f"chtop: installed the session state hooks in {target.config_dir / 'settings.json'}")
-        hooks.prepare_state_dir(target.config_dir)
+    check_user_settings(target)
     request = agent_request(agent, args, target.root, interactive=True, continue_=continue_)
     plan = plan_request(request)       # reads only: a broken policy or layout is refused here, in this terminal
     notes = ([target.note] if target.note else []) + list(request.notes)
@@ -102,7 +101,7 @@ def _new_record(target, agent: str, args: list[str], continue_: bool, socket: Pa
         worktree=target.name, root=str(target.root), group=str(target.group_dir),
         policy_dir=str(target.policy_dir), agent=agent, args=args, continue_=continue_,
         session_id=secrets.token_hex(8), tmux_socket=str(socket), tmux_session=tmux.session_name(target.name),
-        started_at=now, since=now, config_dir=str(target.config_dir))
+        started_at=now, since=now, agent_home=str(target.agent_home))
     records.save(target.group_dir, record)
     return record
 
@@ -138,14 +137,6 @@ def _check_started(group: Path, name: str, session_id: str) -> dict:
     if not is_live(record) and record.status != "exited":
         raise ChtopError(f"{name}'s tmux session ended at once; see: inv session.log --name {name}")
     return session_row(record)
-
-
-def _clear_hook_state(config_dir: Path, session_id: str) -> None:
-    """Drop the state file an earlier run of this worktree's session left."""
-    try:
-        agent_state.hook_state_path(config_dir, session_id).unlink()
-    except (OSError, ValueError):
-        pass
 
 
 # -- stop ------------------------------------------------------------------------------------------

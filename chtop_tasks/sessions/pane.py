@@ -23,7 +23,8 @@ from pathlib import Path
 
 from ..atomic import write_atomic
 from ..errors import ChtopError
-from . import agent_state, hooks, notify, records, tmux
+from ..sandbox.agent_settings import HOOKED_AGENTS
+from . import agent_state, notify, records, tmux
 
 POLL_SECONDS = 1.0
 KEEP_FROM_TMUX = ("TERM", "TMUX", "TMUX_PANE", "COLORTERM")
@@ -55,7 +56,7 @@ class Watcher(threading.Thread):
         self.stopping = threading.Event()
         self.screen = agent_state.ScreenActivity()
         self.last = record.state
-        self.state_file = agent_state.hook_state_path(Path(record.config_dir), record.session_id)
+        self.state_file = agent_state.hook_state_path(Path(record.agent_home), record.session_id)
         self.socket = Path(record.tmux_socket)
 
     def run(self) -> None:
@@ -69,7 +70,7 @@ class Watcher(threading.Thread):
         reported = agent_state.read_reported(self.state_file)
         screen = self.screen.observe(tmux.capture_pane(self.socket, self.record.tmux_session), now)
         state = agent_state.current_state(reported, self.record.started_at, screen,
-                                          hooked=self.record.agent in hooks.HOOKED_AGENTS)
+                                          hooked=self.record.agent in HOOKED_AGENTS)
         if state == "exited":        # the agent said it is ending; the host records the exit itself
             return
         if state != self.last:
@@ -113,7 +114,7 @@ def run(group: Path, worktree: str, session_id: str) -> int:
         return 1
     try:
         request = agent_request(record.agent, record.args, Path(record.root), interactive=True,
-                                continue_=record.continue_, extra_env={"CHTOP_SESSION": session_id})
+                                continue_=record.continue_, session=session_id)
     except ChtopError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         finish(group, record, exc.exit_code, str(exc))

@@ -36,7 +36,7 @@ class Record:
     tmux_socket: str
     tmux_session: str
     started_at: float
-    config_dir: str = ""            # the agents' config dir (where the hooks report)
+    agent_home: str = ""            # the worktree's agent home (its session state dirs are there)
     status: str = "running"         # running | exited
     state: str = "working"          # working | waiting | idle | exited (lost is computed)
     since: float = 0.0

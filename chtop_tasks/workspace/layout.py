@@ -6,9 +6,10 @@ Layout (the grouping dir holds the toplevel and its sibling worktrees)::
     <grouping>/<top>/<repo>/   a plain clone per manifest repo
     <grouping>/<name>/         feature worktree of <top>
     <grouping>/<name>/<repo>/  git worktree of <top>/<repo>
-    <grouping>/claude/         the sandboxed agents' config dir (per group)
+    <grouping>/claude/         the group's agent login and the user's claude settings (never mounted)
     <grouping>/extern/         optional reference trees
-    <grouping>/.chtop/         chtop's host-side state (proxy logs, ...)
+    <grouping>/.chtop/         chtop's host-side state (proxy logs, ...; agents/<name>/: each
+                               worktree's own agent config dir, see sandbox/agent_config.py)
 
 Each checkout of a feature worktree has private git state (see
 ``quarantine.py``): ``<grouping>/.chtop/git/<name>/<repo>.git`` (``@top.git``
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ManifestError, NotInWorkspace, WorkspaceError
-from ..places import STATE_DIR_NAME, state_dir
+from ..places import STATE_DIR_NAME, login_dir, state_dir
 from .manifest import MANIFEST_NAME, Manifest, load_manifest
 
 MARKERS = ("tasks.py", MANIFEST_NAME)
@@ -81,8 +82,8 @@ class Workspace:
         return self.toplevel / "sandbox"
 
     @property
-    def claude_dir(self) -> Path:
-        return self.grouping / "claude"
+    def login_dir(self) -> Path:
+        return login_dir(self.grouping)
 
     @property
     def state_dir(self) -> Path:

@@ -262,8 +262,8 @@ def closing_hints(ws: Workspace) -> str:
         "Next:",
         direnv,
         f"  tmux new -s {ws.name} && inv sbox.claude   # the sandboxed agent",
-        f"The agents of this group share one login ({ws.claude_dir}): the first launch in a new group",
-        "needs /login once (or a long-lived token in ~/.config/chtop/secrets.env).",
+        f"Its agent has a config dir of its own: the group's login ({ws.login_dir}/.credentials.json) is copied",
+        "into it at launch; without one, /login there once (or a long-lived token in ~/.config/chtop/secrets.env).",
     ])
 
 
