@@ -1,8 +1,8 @@
 """Where everything belongs: the one place that answers it.
 
 - the user's chtop config dir (``$XDG_CONFIG_HOME/chtop``, else
-  ``~/.config/chtop``), its ``secrets.env``, and the ``--dir`` group that
-  lives there;
+  ``~/.config/chtop``), its ``secrets.env`` and ``notify.toml``, and the
+  ``--dir`` group that lives there;
 - a group's id, state dir (``<group>/.chtop``) and runtime dir (sockets);
 - the one rule for a worktree's name (``worktree.create``, the proxy's
   per-worktree sockets and layers, and the sandbox all use it);
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 STATE_DIR_NAME = ".chtop"
 SECRETS_NAME = "secrets.env"
+NOTIFY_NAME = "notify.toml"
 WORKTREE_NAME_MAX = 64
 _WORKTREE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
 MAX_RUNTIME_BASE = 46      # unix socket paths must stay under ~100 bytes
@@ -54,6 +55,11 @@ def user_config_dir(home: Path | None = None) -> Path:
 
 def secrets_path(home: Path | None = None) -> Path:
     return user_config_dir(home) / SECRETS_NAME
+
+
+def notify_config_path(home: Path | None = None) -> Path:
+    """``<config>/notify.toml``: the phone notifications' settings and secret (mode 0600)."""
+    return user_config_dir(home) / NOTIFY_NAME
 
 
 def default_policy_dir() -> Path:

@@ -27,3 +27,17 @@ def say(message: str = "") -> None:
 def git_color_args() -> list[str]:
     """Git's output is piped through us; keep its colour when we have a terminal."""
     return ["-c", "color.ui=always"] if use_color() else []
+
+
+def visible(text: str, keep_newlines: bool = False) -> str:
+    """``text`` with its control characters made visible (``\\x1b``, ``\\u202e``...): inert to print
+    or to send (agent-written text never drives a terminal; newlines kept when asked)."""
+    out = []
+    for ch in str(text):
+        if ch == "\n" and keep_newlines:
+            out.append(ch)
+        elif ch.isprintable() or ch == " ":
+            out.append(ch)
+        else:
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+    return "".join(out)
