@@ -311,3 +311,42 @@ def test_one_notifier_per_group_and_it_ends_with_the_proxy(proxy, standin, monke
         assert time.monotonic() < deadline, "the notifier outlived its proxy"
         time.sleep(0.05)
     assert "the proxy stopped" in _notify_log(proxy)
+
+
+def test_a_session_turning_waiting_pushes_once_through_its_pane_watcher(standin, tmp_path):
+    """The pane process's state watcher on a real tmux pane; the agent reports ``waiting`` through
+    its hook file (as claude does); one message with the pane's last lines, after waiting_after."""
+    from chtop_tasks.sessions import agent_state, pane, records, tmux
+
+    cfg = _cfg(standin)
+    group, config_dir = tmp_path / "grp", tmp_path / "agents"
+    sock = tmp_path / "tmux.sock"
+    session = tmux.session_name("dev")
+    subprocess.run([tmux.tmux_binary(), "-S", str(sock), "new-session", "-d", "-s", session, "-x", "80",
+                    "-y", "20", "printf 'Allow this edit?\\033]0;title\\007 [y/n]\\n'; sleep 120"], check=True)
+    try:
+        record = records.Record("dev", str(tmp_path), str(group), str(tmp_path), "claude", [], False,
+                                "abcdefgh1234", str(sock), session, time.time(), str(config_dir))
+        records.save(group, record)
+        state_file = agent_state.hook_state_path(config_dir, record.session_id)
+        state_file.parent.mkdir(parents=True)
+        state_file.write_text("waiting\n")
+        watcher = pane.Watcher(group, record)
+        assert watcher.phone is not None
+        deadline = time.monotonic() + 10
+        while "Allow this edit?" not in (tmux.capture_pane(sock, session) or ""):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        t0 = time.time()
+        for later in (0, 1, 4):                                   # waiting, not yet for 5 s
+            watcher.step(t0 + later)
+        assert records.load(group, "dev").state == "waiting" and standin.published(cfg.topic) == []
+        for later in (5.5, 6, 30, 300):
+            watcher.step(t0 + later)
+        [msg] = standin.wait_published(cfg.topic, 1)
+        time.sleep(0.5)
+        assert len(standin.published(cfg.topic)) == 1
+        assert msg["title"] == "dev: claude waits for you" and "Allow this edit? [y/n]" in msg["message"]
+        assert "actions" not in msg and "\x1b" not in msg["message"]
+    finally:
+        subprocess.run([tmux.tmux_binary(), "-S", str(sock), "kill-server"], check=False)
