@@ -267,8 +267,10 @@ def test_allow_once_from_the_phone_releases_the_held_request_and_the_next_is_hel
 @pytest.mark.slow
 def test_an_expired_code_changes_nothing(proxy, echo, standin, monkeypatch):
     cfg = _start(proxy, standin, monkeypatch, hold=2)
-    t, result = connect_in_thread(proxy, f"echo.example.test:{echo.port}")
+    dev = proxy.start("dev")                              # worktree dev's own socket
+    t, result = connect_in_thread(dev.socket_path, f"echo.example.test:{echo.port}")
     [msg] = standin.wait_published(cfg.topic, 1)
+    assert msg["title"] == "dev wants echo.example.test"
     t.join(20)
     assert result["status"] == 403                       # the hold ran out
     standin.tap(_button(msg, "Allow 1h"))
@@ -350,3 +352,27 @@ def test_a_session_turning_waiting_pushes_once_through_its_pane_watcher(standin,
         assert "actions" not in msg and "\x1b" not in msg["message"]
     finally:
         subprocess.run([tmux.tmux_binary(), "-S", str(sock), "kill-server"], check=False)
+
+
+def test_the_notify_tasks_as_a_user_runs_them(standin, tmp_path):
+    from test_cli import chtop
+
+    done = chtop(tmp_path, "notify.setup", "--server", standin.url, "--held-after", "0")
+    assert done.returncode == 0, done.stderr
+    cfg = config.load()
+    assert f"{standin.url}/{cfg.topic}" in done.stdout and cfg.secret not in done.stdout
+    before = notify_config_path().read_text()
+    bad = chtop(tmp_path, "notify.setup", "--held-after", "soon")
+    assert bad.returncode == 2 and "--held-after 'soon'" in bad.stderr
+    bad = chtop(tmp_path, "notify.setup", "--server", "ntfy.sh")
+    assert bad.returncode == 2 and "bad ntfy server" in bad.stderr
+    assert notify_config_path().read_text() == before
+    shown = chtop(tmp_path, "notify.status")
+    assert shown.returncode == 0 and cfg.topic in shown.stdout and cfg.secret not in shown.stdout
+    sent = chtop(tmp_path, "notify.test")
+    assert sent.returncode == 0, sent.stderr
+    assert [m["title"] for m in standin.published(cfg.topic)] == ["chtop test"]
+    standin.stop()
+    down = chtop(tmp_path, "notify.test")
+    assert down.returncode == 1 and "Connection refused" in down.stderr
+    standin.start()

@@ -69,6 +69,9 @@ class Offers:
                 return offer
         return None
 
+    def live_count(self, now: float) -> int:
+        return sum(1 for o in self._offers if not o.answered and o.expires > now)
+
     def redeem(self, code: str, now: float | None = None) -> tuple[Offer, str]:
         """The offer and decision ``code`` stands for, the offer now answered; Refusal otherwise."""
         now = time.time() if now is None else now

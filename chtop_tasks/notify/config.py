@@ -156,8 +156,19 @@ def save(cfg: NotifyConfig, path: Path | None = None) -> Path:
     return path
 
 
-def setup(server: str | None = None, token: str | None = None, held_after: float | None = None,
-          waiting_after: float | None = None, new: bool = False, path: Path | None = None) -> NotifyConfig:
+def seconds_flag(key: str, value) -> float:
+    """A --held-after / --waiting-after value: seconds >= 0, else UsageError."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = -1.0
+    if not seconds >= 0:
+        raise UsageError(f"--{key.replace('_', '-')} {value!r}: give a number of seconds >= 0 (0: at once)")
+    return seconds
+
+
+def setup(server: str | None = None, token: str | None = None, held_after: float | str | None = None,
+          waiting_after: float | str | None = None, new: bool = False, path: Path | None = None) -> NotifyConfig:
     """Write the config: keep the topics and secret already there (unless ``new``), change what is given."""
     old = None if new else load(path)
     cfg = old or NotifyConfig(DEFAULT_SERVER, random_topic(), random_topic(), secrets.token_hex(32))
@@ -168,9 +179,7 @@ def setup(server: str | None = None, token: str | None = None, held_after: float
         changes["token"] = token.strip()
     for key, value in (("held_after", held_after), ("waiting_after", waiting_after)):
         if value is not None:
-            if float(value) < 0:
-                raise UsageError(f"--{key.replace('_', '-')} must be >= 0 seconds")
-            changes[key] = float(value)
+            changes[key] = seconds_flag(key, value)
     cfg = replace(cfg, **changes)
     parse(dict(vars(cfg), buttons=list(cfg.buttons)), path or notify_config_path())    # checks the token
     save(cfg, path)

@@ -43,6 +43,7 @@ LABELS = {"once": "Allow once", "1h": "Allow 1h", "always": "Allow", "deny": "De
 ONE_HOUR = 3600.0
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 60.0
 MAX_REPLY = 200          # longer replies are no code of ours
+MAX_UNANSWERED = 10      # an agent asking for many domains at once does not flood the phone
 
 
 def plan_for_button(domain: str, worktree: str | None, button: str) -> approvals.Decision:
@@ -102,6 +103,9 @@ class Notifier:
             with self.lock:
                 if self.offers.live(*key, now=now):
                     continue               # one notification per domain and worktree
+                if self.offers.live_count(now) >= MAX_UNANSWERED:
+                    self.log(f"not pushed: {key[0]} ({MAX_UNANSWERED} notifications await an answer already)")
+                    continue
                 offer = self.offers.make(key[0], key[1], self.cfg.buttons, since + float(event["hold"]))
             self.push(event, offer)
 

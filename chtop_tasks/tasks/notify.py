@@ -11,7 +11,7 @@ report = lazy("notify.report")
 net_report = lazy("proxy.report")
 
 
-@task(help={"server": "the ntfy server (default https://ntfy.sh, or your own)",
+@task(auto_shortflags=False, help={"server": "the ntfy server (default https://ntfy.sh, or your own)",
             "token": "an access token, where the server needs one",
             "held_after": "seconds a held request waits for an answer at a terminal before it is pushed (0: at once)",
             "waiting_after": "seconds an agent waits for you before its session is pushed",
@@ -19,8 +19,7 @@ net_report = lazy("proxy.report")
 @reports_errors
 def setup(c, server="", token=None, held_after=None, waiting_after=None, new=False):
     """Set up phone notifications: random topics and secret; prints the topic to subscribe to."""
-    cfg = config.setup(server or None, token, None if held_after is None else float(held_after),
-                       None if waiting_after is None else float(waiting_after), new=new)
+    cfg = config.setup(server or None, token, held_after, waiting_after, new=new)
     say(report.setup_text(cfg))
 
 
