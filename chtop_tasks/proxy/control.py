@@ -120,6 +120,13 @@ def _package_root() -> str:
     return str(Path(__file__).resolve().parents[2])
 
 
+def _child_env() -> dict:
+    """Our environment, with this checkout first on PYTHONPATH (for the daemons started here)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = _package_root() + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
 def _start(group_dir: Path, policy_dir: Path) -> dict:
     rt = runtime_dir(group_dir, create=True)
     nd = net_dir(group_dir)
@@ -130,8 +137,7 @@ def _start(group_dir: Path, policy_dir: Path) -> dict:
         time.sleep(0.1)
     _clean_stale(group_dir)
     out_path = nd / "server.out"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = _package_root() + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = _child_env()
     argv = [sys.executable, "-m", "chtop_tasks.proxy.server",
             "--group-dir", str(Path(group_dir).resolve()), "--policy-dir", str(Path(policy_dir).resolve()),
             "--port", str(port), "--runtime-dir", str(rt), "--detach"]
@@ -175,8 +181,7 @@ def ensure_notifier(group_dir: Path, policy_dir: Path) -> None:
     socket) when the user has a notify.toml; it takes a lock, so one that runs makes this a no-op."""
     if not notify_config_path().exists() or notifier_running(group_dir):
         return
-    env = dict(os.environ)
-    env["PYTHONPATH"] = _package_root() + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = _child_env()
     argv = [sys.executable, "-m", "chtop_tasks.notify.held", "--group-dir", str(group_dir),
             "--policy-dir", str(policy_dir), "--detach"]
     with open(net_dir(group_dir) / "notify.out", "ab") as out:
