@@ -376,3 +376,44 @@ def test_the_notify_tasks_as_a_user_runs_them(standin, tmp_path):
     down = chtop(tmp_path, "notify.test")
     assert down.returncode == 1 and "Connection refused" in down.stderr
     standin.start()
+
+
+def test_the_client_goes_to_the_configured_server_only(standin):
+    """Proxy variables are ignored (the host's own egress, never the agents' proxy), and a redirect
+    to anywhere else is refused before anything is sent there."""
+    import http.server
+    import threading
+
+    elsewhere = []
+
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            if self.server is other:
+                elsewhere.append(self.path)
+            self.send_response(302)
+            self.send_header("Location", f"http://127.0.0.1:{other.server_address[1]}/")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    redirecting = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    for server in (other, redirecting):
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        cfg = _cfg(standin)
+        dead = "http://127.0.0.1:9"                             # nothing listens there
+        env = dict(os.environ, http_proxy=dead, https_proxy=dead, HTTP_PROXY=dead, HTTPS_PROXY=dead, no_proxy="")
+        code = "from chtop_tasks.notify import config, ntfy; ntfy.publish(config.load(), 't', 'm')"
+        subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, check=True, timeout=30)
+        assert len(standin.published(cfg.topic)) == 1
+        moved = config.setup(server=f"http://127.0.0.1:{redirecting.server_address[1]}")
+        with pytest.raises(ntfy.NtfyError, match="refusing a redirect"):
+            ntfy.publish(moved, "t", "m")
+        assert elsewhere == []
+    finally:
+        for server in (other, redirecting):
+            server.shutdown()
+            server.server_close()
