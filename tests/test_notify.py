@@ -282,9 +282,13 @@ def test_an_expired_code_changes_nothing(proxy, echo, standin, monkeypatch):
 
 @pytest.mark.slow
 def test_the_notifier_survives_the_server_going_away_and_coming_back(proxy, echo, standin, monkeypatch):
-    cfg = _start(proxy, standin, monkeypatch, hold=30)
+    cfg = _start(proxy, standin, monkeypatch, hold=8)
     standin.stop()
     _wait_log(proxy, "reply stream:")
+    t, result = connect_in_thread(proxy, f"echo.example.test:{echo.port}")     # held while it is away
+    _wait_log(proxy, "could not push a sandbox wants echo.example.test")
+    t.join(30)
+    assert result["status"] == 403
     standin.start()
     standin.wait_subscribed(cfg.reply_topic, timeout=40)     # reconnected (with backoff)
     t, result = connect_in_thread(proxy, f"echo.example.test:{echo.port}")
@@ -293,8 +297,9 @@ def test_the_notifier_survives_the_server_going_away_and_coming_back(proxy, echo
     t.join(20)
     assert [(d["scope"], d["ttl"], d["via"]) for d in approvals.read_decisions(proxy.group)] == [
         ("for", 3600.0, "phone")]
-    rec = proxy.wait_record(lambda r: r.get("host") == "echo.example.test")
-    assert "allowed for a while" in rec["rule"]
+    assert result["status"] == 403                  # allowed for 1h; refused only for the 127.0.0.1 address
+    rec = proxy.wait_record(lambda r: r.get("host") == "echo.example.test" and "allowed for a while" in r["rule"])
+    assert "non-public address" in rec["reason"]
 
 
 @pytest.mark.slow

@@ -74,7 +74,6 @@ class Notifier:
         self.due: dict[tuple[str, str | None], tuple[float, dict, float]] = {}   # key -> (push at, event, held since)
         self.started = time.time()
         self.last_id: str | None = None
-        self.connected = threading.Event()     # the reply stream is open (tests wait for it)
 
     def log(self, text: str) -> None:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
@@ -122,6 +121,8 @@ class Notifier:
         try:
             ntfy.publish(self.cfg, title, text, actions, tags=["lock"])
         except ntfy.NtfyError as exc:
+            with self.lock:
+                offer.answered = True      # never delivered: the next hold of this domain is pushed anew
             self.log(f"could not push {title}: {exc}")
             return
         self.log(f"pushed: {title} (offer {offer.offer_id}, {', '.join(offer.codes)})")
@@ -160,15 +161,14 @@ class Notifier:
                         return
                     kind = event.get("event")
                     if kind == "open":
-                        self.connected.set()
                         backoff = BACKOFF_FIRST
                     elif kind == "message":
-                        self.last_id = str(event.get("id") or self.last_id or "") or None
+                        if event.get("id"):
+                            self.last_id = str(event["id"])     # where to catch up from after a drop
                         self.on_reply(str(event.get("message", "")))
                 self.log("the reply stream ended; reconnecting")
             except ntfy.NtfyError as exc:
                 self.log(f"reply stream: {exc}; retrying in {backoff:g}s")
-            self.connected.clear()
             if self.stopping.wait(backoff):
                 return
             backoff = min(backoff * 2, BACKOFF_MAX)
