@@ -29,15 +29,8 @@ def git_color_args() -> list[str]:
     return ["-c", "color.ui=always"] if use_color() else []
 
 
-def visible(text: str, keep_newlines: bool = False) -> str:
-    """``text`` with its control characters made visible (``\\x1b``, ``\\u202e``...): inert to print
-    or to send (agent-written text never drives a terminal; newlines kept when asked)."""
-    out = []
-    for ch in str(text):
-        if ch == "\n" and keep_newlines:
-            out.append(ch)
-        elif ch.isprintable() or ch == " ":
-            out.append(ch)
-        else:
-            out.append(ch.encode("unicode_escape").decode("ascii"))
-    return "".join(out)
+def visible(text: str) -> str:
+    """``text`` with its control characters made visible (``\\x1b``, ``\\n``, ``\\u202e``...): inert to
+    print or to send (agent-written text never drives a terminal)."""
+    return "".join(ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii")
+                   for ch in str(text))

@@ -110,6 +110,12 @@ def test_a_code_stands_for_its_offer_and_decision_once_and_until_its_expiry():
             offers.redeem(code, now)
     with pytest.raises(codes.Refusal, match="expired"):
         offers.redeem(other.codes["once"], now + 61)
+    third = offers.make("files.example", "dev", ("once", "deny"), now + 60)
+    assert offers.live("files.example", "dev", now) is third
+    offers.end("files.example", "dev")                       # the proxy says its hold ended
+    assert offers.live("files.example", "dev", now) is None
+    with pytest.raises(codes.Refusal, match="expired"):
+        offers.redeem(third.codes["deny"], now)
     # the code is the HMAC of the offer's fields: another secret makes other codes
     assert codes.sign("cd" * 32, one.offer_id, "github.com", "dev", "deny", one.expires) != one.codes["deny"]
 
@@ -273,6 +279,7 @@ def test_an_expired_code_changes_nothing(proxy, echo, standin, monkeypatch):
     assert msg["title"] == "dev wants echo.example.test"
     t.join(20)
     assert result["status"] == 403                       # the hold ran out
+    _wait_log(proxy, "hold ended: echo.example.test [dev] (its time ran out)")
     standin.tap(_button(msg, "Allow 1h"))
     _wait_log(proxy, "ignored a reply: expired")
     assert approvals.read_decisions(proxy.group) == []

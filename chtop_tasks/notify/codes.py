@@ -36,6 +36,7 @@ class Offer:
     expires: float
     codes: dict[str, str] = field(default_factory=dict)      # decision -> code
     answered: bool = False
+    ended: bool = False         # the hold ended before its expiry (the proxy said so): expired
 
     def decision_of(self, code: str) -> str | None:
         for decision, mine in self.codes.items():
@@ -65,12 +66,22 @@ class Offers:
         """The unanswered, unexpired offer for this domain and worktree, if any."""
         now = time.time() if now is None else now
         for offer in self._offers:
-            if (offer.domain, offer.worktree) == (domain, worktree) and not offer.answered and offer.expires > now:
+            if (offer.domain, offer.worktree) == (domain, worktree) and self._open(offer, now):
                 return offer
         return None
 
+    def end(self, domain: str, worktree: str | None) -> None:
+        """The hold these offers were for has ended: their codes are expired from now on."""
+        for offer in self._offers:
+            if (offer.domain, offer.worktree) == (domain, worktree):
+                offer.ended = True
+
+    @staticmethod
+    def _open(offer: Offer, now: float) -> bool:
+        return not offer.answered and not offer.ended and offer.expires > now
+
     def live_count(self, now: float) -> int:
-        return sum(1 for o in self._offers if not o.answered and o.expires > now)
+        return sum(1 for o in self._offers if self._open(o, now))
 
     def redeem(self, code: str, now: float | None = None) -> tuple[Offer, str]:
         """The offer and decision ``code`` stands for, the offer now answered; Refusal otherwise."""
@@ -86,7 +97,7 @@ class Offers:
                 break
             if offer.answered:
                 raise Refusal("reused")
-            if offer.expires <= now:
+            if offer.ended or offer.expires <= now:
                 raise Refusal("expired")
             offer.answered = True
             return offer, decision

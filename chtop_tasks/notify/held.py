@@ -88,6 +88,10 @@ class Notifier:
             self.due.setdefault(key, (since + self.cfg.held_after, event, since))
         elif event.get("event") in ("expired", "gone"):
             self.due.pop(key, None)
+            with self.lock:
+                self.offers.end(*key)
+            self.log(f"hold ended: {key[0]}" + (f" [{key[1]}]" if key[1] else "")
+                     + f" ({'its time ran out' if event['event'] == 'expired' else 'its client left'})")
 
     def next_due(self) -> float | None:
         return min((when for when, _, _ in self.due.values()), default=None)
