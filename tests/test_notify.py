@@ -429,3 +429,32 @@ def test_the_client_goes_to_the_configured_server_only(standin):
         for server in (other, redirecting):
             server.shutdown()
             server.server_close()
+
+
+@pytest.mark.slow
+def test_an_agent_asking_for_many_domains_does_not_flood_the_phone(proxy, standin, monkeypatch):
+    from test_approvals import attach_watcher
+
+    from chtop_tasks.notify import held
+
+    monkeypatch.setenv("CHTOP_PROXY_HOLD_SECONDS", "8")
+    cfg = _cfg(standin)
+    monkeypatch.setattr(control, "ensure_notifier", lambda *a: None)    # this test drives one in-process
+    proxy.start()
+    watcher = attach_watcher(proxy)
+    try:
+        hosts = [f"h{i}.example.org" for i in range(held.MAX_UNANSWERED + 2)]
+        threads = [connect_in_thread(proxy, f"{h}:443")[0] for h in hosts]
+        for h in hosts:
+            wait_held(proxy, h)
+        notifier = held.Notifier(proxy.group, proxy.policy, cfg)
+        now = time.time()
+        for h in hosts:
+            notifier.on_event({"event": "blocked", "host": h, "port": 443, "worktree": None, "hold": 8}, now)
+        notifier.push_due(now)
+        assert len(standin.published(cfg.topic)) == held.MAX_UNANSWERED
+        assert _notify_log(proxy).count("not pushed:") == 2
+    finally:
+        watcher.close()
+    for t in threads:
+        t.join(30)
