@@ -1,8 +1,8 @@
 """Where everything belongs: the one place that answers it.
 
 - the user's chtop config dir (``$XDG_CONFIG_HOME/chtop``, else
-  ``~/.config/chtop``), its ``secrets.env``, and the ``--dir`` group that
-  lives there;
+  ``~/.config/chtop``), its ``secrets.env`` and ``notify.toml``, and the
+  ``--dir`` group that lives there;
 - a group's id, state dir (``<group>/.chtop``) and runtime dir (sockets);
 - each sandbox target's own agent config (``<group>/.chtop/agents/<key>/``, see
   ``sandbox/agent_config.py``) and the group's agent login dir (``<group>/claude``), never mounted;
@@ -37,6 +37,7 @@ LOGIN_DIR_NAME = "claude"
 HOOK_STATE_DIR_NAME = "chtop-state"     # in an agent config dir: where a session's hooks report
 SESSION_ID = re.compile(r"^[a-z0-9]{8,32}$")
 SECRETS_NAME = "secrets.env"
+NOTIFY_NAME = "notify.toml"
 WORKTREE_NAME_MAX = 64
 _WORKTREE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
 MAX_RUNTIME_BASE = 46      # unix socket paths must stay under ~100 bytes
@@ -60,6 +61,11 @@ def user_config_dir(home: Path | None = None) -> Path:
 
 def secrets_path(home: Path | None = None) -> Path:
     return user_config_dir(home) / SECRETS_NAME
+
+
+def notify_config_path(home: Path | None = None) -> Path:
+    """``<config>/notify.toml``: the phone notifications' settings and secret (mode 0600)."""
+    return user_config_dir(home) / NOTIFY_NAME
 
 
 def default_policy_dir() -> Path:

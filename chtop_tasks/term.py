@@ -75,3 +75,10 @@ def say(message: str = "") -> None:
 def git_color_args() -> list[str]:
     """Git's output is piped through us; keep its colour when we have a terminal."""
     return ["-c", "color.ui=always"] if use_color() else []
+
+
+def visible(text: str) -> str:
+    """``text`` with its control characters made visible (``\\x1b``, ``\\n``, ``\\u202e``...): inert to
+    print or to send (agent-written text never drives a terminal)."""
+    return "".join(ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii")
+                   for ch in str(text))

@@ -16,7 +16,8 @@ ALLOWED = {
     "proxy": {"places", "workspace"},   # the daemon imports the agents' branches every few seconds
     "sandbox": {"places", "workspace", "proxy"},
     "agents": {"places", "workspace", "sandbox"},
-    "sessions": {"places", "workspace", "sandbox", "agents", "proxy"},
+    "notify": {"places", "proxy"},      # host side: the phone notifier watches the proxy
+    "sessions": {"places", "workspace", "sandbox", "agents", "proxy", "notify"},
     "incontainer": set(),
 }
 ENTRY_POINTS = {"tasks", "nox_sessions", "cli", "inv", "demo", "__init__", "jump", "dash"}

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ChtopError
-from ..places import check_worktree_name, group_key, runtime_dir
+from ..places import check_worktree_name, group_key, notify_config_path, runtime_dir
 from . import control_protocol
 from .logs import net_dir
 from .policy import NetPolicy
@@ -28,6 +28,7 @@ from .policy import NetPolicy
 START_TIMEOUT = 15.0
 # Below the kernel's ephemeral range (32768+), so an outgoing connection never holds our port.
 PORT_BASE, PORT_SPAN = 20000, 12000
+NOTIFIER_LOCK = "notify.lock"     # held by the group's running phone notifier (chtop_tasks.notify.held)
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,13 @@ def _package_root() -> str:
     return str(Path(__file__).resolve().parents[2])
 
 
+def _child_env() -> dict:
+    """Our environment, with this checkout first on PYTHONPATH (for the daemons started here)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = _package_root() + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
 def _start(group_dir: Path, policy_dir: Path) -> dict:
     rt = runtime_dir(group_dir, create=True)
     nd = net_dir(group_dir)
@@ -129,8 +137,7 @@ def _start(group_dir: Path, policy_dir: Path) -> dict:
         time.sleep(0.1)
     _clean_stale(group_dir)
     out_path = nd / "server.out"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = _package_root() + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = _child_env()
     argv = [sys.executable, "-m", "chtop_tasks.proxy.server",
             "--group-dir", str(Path(group_dir).resolve()), "--policy-dir", str(Path(policy_dir).resolve()),
             "--port", str(port), "--runtime-dir", str(rt), "--detach"]
@@ -156,6 +163,32 @@ def _start(group_dir: Path, policy_dir: Path) -> dict:
                      + "\nsandboxes will not launch without it (fail closed)")
 
 
+def notifier_running(group_dir: Path) -> bool:
+    """Does a process hold the group's notifier lock?"""
+    try:
+        with open(net_dir(group_dir) / NOTIFIER_LOCK, "rb") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+    except FileNotFoundError:
+        pass
+    return False
+
+
+def ensure_notifier(group_dir: Path, policy_dir: Path) -> None:
+    """Start the group's phone notifier (chtop_tasks.notify.held, a host-side watcher of the control
+    socket) when the user has a notify.toml; it takes a lock, so one that runs makes this a no-op."""
+    if not notify_config_path().exists() or notifier_running(group_dir):
+        return
+    env = _child_env()
+    argv = [sys.executable, "-m", "chtop_tasks.notify.held", "--group-dir", str(group_dir),
+            "--policy-dir", str(policy_dir), "--detach"]
+    with open(net_dir(group_dir) / "notify.out", "ab") as out:
+        subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd="/",
+                       env=env, start_new_session=True, timeout=30, check=False)
+
+
 def ensure_proxy(group_dir: Path, policy_dir: Path, worktree: str | None = None) -> ProxyEndpoint:
     """Start the group's proxy unless it runs; return once it accepts connections.
 
@@ -178,6 +211,7 @@ def ensure_proxy(group_dir: Path, policy_dir: Path, worktree: str | None = None)
                 f"not {policy_dir}; run `inv net.stop` first")
         if not info:
             info = _start(group_dir, policy_dir)
+        ensure_notifier(group_dir, Path(info["policy_dir"]))
     endpoint = _endpoint(info)
     if worktree is not None:
         reply = control_protocol.request(group_dir, {"cmd": "worktree", "name": worktree})

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..atomic import write_atomic
 from ..errors import ChtopError
+from ..notify import waiting
 from ..sandbox.agent_settings import HOOKED_AGENTS
 from . import agent_state, notify, records, tmux
 
@@ -58,6 +59,7 @@ class Watcher(threading.Thread):
         self.last = record.state
         self.state_file = agent_state.hook_state_path(Path(record.agent_home), record.session_id)
         self.socket = Path(record.tmux_socket)
+        self.phone = waiting.for_session(record.worktree, record.agent)    # None without notify.toml
 
     def run(self) -> None:
         while not self.stopping.wait(POLL_SECONDS):
@@ -68,9 +70,12 @@ class Watcher(threading.Thread):
 
     def step(self, now: float) -> None:
         reported = agent_state.read_reported(self.state_file)
-        screen = self.screen.observe(tmux.capture_pane(self.socket, self.record.tmux_session), now)
+        text = tmux.capture_pane(self.socket, self.record.tmux_session)
+        screen = self.screen.observe(text, now)
         state = agent_state.current_state(reported, self.record.started_at, screen,
                                           hooked=self.record.agent in HOOKED_AGENTS)
+        if self.phone is not None:
+            self.phone.observe(state, now, text)
         if state == "exited":        # the agent said it is ending; the host records the exit itself
             return
         if state != self.last:
