@@ -503,10 +503,10 @@ def test_a_symlinked_branch_ref_is_never_imported_and_blocks_delete(with_dev, tm
     ref.unlink()
     ref.symlink_to(secret)
     status = g.inv(g.path("dev"), "git.status", check=False)
-    assert "is a symlink" in status.stderr and f"rm {ref}" in status.stderr     # warned; the rest still ran
+    assert status.returncode == 2 and "is a symlink" in status.stderr and f"rm {ref}" in status.stderr
     assert git(g.toplevel / "alpha", "rev-parse", "dev") == before
     refused = g.inv(g.toplevel, "worktree.delete", "--name", "dev", "--force", check=False)
-    assert refused.returncode == 1 and "nothing was changed" in refused.stderr
+    assert refused.returncode == 2 and f"rm {ref}" in refused.stderr
     assert g.path("dev").is_dir()
 
 
@@ -572,3 +572,87 @@ def test_sbox_run_waits_to_import_but_a_sigterm_still_ends_the_sandbox(qg):
     assert "rc=143" in proc.stdout and time.monotonic() - started < 60, proc.stdout + proc.stderr
     left = g.run(["podman", "ps", "--filter", "label=chtop.worktree=dev", "--format", "{{.Names}}"]).stdout
     assert left.strip() == ""
+
+
+# -- agent-written files: read without following, blocking or trusting (FIFOs, links, junk refs) -----------
+
+
+@pytest.fixture(scope="module")
+def fifo_group(remote_template):
+    """dev (its stores get FIFOs), dev2 (a junk ref), dev3 (untouched: its imports must go on)."""
+    with user_group_cm(remote_template, extra_worktrees=("dev2", "dev3")) as group:
+        yield group
+
+
+def as_owner_python(g, code: str, timeout: float):
+    """``python -c CODE`` as the workspace's owner, from the toplevel (its chtop_tasks on the path)."""
+    env = dict(g.env, PYTHONPATH=str(g.toplevel))
+    return as_user(g.user, [str(g.venv / "bin" / "python"), "-c", code], env, g.base, check=False,
+                   timeout=timeout)
+
+
+SNAPSHOT = """
+from pathlib import Path
+from chtop_tasks.dash.model import take_snapshot
+from chtop_tasks.workspace.layout import find_workspace
+snap = take_snapshot(find_workspace(Path({top!r})), sessions=lambda grouping: [])
+for wt in snap.worktrees:
+    print(wt.name, wt.problem, [r.problem for r in wt.repos])
+print("SNAPSHOT-DONE")
+"""
+
+TIMER = """
+import fcntl, time, subprocess
+from pathlib import Path
+from chtop_tasks.workspace.quarantine import ImportTimer, group_git_dir
+held = open(group_git_dir(Path({grp!r})) / "dev2" / ".lock", "a")     # a task hung on dev2 holds its lock
+fcntl.flock(held, fcntl.LOCK_EX)
+notes = []
+timer = ImportTimer(Path({grp!r}), notes.append, interval=0.2, timeout=3)
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    got = subprocess.run(["git", "-C", {shared!r}, "rev-parse", "dev3"], capture_output=True, text=True).stdout.strip()
+    if got == {sha!r}:
+        print("TIMER-IMPORTED")
+        break
+    time.sleep(0.1)
+print("\\n".join(notes))
+"""
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_fifos_links_and_junk_refs_planted_inside_never_hang_or_break_host_tasks(fifo_group):
+    g = fifo_group
+    alpha, beta, top = (private_store(g.grouping, "dev", r) for r in ("alpha", "beta", ""))
+    script = (f"cd {g.dev} && git -C alpha pack-refs --all && rm {alpha}/packed-refs && "
+              f"mkfifo {alpha}/packed-refs && rm {beta}/worktrees/beta/HEAD && mkfifo {beta}/worktrees/beta/HEAD && "
+              f"rm -f {top}/HEAD && ln -s /etc/passwd {top}/HEAD && echo PLANTED")
+    proc = g.sbox(script, timeout=180)
+    assert "PLANTED" in proc.stdout, proc.stdout + proc.stderr        # and sbox.run itself returned
+    dev2 = g.grouping / "dev2"
+    proc = g.inv("sbox.run", "--", "sh", "-c", f"echo junk > {private_store(g.grouping, 'dev2', '')}/refs/heads/dev2 "
+                 "&& echo JUNK", cwd=dev2, timeout=180)
+    assert "JUNK" in proc.stdout, proc.stdout + proc.stderr
+
+    status = g.inv("git.status", timeout=90)
+    assert status.returncode != 0
+    assert f"{alpha}/packed-refs" in status.stderr and "FIFO" in status.stderr, status.stderr
+    listing = g.inv("worktree.list", cwd=g.toplevel, timeout=90)
+    assert listing.returncode == 0, listing.stdout + listing.stderr
+    lines = listing.stdout.splitlines()
+    assert listing.stdout.startswith("dev: ") and "packed-refs is a FIFO" in listing.stdout, listing.stdout
+    assert any(line.startswith("dev3  (") for line in lines), listing.stdout
+    assert any(line.startswith("dev2  (") for line in lines), listing.stdout       # the junk ref: dev2 only
+    snap = as_owner_python(g, SNAPSHOT.format(top=str(g.toplevel)), timeout=90)
+    assert "SNAPSHOT-DONE" in snap.stdout, snap.stdout + snap.stderr
+    assert "FIFO" in next(line for line in snap.stdout.splitlines() if line.startswith("dev ")), snap.stdout
+
+    dev3_alpha = g.grouping / "dev3" / "alpha"
+    g.run(["sh", "-c", f"cd {dev3_alpha} && echo t > t.txt && git add t.txt && git commit -qm 'while dev hangs'"])
+    sha = g.git(dev3_alpha, "rev-parse", "HEAD")
+    timer = as_owner_python(g, TIMER.format(grp=str(g.grouping), shared=str(g.toplevel / "alpha"), sha=sha),
+                            timeout=90)
+    assert "TIMER-IMPORTED" in timer.stdout, timer.stdout + timer.stderr
+    assert "import of worktree dev2 still running after 3s" in timer.stdout, timer.stdout
+    assert "import of worktree dev skipped" in timer.stdout and "is a FIFO" in timer.stdout, timer.stdout

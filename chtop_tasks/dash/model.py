@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .. import runner
+from .. import agentfile, runner
 from ..errors import ChtopError
 from ..fanout import fan_out
 from ..places import group_id
 from ..proxy import approvals
 from ..proxy.control import status as proxy_status
 from ..proxy.logs import JSONL, net_dir
-from ..workspace.layout import Checkout, Workspace, find_workspace
+from ..workspace.layout import Checkout, Workspace, checkout_problem, find_workspace
 from ..workspace.quarantine import sync_worktree
 from ..workspace.worktrees import worktree_roots
 from . import sessions_adapter
@@ -88,9 +88,9 @@ class Snapshot:
 def git_dir_of(checkout_dir: Path) -> Path:
     """The git dir of a checkout, read from its ``.git`` (a dir, or a ``gitdir:`` file): no process."""
     dot = checkout_dir / ".git"
-    if dot.is_dir():
+    if dot.is_dir() and not dot.is_symlink():
         return dot
-    text = dot.read_text().strip()
+    text = (agentfile.read_text(dot, limit=4096) or "").strip()
     if not text.startswith("gitdir:"):
         raise ChtopError(f"{dot}: not a gitdir pointer")
     path = Path(text[len("gitdir:"):].strip())
@@ -98,7 +98,8 @@ def git_dir_of(checkout_dir: Path) -> Path:
 
 
 def head_of(git_dir: Path) -> str | None:
-    head = (git_dir / "HEAD").read_text().strip()
+    """The branch ``git_dir``'s HEAD names; None when detached (or HEAD is not a small regular file)."""
+    head = (agentfile.read_text(git_dir / "HEAD", limit=4096) or "").strip()
     return head[len("ref: refs/heads/"):] if head.startswith("ref: refs/heads/") else None
 
 
@@ -118,6 +119,10 @@ def probe_repo(ws: Workspace, checkout: Checkout) -> RepoState:
     state = RepoState(checkout.label, None, integ)
     if not checkout.path.exists():
         state.problem = "missing"
+        return state
+    unsafe = checkout_problem(ws, checkout)      # a planted FIFO would hang git; a repointed .git, worse
+    if unsafe:
+        state.problem = unsafe
         return state
     try:
         gd = git_dir_of(checkout.path)

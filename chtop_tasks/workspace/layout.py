@@ -25,6 +25,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import agentfile
 from ..errors import ManifestError, NotInWorkspace, WorkspaceError
 from ..places import STATE_DIR_NAME, state_dir
 from .manifest import MANIFEST_NAME, Manifest, load_manifest
@@ -278,7 +279,42 @@ def checkout_problem(ws: Workspace, checkout: Checkout) -> str | None:
         return f"{commondir}: unreadable"
     if common != store or commondir.is_symlink():
         return f"{commondir}: points at {common}, expected {store}"
+    if store == private:
+        return planted_file_problem(store)
     return None
+
+
+def planted_file(store: Path) -> tuple[Path, str] | None:
+    """The first entry under ``store`` that is neither a regular file nor a directory (a FIFO, a
+    socket, a device, a symlink), and what it is; None when there is none.
+
+    Host git opens the files of a private store (and of the admin dirs in it) by itself, with plain
+    open(): a FIFO made inside would block it (holding the worktree's lock), a link would make it
+    read, or write, the file it names.  Git never makes any of these in a store, so none is allowed
+    anywhere in it.  One scandir walk, file types from the directory entries (no stat per file).
+    """
+    pending = [store]
+    while pending:
+        try:
+            entries = sorted(os.scandir(pending.pop()), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(Path(entry.path))
+            elif not entry.is_file(follow_symlinks=False):
+                return Path(entry.path), agentfile.non_regular(entry.path) or "not a regular file"
+    return None
+
+
+def planted_file_problem(store: Path) -> str | None:
+    """``planted_file`` said as a refusal, with the command that fixes it."""
+    found = planted_file(store)
+    if found is None:
+        return None
+    path, what = found
+    return (f"{path} is {what}, not a regular file (made inside the sandbox): host git would block on "
+            f"it or follow it, so chtop runs no git in this worktree. Remove it: rm {path}")
 
 
 def verify_git_dirs(ws: Workspace, names: list[str] | None = None) -> None:

@@ -40,7 +40,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import atomic
+from .. import agentfile, atomic
 from ..errors import ChtopError, CommandFailed, Refused, WorkspaceError
 from ..places import state_dir
 from ..term import warn
@@ -87,11 +87,14 @@ def private_worktree_names(grouping: Path) -> list[str]:
 # -- reading refs from files (no git process: the cheap "nothing new" check) -------------------
 
 
+PACKED_REFS_MAX = 64 << 20
+
+
 def read_packed_refs(gitdir: Path) -> tuple[str, list[tuple[str, str, str | None]]]:
-    """(header line, [(sha, refname, peeled sha or None)]) of ``gitdir/packed-refs``."""
-    try:
-        text = (gitdir / "packed-refs").read_text()
-    except OSError:
+    """(header line, [(sha, refname, peeled sha or None)]) of ``gitdir/packed-refs`` (nothing when
+    it is missing, or not a regular file of at most PACKED_REFS_MAX bytes: the agent's may be a FIFO)."""
+    text = agentfile.read_text(gitdir / "packed-refs", limit=PACKED_REFS_MAX)
+    if text is None:
         return "", []
     header, entries = "", []
     for line in text.splitlines():
@@ -108,12 +111,9 @@ def read_packed_refs(gitdir: Path) -> tuple[str, list[tuple[str, str, str | None
 
 def read_ref(gitdir: Path, name: str) -> str | None:
     """The value of ``name`` (a sha, or ``ref: ...`` for a symref), loose first, or None."""
-    path = gitdir / name
-    try:
-        if not path.is_symlink() and path.is_file():
-            return path.read_text().strip()
-    except OSError:
-        return None
+    text = agentfile.read_text(gitdir / name, limit=4096)
+    if text is not None:
+        return text.strip()
     for sha, ref, _ in read_packed_refs(gitdir)[1]:
         if ref == name:
             return sha
@@ -332,10 +332,7 @@ def _carried_branches(old_admin: Path, worktree: str) -> list[str]:
     """The worktree's own branch, the branch its HEAD is on and the one a rebase is on."""
     names = [worktree]
     for rel in ("HEAD", "rebase-merge/head-name", "rebase-apply/head-name"):
-        try:
-            text = (old_admin / rel).read_text().strip()
-        except OSError:
-            continue
+        text = (agentfile.read_text(old_admin / rel, limit=4096) or "").strip()
         text = text[len("ref: "):] if text.startswith("ref: ") else text
         if text.startswith("refs/heads/") and text[len("refs/heads/"):] not in names:
             names.append(text[len("refs/heads/"):])
@@ -499,27 +496,53 @@ def branch_ref_pairs(ws: Workspace) -> list[tuple[Path, Path]]:
     return pairs
 
 
-def sync_group(grouping: Path, note=warn) -> list[Imported]:
-    """Import every feature worktree's branch of the group (the proxy daemon's timer)."""
-    done = []
-    for name in private_worktree_names(grouping):
+def sync_group(grouping: Path, note=warn, timeout: float | None = None,
+               busy: dict[str, threading.Thread] | None = None) -> list[Imported]:
+    """Import every feature worktree's branch of the group (the proxy daemon's timer).
+
+    With ``timeout``, each worktree's import runs in a thread of its own and is waited for at most
+    ``timeout`` seconds: one whose git dir blocks (a FIFO swapped in after the checks, a git that
+    hangs) is noted and left to finish, while the others go on; ``busy`` keeps such threads from one
+    call to the next, and a worktree whose import still runs is skipped."""
+    done: list[Imported] = []
+    busy = {} if busy is None else busy
+
+    def one(name: str) -> None:
         try:
-            ws = find_workspace(grouping / name)
-            done += sync_worktree(ws, convert=False, refresh=False)
+            done.extend(sync_worktree(find_workspace(grouping / name), convert=False, refresh=False))
         except ChtopError as exc:
             note(f"import of worktree {name} skipped: {exc}")
+
+    if timeout is None:
+        for name in private_worktree_names(grouping):
+            one(name)
+        return done
+    for name in private_worktree_names(grouping):
+        if name in busy and busy[name].is_alive():
+            continue
+        worker = threading.Thread(target=one, args=(name,), name=f"chtop-import-{name}", daemon=True)
+        worker.start()
+        worker.join(timeout)
+        if worker.is_alive():
+            busy[name] = worker
+            note(f"import of worktree {name} still running after {timeout:g}s (its git state may block: "
+                 f"`inv git.status` in {grouping / name} says where); the group's other worktrees go on")
+        else:
+            busy.pop(name, None)
     return done
 
 
 IMPORT_INTERVAL = 2.0
+IMPORT_TIMEOUT = 20.0
 
 
 class ImportTimer:
     """A thread that imports the group's branches every ``interval`` seconds, and at once when woken
     (the proxy wakes it when a sandbox's hand-off connection closes: the sandbox has ended)."""
 
-    def __init__(self, grouping: Path, note, interval: float = IMPORT_INTERVAL):
-        self.grouping, self.note, self.interval = grouping, note, interval
+    def __init__(self, grouping: Path, note, interval: float = IMPORT_INTERVAL, timeout: float = IMPORT_TIMEOUT):
+        self.grouping, self.note, self.interval, self.timeout = grouping, note, interval, timeout
+        self._busy: dict[str, threading.Thread] = {}
         self._woken = threading.Event()
         self._stopped = False
         threading.Thread(target=self._loop, name="chtop-import", daemon=True).start()
@@ -538,7 +561,7 @@ class ImportTimer:
             if self._stopped:
                 return
             try:
-                for imp in sync_group(self.grouping, self.note):
+                for imp in sync_group(self.grouping, self.note, self.timeout, self._busy):
                     self.note(f"IMPORT   {imp.branch} {imp.old or '(new)'} -> {imp.new} from {imp.checkout}"
                               + (f", old tip kept as {imp.kept}" if imp.kept else ""))
             except Exception as exc:  # noqa: BLE001 - the proxy must outlive any import problem
