@@ -561,6 +561,56 @@ def test_submodules_work_inside_and_their_config_never_runs_on_the_host(sub_temp
         assert g.git(shared, "log", "-1", "--format=%s", "dev") == "bump sub"      # the gitlink, imported
 
 
+NESTED_REPO = """
+cd {alpha} && git init -q sub && cd sub && git commit -q --allow-empty -m nested &&
+printf '#!/bin/sh\\ntouch {mark}\\n' > monitor.sh && chmod +x monitor.sh &&
+git config core.fsmonitor {alpha}/sub/monitor.sh && cd .. && git add sub && git commit -qm 'a gitlink' &&
+echo dirty > sub/dirty.txt && echo NESTED-DONE
+"""
+
+HOST_READERS = """
+from pathlib import Path
+from chtop_tasks.dash.model import take_snapshot, worktree_diff
+from chtop_tasks.workspace.layout import find_workspace
+from chtop_tasks.workspace.quarantine import sync_worktree
+from chtop_tasks.workspace import exit_import
+top, dev = find_workspace(Path({top!r})), find_workspace(Path({dev!r}))
+snap = take_snapshot(top, sessions=lambda grouping: [])
+print([r.cell("dev") for w in snap.worktrees for r in w.repos])
+print(worktree_diff(dev)[:200], worktree_diff(dev, full=True)[:200])
+sync_worktree(dev)
+exit_import.main([{dev!r}])
+print("READERS-DONE")
+"""
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_a_nested_repo_made_inside_never_runs_its_config_in_any_host_reader(remote_template):
+    """``git init alpha/sub`` inside, its fsmonitor a script there, ``git add sub`` (a gitlink, no
+    .gitmodules): no host-side reader -- the dashboard's refresh and diff pane, the import at exit
+    and on the timer, git.*, worktree.list, the merge-up and rebase-down plans, ``chtop go`` --
+    starts git inside it."""
+    with user_group_cm(remote_template) as g:
+        mark = g.base / "nested-repo-config-ran"
+        proc = g.sbox(NESTED_REPO.format(alpha=g.dev / "alpha", mark=mark))      # sbox.run imports at exit
+        assert "NESTED-DONE" in proc.stdout, proc.stdout + proc.stderr
+        assert g.git(g.toplevel / "alpha", "log", "-1", "--format=%s", "dev") == "a gitlink"
+        for args, cwd in ((("git.status",), g.dev), (("git.diff",), g.dev), (("worktree.list",), g.toplevel),
+                          (("git.merge-up", "--dry-run"), g.dev), (("git.rebase-down", "--dry-run"), g.dev)):
+            g.inv(*args, cwd=cwd)
+            assert not mark.exists(), args
+        readers = as_owner_python(g, HOST_READERS.format(top=str(g.toplevel), dev=str(g.dev)), timeout=120)
+        assert "READERS-DONE" in readers.stdout, readers.stdout + readers.stderr
+        assert not mark.exists(), readers.stdout
+        go = as_user(g.user, [str(g.venv / "bin" / "python"), "-m", "chtop_tasks.cli", "go", "--print-dir", "dev"],
+                     dict(g.env, PYTHONPATH=str(g.toplevel)), g.toplevel, check=False)
+        assert go.stdout.strip() == str(g.dev), go.stdout + go.stderr
+        assert not mark.exists()
+        g.run(["git", "status"], cwd=g.dev / "alpha", check=False)
+        assert mark.exists()      # the control: plain git descends into the nested repo and runs it
+
+
 @pytest.mark.podman
 @pytest.mark.slow
 def test_sbox_run_waits_to_import_but_a_sigterm_still_ends_the_sandbox(qg):

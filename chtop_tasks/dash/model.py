@@ -26,6 +26,8 @@ from ..places import group_id
 from ..proxy import approvals
 from ..proxy.control import status as proxy_status
 from ..proxy.logs import JSONL, net_dir
+from ..workspace import gitrun
+from ..workspace.gitprobe import WORKTREE_SUBMODULES
 from ..workspace.layout import Checkout, Workspace, checkout_problem, find_workspace
 from ..workspace.quarantine import sync_worktree
 from ..workspace.worktrees import worktree_roots
@@ -111,7 +113,8 @@ def in_progress(git_dir: Path) -> str | None:
 
 
 def _git(checkout_dir: Path, args: list[str]) -> runner.Result:
-    return runner.run(["git", *args], cwd=checkout_dir, check=False, quiet=True, timeout=60)
+    """Host git through the one guarded runner (an agent's nested repo or submodule config never runs)."""
+    return gitrun.git(checkout_dir, args, check=False, timeout=60)
 
 
 def probe_repo(ws: Workspace, checkout: Checkout) -> RepoState:
@@ -130,7 +133,7 @@ def probe_repo(ws: Workspace, checkout: Checkout) -> RepoState:
     except (OSError, ChtopError) as exc:
         state.problem = f"unreadable .git: {exc}"
         return state
-    status = _git(checkout.path, ["status", "--porcelain", "--untracked-files=normal"])
+    status = _git(checkout.path, ["status", WORKTREE_SUBMODULES, "--porcelain", "--untracked-files=normal"])
     counts = _git(checkout.path, ["rev-list", "--left-right", "--count", f"{integ}...HEAD"])
     if not status.ok or not counts.ok:
         state.problem = (status if not status.ok else counts).error_tail(1) or "git failed"
@@ -332,7 +335,7 @@ def worktree_diff(ws: Workspace, full: bool = False) -> str:
         if not checkout.path.exists():
             return f"==== {checkout.label}: missing"
         integ = ws.integration_branch(checkout)
-        args = ["diff", "--merge-base", integ] + ([] if full else ["--stat"])
+        args = ["diff", WORKTREE_SUBMODULES, "--merge-base", integ] + ([] if full else ["--stat"])
         result = _git(checkout.path, args)
         body = (result.stdout if result.ok else result.error_tail(3)).rstrip()
         return f"==== {checkout.label}  (vs {integ})\n{body or '(no changes)'}"

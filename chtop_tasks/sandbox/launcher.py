@@ -18,11 +18,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import runner
 from ..errors import ChtopError, CommandFailed, UsageError
 from ..places import Target, ensure_private_dir, group_id, home_dir, is_mine_or_missing
 from ..runner import format_command
 from ..term import warn
+from ..workspace import gitrun
 from ..workspace.layout import admin_dir_for, private_store, verify_git_dirs
 from ..workspace.quarantine import branch_ref_pairs, sync_worktree
 from . import podman as podman_mod
@@ -128,8 +128,7 @@ def _git_identity(root: Path, host_env: dict[str, str]) -> dict[str, str]:
     """The host's identity for commits inside: env overrides, else ``git config`` (one call)."""
     config: dict[str, str] = {}
     if not all(host_env.get(var) for var in IDENTITY_VARS):
-        found = runner.run(["git", "-C", str(root), "config", "--get-regexp", r"^user\.(name|email)$"],
-                           check=False, quiet=True, timeout=10)
+        found = gitrun.git(root, ["config", "--get-regexp", r"^user\.(name|email)$"], check=False, timeout=10)
         for line in found.stdout.splitlines():
             key, _, value = line.partition(" ")
             config[key] = value.strip()       # the last one wins, as in git
