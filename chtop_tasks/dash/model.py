@@ -27,7 +27,7 @@ from ..proxy import approvals
 from ..proxy.control import status as proxy_status
 from ..proxy.logs import JSONL, net_dir
 from ..workspace import gitrun
-from ..workspace.gitprobe import WORKTREE_SUBMODULES
+from ..workspace.gitprobe import WORKTREE_DIFF_DRIVERS_OFF, WORKTREE_SUBMODULES
 from ..workspace.layout import Checkout, Workspace, checkout_problem, find_workspace
 from ..workspace.quarantine import sync_worktree
 from ..workspace.worktrees import worktree_roots
@@ -335,7 +335,7 @@ def worktree_diff(ws: Workspace, full: bool = False) -> str:
         if not checkout.path.exists():
             return f"==== {checkout.label}: missing"
         integ = ws.integration_branch(checkout)
-        args = ["diff", WORKTREE_SUBMODULES, "--merge-base", integ] + ([] if full else ["--stat"])
+        args = ["diff", WORKTREE_SUBMODULES, *WORKTREE_DIFF_DRIVERS_OFF, "--merge-base", integ] + ([] if full else ["--stat"])
         result = _git(checkout.path, args)
         body = (result.stdout if result.ok else result.error_tail(3)).rstrip()
         return f"==== {checkout.label}  (vs {integ})\n{body or '(no changes)'}"

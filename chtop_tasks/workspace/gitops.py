@@ -15,6 +15,7 @@ from ..errors import ChtopError, CommandFailed, Refused
 from ..fanout import fan_out
 from ..term import bold, git_color_args, say, warn
 from .gitprobe import (
+    WORKTREE_DIFF_DRIVERS_OFF,
     WORKTREE_SUBMODULES,
     ahead_behind,
     dirty_paths,
@@ -22,7 +23,7 @@ from .gitprobe import (
     operation_in_progress,
     untracked_in_the_way,
 )
-from .gitrun import HOST_GIT_OPTS
+from .gitrun import HOST_GIT_OPTS, git
 from .layout import Checkout, Workspace, verify_git_dirs
 from .quarantine import sync_worktree
 
@@ -52,6 +53,8 @@ class RepoOutput:
 def run_in_checkout(ws: Workspace, checkout: Checkout, args: list[str]) -> RepoOutput:
     command, rest = args[0], args[1:]
     guard = [] if ws.is_toplevel else [WORKTREE_SUBMODULES]
+    if command == "diff" and not ws.is_toplevel:
+        guard += WORKTREE_DIFF_DRIVERS_OFF
     argv = ["git", *HOST_GIT_OPTS, *git_color_args(), command, *guard, *rest]
     result = runner.run(argv, cwd=checkout.path, check=False, quiet=True)
     # the header names the command as asked (chtop's guards above are always added)
@@ -339,11 +342,60 @@ def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool) -> list[str]:
             f"{ws.display(main_dir)}: has {main_branch or 'a detached HEAD'} checked out, "
             f"but the merge lands on {rel.integration!r} there; check it out first"
         )
+    if rel.ahead:
+        problems += attribute_driver_problems(ws, rel)
     if rel.ahead and rel.behind and not no_ff:
         problems.append(
             f"{ws.display(rel.checkout.path)}: {rel.integration} moved ({rel.behind} new commit(s)) "
             f"since you rebased; run `inv git.rebase-down` and retry (or pass --no-ff for a merge commit)"
         )
+    return problems
+
+
+# What a .gitattributes line can hand to a program your git config names: a filter's smudge or
+# process runs when the toplevel checks the landed files out, a merge driver on a --no-ff merge,
+# a diff driver's textconv or command when you diff there later.
+DRIVER_ATTRIBUTES = ("filter", "diff", "merge")
+ATTRIBUTE_FILES = ":(glob)**/.gitattributes"
+
+
+def configured_drivers(repo_dir: Path) -> set[str]:
+    """``filter=NAME``, ``diff=NAME``, ``merge=NAME`` for each driver the effective git config defines."""
+    out = git(repo_dir, ["config", "--name-only", "--get-regexp", r"^(filter|diff|merge)\..*\."],
+              check=False).stdout
+    return {f"{kind}={name}" for key in out.split() for kind, _, rest in [key.partition(".")]
+            for name in [rest.rpartition(".")[0]] if kind in DRIVER_ATTRIBUTES and name}
+
+
+def added_attribute_lines(repo_dir: Path, base: str, tip: str) -> list[tuple[str, str]]:
+    """(path, line) for each line ``tip`` adds to a ``.gitattributes`` since ``base``."""
+    out = git(repo_dir, ["diff", "--no-ext-diff", "--no-textconv", "--no-renames", "-U0", base, tip, "--",
+                         ATTRIBUTE_FILES]).stdout
+    found, path = [], ""
+    for line in out.splitlines():
+        if line.startswith("+++ "):
+            path = line[len("+++ b/"):] if line.startswith("+++ b/") else line[4:]
+        elif line.startswith("+"):
+            found.append((path, line[1:]))
+    return found
+
+
+def attribute_driver_problems(ws: Workspace, rel: Relation) -> list[str]:
+    """Attribute lines the landed commits add that name a driver your config defines: landing them
+    would run that program on the agent's files (the agent cannot define a driver, but it can
+    choose yours), so merge-up refuses and says how to land by hand after reading them."""
+    main_dir = ws.main_checkout_dir(rel.checkout)
+    drivers = configured_drivers(main_dir)
+    if not drivers:
+        return []
+    problems = []
+    for path, line in added_attribute_lines(main_dir, rel.integration, rel.branch or ws.name):
+        named = sorted(word for word in line.split()[1:] if word in drivers)
+        if named:
+            problems.append(f"{ws.display(rel.checkout.path)}: {path} adds `{line.strip()}`, which routes files "
+                            f"through {', '.join(named)} (a driver your git config defines); merge-up lands no "
+                            f"attribute that runs one. Read it, then land by hand: "
+                            f"git -C {main_dir} merge --ff-only {rel.branch or ws.name}")
     return problems
 
 
