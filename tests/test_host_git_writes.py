@@ -7,8 +7,13 @@ Each test gets its own workspace owned by the unprivileged test user (rootless p
 
 from __future__ import annotations
 
+import subprocess
+import time
+
 import pytest
 from sandbox_helpers import user_group_cm
+
+from chtop_tasks.workspace.layout import private_store
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
@@ -50,3 +55,58 @@ def test_merge_up_lands_attributes_that_name_no_configured_driver(ug):
     merge = g.inv("git.merge-up")
     assert merge.returncode == 0, merge.stdout + merge.stderr
     assert g.git(g.toplevel / "alpha", "log", "-1", "--format=%s", "main") == "diff patterns"
+
+
+def test_rebase_down_never_writes_through_links_planted_in_the_private_store(ug):
+    """Inside: the admin dir's ``logs/HEAD`` a link to a host file, ``objects/XX`` (of the commit the
+    rebase will write) a link to a host dir. rebase-down on the host refuses, naming the link, and
+    neither target changes."""
+    g = ug
+    victim, victim_dir = g.base / "victim-file", g.base / "victim-dir"
+    g.run(["sh", "-c", f"echo precious > {victim} && mkdir {victim_dir}"])
+    g.git(g.toplevel / "alpha", "commit", "-q", "--allow-empty", "-m", "upstream change")   # something to rebase onto
+    store = private_store(g.grouping, "dev", "alpha")
+    admin = store / "worktrees" / "alpha"
+    fanout = " ".join(f"{i:02x}" for i in range(256))
+    script = (f"cd alpha && echo w > w.txt && git add w.txt && git commit -qm 'agent work' && "
+              f"rm -f {admin}/logs/HEAD && ln -s {victim} {admin}/logs/HEAD && "
+              f"for d in {fanout}; do [ -e {store}/objects/$d ] || ln -s {victim_dir} {store}/objects/$d; done && "
+              "echo PLANTED")
+    proc = g.sbox(script)
+    assert "PLANTED" in proc.stdout, proc.stdout + proc.stderr
+    rebase = g.inv("git.rebase-down")
+    assert rebase.returncode != 0, rebase.stdout + rebase.stderr
+    assert "is a symlink" in rebase.stderr and str(store) in rebase.stderr, rebase.stderr
+    assert victim.read_text() == "precious\n"
+    assert list(victim_dir.iterdir()) == []
+    # once the links are gone, it works
+    g.run(["sh", "-c", f"rm {admin}/logs/HEAD && find {store}/objects -maxdepth 1 -type l -delete"])
+    rebase = g.inv("git.rebase-down")
+    assert rebase.returncode == 0, rebase.stdout + rebase.stderr
+    assert g.git(g.dev / "alpha", "log", "-2", "--format=%s").splitlines() == ["agent work", "upstream change"]
+
+
+def test_rebase_down_refuses_while_a_sandbox_of_the_worktree_runs(ug):
+    """Inside, the agent could plant a link between chtop's check and git's write: rebase-down waits
+    for the worktree's sandboxes to end, and says which run."""
+    g = ug
+    g.git(g.toplevel / "alpha", "commit", "-q", "--allow-empty", "-m", "upstream change")
+    env = [f"{k}={v}" for k, v in g.env.items()]
+    holder = subprocess.Popen(["runuser", "-u", g.user.pw_name, "--", "env", "-i", *env, str(g.venv / "bin" / "python"),
+                               "-m", "invoke", "sbox.run", "--", "sleep", "120"], cwd=g.dev,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and "sleep 120" not in g.inv("sbox.ps").stdout:
+            time.sleep(0.5)
+        before = g.git(g.dev / "alpha", "rev-parse", "HEAD")
+        refused = g.inv("git.rebase-down")
+        assert refused.returncode == 3 and "sandbox(es) run in" in refused.stderr, refused.stdout + refused.stderr
+        assert g.git(g.dev / "alpha", "rev-parse", "HEAD") == before
+    finally:
+        holder.terminate()
+        holder.wait(timeout=60)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and "sleep 120" in g.inv("sbox.ps").stdout:
+        time.sleep(0.5)
+    assert g.inv("git.rebase-down").returncode == 0

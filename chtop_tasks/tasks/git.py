@@ -24,12 +24,18 @@ def diff(c):
     return gitops.git_diff(layout.find_workspace(), remainder_args())
 
 
+def sandbox_names(ws) -> list[str]:
+    from ..sandbox.launcher import sandboxes_in
+
+    return [row["name"] for row in sandboxes_in(ws.grouping, ws.root)]
+
+
 @task(name="rebase-down", help={"dry_run": "print what would run, change nothing"})
 @reports_errors
 def rebase_down(c, dry_run=False):
     """In a worktree: rebase each repo's feature branch onto its integration branch."""
     ws = layout.find_workspace()
-    code = gitops.rebase_down(ws, remainder_args(), dry_run=dry_run)
+    code = gitops.rebase_down(ws, remainder_args(), dry_run=dry_run, running_sandboxes=sandbox_names)
     if not dry_run:
         dotfiles.refresh_workspace_files(ws)
     return code

@@ -250,15 +250,28 @@ def dry_run_footer(steps: list[GitStep]) -> str:
     return f"dry run: {len(steps)} command(s) not run, nothing was changed (run again without --dry-run)"
 
 
-def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False) -> int:
+def refuse_while_sandboxed(ws: Workspace, running: list[str], what: str) -> None:
+    """A host git that writes a worktree's git dirs runs only while no sandbox of it runs: inside,
+    the agent could plant a link there between chtop's check and git's write."""
+    if running:
+        raise Refused(f"{what}: nothing was changed, because {len(running)} sandbox(es) run in {ws.root} "
+                      f"({', '.join(running)}): git would write into git dirs the agent can change while it "
+                      f"runs. End the agent or shell there (or: podman stop {' '.join(running)}) and retry")
+
+
+def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False,
+                running_sandboxes=lambda ws: []) -> int:
+    """``running_sandboxes(ws)``: the names of the sandboxes running in ``ws`` (the task asks podman)."""
     refuse_in_toplevel(ws, "git.rebase-down")
     sync_worktree(ws, strict=True)     # imports first; the integration branches inside are the host's latest
     verify_git_dirs(ws)
     rels = relations(ws)
     raise_if_problems([p for rel in rels for p in rebase_problems(ws, rel)], "rebase-down")
     steps = plan_rebase_down(ws, rels, rebase_args)
+    if steps and not dry_run:
+        refuse_while_sandboxed(ws, running_sandboxes(ws), "rebase-down")
     carry_out(ws, rels, steps, "rebase-down", dry_run, lambda step: ChtopError(conflict_instructions(ws, step)),
-              rebased_onto_integration)
+              rebased_onto_integration, writes_worktree=True)
     return 0
 
 
@@ -266,7 +279,7 @@ LOOP_WORDS = {"rebase-down": ("rebase-down in", "rebase"), "merge-up": ("merge-u
 
 
 def carry_out(ws: Workspace, rels: list[Relation], steps: list[GitStep], what: str, dry_run: bool, failure,
-              outcome, relation=None) -> None:
+              outcome, relation=None, writes_worktree: bool = False) -> None:
     """Show the plan; unless a dry run, run it one repo at a time and check the outcome."""
     heading, verb = LOOP_WORDS[what]
     say(plan_heading(heading, ws, dry_run))
@@ -274,7 +287,7 @@ def carry_out(ws: Workspace, rels: list[Relation], steps: list[GitStep], what: s
     if dry_run:
         say(dry_run_footer(steps))
         return
-    run_steps(steps, failure)
+    run_steps(steps, failure, ws if writes_worktree else None)
     check_outcome(ws, steps, outcome, what, relation=relation or relation_of)
 
 
@@ -314,9 +327,15 @@ def check_outcome(ws: Workspace, steps: list[GitStep], outcome, what: str, relat
         raise CommandFailed(f"{what} ran, but the result is not what was planned:\n  " + "\n  ".join(wrong))
 
 
-def run_steps(steps: list[GitStep], failure) -> None:
-    """Run the planned commands one repo at a time; stop at the first failure."""
+def run_steps(steps: list[GitStep], failure, ws: Workspace | None = None) -> None:
+    """Run the planned commands one repo at a time; stop at the first failure.
+
+    With ``ws`` (a feature worktree whose git dirs the step writes), each repo's git dirs are
+    checked again just before its step: no link, FIFO or device anywhere in its private store
+    and admin dir, so the writing git follows nothing the agent planted."""
     for step in steps:
+        if ws is not None:
+            verify_git_dirs(ws, [step.checkout.name])
         if not runner.run(step.argv, cwd=step.cwd, check=False, capture=False).ok:
             raise failure(step)
 

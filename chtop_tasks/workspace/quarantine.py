@@ -50,6 +50,7 @@ from .layout import (
     Workspace,
     admin_dir_for,
     find_workspace,
+    planted_file_problem,
     private_store,
     read_gitdir_file,
     verify_git_dirs,
@@ -179,8 +180,9 @@ def copy_info(shared: Path, store: Path) -> None:
 
 
 def finish_admin_dir(admin: Path) -> None:
-    """An empty ``config.worktree`` (pinned inside: never the agent's, whatever the extensions say)."""
-    (admin / "config.worktree").touch(exist_ok=True)
+    """An empty ``config.worktree`` (pinned inside: never the agent's, whatever the extensions say),
+    renamed over whatever was there (a link is replaced, never followed)."""
+    atomic.write_atomic(admin / "config.worktree", "")
 
 
 def add_private_worktree(shared: Path, store: Path, path: Path, branch: str, start_sha: str,
@@ -364,6 +366,9 @@ def convert_checkout(ws: Workspace, checkout: Checkout, integration: str) -> Pat
     """
     old_admin = legacy_admin(checkout)
     assert old_admin is not None
+    planted = planted_file_problem(old_admin)      # it was the agent's: copied, a link would be written through
+    if planted:
+        raise WorkspaceError(f"{checkout.path} is not moved onto private git state: {planted}")
     shared, store = checkout.store, store_of(ws, checkout)
     if store.exists():
         shutil.rmtree(store)          # an interrupted conversion: no .git names it yet
@@ -373,7 +378,7 @@ def convert_checkout(ws: Workspace, checkout: Checkout, integration: str) -> Pat
     write_store_files(store, shared, integration, tip)
     admin = store / "worktrees" / old_admin.name
     shutil.copytree(old_admin, admin, symlinks=True)
-    (admin / "commondir").write_text("../..\n")
+    atomic.write_atomic(admin / "commondir", "../..\n")
     finish_admin_dir(admin)
     for branch in _carried_branches(old_admin, ws.name):
         _copy_ref(shared, store, f"refs/heads/{branch}")
