@@ -7,11 +7,12 @@ Each test gets its own workspace owned by the unprivileged test user (rootless p
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 
 import pytest
-from sandbox_helpers import user_group_cm
+from sandbox_helpers import as_owner_python, as_user, user_group_cm
 
 from chtop_tasks.workspace.layout import private_store
 
@@ -110,3 +111,39 @@ def test_rebase_down_refuses_while_a_sandbox_of_the_worktree_runs(ug):
     while time.monotonic() < deadline and "sleep 120" in g.inv("sbox.ps").stdout:
         time.sleep(0.5)
     assert g.inv("git.rebase-down").returncode == 0
+
+
+DASH_PLAN = """
+import json
+from pathlib import Path
+from chtop_tasks.dash import actions
+plan, ok = actions.dry_run(Path({dev!r}), "git.merge-up")
+print(json.dumps({{"ok": ok, "plan": plan, "argv": actions.confirmed_argv("git.merge-up", plan)}}))
+"""
+
+
+def test_merge_up_lands_exactly_the_reviewed_tips_or_nothing(ug):
+    """The dash's m shows the dry run, y runs it: a commit the agent adds in between is refused
+    (exit 3, nothing moved); the CLI's --expect the same; a plain merge-up says the tips it landed."""
+    g = ug
+    commit = "cd alpha && echo {n} > f{n}.txt && git add f{n}.txt && git commit -qm 'work {n}' && echo DONE"
+    assert "DONE" in g.sbox(commit.format(n=1)).stdout
+    reviewed = as_owner_python(g, DASH_PLAN.format(dev=str(g.dev)))
+    shown = json.loads(reviewed.stdout.strip().splitlines()[-1])
+    tip1 = g.git(g.dev / "alpha", "rev-parse", "HEAD")
+    assert shown["ok"] and f"alpha={tip1}" in shown["plan"], shown
+    assert shown["argv"][-2:] == ["--expect", f"alpha={tip1}"], shown
+    main = g.git(g.toplevel / "alpha", "rev-parse", "main")
+    assert "DONE" in g.sbox(commit.format(n=2)).stdout          # after the review, before y
+    confirmed = as_user(g.user, shown["argv"], g.env, g.dev, check=False)
+    assert confirmed.returncode == 3, confirmed.stdout + confirmed.stderr
+    assert "the dry run you reviewed would land" in confirmed.stderr and tip1 in confirmed.stderr
+    assert g.git(g.toplevel / "alpha", "rev-parse", "main") == main
+    assert g.inv("git.merge-up", "--expect", f"alpha={tip1}").returncode == 3
+    tip2 = g.git(g.dev / "alpha", "rev-parse", "HEAD")
+    landed = g.inv("git.merge-up", "--expect", f"alpha={tip2}")
+    assert landed.returncode == 0, landed.stdout + landed.stderr
+    assert f"landed dev/alpha at {tip2}" in landed.stdout, landed.stdout
+    assert g.git(g.toplevel / "alpha", "rev-parse", "main") == tip2
+    bad = g.inv("git.merge-up", "--expect", "gamma=123")
+    assert bad.returncode == 2 and "is not REPO=SHA" in bad.stderr, bad.stderr

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import git
-from sandbox_helpers import as_user, rootful_podman_env, user_group_cm
+from sandbox_helpers import as_owner_python, as_user, rootful_podman_env, user_group_cm
 
 from chtop_tasks import runner
 from chtop_tasks.workspace import quarantine
@@ -632,13 +632,6 @@ def fifo_group(remote_template):
     """dev (its stores get FIFOs), dev2 (a junk ref), dev3 (untouched: its imports must go on)."""
     with user_group_cm(remote_template, extra_worktrees=("dev2", "dev3")) as group:
         yield group
-
-
-def as_owner_python(g, code: str, timeout: float):
-    """``python -c CODE`` as the workspace's owner, from the toplevel (its chtop_tasks on the path)."""
-    env = dict(g.env, PYTHONPATH=str(g.toplevel))
-    return as_user(g.user, [str(g.venv / "bin" / "python"), "-c", code], env, g.base, check=False,
-                   timeout=timeout)
 
 
 SNAPSHOT = """

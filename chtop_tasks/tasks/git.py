@@ -42,8 +42,10 @@ def rebase_down(c, dry_run=False):
 
 
 @task(name="merge-up", help={"dry_run": "print what would run, change nothing",
-                             "no_ff": "make a merge commit instead of --ff-only"})
+                             "no_ff": "make a merge commit instead of --ff-only",
+                             "expect": "REPO=SHA,... (the dry run's last line): refuse, moving nothing, "
+                                       "unless exactly these tips land"})
 @reports_errors
-def merge_up(c, dry_run=False, no_ff=False):
+def merge_up(c, dry_run=False, no_ff=False, expect=None):
     """In a worktree: fast-forward each integration branch to this feature (in the toplevel)."""
-    return gitops.merge_up(layout.find_workspace(), no_ff=no_ff, dry_run=dry_run)
+    return gitops.merge_up(layout.find_workspace(), no_ff=no_ff, dry_run=dry_run, expect=expect)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import runner
-from ..errors import ChtopError, CommandFailed, Refused
+from ..errors import ChtopError, CommandFailed, Refused, UsageError
 from ..fanout import fan_out
 from ..term import bold, git_color_args, say, warn
 from .gitprobe import (
@@ -21,11 +21,12 @@ from .gitprobe import (
     dirty_paths,
     head_branch,
     operation_in_progress,
+    rev,
     untracked_in_the_way,
 )
 from .gitrun import HOST_GIT_OPTS, git
 from .layout import Checkout, Workspace, verify_git_dirs
-from .quarantine import sync_worktree
+from .quarantine import SHA_RE, sync_worktree
 
 
 def present_checkouts(ws: Workspace) -> list[Checkout]:
@@ -307,11 +308,12 @@ def landed_on_integration(ws: Workspace, rel: Relation) -> str | None:
     return None
 
 
-def relation_in_toplevel(ws: Workspace, checkout: Checkout) -> Relation:
-    """The feature branch against its integration branch as the toplevel's store has them
-    (where merge-up lands; a worktree's own copy of the integration branch is refreshed later)."""
+def relation_in_toplevel(ws: Workspace, checkout: Checkout, tips: dict[str, str] | None = None) -> Relation:
+    """The feature branch (or its tip in ``tips``, the one merge-up landed) against its integration
+    branch as the toplevel's store has them (where merge-up lands; a worktree's own copy of the
+    integration branch is refreshed later)."""
     integ = ws.integration_branch(checkout)
-    ahead, behind = ahead_behind(ws.main_checkout_dir(checkout), integ, ws.name)
+    ahead, behind = ahead_behind(ws.main_checkout_dir(checkout), integ, (tips or {}).get(checkout.name, ws.name))
     return Relation(checkout, ws.name, integ, ahead, behind, ws.name)
 
 
@@ -418,28 +420,90 @@ def attribute_driver_problems(ws: Workspace, rel: Relation) -> list[str]:
     return problems
 
 
-def plan_merge_up(ws: Workspace, rels: list[Relation], no_ff: bool) -> list[GitStep]:
+def plan_merge_up(ws: Workspace, rels: list[Relation], no_ff: bool,
+                  tips: dict[str, str] | None = None) -> list[GitStep]:
+    """One merge per repo ahead, of its tip in ``tips`` (checkout name -> sha) when given: the commit
+    checked and shown is the one merged, whatever is imported meanwhile."""
     steps = []
-    mode = ["--no-ff", "--no-edit"] if no_ff else ["--ff-only"]
     for rel in rels:
         if rel.ahead == 0:
             continue
         main_dir = ws.main_checkout_dir(rel.checkout)
-        steps.append(GitStep(rel.checkout, main_dir, ["git", "merge", *mode, rel.branch],
-                          f"{rel.ahead} commit(s) to land on {rel.integration}"))
+        tip = (tips or {}).get(rel.checkout.name)
+        what = tip or rel.branch
+        mode = ["--no-ff", "--no-edit"] if no_ff else ["--ff-only"]
+        if no_ff and tip:
+            mode = ["--no-ff", "-m", f"Merge branch '{rel.branch}'"]
+        steps.append(GitStep(rel.checkout, main_dir, ["git", "merge", *mode, what],
+                          f"{rel.ahead} commit(s) to land on {rel.integration}" + (f", up to {tip}" if tip else "")))
     return steps
 
 
-def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False) -> int:
+# -- what was reviewed is what lands ----------------------------------------------------------------
+
+CONTAINER_KEY = "@top"       # the container repo in --expect ('@' is not allowed in a repo name)
+
+
+def tip_key(checkout: Checkout) -> str:
+    return checkout.name or CONTAINER_KEY
+
+
+def format_expect(ws: Workspace, tips: dict[str, str]) -> str:
+    """``--expect``'s value for ``tips`` (checkout name -> sha), in manifest order."""
+    return ",".join(f"{tip_key(c)}={tips[c.name]}" for c in ws.checkouts() if c.name in tips)
+
+
+def parse_expect(ws: Workspace, text: str) -> dict[str, str]:
+    """``REPO=SHA,...`` (``@top`` for the container repo) as checkout name -> sha; UsageError when bad."""
+    names = {tip_key(c): c.name for c in ws.checkouts()}
+    out = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, _, sha = item.partition("=")
+        if key not in names or not SHA_RE.match(sha):
+            raise UsageError(f"--expect {text!r}: {item!r} is not REPO=SHA with REPO one of "
+                             f"{', '.join(names)} and SHA a full commit id (copy the dry run's --expect line)")
+        out[names[key]] = sha
+    return out
+
+
+def tips_to_land(ws: Workspace, rels: list[Relation]) -> dict[str, str]:
+    """The imported tip of branch NAME in the toplevel's store, per repo that has commits to land."""
+    return {rel.checkout.name: rev(ws.main_checkout_dir(rel.checkout), f"refs/heads/{ws.name}")
+            for rel in rels if rel.ahead}
+
+
+def tips_problems(ws: Workspace, expected: dict[str, str], tips: dict[str, str]) -> list[str]:
+    """Where the tips to land differ from the ones the reviewed dry run showed."""
+    problems = []
+    for checkout in ws.checkouts():
+        want, got = expected.get(checkout.name), tips.get(checkout.name)
+        if want != got:
+            problems.append(f"{ws.display(checkout.path)}: the dry run you reviewed would land "
+                            f"{want or 'nothing'}, but the branch is now at {got or 'nothing to land'} "
+                            "(committed since); run the dry run again and review what it shows")
+    return problems
+
+
+def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False, expect: str | None = None) -> int:
+    """``expect``: the dry run's ``REPO=SHA,...``; refused (nothing moved) unless exactly those land."""
     refuse_in_toplevel(ws, "git.merge-up")
+    expected = parse_expect(ws, expect) if expect is not None else None
     sync_worktree(ws, strict=True)     # lands what the agent committed, up to now
     verify_git_dirs(ws)
     verify_git_dirs(ws.for_root(ws.toplevel))
     rels = relations(ws)
     raise_if_problems([p for rel in rels for p in merge_up_problems(ws, rel, no_ff)], "merge-up")
-    steps = plan_merge_up(ws, rels, no_ff)
+    tips = tips_to_land(ws, rels)
+    if expected is not None:
+        raise_if_problems(tips_problems(ws, expected, tips), "merge-up")
+    steps = plan_merge_up(ws, rels, no_ff, tips)
     carry_out(ws, rels, steps, "merge-up", dry_run, lambda step: CommandFailed(
         f"merge into {ws.display(step.cwd)} failed (see git's message above); "
         "repos already merged stay merged. Run `inv git.rebase-down` in the worktree and retry."),
-        landed_on_integration, relation=relation_in_toplevel)
+        landed_on_integration, relation=lambda ws, checkout: relation_in_toplevel(ws, checkout, tips))
+    if dry_run and tips:
+        say(f"to land exactly these tips: inv git.merge-up --expect {format_expect(ws, tips)}")
+    elif not dry_run:
+        for step in steps:
+            say(f"landed {ws.display(step.checkout.path)} at {tips[step.checkout.name]}")
     return 0
