@@ -56,8 +56,7 @@ def run_in_checkout(ws: Workspace, checkout: Checkout, args: list[str]) -> RepoO
     guard = [] if ws.is_toplevel else [WORKTREE_SUBMODULES]
     if command == "diff" and not ws.is_toplevel:
         guard += WORKTREE_DIFF_DRIVERS_OFF
-    argv = ["git", *HOST_GIT_OPTS, *git_color_args(), command, *guard, *rest]
-    result = runner.run(argv, cwd=checkout.path, check=False, quiet=True)
+    result = git(checkout.path, [*git_color_args(), command, *guard, *rest], check=False)
     # the header names the command as asked (chtop's guards above are always added)
     header = f"==== {ws.display(checkout.path)}  [{runner.format_command(['git', *args], checkout.path)}]"
     return RepoOutput(checkout, header, result.stdout + result.stderr, result.returncode)

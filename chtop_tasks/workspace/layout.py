@@ -42,10 +42,7 @@ def private_store(grouping: Path, worktree: str, repo_name: str) -> Path:
 
 def shared_objects_of(store: Path) -> Path | None:
     """The shared objects dir a private ``store`` borrows (its alternates line), or None."""
-    try:
-        lines = (store / "objects" / "info" / "alternates").read_text().split("\n")
-    except OSError:
-        return None
+    lines = (agentfile.read_text(store / "objects" / "info" / "alternates", limit=4096) or "").split("\n")
     return Path(lines[0].strip()) if lines and lines[0].strip() else None
 
 
@@ -163,9 +160,10 @@ def find_root(start: Path) -> Path:
 
 def read_gitdir_file(dot_git: Path) -> Path:
     """The target of a ``.git`` pointer file (``gitdir: PATH``), resolved."""
-    if dot_git.is_symlink() or not dot_git.is_file():
+    text = agentfile.read_text(dot_git, limit=4096)
+    if text is None:
         raise WorkspaceError(f"{dot_git}: expected a regular .git file")
-    text = dot_git.read_text().strip()
+    text = text.strip()
     if not text.startswith("gitdir:") or "\n" in text:
         raise WorkspaceError(f"{dot_git}: not a git pointer file (expected one 'gitdir: PATH' line)")
     target = Path(text[len("gitdir:"):].strip())
@@ -181,12 +179,10 @@ def admin_dir_for(store: Path, checkout: Path) -> Path | None:
         return None
     want = checkout / ".git"
     for admin in sorted(worktrees.iterdir()):
-        gitdir = admin / "gitdir"
-        try:
-            listed = Path(os.path.normpath(gitdir.read_text().strip()))
-        except OSError:
+        text = agentfile.read_text(admin / "gitdir", limit=4096)
+        if text is None:
             continue
-        if listed == want:
+        if Path(os.path.normpath(text.strip())) == want:
             return admin
     return None
 
@@ -273,10 +269,10 @@ def checkout_problem(ws: Workspace, checkout: Checkout) -> str | None:
     if admin_dir_for(store, checkout.path) != admin:
         return f"{dot_git}: points at {admin}, whose gitdir does not name {dot_git}"
     commondir = admin / "commondir"
-    try:
-        common = Path(os.path.normpath(admin / commondir.read_text().strip()))
-    except OSError:
-        return f"{commondir}: unreadable"
+    text = agentfile.read_text(commondir, limit=4096)
+    if text is None:
+        return f"{commondir}: unreadable (or not a regular file)"
+    common = Path(os.path.normpath(admin / text.strip()))
     if common != store or commondir.is_symlink():
         return f"{commondir}: points at {common}, expected {store}"
     if store == private:
