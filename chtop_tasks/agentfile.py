@@ -18,8 +18,9 @@ MAX_BYTES = 1 << 20
 OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
-def read_bytes(path: Path | str, *, limit: int = MAX_BYTES) -> bytes | None:
-    """The contents of ``path`` when it is a regular file (not a link) of at most ``limit`` bytes."""
+def read_regular(path: Path | str, *, limit: int = MAX_BYTES) -> tuple[bytes, os.stat_result] | None:
+    """(contents, fstat of the open fd) when ``path`` is a regular file (not a link) of at most
+    ``limit`` bytes, else None."""
     try:
         fd = os.open(path, OPEN_FLAGS)
     except OSError:
@@ -40,7 +41,13 @@ def read_bytes(path: Path | str, *, limit: int = MAX_BYTES) -> bytes | None:
     finally:
         os.close(fd)
     data = b"".join(chunks)
-    return None if len(data) > limit else data
+    return None if len(data) > limit else (data, st)
+
+
+def read_bytes(path: Path | str, *, limit: int = MAX_BYTES) -> bytes | None:
+    """The contents of ``path`` when it is a regular file (not a link) of at most ``limit`` bytes."""
+    got = read_regular(path, limit=limit)
+    return None if got is None else got[0]
 
 
 def read_text(path: Path | str, *, limit: int = MAX_BYTES) -> str | None:

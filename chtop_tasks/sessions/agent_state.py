@@ -19,11 +19,11 @@ Agents without hooks, and a hooked agent before its first report: the screen (``
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import stat
 from dataclasses import dataclass
 from pathlib import Path
+
+from .. import agentfile
 
 STATES = ("working", "waiting", "idle", "exited", "lost")
 HOOK_STATES = ("working", "waiting", "idle", "exited")   # what an agent may report
@@ -52,19 +52,10 @@ class Reported:
 def read_reported(path: Path) -> Reported | None:
     """The state the agent reported in ``path``, or None (absent, not a small regular file,
     or not one of the allowed words)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+    got = agentfile.read_regular(path, limit=MAX_STATE_BYTES)
+    if got is None:
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_STATE_BYTES:
-            return None
-        raw = os.read(fd, MAX_STATE_BYTES + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    raw, st = got
     word = raw.decode("ascii", errors="replace").strip()
     if word not in HOOK_STATES:
         return None
