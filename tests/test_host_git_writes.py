@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
-from sandbox_helpers import as_owner_python, as_user, user_group_cm
+from sandbox_helpers import as_owner_python, as_user, rootful_podman_env, user_group_cm
 
 from chtop_tasks.workspace.layout import private_store
 
@@ -58,33 +59,61 @@ def test_merge_up_lands_attributes_that_name_no_configured_driver(ug):
     assert g.git(g.toplevel / "alpha", "log", "-1", "--format=%s", "main") == "diff patterns"
 
 
-def test_rebase_down_never_writes_through_links_planted_in_the_private_store(ug):
-    """Inside: the admin dir's ``logs/HEAD`` a link to a host file, ``objects/XX`` (of the commit the
-    rebase will write) a link to a host dir. rebase-down on the host refuses, naming the link, and
-    neither target changes."""
-    g = ug
-    victim, victim_dir = g.base / "victim-file", g.base / "victim-dir"
-    g.run(["sh", "-c", f"echo precious > {victim} && mkdir {victim_dir}"])
-    g.git(g.toplevel / "alpha", "commit", "-q", "--allow-empty", "-m", "upstream change")   # something to rebase onto
-    store = private_store(g.grouping, "dev", "alpha")
+def plant_links(grouping: Path, victim: Path, victim_dir: Path) -> tuple[Path, str]:
+    """(dev/alpha's private store, the script that plants, inside, after a commit: the admin dir's
+    ``logs/HEAD`` a link to ``victim``, every free ``objects/XX`` a link to ``victim_dir``)."""
+    store = private_store(grouping, "dev", "alpha")
     admin = store / "worktrees" / "alpha"
     fanout = " ".join(f"{i:02x}" for i in range(256))
-    script = (f"cd alpha && echo w > w.txt && git add w.txt && git commit -qm 'agent work' && "
-              f"rm -f {admin}/logs/HEAD && ln -s {victim} {admin}/logs/HEAD && "
-              f"for d in {fanout}; do [ -e {store}/objects/$d ] || ln -s {victim_dir} {store}/objects/$d; done && "
-              "echo PLANTED")
-    proc = g.sbox(script)
-    assert "PLANTED" in proc.stdout, proc.stdout + proc.stderr
-    rebase = g.inv("git.rebase-down")
+    return store, (f"cd alpha && echo w > w.txt && git add w.txt && git commit -qm 'agent work' && "
+                   f"rm -f {admin}/logs/HEAD && ln -s {victim} {admin}/logs/HEAD && "
+                   f"for d in {fanout}; do [ -e {store}/objects/$d ] || ln -s {victim_dir} {store}/objects/$d; "
+                   "done && echo PLANTED")
+
+
+def assert_refused_untouched(rebase, store: Path, victim: Path, victim_dir: Path) -> None:
     assert rebase.returncode != 0, rebase.stdout + rebase.stderr
     assert "is a symlink" in rebase.stderr and str(store) in rebase.stderr, rebase.stderr
     assert victim.read_text() == "precious\n"
     assert list(victim_dir.iterdir()) == []
-    # once the links are gone, it works
-    g.run(["sh", "-c", f"rm {admin}/logs/HEAD && find {store}/objects -maxdepth 1 -type l -delete"])
+
+
+def test_rebase_down_never_writes_through_links_planted_in_the_private_store(ug):
+    """rebase-down on the host refuses, naming the link, and neither target changes; without the
+    links it rebases."""
+    g = ug
+    victim, victim_dir = g.base / "victim-file", g.base / "victim-dir"
+    g.run(["sh", "-c", f"echo precious > {victim} && mkdir {victim_dir}"])
+    g.git(g.toplevel / "alpha", "commit", "-q", "--allow-empty", "-m", "upstream change")   # something to rebase onto
+    store, script = plant_links(g.grouping, victim, victim_dir)
+    proc = g.sbox(script)
+    assert "PLANTED" in proc.stdout, proc.stdout + proc.stderr
+    assert_refused_untouched(g.inv("git.rebase-down"), store, victim, victim_dir)
+    g.run(["sh", "-c", f"rm {store}/worktrees/alpha/logs/HEAD && find {store}/objects -maxdepth 1 -type l -delete"])
     rebase = g.inv("git.rebase-down")
     assert rebase.returncode == 0, rebase.stdout + rebase.stderr
     assert g.git(g.dev / "alpha", "log", "-2", "--format=%s").splitlines() == ["agent work", "upstream change"]
+
+
+@pytest.mark.rootful
+def test_as_root_rebase_down_never_writes_through_links_planted_inside(with_dev, tmp_path):
+    """A root-owned workspace launched by root (a cloud GPU box): the victim stands in for
+    /etc/ld.so.preload."""
+    from chtop_tasks.proxy import stop_proxy
+
+    g, dev = with_dev, with_dev.path("dev")
+    victim, victim_dir = tmp_path / "ld.so.preload", tmp_path / "victim-dir"
+    victim.write_text("precious\n")
+    victim_dir.mkdir()
+    g.commit(g.toplevel / "alpha", "up.txt", "u\n", "upstream change")
+    store, script = plant_links(g.grouping, victim, victim_dir)
+    try:
+        proc = g.inv(dev, "sbox.run", "--", "sh", "-c", script, env=rootful_podman_env(tmp_path), check=False,
+                     timeout=180)
+        assert "PLANTED" in proc.stdout, proc.stdout + proc.stderr
+        assert_refused_untouched(g.inv(dev, "git.rebase-down", check=False), store, victim, victim_dir)
+    finally:
+        stop_proxy(g.grouping)
 
 
 def test_rebase_down_refuses_while_a_sandbox_of_the_worktree_runs(ug):
