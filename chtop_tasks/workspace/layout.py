@@ -244,8 +244,9 @@ def find_workspace(start: Path | None = None) -> Workspace:
     return Workspace(grouping, toplevel, root, load_manifest(root / MANIFEST_NAME))
 
 
-def checkout_problem(ws: Workspace, checkout: Checkout) -> str | None:
-    """Why ``checkout``'s .git does not point where the layout says, or None."""
+def checkout_problem(ws: Workspace, checkout: Checkout, walk: bool = True) -> str | None:
+    """Why ``checkout``'s .git does not point where the layout says, or None; with ``walk``, also the
+    first link, FIFO or device in its private store (``planted_file``)."""
     dot_git = checkout.path / ".git"
     if not dot_git.exists() and not dot_git.is_symlink():
         return f"{checkout.path}: missing (no .git)"
@@ -275,7 +276,7 @@ def checkout_problem(ws: Workspace, checkout: Checkout) -> str | None:
     common = Path(os.path.normpath(admin / text.strip()))
     if common != store or commondir.is_symlink():
         return f"{commondir}: points at {common}, expected {store}"
-    if store == private:
+    if store == private and walk:
         return planted_file_problem(store)
     return None
 
@@ -313,7 +314,7 @@ def planted_file_problem(store: Path) -> str | None:
             f"it or follow it, so chtop runs no git in this worktree. Remove it: rm {path}")
 
 
-def verify_git_dirs(ws: Workspace, names: list[str] | None = None) -> None:
+def verify_git_dirs(ws: Workspace, names: list[str] | None = None, walk: bool = True) -> None:
     """Refuse when a checkout's .git does not point where the layout says.
 
     A feature worktree's checkout must name the admin dir of its own private
@@ -330,7 +331,7 @@ def verify_git_dirs(ws: Workspace, names: list[str] | None = None) -> None:
             continue
         if checkout.name and not checkout.path.exists():
             continue  # absent repos are reported by the operation itself
-        problem = checkout_problem(ws, checkout)
+        problem = checkout_problem(ws, checkout, walk)
         if problem:
             problems.append(problem)
     if problems:

@@ -287,6 +287,9 @@ def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str) -
     if (shared / "HEAD").read_text().strip() == f"ref: {ref}":
         raise CommandFailed(f"{shared.parent} has {branch} checked out; the import of worktree {branch} "
                             f"would move it under you. Check out its integration branch there.")
+    planted = planted_file_problem(store)          # git would block on a FIFO there, or follow a link
+    if planted:
+        raise CommandFailed(f"{branch} is not imported from {checkout_path}: {planted}")
     incoming = f"{INCOMING_PREFIX}/{branch}"
     argv = ["-c", "transfer.fsckObjects=true", "fetch", "--no-tags", "--no-write-fetch-head",
             "--no-auto-maintenance", "--no-recurse-submodules", "--quiet", str(checkout_path), f"+{ref}:{incoming}"]
@@ -423,11 +426,13 @@ def _drop_stale_shared_admin(checkout: Checkout) -> None:
 
 
 def sync_worktree(ws: Workspace, *, convert: bool = True, refresh: bool = True,
-                  strict: bool = False) -> list[Imported]:
+                  strict: bool = False, walk: bool = True) -> list[Imported]:
     """Convert old checkouts, refresh the integration branches inside, import the branch.
 
     Every host task that reads or moves branches calls this first; so do
-    launches (before the container starts) and sandbox exits.  A failed
+    launches (before the container starts) and sandbox exits.  ``walk``: check the private stores
+    for planted links and FIFOs first (the proxy's timer and the exit import skip it: they check a
+    store only when there is something to import from it).  A failed
     import is a warning, or (``strict``: tasks that land or delete work) an
     error once every repo was tried.  One lock per worktree keeps a task and
     the proxy daemon's timer from working on it at once.
@@ -446,11 +451,11 @@ def sync_worktree(ws: Workspace, *, convert: bool = True, refresh: bool = True,
     lock_dir = group_git_dir(ws.grouping) / ws.name
     lock_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     with _locked(lock_dir):
-        return _sync_locked(ws, mine, convert, refresh, strict)
+        return _sync_locked(ws, mine, convert, refresh, strict, walk)
 
 
 def _sync_locked(ws: Workspace, mine: list[Checkout], convert: bool, refresh: bool,
-                 strict: bool) -> list[Imported]:
+                 strict: bool, walk: bool) -> list[Imported]:
 
     legacy = [c for c in mine if legacy_admin(c) is not None]
     if convert:
@@ -459,7 +464,7 @@ def _sync_locked(ws: Workspace, mine: list[Checkout], convert: bool, refresh: bo
             print(f"chtop: {checkout.path}: moved onto private git state {store_of(ws, checkout)} "
                   f"(the shared store is read-only in the sandbox now)", file=sys.stderr, flush=True)
         legacy = []
-    verify_git_dirs(ws)
+    verify_git_dirs(ws, walk=walk)
     done, failures = [], []
     for checkout in mine:
         store = store_of(ws, checkout)
@@ -514,7 +519,7 @@ def sync_group(grouping: Path, note=warn, timeout: float | None = None,
 
     def one(name: str) -> None:
         try:
-            done.extend(sync_worktree(find_workspace(grouping / name), convert=False, refresh=False))
+            done.extend(sync_worktree(find_workspace(grouping / name), convert=False, refresh=False, walk=False))
         except ChtopError as exc:
             note(f"import of worktree {name} skipped: {exc}")
 

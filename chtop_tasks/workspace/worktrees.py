@@ -349,6 +349,7 @@ def list_worktrees(ws: Workspace) -> list[str]:
         try:
             wt = find_workspace(root)
             sync_worktree(wt)
+            verify_git_dirs(wt)
         except (ChtopError, OSError) as exc:
             lines.append(f"{root.name}: {exc}")
             continue
