@@ -506,11 +506,11 @@ def branch_ref_pairs(ws: Workspace) -> list[tuple[Path, Path]]:
     return pairs
 
 
-def sync_group(grouping: Path, note=warn, timeout: float | None = None,
+def sync_group(grouping: Path, note=warn, timeout: float = 20.0,
                busy: dict[str, threading.Thread] | None = None) -> list[Imported]:
     """Import every feature worktree's branch of the group (the proxy daemon's timer).
 
-    With ``timeout``, each worktree's import runs in a thread of its own and is waited for at most
+    Each worktree's import runs in a thread of its own and is waited for at most
     ``timeout`` seconds: one whose git dir blocks (a FIFO swapped in after the checks, a git that
     hangs) is noted and left to finish, while the others go on; ``busy`` keeps such threads from one
     call to the next, and a worktree whose import still runs is skipped."""
@@ -523,10 +523,6 @@ def sync_group(grouping: Path, note=warn, timeout: float | None = None,
         except ChtopError as exc:
             note(f"import of worktree {name} skipped: {exc}")
 
-    if timeout is None:
-        for name in private_worktree_names(grouping):
-            one(name)
-        return done
     for name in private_worktree_names(grouping):
         if name in busy and busy[name].is_alive():
             continue
@@ -543,7 +539,7 @@ def sync_group(grouping: Path, note=warn, timeout: float | None = None,
 
 
 IMPORT_INTERVAL = 2.0
-IMPORT_TIMEOUT = 20.0
+IMPORT_TIMEOUT = 20.0      # per worktree, per round of the timer
 
 
 class ImportTimer:
