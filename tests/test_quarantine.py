@@ -699,3 +699,27 @@ def test_fifos_links_and_junk_refs_planted_inside_never_hang_or_break_host_tasks
     assert "TIMER-IMPORTED" in timer.stdout, timer.stdout + timer.stderr
     assert "import of worktree dev2 still running after 3s" in timer.stdout, timer.stdout
     assert "Traceback" not in timer.stdout + timer.stderr, timer.stdout + timer.stderr
+
+
+@pytest.mark.podman
+@pytest.mark.rootful
+@pytest.mark.slow
+def test_as_root_a_fifo_planted_inside_never_hangs_a_host_task(with_dev, tmp_path):
+    """A root-owned workspace launched by root: the FIFO packed-refs, made inside, is named by
+    git.status and worktree.list at once, and sbox.run itself returns."""
+    from chtop_tasks.proxy import stop_proxy
+
+    g, dev = with_dev, with_dev.path("dev")
+    alpha = private_store(g.grouping, "dev", "alpha")
+    script = (f"git -C alpha pack-refs --all && rm {alpha}/packed-refs && mkfifo {alpha}/packed-refs && "
+              "echo PLANTED")
+    try:
+        proc = g.inv(dev, "sbox.run", "--", "sh", "-c", script, env=rootful_podman_env(tmp_path), check=False,
+                     timeout=180)
+        assert "PLANTED" in proc.stdout, proc.stdout + proc.stderr
+        status = g.inv(dev, "git.status", check=False, timeout=90)
+        assert status.returncode == 2 and f"{alpha}/packed-refs is a FIFO" in status.stderr, status.stderr
+        listing = g.inv(g.toplevel, "worktree.list", timeout=90)
+        assert "packed-refs is a FIFO" in listing.stdout, listing.stdout
+    finally:
+        stop_proxy(g.grouping)
