@@ -115,6 +115,14 @@ def as_user(user, argv, env, cwd, *, check=True, timeout=120, input=None) -> sub
     return proc
 
 
+def as_owner_python(g, code: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -c CODE`` as the workspace's owner (``g``: a UserGroup), with the toplevel's
+    chtop_tasks on the path: the plain functions the dashboard and the proxy daemon call."""
+    env = dict(g.env, PYTHONPATH=str(g.toplevel))
+    return as_user(g.user, [str(g.venv / "bin" / "python"), "-c", code], env, g.base, check=False,
+                   timeout=timeout)
+
+
 @dataclass
 class UserGroup:
     """A workspace owned by the test user, with the feature worktree ``dev``."""

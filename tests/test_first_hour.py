@@ -94,13 +94,13 @@ def test_each_git_command_is_printed_once_and_a_dry_run_says_so(with_dev):
     assert "dry run: 1 command(s) not run, nothing was changed" in dry.stdout
     run = g.inv(dev, "git.rebase-down")
     assert (run.stdout + run.stderr).count(" rebase main  (cwd=") == 1
-    g.commit(dev / "alpha", "mine.txt", "m\n", "feature")
+    tip = g.commit(dev / "alpha", "mine.txt", "m\n", "feature")
     dry = g.inv(dev, "git.merge-up", "--dry-run")
     assert "merge-up from" in dry.stdout and "(dry run: nothing will be changed)" in dry.stdout
-    assert "would run: $ git merge --ff-only dev" in dry.stdout and "nothing was changed" in dry.stdout
+    assert f"would run: $ git merge --ff-only {tip}" in dry.stdout and "nothing was changed" in dry.stdout
     assert git(g.toplevel / "alpha", "rev-list", "--count", "main..dev") == "1"    # not landed
     run = g.inv(dev, "git.merge-up")
-    assert (run.stdout + run.stderr).count("$ git merge --ff-only dev") == 1
+    assert (run.stdout + run.stderr).count(f"$ git merge --ff-only {tip}") == 1
 
 
 def test_no_venv_hints_say_how_to_build_it(initialized):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import git
-from sandbox_helpers import as_user, rootful_podman_env, user_group_cm
+from sandbox_helpers import as_owner_python, as_user, rootful_podman_env, user_group_cm
 
 from chtop_tasks import runner
 from chtop_tasks.workspace import quarantine
@@ -503,10 +503,10 @@ def test_a_symlinked_branch_ref_is_never_imported_and_blocks_delete(with_dev, tm
     ref.unlink()
     ref.symlink_to(secret)
     status = g.inv(g.path("dev"), "git.status", check=False)
-    assert "is a symlink" in status.stderr and f"rm {ref}" in status.stderr     # warned; the rest still ran
+    assert status.returncode == 2 and "is a symlink" in status.stderr and f"rm {ref}" in status.stderr
     assert git(g.toplevel / "alpha", "rev-parse", "dev") == before
     refused = g.inv(g.toplevel, "worktree.delete", "--name", "dev", "--force", check=False)
-    assert refused.returncode == 1 and "nothing was changed" in refused.stderr
+    assert refused.returncode == 2 and f"rm {ref}" in refused.stderr
     assert g.path("dev").is_dir()
 
 
@@ -561,6 +561,56 @@ def test_submodules_work_inside_and_their_config_never_runs_on_the_host(sub_temp
         assert g.git(shared, "log", "-1", "--format=%s", "dev") == "bump sub"      # the gitlink, imported
 
 
+NESTED_REPO = """
+cd {alpha} && git init -q sub && cd sub && git commit -q --allow-empty -m nested &&
+printf '#!/bin/sh\\ntouch {mark}\\n' > monitor.sh && chmod +x monitor.sh &&
+git config core.fsmonitor {alpha}/sub/monitor.sh && cd .. && git add sub && git commit -qm 'a gitlink' &&
+echo dirty > sub/dirty.txt && echo NESTED-DONE
+"""
+
+HOST_READERS = """
+from pathlib import Path
+from chtop_tasks.dash.model import take_snapshot, worktree_diff
+from chtop_tasks.workspace.layout import find_workspace
+from chtop_tasks.workspace.quarantine import sync_worktree
+from chtop_tasks.workspace import exit_import
+top, dev = find_workspace(Path({top!r})), find_workspace(Path({dev!r}))
+snap = take_snapshot(top, sessions=lambda grouping: [])
+print([r.cell("dev") for w in snap.worktrees for r in w.repos])
+print(worktree_diff(dev)[:200], worktree_diff(dev, full=True)[:200])
+sync_worktree(dev)
+exit_import.main([{dev!r}])
+print("READERS-DONE")
+"""
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_a_nested_repo_made_inside_never_runs_its_config_in_any_host_reader(remote_template):
+    """``git init alpha/sub`` inside, its fsmonitor a script there, ``git add sub`` (a gitlink, no
+    .gitmodules): no host-side reader -- the dashboard's refresh and diff pane, the import at exit
+    and on the timer, git.*, worktree.list, the merge-up and rebase-down plans, ``chtop go`` --
+    starts git inside it."""
+    with user_group_cm(remote_template) as g:
+        mark = g.base / "nested-repo-config-ran"
+        proc = g.sbox(NESTED_REPO.format(alpha=g.dev / "alpha", mark=mark))      # sbox.run imports at exit
+        assert "NESTED-DONE" in proc.stdout, proc.stdout + proc.stderr
+        assert g.git(g.toplevel / "alpha", "log", "-1", "--format=%s", "dev") == "a gitlink"
+        for args, cwd in ((("git.status",), g.dev), (("git.diff",), g.dev), (("worktree.list",), g.toplevel),
+                          (("git.merge-up", "--dry-run"), g.dev), (("git.rebase-down", "--dry-run"), g.dev)):
+            g.inv(*args, cwd=cwd)
+            assert not mark.exists(), args
+        readers = as_owner_python(g, HOST_READERS.format(top=str(g.toplevel), dev=str(g.dev)), timeout=120)
+        assert "READERS-DONE" in readers.stdout, readers.stdout + readers.stderr
+        assert not mark.exists(), readers.stdout
+        go = as_user(g.user, [str(g.venv / "bin" / "python"), "-m", "chtop_tasks.cli", "go", "--print-dir", "dev"],
+                     dict(g.env, PYTHONPATH=str(g.toplevel)), g.toplevel, check=False)
+        assert go.stdout.strip() == str(g.dev), go.stdout + go.stderr
+        assert not mark.exists()
+        g.run(["git", "status"], cwd=g.dev / "alpha", check=False)
+        assert mark.exists()      # the control: plain git descends into the nested repo and runs it
+
+
 @pytest.mark.podman
 @pytest.mark.slow
 def test_sbox_run_waits_to_import_but_a_sigterm_still_ends_the_sandbox(qg):
@@ -572,3 +622,104 @@ def test_sbox_run_waits_to_import_but_a_sigterm_still_ends_the_sandbox(qg):
     assert "rc=143" in proc.stdout and time.monotonic() - started < 60, proc.stdout + proc.stderr
     left = g.run(["podman", "ps", "--filter", "label=chtop.worktree=dev", "--format", "{{.Names}}"]).stdout
     assert left.strip() == ""
+
+
+# -- agent-written files: read without following, blocking or trusting (FIFOs, links, junk refs) -----------
+
+
+@pytest.fixture(scope="module")
+def fifo_group(remote_template):
+    """dev (its stores get FIFOs), dev2 (a junk ref), dev3 (untouched: its imports must go on)."""
+    with user_group_cm(remote_template, extra_worktrees=("dev2", "dev3")) as group:
+        yield group
+
+
+SNAPSHOT = """
+from pathlib import Path
+from chtop_tasks.dash.model import take_snapshot
+from chtop_tasks.workspace.layout import find_workspace
+snap = take_snapshot(find_workspace(Path({top!r})), sessions=lambda grouping: [])
+for wt in snap.worktrees:
+    print(wt.name, wt.problem, [r.problem for r in wt.repos])
+print("SNAPSHOT-DONE")
+"""
+
+TIMER = """
+import fcntl, time, subprocess
+from pathlib import Path
+from chtop_tasks.workspace.quarantine import ImportTimer, group_git_dir
+held = open(group_git_dir(Path({grp!r})) / "dev2" / ".lock", "a")     # a task hung on dev2 holds its lock
+fcntl.flock(held, fcntl.LOCK_EX)
+notes = []
+timer = ImportTimer(Path({grp!r}), notes.append, interval=0.2, timeout=3)
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    got = subprocess.run(["git", "-C", {shared!r}, "rev-parse", "dev3"], capture_output=True, text=True).stdout.strip()
+    if got == {sha!r}:
+        print("TIMER-IMPORTED")
+        break
+    time.sleep(0.1)
+print("\\n".join(notes))
+"""
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_fifos_links_and_junk_refs_planted_inside_never_hang_or_break_host_tasks(fifo_group):
+    g = fifo_group
+    alpha, beta, top = (private_store(g.grouping, "dev", r) for r in ("alpha", "beta", ""))
+    script = (f"cd {g.dev} && git -C alpha pack-refs --all && rm {alpha}/packed-refs && "
+              f"mkfifo {alpha}/packed-refs && rm {beta}/worktrees/beta/HEAD && mkfifo {beta}/worktrees/beta/HEAD && "
+              f"rm -f {top}/HEAD && ln -s /etc/passwd {top}/HEAD && echo PLANTED")
+    proc = g.sbox(script, timeout=180)
+    assert "PLANTED" in proc.stdout, proc.stdout + proc.stderr        # and sbox.run itself returned
+    dev2 = g.grouping / "dev2"
+    proc = g.inv("sbox.run", "--", "sh", "-c", f"echo junk > {private_store(g.grouping, 'dev2', '')}/refs/heads/dev2 "
+                 "&& echo JUNK", cwd=dev2, timeout=180)
+    assert "JUNK" in proc.stdout, proc.stdout + proc.stderr
+
+    status = g.inv("git.status", timeout=90)
+    assert status.returncode != 0
+    assert f"{alpha}/packed-refs" in status.stderr and "FIFO" in status.stderr, status.stderr
+    listing = g.inv("worktree.list", cwd=g.toplevel, timeout=90)
+    assert listing.returncode == 0, listing.stdout + listing.stderr
+    lines = listing.stdout.splitlines()
+    assert listing.stdout.startswith("dev: ") and "packed-refs is a FIFO" in listing.stdout, listing.stdout
+    assert any(line.startswith("dev3  (") for line in lines), listing.stdout
+    assert any(line.startswith("dev2  (") for line in lines), listing.stdout       # the junk ref: dev2 only
+    snap = as_owner_python(g, SNAPSHOT.format(top=str(g.toplevel)), timeout=90)
+    assert "SNAPSHOT-DONE" in snap.stdout, snap.stdout + snap.stderr
+    assert "FIFO" in next(line for line in snap.stdout.splitlines() if line.startswith("dev ")), snap.stdout
+
+    dev3_alpha = g.grouping / "dev3" / "alpha"
+    g.run(["sh", "-c", f"cd {dev3_alpha} && echo t > t.txt && git add t.txt && git commit -qm 'while dev hangs'"])
+    sha = g.git(dev3_alpha, "rev-parse", "HEAD")
+    timer = as_owner_python(g, TIMER.format(grp=str(g.grouping), shared=str(g.toplevel / "alpha"), sha=sha),
+                            timeout=90)
+    assert "TIMER-IMPORTED" in timer.stdout, timer.stdout + timer.stderr
+    assert "import of worktree dev2 still running after 3s" in timer.stdout, timer.stdout
+    assert "Traceback" not in timer.stdout + timer.stderr, timer.stdout + timer.stderr
+
+
+@pytest.mark.podman
+@pytest.mark.rootful
+@pytest.mark.slow
+def test_as_root_a_fifo_planted_inside_never_hangs_a_host_task(with_dev, tmp_path):
+    """A root-owned workspace launched by root: the FIFO packed-refs, made inside, is named by
+    git.status and worktree.list at once, and sbox.run itself returns."""
+    from chtop_tasks.proxy import stop_proxy
+
+    g, dev = with_dev, with_dev.path("dev")
+    alpha = private_store(g.grouping, "dev", "alpha")
+    script = (f"git -C alpha pack-refs --all && rm {alpha}/packed-refs && mkfifo {alpha}/packed-refs && "
+              "echo PLANTED")
+    try:
+        proc = g.inv(dev, "sbox.run", "--", "sh", "-c", script, env=rootful_podman_env(tmp_path), check=False,
+                     timeout=180)
+        assert "PLANTED" in proc.stdout, proc.stdout + proc.stderr
+        status = g.inv(dev, "git.status", check=False, timeout=90)
+        assert status.returncode == 2 and f"{alpha}/packed-refs is a FIFO" in status.stderr, status.stderr
+        listing = g.inv(g.toplevel, "worktree.list", timeout=90)
+        assert "packed-refs is a FIFO" in listing.stdout, listing.stdout
+    finally:
+        stop_proxy(g.grouping)

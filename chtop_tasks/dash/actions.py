@@ -9,6 +9,7 @@ terminal while the dashboard is suspended.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -51,6 +52,18 @@ def dry_run(cwd: Path, task: str) -> tuple[str, bool]:
     """A task's ``--dry-run`` output (its plan, or why it refuses) and whether it may proceed."""
     result = runner.run(inv_argv(task, "--dry-run"), cwd=cwd, check=False, quiet=True, timeout=300)
     return (result.stdout + result.stderr).strip(), result.ok
+
+
+EXPECT_LINE = re.compile(r"inv git\.merge-up --expect (\S+)")
+
+
+def confirmed_argv(task: str, plan: str) -> list[str]:
+    """The real run of a task whose dry run ``plan`` was shown and confirmed: merge-up gets the tips
+    that plan showed (``--expect``; empty when it showed none), so it lands those or refuses."""
+    if task != "git.merge-up":
+        return inv_argv(task)
+    found = EXPECT_LINE.search(plan)
+    return inv_argv(task, "--expect", found.group(1) if found else "")
 
 
 def run_in_terminal(argv: list[str], cwd: Path, pause: bool = True) -> int:

@@ -370,7 +370,7 @@ class DashApp(App):
 
         def answered(yes: bool) -> None:
             if yes:
-                self.run_suspended(actions.inv_argv(task), wt.root)
+                self.run_suspended(actions.confirmed_argv(task, text), wt.root)
             else:
                 self.say(f"{task} in {wt.name}: not run")
         self.call_from_thread(self.push_screen, screen, answered)

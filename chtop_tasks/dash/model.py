@@ -19,14 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .. import runner
+from .. import agentfile, runner
 from ..errors import ChtopError
 from ..fanout import fan_out
 from ..places import group_id
 from ..proxy import approvals
 from ..proxy.control import status as proxy_status
 from ..proxy.logs import JSONL, net_dir
-from ..workspace.layout import Checkout, Workspace, find_workspace
+from ..workspace import gitrun
+from ..workspace.gitprobe import WORKTREE_DIFF_DRIVERS_OFF, WORKTREE_SUBMODULES
+from ..workspace.layout import Checkout, Workspace, checkout_problem, find_workspace
 from ..workspace.quarantine import sync_worktree
 from ..workspace.worktrees import worktree_roots
 from . import sessions_adapter
@@ -88,9 +90,9 @@ class Snapshot:
 def git_dir_of(checkout_dir: Path) -> Path:
     """The git dir of a checkout, read from its ``.git`` (a dir, or a ``gitdir:`` file): no process."""
     dot = checkout_dir / ".git"
-    if dot.is_dir():
+    if dot.is_dir() and not dot.is_symlink():
         return dot
-    text = dot.read_text().strip()
+    text = (agentfile.read_text(dot, limit=4096) or "").strip()
     if not text.startswith("gitdir:"):
         raise ChtopError(f"{dot}: not a gitdir pointer")
     path = Path(text[len("gitdir:"):].strip())
@@ -98,7 +100,8 @@ def git_dir_of(checkout_dir: Path) -> Path:
 
 
 def head_of(git_dir: Path) -> str | None:
-    head = (git_dir / "HEAD").read_text().strip()
+    """The branch ``git_dir``'s HEAD names; None when detached (or HEAD is not a small regular file)."""
+    head = (agentfile.read_text(git_dir / "HEAD", limit=4096) or "").strip()
     return head[len("ref: refs/heads/"):] if head.startswith("ref: refs/heads/") else None
 
 
@@ -110,7 +113,8 @@ def in_progress(git_dir: Path) -> str | None:
 
 
 def _git(checkout_dir: Path, args: list[str]) -> runner.Result:
-    return runner.run(["git", *args], cwd=checkout_dir, check=False, quiet=True, timeout=60)
+    """Host git through the one guarded runner (an agent's nested repo or submodule config never runs)."""
+    return gitrun.git(checkout_dir, args, check=False, timeout=60)
 
 
 def probe_repo(ws: Workspace, checkout: Checkout) -> RepoState:
@@ -119,13 +123,17 @@ def probe_repo(ws: Workspace, checkout: Checkout) -> RepoState:
     if not checkout.path.exists():
         state.problem = "missing"
         return state
+    unsafe = checkout_problem(ws, checkout)      # a planted FIFO would hang git; a repointed .git, worse
+    if unsafe:
+        state.problem = unsafe
+        return state
     try:
         gd = git_dir_of(checkout.path)
         state.branch, state.busy = head_of(gd), in_progress(gd)
     except (OSError, ChtopError) as exc:
         state.problem = f"unreadable .git: {exc}"
         return state
-    status = _git(checkout.path, ["status", "--porcelain", "--untracked-files=normal"])
+    status = _git(checkout.path, ["status", WORKTREE_SUBMODULES, "--porcelain", "--untracked-files=normal"])
     counts = _git(checkout.path, ["rev-list", "--left-right", "--count", f"{integ}...HEAD"])
     if not status.ok or not counts.ok:
         state.problem = (status if not status.ok else counts).error_tail(1) or "git failed"
@@ -327,7 +335,7 @@ def worktree_diff(ws: Workspace, full: bool = False) -> str:
         if not checkout.path.exists():
             return f"==== {checkout.label}: missing"
         integ = ws.integration_branch(checkout)
-        args = ["diff", "--merge-base", integ] + ([] if full else ["--stat"])
+        args = ["diff", WORKTREE_SUBMODULES, *WORKTREE_DIFF_DRIVERS_OFF, "--merge-base", integ] + ([] if full else ["--stat"])
         result = _git(checkout.path, args)
         body = (result.stdout if result.ok else result.error_tail(3)).rstrip()
         return f"==== {checkout.label}  (vs {integ})\n{body or '(no changes)'}"

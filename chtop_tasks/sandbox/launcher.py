@@ -18,11 +18,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import runner
 from ..errors import ChtopError, CommandFailed, UsageError
 from ..places import Target, ensure_private_dir, group_id, home_dir, is_mine_or_missing
 from ..runner import format_command
 from ..term import warn
+from ..workspace import gitrun
 from ..workspace.layout import admin_dir_for, private_store, verify_git_dirs
 from ..workspace.quarantine import branch_ref_pairs, sync_worktree
 from . import podman as podman_mod
@@ -141,8 +141,7 @@ IDENTITY_VARS = {f"GIT_{role}_{field_}": key for role in ("AUTHOR", "COMMITTER")
 def _host_git_config(root: Path) -> dict[str, str]:
     """The host's values of the keys the sandbox's git config copies (one ``git config`` call)."""
     config: dict[str, str] = {}
-    found = runner.run(["git", "-C", str(root), "config", "--get-regexp", COPIED_KEYS_RE],
-                       check=False, quiet=True, timeout=10)
+    found = gitrun.git(root, ["config", "--get-regexp", COPIED_KEYS_RE], check=False, timeout=10)
     for line in found.stdout.splitlines():
         key, _, value = line.partition(" ")
         config[key] = value.strip()       # the last one wins, as in git
@@ -507,8 +506,9 @@ def run_plan(plan: LaunchPlan, interactive: bool = False) -> int:
 # get /dev/null and SIGINT ignored), so the shell can pass a SIGTERM or SIGHUP sent to it on to
 # podman (which ends the sandbox) and still clean up afterwards.  The proxy daemon imports the
 # branch as soon as the sandbox's hand-off connection closes, which is before podman has exited;
-# so the shell reads each pair (as data: a regular file's first line, never a link) and starts
-# Python for the import only when one differs or cannot be read.  That import runs from / :
+# so the shell reads each pair (as data: the first line of at most 128 bytes, opened by dd with
+# O_NOFOLLOW|O_NONBLOCK in one step, so a link is never followed and a FIFO never blocks) and
+# starts Python for the import only when one differs or cannot be read.  That import runs from / :
 # ``python -m`` puts its cwd first on sys.path, and the cwd may be a repo dir the agent can write
 # (a planted module there would run on the host).
 WAITER = r"""d=$1; note=$2; wt=$3; py=$4; pp=$5; n=$6; shift 6
@@ -529,7 +529,8 @@ if [ -n "$wt" ]; then
   same=1; i=0
   while [ "$i" -lt "${#refs[@]}" ]; do
     a=; b=; p=${refs[i]}; s=${refs[i+1]}; i=$((i+2))
-    { [ -f "$p" ] && [ ! -L "$p" ] && read -r a < "$p"; [ -f "$s" ] && read -r b < "$s"; } 2>/dev/null
+    a=$(dd if="$p" iflag=nofollow,nonblock bs=128 count=1 status=none 2>/dev/null); a=${a%%$'\n'*}
+    b=$(dd if="$s" iflag=nofollow,nonblock bs=128 count=1 status=none 2>/dev/null); b=${b%%$'\n'*}
     if [ -z "$a" ] || [ "$a" != "$b" ]; then same=; break; fi
   done
   [ -n "$same" ] || (cd / && PYTHONPATH="$pp" "$py" -m chtop_tasks.workspace.exit_import "$wt")

@@ -22,7 +22,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..atomic import read_agent_file_stat
+from .. import agentfile
 from ..places import session_state_dir
 
 STATES = ("working", "waiting", "idle", "exited", "lost")
@@ -45,7 +45,7 @@ class Reported:
 def read_reported(path: Path) -> Reported | None:
     """The state the agent reported in ``path``, or None (absent, not a small regular file,
     or not one of the allowed words)."""
-    got = read_agent_file_stat(path, MAX_STATE_BYTES)
+    got = agentfile.read_regular(path, limit=MAX_STATE_BYTES)
     if got is None:
         return None
     raw, st = got

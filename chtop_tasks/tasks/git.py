@@ -28,12 +28,18 @@ def diff(c, integration=False):
     return gitops.git_diff(layout.find_workspace(), remainder_args())
 
 
+def sandbox_names(ws) -> list[str]:
+    from ..sandbox.launcher import sandboxes_in
+
+    return [row["name"] for row in sandboxes_in(ws.grouping, ws.root)]
+
+
 @task(name="rebase-down", help={"dry_run": "print what would run, change nothing"})
 @reports_errors
 def rebase_down(c, dry_run=False):
     """In a worktree: rebase each repo's feature branch onto its integration branch."""
     ws = layout.find_workspace()
-    code = gitops.rebase_down(ws, remainder_args(), dry_run=dry_run)
+    code = gitops.rebase_down(ws, remainder_args(), dry_run=dry_run, running_sandboxes=sandbox_names)
     if not dry_run:
         written = dotfiles.refresh_workspace_files(ws)
         if written:
@@ -42,11 +48,13 @@ def rebase_down(c, dry_run=False):
 
 
 @task(name="merge-up", help={"dry_run": "print what would run, change nothing",
-                             "no_ff": "make a merge commit instead of --ff-only"})
+                             "no_ff": "make a merge commit instead of --ff-only",
+                             "expect": "REPO=SHA,... (the dry run's last line): refuse, moving nothing, "
+                                       "unless exactly these tips land"})
 @reports_errors
-def merge_up(c, dry_run=False, no_ff=False):
+def merge_up(c, dry_run=False, no_ff=False, expect=None):
     """In a worktree: fast-forward each integration branch to this feature (in the toplevel)."""
-    return gitops.merge_up(layout.find_workspace(), no_ff=no_ff, dry_run=dry_run)
+    return gitops.merge_up(layout.find_workspace(), no_ff=no_ff, dry_run=dry_run, expect=expect)
 
 
 @task

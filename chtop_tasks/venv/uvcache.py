@@ -21,6 +21,8 @@ import os
 import re
 from pathlib import Path
 
+from .. import agentfile
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python < 3.11
@@ -43,9 +45,10 @@ def build_requirement_names(repo_dir: Path) -> set[str]:
     A missing or unreadable ``pyproject.toml`` gives the PEP 517 default
     (setuptools); a requirement that does not start with a name is left out.
     """
+    text = agentfile.read_text(Path(repo_dir) / "pyproject.toml")     # the agent's: may be a FIFO or a link
     try:
-        data = tomllib.loads((Path(repo_dir) / "pyproject.toml").read_text())
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        data = tomllib.loads(text or "")
+    except tomllib.TOMLDecodeError:
         return set(DEFAULT_BUILD_REQUIRES)
     requires = data.get("build-system", {}).get("requires", DEFAULT_BUILD_REQUIRES)
     if not isinstance(requires, list | tuple):

@@ -20,7 +20,7 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         ws = find_workspace(Path(argv[0]))
-        sync_worktree(ws, convert=False, refresh=False)
+        sync_worktree(ws, convert=False, refresh=False, walk=False)
     except ChtopError as exc:
         warn(f"importing the branch of {argv[0]} after its sandbox exited failed: {exc}\n"
              "The next `inv git.status` retries it.")

@@ -11,21 +11,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import runner
-from ..errors import ChtopError, CommandFailed, Refused
+from ..errors import ChtopError, CommandFailed, Refused, UsageError
 from ..fanout import fan_out
 from ..term import bold, git_color_args, say, warn
 from .gitprobe import (
+    WORKTREE_DIFF_DRIVERS_OFF,
     WORKTREE_SUBMODULES,
     ahead_behind,
     dirty_paths,
     head_branch,
     operation_in_progress,
+    rev,
     untracked_in_the_way,
 )
 from .gitrun import HOST_GIT_OPTS, git
 from .grouplock import holds_group_lock
 from .layout import Checkout, Workspace, verify_git_dirs
-from .quarantine import sync_worktree
+from .quarantine import SHA_RE, sync_worktree
 
 
 def present_checkouts(ws: Workspace) -> list[Checkout]:
@@ -53,8 +55,9 @@ class RepoOutput:
 def run_in_checkout(ws: Workspace, checkout: Checkout, args: list[str]) -> RepoOutput:
     command, rest = args[0], args[1:]
     guard = [] if ws.is_toplevel else [WORKTREE_SUBMODULES]
-    argv = ["git", *HOST_GIT_OPTS, *git_color_args(), command, *guard, *rest]
-    result = runner.run(argv, cwd=checkout.path, check=False, quiet=True)
+    if command == "diff" and not ws.is_toplevel:
+        guard += WORKTREE_DIFF_DRIVERS_OFF
+    result = git(checkout.path, [*git_color_args(), command, *guard, *rest], check=False)
     # the header names the command as asked (chtop's guards above are always added)
     header = f"==== {ws.display(checkout.path)}  [{runner.format_command(['git', *args], checkout.path)}]"
     return RepoOutput(checkout, header, result.stdout + result.stderr, result.returncode)
@@ -290,17 +293,30 @@ def dry_run_footer(steps: list[GitStep]) -> str:
     return f"dry run: {len(steps)} command(s) not run, nothing was changed (run again without --dry-run)"
 
 
+def refuse_while_sandboxed(ws: Workspace, running: list[str], what: str) -> None:
+    """A host git that writes a worktree's git dirs runs only while no sandbox of it runs: inside,
+    the agent could plant a link there between chtop's check and git's write."""
+    if running:
+        raise Refused(f"{what}: nothing was changed, because {len(running)} sandbox(es) run in {ws.root} "
+                      f"({', '.join(running)}): git would write into git dirs the agent can change while it "
+                      f"runs. End the agent or shell there (or: podman stop {' '.join(running)}) and retry")
+
+
 @holds_group_lock("git.rebase-down")
-def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False) -> int:
+def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False,
+                running_sandboxes=lambda ws: []) -> int:
+    """``running_sandboxes(ws)``: the names of the sandboxes running in ``ws`` (the task asks podman)."""
     refuse_in_toplevel(ws, "git.rebase-down")
     sync_worktree(ws, strict=True)     # imports first; the integration branches inside are the host's latest
     verify_git_dirs(ws)
     rels = relations(ws)
     raise_if_problems([p for rel in rels for p in rebase_problems(ws, rel)], "rebase-down")
     steps = plan_rebase_down(ws, rels, rebase_args)
+    if steps and not dry_run:
+        refuse_while_sandboxed(ws, running_sandboxes(ws), "rebase-down")
     try:
         carry_out(ws, rels, steps, "rebase-down", dry_run, lambda step: ChtopError(conflict_instructions(ws, step)),
-                  rebased_onto_integration)
+                  rebased_onto_integration, writes_worktree=True)
     finally:
         if steps and not dry_run:      # imported at once, as chtop's own rewrite (not the agent's)
             sync_worktree(ws, rewritten_by_host=True)
@@ -311,7 +327,7 @@ LOOP_WORDS = {"rebase-down": ("rebase-down in", "rebase"), "merge-up": ("merge-u
 
 
 def carry_out(ws: Workspace, rels: list[Relation], steps: list[GitStep], what: str, dry_run: bool, failure,
-              outcome, relation=None) -> None:
+              outcome, relation=None, writes_worktree: bool = False) -> None:
     """Show the plan; unless a dry run, run it one repo at a time and check the outcome."""
     heading, verb = LOOP_WORDS[what]
     say(plan_heading(heading, ws, dry_run))
@@ -319,7 +335,7 @@ def carry_out(ws: Workspace, rels: list[Relation], steps: list[GitStep], what: s
     if dry_run:
         say(dry_run_footer(steps))
         return
-    run_steps(steps, failure)
+    run_steps(steps, failure, ws if writes_worktree else None)
     check_outcome(ws, steps, outcome, what, relation=relation or relation_of)
 
 
@@ -339,11 +355,12 @@ def landed_on_integration(ws: Workspace, rel: Relation) -> str | None:
     return None
 
 
-def relation_in_toplevel(ws: Workspace, checkout: Checkout) -> Relation:
-    """The feature branch against its integration branch as the toplevel's store has them
-    (where merge-up lands; a worktree's own copy of the integration branch is refreshed later)."""
+def relation_in_toplevel(ws: Workspace, checkout: Checkout, tips: dict[str, str] | None = None) -> Relation:
+    """The feature branch (or its tip in ``tips``, the one merge-up landed) against its integration
+    branch as the toplevel's store has them (where merge-up lands; a worktree's own copy of the
+    integration branch is refreshed later)."""
     integ = ws.integration_branch(checkout)
-    ahead, behind = ahead_behind(ws.main_checkout_dir(checkout), integ, ws.name)
+    ahead, behind = ahead_behind(ws.main_checkout_dir(checkout), integ, (tips or {}).get(checkout.name, ws.name))
     return Relation(checkout, ws.name, integ, ahead, behind, ws.name)
 
 
@@ -362,10 +379,16 @@ def check_outcome(ws: Workspace, steps: list[GitStep], outcome, what: str, relat
 EDITOR_FLAGS = ("-i", "--interactive", "--edit-todo")     # git then needs your terminal for an editor
 
 
-def run_steps(steps: list[GitStep], failure) -> None:
+def run_steps(steps: list[GitStep], failure, ws: Workspace | None = None) -> None:
     """Run the planned commands one repo at a time; stop at the first failure.  Their output names
-    the agent's files and commits ("Merge conflict in PATH"): shown inert, unless an editor runs."""
+    the agent's files and commits ("Merge conflict in PATH"): shown inert, unless an editor runs.
+
+    With ``ws`` (a feature worktree whose git dirs the step writes), each repo's git dirs are
+    checked again just before its step: no link, FIFO or device anywhere in its private store
+    and admin dir, so the writing git follows nothing the agent planted."""
     for step in steps:
+        if ws is not None:
+            verify_git_dirs(ws, [step.checkout.name])
         inert = not any(arg in EDITOR_FLAGS for arg in step.argv)
         if not runner.run(step.argv, cwd=step.cwd, check=False, capture=False, shown_inert=inert).ok:
             raise failure(step)
@@ -392,6 +415,8 @@ def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool) -> list[str]:
             f"{ws.display(main_dir)}: has {main_branch or 'a detached HEAD'} checked out, "
             f"but the merge lands on {rel.integration!r} there; check it out first"
         )
+    if rel.ahead:
+        problems += attribute_driver_problems(ws, rel)
     if rel.ahead and rel.behind and not no_ff:
         problems.append(
             f"{ws.display(rel.checkout.path)}: {rel.integration} moved ({rel.behind} new commit(s)) "
@@ -431,33 +456,141 @@ def toplevel_checkout_problems(ws: Workspace, rel: Relation) -> list[str]:
     return problems
 
 
-def plan_merge_up(ws: Workspace, rels: list[Relation], no_ff: bool) -> list[GitStep]:
+# What a .gitattributes line can hand to a program your git config names: a filter's smudge or
+# process runs when the toplevel checks the landed files out, a merge driver on a --no-ff merge,
+# a diff driver's textconv or command when you diff there later.
+DRIVER_ATTRIBUTES = ("filter", "diff", "merge")
+ATTRIBUTE_FILES = ":(glob)**/.gitattributes"
+
+
+def configured_drivers(repo_dir: Path) -> set[str]:
+    """``filter=NAME``, ``diff=NAME``, ``merge=NAME`` for each driver the effective git config defines."""
+    out = git(repo_dir, ["config", "--name-only", "--get-regexp", r"^(filter|diff|merge)\..*\."],
+              check=False).stdout
+    return {f"{kind}={name}" for key in out.split() for kind, _, rest in [key.partition(".")]
+            for name in [rest.rpartition(".")[0]] if kind in DRIVER_ATTRIBUTES and name}
+
+
+def added_attribute_lines(repo_dir: Path, base: str, tip: str) -> list[tuple[str, str]]:
+    """(path, line) for each line ``tip`` adds to a ``.gitattributes`` since ``base``."""
+    out = git(repo_dir, ["diff", "--no-ext-diff", "--no-textconv", "--no-renames", "-U0", base, tip, "--",
+                         ATTRIBUTE_FILES]).stdout
+    found, path = [], ""
+    for line in out.splitlines():
+        if line.startswith("+++ "):
+            path = line[len("+++ b/"):] if line.startswith("+++ b/") else line[4:]
+        elif line.startswith("+"):
+            found.append((path, line[1:]))
+    return found
+
+
+def attribute_driver_problems(ws: Workspace, rel: Relation) -> list[str]:
+    """Attribute lines the landed commits add that name a driver your config defines: landing them
+    would run that program on the agent's files (the agent cannot define a driver, but it can
+    choose yours), so merge-up refuses and says how to land by hand after reading them."""
+    main_dir = ws.main_checkout_dir(rel.checkout)
+    drivers = configured_drivers(main_dir)
+    if not drivers:
+        return []
+    problems = []
+    for path, line in added_attribute_lines(main_dir, rel.integration, rel.branch or ws.name):
+        named = sorted(word for word in line.split()[1:] if word in drivers)
+        if named:
+            problems.append(f"{ws.display(rel.checkout.path)}: {path} adds `{line.strip()}`, which routes files "
+                            f"through {', '.join(named)} (a driver your git config defines); merge-up lands no "
+                            f"attribute that runs one. Read it, then land by hand: "
+                            f"git -C {main_dir} merge --ff-only {rel.branch or ws.name}")
+    return problems
+
+
+def plan_merge_up(ws: Workspace, rels: list[Relation], no_ff: bool,
+                  tips: dict[str, str] | None = None) -> list[GitStep]:
+    """One merge per repo ahead, of its tip in ``tips`` (checkout name -> sha) when given: the commit
+    checked and shown is the one merged, whatever is imported meanwhile."""
     steps = []
-    mode = ["--no-ff", "--no-edit"] if no_ff else ["--ff-only"]
     for rel in rels:
         if rel.ahead == 0:
             continue
         main_dir = ws.main_checkout_dir(rel.checkout)
-        steps.append(GitStep(rel.checkout, main_dir, ["git", "merge", *mode, rel.branch],
-                          f"{rel.ahead} commit(s) to land on {rel.integration}"))
+        tip = (tips or {}).get(rel.checkout.name)
+        what = tip or rel.branch
+        mode = ["--no-ff", "--no-edit"] if no_ff else ["--ff-only"]
+        if no_ff and tip:
+            mode = ["--no-ff", "-m", f"Merge branch '{rel.branch}'"]
+        steps.append(GitStep(rel.checkout, main_dir, ["git", "merge", *mode, what],
+                          f"{rel.ahead} commit(s) to land on {rel.integration}" + (f", up to {tip}" if tip else "")))
     return steps
 
 
+# -- what was reviewed is what lands ----------------------------------------------------------------
+
+CONTAINER_KEY = "@top"       # the container repo in --expect ('@' is not allowed in a repo name)
+
+
+def tip_key(checkout: Checkout) -> str:
+    return checkout.name or CONTAINER_KEY
+
+
+def format_expect(ws: Workspace, tips: dict[str, str]) -> str:
+    """``--expect``'s value for ``tips`` (checkout name -> sha), in manifest order."""
+    return ",".join(f"{tip_key(c)}={tips[c.name]}" for c in ws.checkouts() if c.name in tips)
+
+
+def parse_expect(ws: Workspace, text: str) -> dict[str, str]:
+    """``REPO=SHA,...`` (``@top`` for the container repo) as checkout name -> sha; UsageError when bad."""
+    names = {tip_key(c): c.name for c in ws.checkouts()}
+    out = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, _, sha = item.partition("=")
+        if key not in names or not SHA_RE.match(sha):
+            raise UsageError(f"--expect {text!r}: {item!r} is not REPO=SHA with REPO one of "
+                             f"{', '.join(names)} and SHA a full commit id (copy the dry run's --expect line)")
+        out[names[key]] = sha
+    return out
+
+
+def tips_to_land(ws: Workspace, rels: list[Relation]) -> dict[str, str]:
+    """The imported tip of branch NAME in the toplevel's store, per repo that has commits to land."""
+    return {rel.checkout.name: rev(ws.main_checkout_dir(rel.checkout), f"refs/heads/{ws.name}")
+            for rel in rels if rel.ahead}
+
+
+def tips_problems(ws: Workspace, expected: dict[str, str], tips: dict[str, str]) -> list[str]:
+    """Where the tips to land differ from the ones the reviewed dry run showed."""
+    problems = []
+    for checkout in ws.checkouts():
+        want, got = expected.get(checkout.name), tips.get(checkout.name)
+        if want != got:
+            problems.append(f"{ws.display(checkout.path)}: the dry run you reviewed would land "
+                            f"{want or 'nothing'}, but the branch is now at {got or 'nothing to land'} "
+                            "(committed since); run the dry run again and review what it shows")
+    return problems
+
+
 @holds_group_lock("git.merge-up")
-def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False) -> int:
+def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False, expect: str | None = None) -> int:
+    """``expect``: the dry run's ``REPO=SHA,...``; refused (nothing moved) unless exactly those land."""
     refuse_in_toplevel(ws, "git.merge-up")
+    expected = parse_expect(ws, expect) if expect is not None else None
     sync_worktree(ws, strict=True)     # lands what the agent committed, up to now
     verify_git_dirs(ws)
     verify_git_dirs(ws.for_root(ws.toplevel))
     rels = relations(ws)
     raise_if_problems([p for rel in rels for p in merge_up_problems(ws, rel, no_ff)]
                       + [p for rel in rels for p in toplevel_checkout_problems(ws, rel)], "merge-up")
-    steps = plan_merge_up(ws, rels, no_ff)
+    tips = tips_to_land(ws, rels)
+    if expected is not None:
+        raise_if_problems(tips_problems(ws, expected, tips), "merge-up")
+    steps = plan_merge_up(ws, rels, no_ff, tips)
     carry_out(ws, rels, steps, "merge-up", dry_run, lambda step: CommandFailed(
         f"merge into {ws.display(step.cwd)} failed (see git's message above); "
         "repos already merged stay merged. Run `inv git.rebase-down` in the worktree and retry."),
-        landed_on_integration, relation=relation_in_toplevel)
-    if not dry_run:
+        landed_on_integration, relation=lambda ws, checkout: relation_in_toplevel(ws, checkout, tips))
+    if dry_run and tips:
+        say(f"to land exactly these tips: inv git.merge-up --expect {format_expect(ws, tips)}")
+    elif not dry_run:
+        for step in steps:
+            say(f"landed {ws.display(step.checkout.path)} at {tips[step.checkout.name]}")
         say(landed_line(ws, rels))
     return 0
 

@@ -14,6 +14,9 @@ from .gitrun import git
 # host-side status/diff never start a git inside them (changed submodule commits
 # still show; files changed inside a submodule do not).
 WORKTREE_SUBMODULES = "--ignore-submodules=dirty"
+# A worktree's .gitattributes is the agent's: its diff= lines could route files through a textconv
+# or external diff command your git config defines. Host-side diffs of a worktree run neither.
+WORKTREE_DIFF_DRIVERS_OFF = ("--no-ext-diff", "--no-textconv")
 
 
 def head_branch(checkout_dir: Path) -> str | None:

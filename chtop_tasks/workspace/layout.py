@@ -26,6 +26,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import agentfile
 from ..errors import ManifestError, NotInWorkspace, WorkspaceError
 from ..places import STATE_DIR_NAME, login_dir, state_dir
 from .manifest import MANIFEST_NAME, Manifest, load_manifest
@@ -42,10 +43,7 @@ def private_store(grouping: Path, worktree: str, repo_name: str) -> Path:
 
 def shared_objects_of(store: Path) -> Path | None:
     """The shared objects dir a private ``store`` borrows (its alternates line), or None."""
-    try:
-        lines = (store / "objects" / "info" / "alternates").read_text().split("\n")
-    except OSError:
-        return None
+    lines = (agentfile.read_text(store / "objects" / "info" / "alternates", limit=4096) or "").split("\n")
     return Path(lines[0].strip()) if lines and lines[0].strip() else None
 
 
@@ -191,9 +189,10 @@ def toplevel_in_grouping(path: Path) -> Path | None:
 
 def read_gitdir_file(dot_git: Path) -> Path:
     """The target of a ``.git`` pointer file (``gitdir: PATH``), resolved."""
-    if dot_git.is_symlink() or not dot_git.is_file():
+    text = agentfile.read_text(dot_git, limit=4096)
+    if text is None:
         raise WorkspaceError(f"{dot_git}: expected a regular .git file")
-    text = dot_git.read_text().strip()
+    text = text.strip()
     if not text.startswith("gitdir:") or "\n" in text:
         raise WorkspaceError(f"{dot_git}: not a git pointer file (expected one 'gitdir: PATH' line)")
     target = Path(text[len("gitdir:"):].strip())
@@ -209,12 +208,10 @@ def admin_dir_for(store: Path, checkout: Path) -> Path | None:
         return None
     want = checkout / ".git"
     for admin in sorted(worktrees.iterdir()):
-        gitdir = admin / "gitdir"
-        try:
-            listed = Path(os.path.normpath(gitdir.read_text().strip()))
-        except OSError:
+        text = agentfile.read_text(admin / "gitdir", limit=4096)
+        if text is None:
             continue
-        if listed == want:
+        if Path(os.path.normpath(text.strip())) == want:
             return admin
     return None
 
@@ -276,8 +273,9 @@ def find_workspace(start: Path | None = None) -> Workspace:
     return Workspace(grouping, toplevel, root, load_manifest(root / MANIFEST_NAME))
 
 
-def checkout_problem(ws: Workspace, checkout: Checkout) -> str | None:
-    """Why ``checkout``'s .git does not point where the layout says, or None."""
+def checkout_problem(ws: Workspace, checkout: Checkout, walk: bool = True) -> str | None:
+    """Why ``checkout``'s .git does not point where the layout says, or None; with ``walk``, also the
+    first link, FIFO or device in its private store (``planted_file``)."""
     dot_git = checkout.path / ".git"
     if not dot_git.exists() and not dot_git.is_symlink():
         return f"{checkout.path}: missing (no .git)"
@@ -301,16 +299,51 @@ def checkout_problem(ws: Workspace, checkout: Checkout) -> str | None:
     if admin_dir_for(store, checkout.path) != admin:
         return f"{dot_git}: points at {admin}, whose gitdir does not name {dot_git}"
     commondir = admin / "commondir"
-    try:
-        common = Path(os.path.normpath(admin / commondir.read_text().strip()))
-    except OSError:
-        return f"{commondir}: unreadable"
+    text = agentfile.read_text(commondir, limit=4096)
+    if text is None:
+        return f"{commondir}: unreadable (or not a regular file)"
+    common = Path(os.path.normpath(admin / text.strip()))
     if common != store or commondir.is_symlink():
         return f"{commondir}: points at {common}, expected {store}"
+    if store == private and walk:
+        return planted_file_problem(store)
     return None
 
 
-def verify_git_dirs(ws: Workspace, names: list[str] | None = None) -> None:
+def planted_file(store: Path) -> tuple[Path, str] | None:
+    """The first entry under ``store`` that is neither a regular file nor a directory (a FIFO, a
+    socket, a device, a symlink), and what it is; None when there is none.
+
+    Host git opens the files of a private store (and of the admin dirs in it) by itself, with plain
+    open(): a FIFO made inside would block it (holding the worktree's lock), a link would make it
+    read, or write, the file it names.  Git never makes any of these in a store, so none is allowed
+    anywhere in it.  One scandir walk, file types from the directory entries (no stat per file).
+    """
+    pending = [store]
+    while pending:
+        try:
+            entries = sorted(os.scandir(pending.pop()), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(Path(entry.path))
+            elif not entry.is_file(follow_symlinks=False):
+                return Path(entry.path), agentfile.non_regular(entry.path) or "not a regular file"
+    return None
+
+
+def planted_file_problem(store: Path) -> str | None:
+    """``planted_file`` said as a refusal, with the command that fixes it."""
+    found = planted_file(store)
+    if found is None:
+        return None
+    path, what = found
+    return (f"{path} is {what}, not a regular file (made inside the sandbox): host git would block on "
+            f"it or follow it, so chtop runs no git in this worktree. Remove it: rm {path}")
+
+
+def verify_git_dirs(ws: Workspace, names: list[str] | None = None, walk: bool = True) -> None:
     """Refuse when a checkout's .git does not point where the layout says.
 
     A feature worktree's checkout must name the admin dir of its own private
@@ -327,7 +360,7 @@ def verify_git_dirs(ws: Workspace, names: list[str] | None = None) -> None:
             continue
         if checkout.name and not checkout.path.exists():
             continue  # absent repos are reported by the operation itself
-        problem = checkout_problem(ws, checkout)
+        problem = checkout_problem(ws, checkout, walk)
         if problem:
             problems.append(problem)
     if problems:

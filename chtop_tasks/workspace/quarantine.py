@@ -40,7 +40,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import atomic
+from .. import agentfile, atomic
 from ..errors import ChtopError, CommandFailed, Refused, WorkspaceError
 from ..places import state_dir
 from ..term import warn
@@ -51,6 +51,7 @@ from .layout import (
     Workspace,
     admin_dir_for,
     find_workspace,
+    planted_file_problem,
     private_store,
     read_gitdir_file,
     verify_git_dirs,
@@ -88,11 +89,14 @@ def private_worktree_names(grouping: Path) -> list[str]:
 # -- reading refs from files (no git process: the cheap "nothing new" check) -------------------
 
 
+PACKED_REFS_MAX = 64 << 20
+
+
 def read_packed_refs(gitdir: Path) -> tuple[str, list[tuple[str, str, str | None]]]:
-    """(header line, [(sha, refname, peeled sha or None)]) of ``gitdir/packed-refs``."""
-    try:
-        text = (gitdir / "packed-refs").read_text()
-    except OSError:
+    """(header line, [(sha, refname, peeled sha or None)]) of ``gitdir/packed-refs`` (nothing when
+    it is missing, or not a regular file of at most PACKED_REFS_MAX bytes: the agent's may be a FIFO)."""
+    text = agentfile.read_text(gitdir / "packed-refs", limit=PACKED_REFS_MAX)
+    if text is None:
         return "", []
     header, entries = "", []
     for line in text.splitlines():
@@ -109,12 +113,9 @@ def read_packed_refs(gitdir: Path) -> tuple[str, list[tuple[str, str, str | None
 
 def read_ref(gitdir: Path, name: str) -> str | None:
     """The value of ``name`` (a sha, or ``ref: ...`` for a symref), loose first, or None."""
-    path = gitdir / name
-    try:
-        if not path.is_symlink() and path.is_file():
-            return path.read_text().strip()
-    except OSError:
-        return None
+    text = agentfile.read_text(gitdir / name, limit=4096)
+    if text is not None:
+        return text.strip()
     for sha, ref, _ in read_packed_refs(gitdir)[1]:
         if ref == name:
             return sha
@@ -180,8 +181,9 @@ def copy_info(shared: Path, store: Path) -> None:
 
 
 def finish_admin_dir(admin: Path) -> None:
-    """An empty ``config.worktree`` (pinned inside: never the agent's, whatever the extensions say)."""
-    (admin / "config.worktree").touch(exist_ok=True)
+    """An empty ``config.worktree`` (pinned inside: never the agent's, whatever the extensions say),
+    renamed over whatever was there (a link is replaced, never followed)."""
+    atomic.write_atomic(admin / "config.worktree", "")
 
 
 def add_private_worktree(shared: Path, store: Path, path: Path, branch: str, start_sha: str,
@@ -289,6 +291,9 @@ def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str,
     if (shared / "HEAD").read_text().strip() == f"ref: {ref}":
         raise CommandFailed(f"{shared.parent} has {branch} checked out; the import of worktree {branch} "
                             f"would move it under you. Check out its integration branch there.")
+    planted = planted_file_problem(store)          # git would block on a FIFO there, or follow a link
+    if planted:
+        raise CommandFailed(f"{branch} is not imported from {checkout_path}: {planted}")
     incoming = f"{INCOMING_PREFIX}/{branch}"
     argv = ["-c", "transfer.fsckObjects=true", "fetch", "--no-tags", "--no-write-fetch-head",
             "--no-auto-maintenance", "--no-recurse-submodules", "--quiet", str(checkout_path), f"+{ref}:{incoming}"]
@@ -337,10 +342,7 @@ def _carried_branches(old_admin: Path, worktree: str) -> list[str]:
     """The worktree's own branch, the branch its HEAD is on and the one a rebase is on."""
     names = [worktree]
     for rel in ("HEAD", "rebase-merge/head-name", "rebase-apply/head-name"):
-        try:
-            text = (old_admin / rel).read_text().strip()
-        except OSError:
-            continue
+        text = (agentfile.read_text(old_admin / rel, limit=4096) or "").strip()
         text = text[len("ref: "):] if text.startswith("ref: ") else text
         if text.startswith("refs/heads/") and text[len("refs/heads/"):] not in names:
             names.append(text[len("refs/heads/"):])
@@ -372,6 +374,9 @@ def convert_checkout(ws: Workspace, checkout: Checkout, integration: str) -> Pat
     """
     old_admin = legacy_admin(checkout)
     assert old_admin is not None
+    planted = planted_file_problem(old_admin)      # it was the agent's: copied, a link would be written through
+    if planted:
+        raise WorkspaceError(f"{checkout.path} is not moved onto private git state: {planted}")
     shared, store = checkout.store, store_of(ws, checkout)
     if store.exists():
         shutil.rmtree(store)          # an interrupted conversion: no .git names it yet
@@ -381,7 +386,7 @@ def convert_checkout(ws: Workspace, checkout: Checkout, integration: str) -> Pat
     write_store_files(store, shared, integration, tip)
     admin = store / "worktrees" / old_admin.name
     shutil.copytree(old_admin, admin, symlinks=True)
-    (admin / "commondir").write_text("../..\n")
+    atomic.write_atomic(admin / "commondir", "../..\n")
     finish_admin_dir(admin)
     for branch in _carried_branches(old_admin, ws.name):
         _copy_ref(shared, store, f"refs/heads/{branch}")
@@ -426,11 +431,13 @@ def _drop_stale_shared_admin(checkout: Checkout) -> None:
 
 
 def sync_worktree(ws: Workspace, *, convert: bool = True, refresh: bool = True,
-                  strict: bool = False, rewritten_by_host: bool = False) -> list[Imported]:
+                  strict: bool = False, walk: bool = True, rewritten_by_host: bool = False) -> list[Imported]:
     """Convert old checkouts, refresh the integration branches inside, import the branch.
 
     Every host task that reads or moves branches calls this first; so do
-    launches (before the container starts) and sandbox exits.  A failed
+    launches (before the container starts) and sandbox exits.  ``walk``: check the private stores
+    for planted links and FIFOs first (the proxy's timer and the exit import skip it: they check a
+    store only when there is something to import from it).  A failed
     import is a warning, or (``strict``: tasks that land or delete work) an
     error once every repo was tried.  One lock per worktree keeps a task and
     the proxy daemon's timer from working on it at once.  ``rewritten_by_host``: chtop's own
@@ -450,11 +457,11 @@ def sync_worktree(ws: Workspace, *, convert: bool = True, refresh: bool = True,
     lock_dir = group_git_dir(ws.grouping) / ws.name
     lock_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     with _locked(lock_dir):
-        return _sync_locked(ws, mine, convert, refresh, strict, rewritten_by_host)
+        return _sync_locked(ws, mine, convert, refresh, strict, walk, rewritten_by_host)
 
 
 def _sync_locked(ws: Workspace, mine: list[Checkout], convert: bool, refresh: bool,
-                 strict: bool, rewritten_by_host: bool = False) -> list[Imported]:
+                 strict: bool, walk: bool, rewritten_by_host: bool = False) -> list[Imported]:
 
     legacy = [c for c in mine if legacy_admin(c) is not None]
     if convert:
@@ -463,7 +470,7 @@ def _sync_locked(ws: Workspace, mine: list[Checkout], convert: bool, refresh: bo
             print(f"chtop: {checkout.path}: moved onto private git state {store_of(ws, checkout)} "
                   f"(the shared store is read-only in the sandbox now)", file=sys.stderr, flush=True)
         legacy = []
-    verify_git_dirs(ws)
+    verify_git_dirs(ws, walk=walk)
     done, failures = [], []
     for checkout in mine:
         store = store_of(ws, checkout)
@@ -509,27 +516,49 @@ def branch_ref_pairs(ws: Workspace) -> list[tuple[Path, Path]]:
     return pairs
 
 
-def sync_group(grouping: Path, note=warn) -> list[Imported]:
-    """Import every feature worktree's branch of the group (the proxy daemon's timer)."""
-    done = []
-    for name in private_worktree_names(grouping):
+def sync_group(grouping: Path, note=warn, timeout: float = 20.0,
+               busy: dict[str, threading.Thread] | None = None) -> list[Imported]:
+    """Import every feature worktree's branch of the group (the proxy daemon's timer).
+
+    Each worktree's import runs in a thread of its own and is waited for at most
+    ``timeout`` seconds: one whose git dir blocks (a FIFO swapped in after the checks, a git that
+    hangs) is noted and left to finish, while the others go on; ``busy`` keeps such threads from one
+    call to the next, and a worktree whose import still runs is skipped."""
+    done: list[Imported] = []
+    busy = {} if busy is None else busy
+
+    def one(name: str) -> None:
         try:
-            ws = find_workspace(grouping / name)
-            done += sync_worktree(ws, convert=False, refresh=False)
+            done.extend(sync_worktree(find_workspace(grouping / name), convert=False, refresh=False, walk=False))
         except ChtopError as exc:
             note(f"import of worktree {name} skipped: {exc}")
+
+    for name in private_worktree_names(grouping):
+        if name in busy and busy[name].is_alive():
+            continue
+        worker = threading.Thread(target=one, args=(name,), name=f"chtop-import-{name}", daemon=True)
+        worker.start()
+        worker.join(timeout)
+        if worker.is_alive():
+            busy[name] = worker
+            note(f"import of worktree {name} still running after {timeout:g}s (its git state may block: "
+                 f"`inv git.status` in {grouping / name} says where); the group's other worktrees go on")
+        else:
+            busy.pop(name, None)
     return done
 
 
 IMPORT_INTERVAL = 2.0
+IMPORT_TIMEOUT = 20.0      # per worktree, per round of the timer
 
 
 class ImportTimer:
     """A thread that imports the group's branches every ``interval`` seconds, and at once when woken
     (the proxy wakes it when a sandbox's hand-off connection closes: the sandbox has ended)."""
 
-    def __init__(self, grouping: Path, note, interval: float = IMPORT_INTERVAL):
-        self.grouping, self.note, self.interval = grouping, note, interval
+    def __init__(self, grouping: Path, note, interval: float = IMPORT_INTERVAL, timeout: float = IMPORT_TIMEOUT):
+        self.grouping, self.note, self.interval, self.timeout = grouping, note, interval, timeout
+        self._busy: dict[str, threading.Thread] = {}
         self._woken = threading.Event()
         self._stopped = False
         threading.Thread(target=self._loop, name="chtop-import", daemon=True).start()
@@ -548,7 +577,7 @@ class ImportTimer:
             if self._stopped:
                 return
             try:
-                for imp in sync_group(self.grouping, self.note):
+                for imp in sync_group(self.grouping, self.note, self.timeout, self._busy):
                     self.note(f"IMPORT   {imp.branch} {imp.old or '(new)'} -> {imp.new} from {imp.checkout}"
                               + (f", old tip kept as {imp.kept}" if imp.kept else ""))
             except Exception as exc:  # noqa: BLE001 - the proxy must outlive any import problem

@@ -428,15 +428,25 @@ def describe_checkout(wt: Workspace, checkout: Checkout) -> str:
     return f"  {here:<16} {branch:<16} +{ahead}/-{behind} vs {integ:<10} {state}"
 
 
+def describe_or_say_why_not(wt: Workspace, checkout: Checkout) -> str:
+    """``describe_checkout``, or the line saying why git failed there (a junk ref the agent wrote
+    fails that repo's line, never the whole list)."""
+    try:
+        return describe_checkout(wt, checkout)
+    except ChtopError as exc:
+        return f"  {checkout.label:<16} ! {str(exc).splitlines()[0]}"
+
+
 def list_worktrees(ws: Workspace) -> list[str]:
     lines = []
     for root in worktree_roots(ws):
         try:
             wt = find_workspace(root)
             sync_worktree(wt)
+            verify_git_dirs(wt)
         except (ChtopError, OSError) as exc:
             lines.append(f"{root.name}: {exc}")
             continue
         lines.append(f"{root.name}  ({root})")
-        lines.extend(fan_out(lambda c, wt=wt: describe_checkout(wt, c), wt.checkouts()))
+        lines.extend(fan_out(lambda c, wt=wt: describe_or_say_why_not(wt, c), wt.checkouts()))
     return lines or [f"no feature worktrees in {ws.grouping} (make one: inv worktree.create --name NAME)"]
