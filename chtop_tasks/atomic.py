@@ -1,7 +1,7 @@
 """Writing a file so that readers never see half of it and a planted symlink is never followed:
 a fresh temp file in the same dir, renamed over the path; one read-modify-write of a file at a
-time, across processes (``locked_for_update``); and reading a file an agent could have written
-(``read_agent_file``: no link followed, never blocking, a regular file, bounded)."""
+time, across processes (``locked_for_update``).  Reading a file an agent could have written is
+``agentfile``'s."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import contextlib
 import fcntl
 import os
 import secrets
-import stat
 import tempfile
 from pathlib import Path
 
@@ -65,39 +64,3 @@ def locked_for_update(path: Path):
             yield fh
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def read_agent_file(path: Path, limit: int = 1 << 20) -> bytes | None:
-    """The bytes of ``path`` when it is a regular file of at most ``limit`` bytes, else None
-    (``read_agent_file_stat`` without the stat)."""
-    got = read_agent_file_stat(path, limit)
-    return got[0] if got is not None else None
-
-
-def read_agent_file_stat(path: Path, limit: int = 1 << 20) -> tuple[bytes, os.stat_result] | None:
-    """(bytes, stat) of ``path`` when it is a regular file of at most ``limit`` bytes, else None.
-
-    For files an agent can write: a symlink is not followed (O_NOFOLLOW), a FIFO or device never
-    blocks the read (O_NONBLOCK, then fstat says it is no regular file), and a huge file is not
-    read into memory."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-            return None
-        chunks, left = [], limit + 1
-        while left > 0:
-            chunk = os.read(fd, left)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
-    return None if len(data) > limit else (data, info)

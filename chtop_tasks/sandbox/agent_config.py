@@ -29,7 +29,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..atomic import read_agent_file, write_atomic, write_atomic_at
+from ..agentfile import read_bytes
+from ..atomic import write_atomic, write_atomic_at
 from ..places import HOOK_STATE_DIR_NAME, SESSION_ID, session_state_dir
 from ..term import warn
 from .agent_settings import install_settings, read_settings
@@ -147,7 +148,7 @@ def seed_login(cfg: AgentConfig, owner: tuple[int, int] | None) -> None:
     following links: another sandbox of this target may be running and planting them."""
     for rel in cfg.login_files:
         src = cfg.login / rel
-        data = read_agent_file(src, MAX_LOGIN_BYTES)
+        data = read_bytes(src, limit=MAX_LOGIN_BYTES)
         if data is None:
             continue
         parent, _, name = rel.rpartition("/")
@@ -182,7 +183,7 @@ def _write_for_agent(path: Path, text: str, owner: tuple[int, int] | None) -> No
 
 def seed_account(cfg: AgentConfig, owner: tuple[int, int] | None) -> None:
     """A new config dir's ``.claude.json`` from the group's: everything but other targets' projects."""
-    data = read_agent_file(cfg.login / ACCOUNT_FILE, MAX_ACCOUNT_BYTES)
+    data = read_bytes(cfg.login / ACCOUNT_FILE, limit=MAX_ACCOUNT_BYTES)
     try:
         account = json.loads(data) if data else None
     except ValueError:

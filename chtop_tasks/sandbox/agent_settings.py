@@ -25,7 +25,8 @@ import json
 import os
 from pathlib import Path
 
-from ..atomic import read_agent_file, write_atomic
+from ..agentfile import read_bytes
+from ..atomic import write_atomic
 from ..errors import Refused
 from ..places import HOOK_STATE_DIR_NAME
 
@@ -68,7 +69,7 @@ def merged_settings(settings: dict) -> dict:
 
 def read_settings(path: Path) -> dict:
     """The user's settings (``{}`` when missing or empty); Refused when it is not a JSON object."""
-    raw = read_agent_file(path, MAX_SETTINGS_BYTES)
+    raw = read_bytes(path, limit=MAX_SETTINGS_BYTES)
     if raw is None:
         if not os.path.lexists(path):
             return {}

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import atomic
+from .. import agentfile
 from ..errors import CommandFailed
 from .gitprobe import commits_missing_from
 from .gitrun import git
@@ -83,13 +83,13 @@ def ref_files(root: Path, prefix: str, budget: list[int]) -> list[tuple[str, Pat
 
 
 def sha_in(path: Path) -> str | None:
-    data = atomic.read_agent_file(path, 4096)
+    data = agentfile.read_bytes(path, limit=4096)
     text = data.decode("ascii", "replace").strip() if data is not None else ""
     return text if SHA_RE.match(text) else None
 
 
 def packed_tips(store: Path) -> list[Tip]:
-    data = atomic.read_agent_file(store / "packed-refs", 64 << 20) or b""
+    data = agentfile.read_bytes(store / "packed-refs", limit=64 << 20) or b""
     tips = []
     for line in data.decode("utf-8", "replace").splitlines():
         sha, _, name = line.partition(" ")
@@ -101,7 +101,7 @@ def packed_tips(store: Path) -> list[Tip]:
 def reflog_tips(path: Path, since: float | None, label: str) -> list[Tip]:
     """The values a reflog records (entries at or after ``since``; every entry when None),
     newest first, each named ``label`` (``stash`` numbers them as git does)."""
-    data = atomic.read_agent_file(path, 64 << 20) or b""
+    data = agentfile.read_bytes(path, limit=64 << 20) or b""
     values = []
     for line in data.decode("utf-8", "replace").splitlines():
         head, _, _msg = line.partition("\t")

@@ -12,7 +12,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import atomic
+from .. import agentfile, atomic
 from ..errors import ChtopError, CommandFailed, Refused, UsageError, WorkspaceError
 from ..fanout import fan_out
 from ..places import create_journal_path, worktree_name_problem
@@ -143,7 +143,7 @@ class CreateRun:
 
     @classmethod
     def load(cls, journal: Path) -> CreateRun | None:
-        data = atomic.read_agent_file(journal)
+        data = agentfile.read_bytes(journal)
         try:
             got = json.loads(data) if data is not None else None
             return cls(got["name"], journal, [str(p) for p in got["paths"]],
