@@ -172,7 +172,7 @@ def setup_latency(route, ports, n):
     for _ in range(n):
         t0 = time.perf_counter()
         s, t = route.open(ports["echo"])
-        s.sendall(b"1")
+        s.sendall(b"\x01")                 # not a bare token (that waits for a request line)
         s.recv(1)
         toecho.append(time.perf_counter() - t0)
         to200.append(t)

@@ -224,7 +224,7 @@ def read_head(s: socket.socket) -> tuple[int, bytes]:
     return status, rest
 
 
-def connect_in_thread(via, target: str, payload: bytes = b"ping") -> tuple[threading.Thread, dict]:
+def connect_in_thread(via, target: str, payload: bytes = b"ping\n") -> tuple[threading.Thread, dict]:
     """CONNECT ``target`` through ``via`` in a thread (it may be held for an answer); on a 200,
     send ``payload`` and read its echo.  The thread's ``result``: ``status`` and ``echo``."""
     result = {}

@@ -61,7 +61,7 @@ def test_allow_once_lets_the_held_request_through_and_blocks_the_next(proxy, ech
                                      once=True, private=True)
         assert "1 held request(s) let through once" in lines[0]
         t.join(10)
-        assert result == {"status": 200, "echo": b"ping"}
+        assert result == {"status": 200, "echo": b"ping\n"}
         # the next one is blocked again: held (a watcher is attached), then refused at the hold's end
         t0 = time.monotonic()
         assert status_of(proxy, target) == 403
@@ -149,7 +149,7 @@ def test_net_watch_offers_allow_for_a_while_and_audits_it(proxy, echo):
     proxy.start()
     watcher = _watcher(proxy)
     try:
-        t, result = connect_in_thread(proxy, f"echo.example.test:{echo.port}", b"held")
+        t, result = connect_in_thread(proxy, f"echo.example.test:{echo.port}", b"held\n")
         prompt = _read_until(watcher.stdout, "BLOCKED echo.example.test")
         watcher.stdin.write("t\n")
         watcher.stdin.flush()

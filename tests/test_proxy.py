@@ -175,8 +175,8 @@ def test_listed_address_allows_every_spelling(proxy, echo, spelling):
     proxy.allow("127.0.0.1 private")
     proxy.start()
     s = tunnel(proxy, f"{spelling}:{echo.port}")
-    s.sendall(b"x")
-    assert s.recv(1) == b"x"
+    s.sendall(b"x\n")               # a bare token would wait for a request line
+    assert s.recv(2) == b"x\n"
     s.close()
     assert proxy.wait_record(lambda r: r.get("decision") == "allowed")["host"] == "127.0.0.1"
 
@@ -273,8 +273,8 @@ def test_no_fd_leak_after_thousands_of_connections(proxy, echo):
     def one_of_each_kind(i: int) -> None:
         if i % 3 == 0:
             s = tunnel(proxy, f"echo.example.test:{echo.port}")
-            s.sendall(b"p")
-            assert s.recv(1) == b"p"
+            s.sendall(b"p\n")
+            assert s.recv(2) == b"p\n"
             s.close()
         elif i % 3 == 1:
             assert raw_request(proxy, b"CONNECT blocked.example.org:443 HTTP/1.1\r\n\r\n")[0] == 403
@@ -341,8 +341,8 @@ def test_unix_sockets_and_worktree_layer(proxy, echo):
     assert status == 403 and b"--worktree" not in body
     assert raw_request(proxy, target)[0] == 403
     s = tunnel(str(wt_ep.socket_path), f"wt.example.test:{echo.port}")
-    s.sendall(b"w")
-    assert s.recv(1) == b"w"
+    s.sendall(b"w\n")
+    assert s.recv(2) == b"w\n"
     s.close()
     s = tunnel(str(group_ep.socket_path), f"echo.example.test:{echo.port}")
     s.close()
@@ -390,7 +390,7 @@ def test_watch_holds_and_completes_on_approval(proxy, echo):
     assert time.monotonic() - t0 < 2
     watcher = _watcher(proxy)
     try:
-        t, result = connect_in_thread(proxy, target, b"held")
+        t, result = connect_in_thread(proxy, target, b"held\n")
         _read_until(watcher.stdout, "BLOCKED echo.example.test")
         time.sleep(0.3)
         assert t.is_alive() and "status" not in result          # held, not refused
@@ -401,7 +401,7 @@ def test_watch_holds_and_completes_on_approval(proxy, echo):
         watcher.stdin.write("o\n")
         watcher.stdin.flush()
         t.join(10)
-        assert result == {"status": 200, "echo": b"held"}
+        assert result == {"status": 200, "echo": b"held\n"}
         assert "allowed once" in _read_until(watcher.stdout, "allowed")
         # allow always: written to the list once
         t, result = connect_in_thread(proxy, "other.example.test:443")
@@ -492,3 +492,42 @@ def test_plain_http_inside_a_tunnel_must_name_the_connect_host(proxy, certs, tmp
         s.close()
     finally:
         server.close()
+
+
+@pytest.mark.parametrize("first", [
+    b"PROPFIND /f.txt HTTP/1.1\r\nHost: other.example.test\r\n\r\n",
+    b"get /f.txt HTTP/1.1\r\nHost: other.example.test\r\n\r\n",
+    b"X-Made-Up /f.txt HTTP/1.1\r\nHost: other.example.test\r\n\r\n",
+    b"\r\nGET /f.txt HTTP/1.1\r\nHost: other.example.test\r\n\r\n",         # a leading empty line
+    b"GET\t/f.txt\tHTTP/1.1\r\nHost: other.example.test\r\n\r\n",
+    b"GET /f.txt HTTP/1.1\nHost: other.example.test\n\n",                   # bare LF
+    b"get /f.txt http/1.1\r\nHost: other.example.test\r\n\r\n",
+])
+def test_every_request_line_in_a_tunnel_must_name_the_connect_host(proxy, certs, tmp_path, first):
+    """Any token as the method, in any case: the first request in a tunnel names the CONNECT host."""
+    server = _serve_file(tmp_path, certs, "f.txt", "vhost body", tls=False)
+    try:
+        proxy.allow("plain.example.test private")
+        proxy.start()
+        s = tunnel(proxy, f"plain.example.test:{server.port}")
+        s.sendall(first)
+        assert read_all(s) == b""                       # cut off before the upstream answered
+        s.close()
+        rec = proxy.wait_record(lambda r: r.get("host") == "plain.example.test" and "bytes_down" in r)
+        assert rec["decision"] == "blocked" and rec["bytes_down"] == 0 and rec["bytes_up"] == 0
+    finally:
+        server.close()
+
+
+def test_a_tunnel_passes_any_method_naming_its_host_and_non_http_bytes(proxy, echo):
+    proxy.allow("echo.example.test private")
+    proxy.start()
+    target = f"echo.example.test:{echo.port}"
+    for first in (f"PROPFIND / HTTP/1.1\r\nHost: {target}\r\n\r\n".encode(),
+                  f"m-search / HTTP/1.1\r\nhost: {target}\r\n\r\n".encode(),
+                  b"SSH-2.0-OpenSSH_9.2\r\n", b"PING\r\n", b"\x00\x01binary"):
+        s = tunnel(proxy, target)
+        s.sendall(first)
+        s.shutdown(socket.SHUT_WR)
+        assert read_all(s) == first                   # reached the (echo) upstream whole
+        s.close()

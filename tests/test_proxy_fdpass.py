@@ -56,9 +56,9 @@ def test_the_proxy_serves_a_handed_over_listener_as_the_worktrees(proxy, echo):
     lsock.close()                                        # only the proxy holds it now
     status, s = connect_tunnel(port, f"echo.example.test:{echo.port}")
     assert status == 200                                 # the worktree's layer allows it
-    s.sendall(b"ping")
+    s.sendall(b"ping\n")
     s.shutdown(socket.SHUT_WR)
-    assert read_all(s) == b"ping"
+    assert read_all(s) == b"ping\n"
     status, _ = connect_tunnel(port, "other.example.test:443")
     assert status == 403
     rec = proxy.wait_record(lambda r: r.get("host") == "other.example.test")
