@@ -133,3 +133,30 @@ def test_the_in_container_script_hands_off_and_holds_the_connection(proxy, echo)
             return
     pytest.fail("the listener outlived its holder")
 
+
+
+def test_hand_offs_that_end_at_once_are_coalesced_and_empty_ones_count_for_nothing(proxy):
+    """A flood of hand-offs that close at once, of connect + close with nothing and of bad
+    messages: at most one ENDED line (one import round) and one refusal line a second."""
+    ep = proxy.start("dev")
+    handoff = ep.socket_path.with_name(HANDOFF_NAME)
+    log = proxy.group / ".chtop" / "net" / "proxy.log"
+    t0 = time.monotonic()
+    for _ in range(300):
+        empty = socket.socket(socket.AF_UNIX)
+        empty.connect(str(handoff))
+        empty.close()
+    proxy.start("dev")                                   # answered after those: all were handled
+    assert "ENDED " not in log.read_text()               # nothing was handed over: no sandbox ended
+    lsock, _ = listener()
+    for i in range(300):
+        conn, reply = hand_off(handoff, lsock.fileno(), MAGIC if i % 2 else b"NOT A HAND-OFF\n")
+        assert reply == (b"OK\n" if i % 2 else b"")
+        conn.close()
+    proxy.start("dev")
+    time.sleep(1.5)                                      # the last coalesced round is due by now
+    wall = time.monotonic() - t0
+    text = log.read_text()
+    assert 1 <= text.count("ENDED ") <= wall + 2, text
+    assert "150 sandbox hand-offs" in text or text.count("ENDED ") > 1, text
+    assert 1 <= text.count("hand-off refused") <= wall + 2, text

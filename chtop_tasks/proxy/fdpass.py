@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import socket
 import stat
+import time
 from pathlib import Path
 
 HANDOFF_NAME = "handoff.sock"
@@ -33,6 +34,7 @@ MAGIC = b"CHTOP-LISTEN 1\n"
 OK = b"OK\n"
 MAX_PASSED = 16
 MAX_PENDING = 64          # hand-off connections that have not sent their message yet
+NOTE_EVERY = 1.0          # seconds: at most one "hand-off refused" log line this often
 
 
 def handoff_path(proxy_socket: Path) -> Path:
@@ -66,6 +68,8 @@ class Handoff:
         self.passed: dict[int, str] = {}       # unix conn fd -> key of the listener it passed
         self.pending: set[int] = set()         # conns still to send their message
         self.serial = 0
+        self._refused_since_note = 0           # refusals not yet in the log (at most a line a second)
+        self._next_note = 0.0
 
     def open(self) -> None:
         server = self.server
@@ -94,7 +98,7 @@ class Handoff:
                 return
             if len(self.pending) >= MAX_PENDING:
                 conn.close()
-                self.server.log.note(f"hand-off refused ({self.worktree or 'group'}): {MAX_PENDING} pending")
+                self._note_refused(f"{MAX_PENDING} pending")
                 continue
             conn.setblocking(False)
             self.pending.add(conn.fileno())
@@ -103,12 +107,23 @@ class Handoff:
     def _drop(self, conn: socket.socket, why: str | None = None) -> None:
         self.pending.discard(conn.fileno())
         if why:
-            self.server.log.note(f"hand-off refused ({self.worktree or 'group'}): {why}")
+            self._note_refused(why)
         try:
             self.server.loop.remove_reader(conn.fileno())
         except (ValueError, OSError):
             pass
         conn.close()
+
+    def _note_refused(self, why: str) -> None:
+        """Log a refused hand-off: one line a second at most, the others counted into the next."""
+        now = time.monotonic()
+        if now < self._next_note:
+            self._refused_since_note += 1
+            return
+        more = f" (and {self._refused_since_note} more refused since the last such line)" \
+            if self._refused_since_note else ""
+        self._refused_since_note, self._next_note = 0, now + NOTE_EVERY
+        self.server.log.note(f"hand-off refused ({self.worktree or 'group'}): {why}{more}")
 
     def _on_hello(self, conn: socket.socket) -> None:
         try:

@@ -52,6 +52,8 @@ from .policy import NetPolicy, Verdict
 from .tunnel import Mux, Tunnel
 from .upstream import Upstreams
 
+ENDED_EVERY = 1.0      # seconds: at most one import round (and ENDED line) this often for ended sandboxes
+
 
 def _env_float(name: str, default: float) -> float:
     try:
@@ -98,6 +100,9 @@ class Server:
         self.tunnels: set[Tunnel] = set()
         self.started = time.time()
         self.importing = None           # the ImportTimer, once running
+        self._ended: dict[str, int] = {}    # worktree -> sandbox ends not yet imported
+        self._ended_round: asyncio.TimerHandle | None = None
+        self._last_ended_round = -ENDED_EVERY
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stopping: asyncio.Event | None = None
 
@@ -447,11 +452,31 @@ class Server:
 
     def sandbox_ended(self, worktree: str | None) -> None:
         """A sandbox's hand-off connection closed: it has ended, so import its branch now
-        (``sbox.run`` starts no Python after podman exits; this is its exit import)."""
-        if worktree is not None and self.importing is not None:
-            self.log.note(f"ENDED    the sandbox of worktree {worktree}: importing its branch now")
-            self._flush_log()
-            self.importing.wake()
+        (``sbox.run`` starts no Python after podman exits; this is its exit import).  Ends are
+        coalesced: at most one ENDED line and one import round every ``ENDED_EVERY`` seconds,
+        however fast hand-offs open and close (the first end of a quiet while is imported at once)."""
+        if worktree is None or self.importing is None:
+            return
+        self._ended[worktree] = self._ended.get(worktree, 0) + 1
+        if self._ended_round is None:
+            delay = max(0.0, self._last_ended_round + ENDED_EVERY - time.monotonic())
+            self._ended_round = self.loop.call_later(delay, self._import_ended)
+
+    def _import_ended(self) -> None:
+        self._ended_round = None
+        self._last_ended_round = time.monotonic()
+        ended, self._ended = self._ended, {}
+        if not ended:
+            return
+        names = ", ".join(sorted(ended))
+        count = sum(ended.values())
+        if count == 1:
+            self.log.note(f"ENDED    the sandbox of worktree {names}: importing its branch now")
+        else:
+            self.log.note(f"ENDED    {count} sandbox hand-offs of worktree(s) {names} since the last "
+                          f"round: importing now")
+        self._flush_log()
+        self.importing.wake()
 
     # ---- lifetime ------------------------------------------------------------------
     async def run(self) -> int:
