@@ -531,3 +531,51 @@ def test_a_tunnel_passes_any_method_naming_its_host_and_non_http_bytes(proxy, ec
         s.shutdown(socket.SHUT_WR)
         assert read_all(s) == first                   # reached the (echo) upstream whole
         s.close()
+
+
+def test_one_worktree_cannot_hold_more_than_its_share(proxy, monkeypatch):
+    """Per worktree: connections over its cap get 503 while another worktree's still pass; with a
+    watcher attached, blocked requests over its held cap or prompts over its prompt cap are refused
+    at once, while another worktree's are still held and prompted."""
+    from chtop_tasks.proxy import control_protocol
+
+    monkeypatch.setenv("CHTOP_PROXY_MAX_CONNS", "40")
+    monkeypatch.setenv("CHTOP_PROXY_MAX_CONNS_PER_WORKTREE", "6")
+    monkeypatch.setenv("CHTOP_PROXY_MAX_HELD_PER_WORKTREE", "3")
+    monkeypatch.setenv("CHTOP_PROXY_MAX_PROMPTS_PER_WORKTREE", "2")
+    monkeypatch.setenv("CHTOP_PROXY_HOLD_SECONDS", "8")
+    flood, calm = str(proxy.start("flood").socket_path), str(proxy.start("calm").socket_path)
+    idle = [connect_proxy(flood) for _ in range(6)]
+    time.sleep(0.3)
+    status, body = raw_request(flood, b"CONNECT a.example.org:443 HTTP/1.1\r\n\r\n")
+    assert status == 503 and b"too many connections from flood" in body
+    assert raw_request(calm, b"CONNECT a.example.org:443 HTTP/1.1\r\n\r\n")[0] == 403   # judged, not busy
+    for s in idle:
+        s.close()
+    watcher, _, _ = control_protocol.attach_watcher(proxy.group)
+    try:
+        threads = [connect_in_thread(flood, f"h{i}.example.org:443") for i in range(2)]   # two prompts
+        deadline = time.monotonic() + 10
+        while len(control.status(proxy.group)["held"]) < 2:
+            assert time.monotonic() < deadline, control.status(proxy.group)
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        status, body = raw_request(flood, b"CONNECT h9.example.org:443 HTTP/1.1\r\n\r\n")    # a third prompt
+        assert status == 403 and time.monotonic() - t0 < 5
+        threads.append(connect_in_thread(flood, "h0.example.org:443"))    # no new prompt: held (3rd)
+        while sum(h["waiting"] for h in control.status(proxy.group)["held"]) < 3:
+            assert time.monotonic() < deadline, control.status(proxy.group)
+            time.sleep(0.05)
+        assert raw_request(flood, b"CONNECT h1.example.org:443 HTTP/1.1\r\n\r\n")[0] == 403   # a 4th held
+        rec = proxy.wait_record(lambda r: "requests of this sandbox are held" in r.get("reason", ""))
+        assert rec["worktree"] == "flood"
+        assert proxy.wait_record(lambda r: "prompts of this sandbox are open" in r.get("reason", ""))
+        threads.append(connect_in_thread(calm, "c.example.org:443"))       # the other worktree: held
+        while not any(h["worktree"] == "calm" for h in control.status(proxy.group)["held"]):
+            assert time.monotonic() < deadline, control.status(proxy.group)
+            time.sleep(0.05)
+    finally:
+        watcher.close()
+    for t, result in threads:
+        t.join(20)
+        assert result["status"] == 403                  # held, then expired

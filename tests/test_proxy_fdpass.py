@@ -160,3 +160,62 @@ def test_hand_offs_that_end_at_once_are_coalesced_and_empty_ones_count_for_nothi
     assert 1 <= text.count("ENDED ") <= wall + 2, text
     assert "150 sandbox hand-offs" in text or text.count("ENDED ") > 1, text
     assert 1 <= text.count("hand-off refused") <= wall + 2, text
+
+
+HOG = """
+import socket, sys, time
+path, ok = sys.argv[1], 0
+held = []
+for _ in range(5):
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(1)
+    c = socket.socket(socket.AF_UNIX)
+    c.connect(path)
+    socket.send_fds(c, [b"CHTOP-LISTEN 1\\n"], [lsock.fileno()])
+    c.settimeout(5)
+    try:
+        ok += c.recv(16) == b"OK\\n"
+    except OSError:
+        pass
+    held.append(c)
+print("OK", ok, flush=True)
+pending = []
+for _ in range(8):                          # connections that never send their message
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    pending.append(s)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root for unshare --pid")
+def test_hand_off_caps_count_per_sandbox_and_nested_namespaces_are_the_same_sandbox(proxy, echo):
+    """One 'sandbox' (a pid namespace, and one the agent nests inside it) holds at most two
+    listeners and four pending connections; another pid namespace still hands off."""
+    proxy.allow("echo.example.test private")
+    handoff = str(proxy.start().socket_path.with_name(HANDOFF_NAME))
+    hog = subprocess.Popen(["unshare", "--pid", "--fork", "sh", "-c",
+                            'python3 -c "$0" "$1" 20 & unshare --pid --fork python3 -c "$0" "$1" 20; wait',
+                            HOG, handoff], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        oks = [int(hog.stdout.readline().split()[1]) for _ in range(2)]
+        assert 1 <= sum(oks) <= 2, oks                    # two listeners for the whole namespace tree
+        time.sleep(0.5)                                   # and its idle connections are in
+        port = free_port()
+        # its pid 1 (sh) outlives the script, so the holder it leaves keeps the hand-off open
+        other = subprocess.Popen(["unshare", "--pid", "--fork", "sh", "-c", '"$0" -I -S "$1" "$2" "$3" && '
+                                  'echo LAUNCHED && exec sleep 30', "/usr/bin/python3", str(HANDOFF_SCRIPT), handoff,
+                                  str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  start_new_session=True)
+        try:
+            assert other.stdout.readline().strip() == "LAUNCHED", other.stderr.read()   # another sandbox launches
+            status, s = connect_tunnel(port, f"echo.example.test:{echo.port}")
+            assert status == 200
+            s.close()
+        finally:
+            os.killpg(other.pid, 9)
+            other.wait()
+    finally:
+        os.killpg(hog.pid, 9)
+        hog.wait()

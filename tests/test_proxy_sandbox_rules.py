@@ -12,12 +12,13 @@ from __future__ import annotations
 import http.server
 import re
 import shlex
+import subprocess
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import user_group_cm
+from sandbox_helpers import as_user, free_proxy_port, user_group_cm
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
@@ -182,3 +183,128 @@ def test_a_flood_of_ended_hand_offs_costs_the_proxy_little(g):
     assert ended <= wall + 3, f"{ended} ENDED lines for {handoffs} hand-offs in {wall:.1f}s"
     assert cpu < 0.5 * wall, f"the proxy used {cpu:.1f}s of CPU in {wall:.1f}s for {handoffs} hand-offs"
     assert "chtop: the proxy" not in g.sbox("true").stderr    # and the next launch is fine
+
+
+# -- rule 8: one agent cannot starve the others' egress -------------------------------------------
+
+CONN_FLOOD = """
+import os, socket, sys, time
+want = int(sys.argv[1])
+socks = []
+for _ in range(want):
+    try:
+        socks.append(socket.create_connection(("127.0.0.1", 3128), 5))
+    except OSError:
+        break
+time.sleep(1.0)
+busy = 0
+for s in socks:                               # the ones over the cap were answered 503 at once
+    s.setblocking(False)
+    try:
+        if b" 503 " in s.recv(200):
+            busy += 1
+    except OSError:
+        pass
+with open("alpha/flood.out", "w") as fh:
+    fh.write(f"OPENED {len(socks)} BUSY {busy}\\n")
+end = time.monotonic() + 90
+while not os.path.exists("alpha/stop-flood") and time.monotonic() < end:
+    time.sleep(0.1)
+print("PROBES-DONE")
+"""
+
+
+def test_a_flooding_worktree_does_not_starve_another(g, vhost_server):
+    port, seen = vhost_server
+    g.sbox("true", check=True)
+    for name in ("flood.out", "stop-flood"):
+        (g.dev / "alpha" / name).unlink(missing_ok=True)
+    flood = 2 * MAX_CONNS
+    argv = ["runuser", "-u", g.user.pw_name, "--", "env", "-i", *[f"{k}={v}" for k, v in g.env.items()],
+            str(g.venv / "bin" / "python"), "-m", "invoke", "sbox.run", "--", "sh", "-c",
+            in_python(CONN_FLOOD) + f" {flood}"]
+    flooder = subprocess.Popen(argv, cwd=g.dev, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not (g.dev / "alpha" / "flood.out").exists() and time.monotonic() < deadline:
+            assert flooder.poll() is None, flooder.communicate()
+            time.sleep(0.2)
+        report = (g.dev / "alpha" / "flood.out").read_text()
+        opened, busy = map(int, re.findall(r"\d+", report))
+        assert opened == flood, report
+        other = g.inv("sbox.run", "--", "sh", "-c",
+                      f"curl -sS --max-time 20 http://allowed.example:{port}/ -w ' code=%{{http_code}}'",
+                      cwd=g.grouping / "dev2")
+        assert f"vhost allowed.example:{port}\n code=200" in other.stdout, other.stdout + other.stderr
+        assert busy >= flood - MAX_CONNS // 8, report  # dev itself was held to its own cap
+    finally:
+        (g.dev / "alpha" / "stop-flood").write_text("")
+        try:
+            flooder.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            flooder.kill()
+            flooder.communicate()
+
+
+HANDOFF_HOG = """
+import os, socket, time
+path = next(os.path.join(fields[4], "handoff.sock") for fields in
+            (line.split() for line in open("/proc/self/mountinfo"))
+            if os.path.exists(os.path.join(fields[4], "handoff.sock")))
+held, idle = [], []
+for _ in range(24):                            # more listeners than the old cap of 16 a socket
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(1)
+    c = socket.socket(socket.AF_UNIX)
+    c.connect(path)
+    socket.send_fds(c, [b"CHTOP-LISTEN 1\\n"], [lsock.fileno()])
+    held.append((c, lsock))
+open("hog.out", "w").write("HOGGING\\n")
+end = time.monotonic() + 90
+while not os.path.exists("stop-hog") and time.monotonic() < end:
+    for s in idle:
+        s.close()
+    idle = []
+    for _ in range(80):                        # more than the 64 pending a socket may have
+        s = socket.socket(socket.AF_UNIX)
+        try:
+            s.connect(path)
+        except OSError:
+            break
+        idle.append(s)
+    time.sleep(0.5)
+print("PROBES-DONE")
+"""
+
+
+def test_one_dir_sandbox_hogging_the_shared_hand_off_socket_does_not_block_another_launch(g):
+    """--dir sandboxes share the group's hand-off socket: one holds two dozen listeners and keeps
+    80 connections pending there; another --dir sandbox still launches and reaches the proxy."""
+    from test_first_hour_sandbox import chtop_argv, kill_sandboxes, start_in_background
+
+    env = dict(g.env, CHTOP_PROXY_PORT=str(free_proxy_port()))     # the --dir group's own proxy
+    hog_dir, other_dir = g.base / "hogproject", g.base / "otherproject"
+    for d in (hog_dir, other_dir):
+        g.run(["mkdir", "-p", str(d)])
+    hog = start_in_background(g, chtop_argv(g, "sbox.run", "--", "sh", "-c", in_python(HANDOFF_HOG)), hog_dir, env)
+    try:
+        deadline = time.monotonic() + 90
+        while not (hog_dir / "hog.out").exists() and time.monotonic() < deadline:
+            assert hog.poll() is None, hog.communicate()
+            time.sleep(0.2)
+        assert (hog_dir / "hog.out").exists(), "the hog never started"
+        time.sleep(1.0)                                             # its pending connections are in
+        other = as_user(g.user, chtop_argv(g, "sbox.run", "--", "sh", "-c",
+                                           "curl -sS -o /dev/null -w 'proxy=%{http_code}\\n' --max-time 10 "
+                                           "http://blocked.example/"), env, other_dir, check=False)
+        assert other.returncode == 0 and "proxy=403" in other.stdout, other.stdout + other.stderr
+    finally:
+        g.run(["touch", str(hog_dir / "stop-hog")])
+        try:
+            hog.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            hog.kill()
+            hog.communicate()
+            kill_sandboxes(g, "chtop.worktree=hogproject")
