@@ -79,7 +79,7 @@ def test_allow_for_a_while_expires_without_a_restart(proxy, echo):
     pid = proxy.pid()
     target = f"echo.example.test:{echo.port}"
     assert status_of(proxy, target) == 403
-    lines = approvals.decide_all(proxy.group, proxy.policy, ["echo.example.test"], "cli", ttl="2s", private=True)
+    lines = approvals.decide_all(proxy.group, proxy.policy, [target], "cli", ttl="2s", private=True)
     assert "allowed until" in lines[0] and "(2s)" in lines[0]
     with connect_proxy(proxy) as s:
         s.sendall(f"CONNECT {target} HTTP/1.1\r\n\r\n".encode())
@@ -90,7 +90,7 @@ def test_allow_for_a_while_expires_without_a_restart(proxy, echo):
     time.sleep(2.2)
     assert status_of(proxy, target) == 403
     assert proxy.pid() == pid                                              # no restart
-    assert [p["host"] for p in approvals.pending_requests(proxy.group, proxy.policy)] == ["echo.example.test"]
+    assert [p["spec"] for p in approvals.pending_requests(proxy.group, proxy.policy)] == [target]
 
 
 @pytest.mark.slow
@@ -99,13 +99,13 @@ def test_worktree_scope_applies_on_that_worktrees_socket_only(proxy, echo):
     feat = proxy.start("feat").socket_path
     other = proxy.start("other").socket_path
     target = f"wt.example.test:{echo.port}"
-    decide_for_worktree(proxy, "wt.example.test", "cli", worktree="feat", private=True)
-    assert (proxy.policy / "worktrees" / "feat" / "net-allow.txt").read_text() == "wt.example.test private\n"
+    decide_for_worktree(proxy, target, "cli", worktree="feat", private=True)
+    assert (proxy.policy / "worktrees" / "feat" / "net-allow.txt").read_text() == f"{target} private\n"
     assert status_of(proxy, target, str(feat)) == 200
     assert status_of(proxy, target, str(other)) == 403
     assert status_of(proxy, target) == 403
     # for a while, one worktree only
-    decide_for_worktree(proxy, "echo.example.test", "cli", worktree="other", ttl="1h", private=True)
+    decide_for_worktree(proxy, f"echo.example.test:{echo.port}", "cli", worktree="other", ttl="1h", private=True)
     assert status_of(proxy, f"echo.example.test:{echo.port}", str(other)) == 200
     assert status_of(proxy, f"echo.example.test:{echo.port}", str(feat)) == 403
 

@@ -72,7 +72,7 @@ def test_port_is_derived_from_the_group_dir(tmp_path, monkeypatch):
 
 
 def test_connect_tunnel_echo_and_half_close(proxy, echo):
-    proxy.allow("echo.example.test private")
+    proxy.allow(f"echo.example.test:{echo.port} private")
     proxy.start()
     s = tunnel(proxy, f"echo.example.test:{echo.port}")
     s.sendall(b"hello through the tunnel")
@@ -106,7 +106,7 @@ def test_allowlist_change_applies_without_restart(proxy, echo):
     pid = proxy.start().pid
     target = f"CONNECT echo.example.test:{echo.port} HTTP/1.1\r\n\r\n".encode()
     assert raw_request(proxy, target)[0] == 403
-    proxy.allow("*.example.test private")
+    proxy.allow(f"*.example.test:{echo.port} private")
     s = tunnel(proxy, f"echo.example.test:{echo.port}")
     s.close()
     assert proxy.pid() == pid
@@ -114,7 +114,7 @@ def test_allowlist_change_applies_without_restart(proxy, echo):
 
 
 def test_name_resolving_to_loopback_needs_private(proxy, echo):
-    proxy.allow("loop.example.test")
+    proxy.allow(f"loop.example.test:{echo.port}")
     proxy.start()
     status, body = raw_request(proxy, f"CONNECT loop.example.test:{echo.port} HTTP/1.1\r\n\r\n".encode())
     assert status == 403 and b"non-public address 127.0.0.1" in body
@@ -151,7 +151,7 @@ FOOLING = [
 
 @pytest.mark.parametrize("target", FOOLING)
 def test_fooling_targets_refused(proxy, echo, target):
-    proxy.allow("echo.example.test private", "other.example.test.evil.net")
+    proxy.allow(f"echo.example.test:{echo.port} private", "other.example.test.evil.net")
     proxy.start()
     status, _ = raw_request(proxy, f"CONNECT {target.format(port=echo.port)} HTTP/1.1\r\n\r\n".encode())
     assert status in (400, 403)
@@ -164,7 +164,7 @@ def test_fooling_targets_refused(proxy, echo, target):
     b"CONNECT echo.example.test:{port} HTTP/1.1\nX: y",
 ])
 def test_control_bytes_in_request_line(proxy, echo, raw_line):
-    proxy.allow("echo.example.test private")
+    proxy.allow(f"echo.example.test:{echo.port} private")
     proxy.start()
     status, _ = raw_request(proxy, raw_line.replace(b"{port}", str(echo.port).encode()) + b"\r\n\r\n")
     assert status == 400 and echo.accepted == 0
@@ -172,7 +172,7 @@ def test_control_bytes_in_request_line(proxy, echo, raw_line):
 
 @pytest.mark.parametrize("spelling", ["127.1", "2130706433", "0x7f.0.0.1", "[::ffff:127.0.0.1]"])
 def test_listed_address_allows_every_spelling(proxy, echo, spelling):
-    proxy.allow("127.0.0.1 private")
+    proxy.allow(f"127.0.0.1:{echo.port} private")
     proxy.start()
     s = tunnel(proxy, f"{spelling}:{echo.port}")
     s.sendall(b"x\n")               # a bare token would wait for a request line
@@ -196,7 +196,7 @@ def _serve_file(tmp_path, certs, name, body, tls=True):
 def test_sni_must_match_connect_host(proxy, certs, tmp_path):
     server = _serve_file(tmp_path, certs, "index.html", "hi")
     try:
-        proxy.allow("tls.example.test private")
+        proxy.allow(f"tls.example.test:{server.port} private")
         proxy.start()
         raw = tunnel(proxy, f"tls.example.test:{server.port}")
         with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
@@ -215,7 +215,7 @@ def test_sni_must_match_connect_host(proxy, certs, tmp_path):
 def test_plain_http_and_host_header(proxy, certs, tmp_path):
     server = _serve_file(tmp_path, certs, "f.txt", "plain body", tls=False)
     try:
-        proxy.allow("plain.example.test private")
+        proxy.allow(f"plain.example.test:{server.port} private")
         proxy.start()
         host = f"plain.example.test:{server.port}"
         status, body = raw_request(proxy, f"GET http://{host}/f.txt HTTP/1.1\r\nHost: {host}\r\n"
@@ -236,9 +236,10 @@ def test_plain_http_and_host_header(proxy, certs, tmp_path):
 
 
 def test_unreachable_upstream_is_502(proxy):
-    proxy.allow("dead.example.test private")
+    dead = free_port()
+    proxy.allow(f"dead.example.test:{dead},443 private")
     proxy.start()
-    status, body = raw_request(proxy, f"CONNECT dead.example.test:{free_port()} HTTP/1.1\r\n\r\n".encode())
+    status, body = raw_request(proxy, f"CONNECT dead.example.test:{dead} HTTP/1.1\r\n\r\n".encode())
     assert status == 502 and b"cannot connect" in body
     status, body = raw_request(proxy, b"CONNECT unknown.dead.example.test:443 HTTP/1.1\r\n\r\n")
     assert status == 502 and b"cannot resolve" in body
@@ -267,7 +268,7 @@ def test_abuse_garbage_oversize_slow_and_busy(proxy, monkeypatch, echo):
 
 @pytest.mark.slow
 def test_no_fd_leak_after_thousands_of_connections(proxy, echo):
-    proxy.allow("echo.example.test private")
+    proxy.allow(f"echo.example.test:{echo.port} private")
     pid = proxy.start().pid
 
     def one_of_each_kind(i: int) -> None:
@@ -306,7 +307,7 @@ def test_no_fd_leak_after_thousands_of_connections(proxy, echo):
 
 
 def test_sigterm_stops_cleanly_and_kill9_recovers(proxy, echo):
-    proxy.allow("echo.example.test private")
+    proxy.allow(f"echo.example.test:{echo.port} private")
     ep = proxy.start()
     os.kill(ep.pid, signal.SIGTERM)
     deadline = time.monotonic() + 10
@@ -330,8 +331,8 @@ def test_sigterm_stops_cleanly_and_kill9_recovers(proxy, echo):
 
 
 def test_unix_sockets_and_worktree_layer(proxy, echo):
-    proxy.allow("echo.example.test private")
-    proxy.allow("wt.example.test private", worktree="feat")
+    proxy.allow(f"echo.example.test:{echo.port} private")
+    proxy.allow(f"wt.example.test:{echo.port} private", worktree="feat")
     group_ep = proxy.start()
     wt_ep = proxy.start("feat")
     assert wt_ep.socket_path.name == "proxy.sock" and wt_ep.socket_path.parent.name == "feat"
@@ -397,7 +398,7 @@ def test_watch_holds_and_completes_on_approval(proxy, echo):
         # "allow always" writes the list; the name resolves to 127.0.0.1 so the
         # entry still lacks `private` -> refused as non-public.  Approve with the
         # private-capable list instead: allow once plus a private entry.
-        proxy.allow("echo.example.test private")
+        proxy.allow(f"echo.example.test:{echo.port} private")
         watcher.stdin.write("o\n")
         watcher.stdin.flush()
         t.join(10)
@@ -455,7 +456,7 @@ def raise_fd_limit(needed: int) -> None:
 def test_a_thousand_concurrent_tunnels(proxy, echo):
     """More tunnels than select() could watch (fds above 1024): all must work."""
     raise_fd_limit(4096)       # 1000 client sockets here, 2000+ in the proxy (ulimit -n is often 1024)
-    proxy.allow("echo.example.test private")
+    proxy.allow(f"echo.example.test:{echo.port} private")
     pid = proxy.start().pid
     socks = [tunnel(proxy, f"echo.example.test:{echo.port}", timeout=30) for _ in range(1000)]
     for i, s in enumerate(socks):
@@ -475,7 +476,7 @@ def test_a_thousand_concurrent_tunnels(proxy, echo):
 def test_plain_http_inside_a_tunnel_must_name_the_connect_host(proxy, certs, tmp_path):
     server = _serve_file(tmp_path, certs, "f.txt", "vhost body", tls=False)
     try:
-        proxy.allow("plain.example.test private")
+        proxy.allow(f"plain.example.test:{server.port} private")
         proxy.start()
         target = f"plain.example.test:{server.port}"
         s = tunnel(proxy, target)
@@ -507,7 +508,7 @@ def test_every_request_line_in_a_tunnel_must_name_the_connect_host(proxy, certs,
     """Any token as the method, in any case: the first request in a tunnel names the CONNECT host."""
     server = _serve_file(tmp_path, certs, "f.txt", "vhost body", tls=False)
     try:
-        proxy.allow("plain.example.test private")
+        proxy.allow(f"plain.example.test:{server.port} private")
         proxy.start()
         s = tunnel(proxy, f"plain.example.test:{server.port}")
         s.sendall(first)
@@ -520,7 +521,7 @@ def test_every_request_line_in_a_tunnel_must_name_the_connect_host(proxy, certs,
 
 
 def test_a_tunnel_passes_any_method_naming_its_host_and_non_http_bytes(proxy, echo):
-    proxy.allow("echo.example.test private")
+    proxy.allow(f"echo.example.test:{echo.port} private")
     proxy.start()
     target = f"echo.example.test:{echo.port}"
     for first in (f"PROPFIND / HTTP/1.1\r\nHost: {target}\r\n\r\n".encode(),
@@ -579,3 +580,35 @@ def test_one_worktree_cannot_hold_more_than_its_share(proxy, monkeypatch):
     for t, result in threads:
         t.join(20)
         assert result["status"] == 403                  # held, then expired
+
+
+def test_an_entry_allows_443_and_80_unless_it_names_ports(proxy, echo):
+    """``CONNECT api.anthropic.com:22`` was allowed by the entry ``api.anthropic.com``: an entry
+    without ports now allows 443 and 80 only; ``host:port`` entries (net.allow too) allow those;
+    a deny entry without ports denies every port; net.pending names a blocked port."""
+    from chtop_tasks.proxy import approvals
+
+    with open(proxy.hosts_file, "a") as fh:
+        fh.write("127.0.0.1 api.anthropic.com\n")
+    proxy.allow("api.anthropic.com private", "echo.example.test private")
+    proxy.start()
+    for port in (22, echo.port):
+        status, body = raw_request(proxy, f"CONNECT api.anthropic.com:{port} HTTP/1.1\r\n\r\n".encode())
+        assert status == 403 and f"inv net.allow api.anthropic.com:{port}".encode() in body, body
+    rec = proxy.wait_record(lambda r: r.get("port") == 22)
+    assert rec["decision"] == "blocked" and "port 22 not allowed" in rec["reason"] and "443, 80" not in rec["reason"]
+    status, body = raw_request(proxy, f"GET http://echo.example.test:{echo.port}/ HTTP/1.1\r\n\r\n".encode())
+    assert status == 403 and echo.accepted == 0
+    text = format_pending(proxy.group, proxy.policy)
+    assert f"api.anthropic.com:{port}" in text and "api.anthropic.com:22" in text, text
+    approvals.decide_all(proxy.group, proxy.policy, [f"echo.example.test:{echo.port},8443"], "cli", private=True)
+    ports = ",".join(map(str, sorted({echo.port, 8443})))
+    assert f"echo.example.test:{ports} private\n" in (proxy.policy / "net-allow.txt").read_text()
+    s = tunnel(proxy, f"echo.example.test:{echo.port}")
+    s.sendall(b"ok\n")
+    assert s.recv(3) == b"ok\n"
+    s.close()
+    assert raw_request(proxy, b"CONNECT echo.example.test:8080 HTTP/1.1\r\n\r\n")[0] == 403  # named or 443/80 only
+    proxy.deny("echo.example.test")                                # a deny without ports: every port
+    assert raw_request(proxy, f"CONNECT echo.example.test:{echo.port} HTTP/1.1\r\n\r\n".encode())[0] == 403
+    assert proxy.wait_record(lambda r: r.get("decision") == "denied")["port"] == echo.port

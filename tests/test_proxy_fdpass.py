@@ -46,7 +46,7 @@ def connect_tunnel(port: int, target: str) -> tuple[int, socket.socket]:
 
 
 def test_the_proxy_serves_a_handed_over_listener_as_the_worktrees(proxy, echo):
-    proxy.allow("echo.example.test private", worktree="dev")
+    proxy.allow(f"echo.example.test:{echo.port} private", worktree="dev")
     ep = proxy.start("dev")
     handoff = ep.socket_path.with_name(HANDOFF_NAME)
     assert handoff.is_socket()
@@ -107,7 +107,7 @@ def test_anything_but_a_listening_tcp_socket_is_refused(proxy, what):
 def test_the_in_container_script_hands_off_and_holds_the_connection(proxy, echo):
     """listen_handoff.py itself (run here with this machine's python3): exits 0 once the proxy has
     the listener, and a sleep it leaves behind keeps the hand-off alive until it is killed."""
-    proxy.allow("echo.example.test private")
+    proxy.allow(f"echo.example.test:{echo.port} private")
     ep = proxy.start("dev")
     port = free_port()
     # its own session, so its holder is found by session, not mistaken for another test's sandbox's
@@ -193,7 +193,7 @@ time.sleep(float(sys.argv[2]))
 def test_hand_off_caps_count_per_sandbox_and_nested_namespaces_are_the_same_sandbox(proxy, echo):
     """One 'sandbox' (a pid namespace, and one the agent nests inside it) holds at most two
     listeners and four pending connections; another pid namespace still hands off."""
-    proxy.allow("echo.example.test private")
+    proxy.allow(f"echo.example.test:{echo.port} private")
     handoff = str(proxy.start().socket_path.with_name(HANDOFF_NAME))
     hog = subprocess.Popen(["unshare", "--pid", "--fork", "sh", "-c",
                             'python3 -c "$0" "$1" 20 & unshare --pid --fork python3 -c "$0" "$1" 20; wait',

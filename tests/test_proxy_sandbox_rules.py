@@ -73,6 +73,12 @@ def vhost_server():
     httpd.server_close()
 
 
+def allow_port(g, port: int) -> None:
+    """Let allowed.example be reached on ``port`` too (an entry without ports allows 443 and 80)."""
+    with open(g.toplevel / "sandbox" / "net-allow.txt", "a") as fh:
+        fh.write(f"allowed.example:{port} private\n")
+
+
 def in_python(code: str) -> str:
     """A sandbox script that runs ``code`` with the sandbox's python3."""
     return f"/usr/bin/python3 -c {shlex.quote(code)}"
@@ -129,6 +135,7 @@ def test_no_request_line_in_a_tunnel_fronts_another_host(g, vhost_server):
     header inside a tunnel to allowed.example; none reaches the upstream.  A GET naming the
     CONNECT host still does."""
     port, seen = vhost_server
+    allow_port(g, port)
     methods = ["PROPFIND", "get", "Get", "MKCOL", "X-CUSTOM", "OK GET"]
     proc = g.sbox(in_python(FRONTING) + f" {port} " + " ".join(shlex.quote(m) for m in methods))
     assert "PROBES-DONE" in proc.stdout, proc.stdout + proc.stderr
@@ -216,6 +223,7 @@ print("PROBES-DONE")
 
 def test_a_flooding_worktree_does_not_starve_another(g, vhost_server):
     port, seen = vhost_server
+    allow_port(g, port)
     g.sbox("true", check=True)
     for name in ("flood.out", "stop-flood"):
         (g.dev / "alpha" / name).unlink(missing_ok=True)
@@ -308,3 +316,33 @@ def test_one_dir_sandbox_hogging_the_shared_hand_off_socket_does_not_block_anoth
             hog.kill()
             hog.communicate()
             kill_sandboxes(g, "chtop.worktree=hogproject")
+
+
+# -- rule 14: ports -------------------------------------------------------------------------------
+
+PORT_PROBE = """
+import socket, sys
+for port in sys.argv[1:]:
+    s = socket.create_connection(("127.0.0.1", 3128), 10)
+    s.sendall(f"CONNECT allowed.example:{port} HTTP/1.1\\r\\n\\r\\n".encode())
+    print("CONNECT", port, s.recv(12).decode(errors="replace"))
+print("PROBES-DONE")
+"""
+
+
+def test_an_entry_allows_only_443_and_80_unless_it_names_ports(g, vhost_server):
+    """``allowed.example private`` reaches neither :22 nor the server's own port; once
+    ``net.allow allowed.example:PORT`` names it (net.pending shows it so), the server is reached."""
+    port, seen = vhost_server
+    probe = in_python(PORT_PROBE) + f" 22 {port}"
+    proc = g.sbox(probe + f"; curl -sS --max-time 10 http://allowed.example:{port}/ -w ' code=%{{http_code}}'")
+    assert "PROBES-DONE" in proc.stdout, proc.stdout + proc.stderr
+    assert "CONNECT 22 HTTP/1.1 403" in proc.stdout and f"CONNECT {port} HTTP/1.1 403" in proc.stdout, proc.stdout
+    assert "code=403" in proc.stdout and seen == [], proc.stdout
+    pending = g.inv("net.pending", check=True).stdout
+    assert f"allowed.example:{port}  (worktree dev)" in pending and "allowed.example:22" in pending, pending
+    g.inv("net.allow", "--private", f"allowed.example:{port}", check=True, cwd=g.toplevel)
+    assert f"allowed.example:{port} private" in (g.toplevel / "sandbox" / "net-allow.txt").read_text()
+    proc = g.sbox(probe + f"; curl -sS --max-time 10 http://allowed.example:{port}/ -w ' code=%{{http_code}}'")
+    assert f"CONNECT {port} HTTP/1.1 200" in proc.stdout and "CONNECT 22 HTTP/1.1 403" in proc.stdout, proc.stdout
+    assert f"vhost allowed.example:{port}\n code=200" in proc.stdout, proc.stdout + proc.stderr

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 
 from . import tls
-from .hostmatch import BadHost, canonical_host, parse_authority
+from .hostmatch import BadHost, authority_spec, canonical_host, parse_authority
 
 _REQUEST_LINE = re.compile(r"^([A-Z]{1,20}) (\S{1,8000}) HTTP/1\.([01])$")
 _HEADER = re.compile(r"^([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*([^\x00\n\r]*?)[ \t]*$")
@@ -66,12 +66,14 @@ def reply_bytes(status: int, body: str, decision: str = "") -> bytes:
 def blocked_body(host: str, port: int, worktree: str | None, command: str = "inv") -> str:
     """The 403 body of a blocked request; ``command`` is what runs the tasks for this group on the
     host (``inv`` in a workspace, ``chtop`` for the --dir group, which has no worktree layers)."""
+    spec = authority_spec(host, port)
+    what = host if spec == host else f"port {port} of {host}"
     lines = [f"chtop egress proxy: blocked {host}:{port}",
-             f"{host} is not on the allowlist (sandbox/net-allow.txt).",
+             f"{what} is not on the allowlist (sandbox/net-allow.txt; an entry without ports allows 443 and 80).",
              "To approve it for every sandbox of this group, run on the host:",
-             f"    {command} net.allow {host}"]
+             f"    {command} net.allow {spec}"]
     if worktree and command == "inv":
-        lines += ["or, for this worktree only:", f"    inv net.allow --worktree {worktree} {host}"]
+        lines += ["or, for this worktree only:", f"    inv net.allow --worktree {worktree} {spec}"]
     lines += ["then retry the request (or answer the prompt of `inv net.watch`)."]
     return "\n".join(lines) + "\n"
 

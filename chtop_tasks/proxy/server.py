@@ -315,7 +315,7 @@ class Server:
                     self.loop.call_later(0.1, self._flush_log)
 
     async def _judge(self, host: str, port: int, worktree: str | None, rec: dict, conn=None, source=None):
-        verdict = self.policy.judge(host, worktree)
+        verdict = self.policy.judge(host, worktree, port)
         full = self.holds.full(host, worktree, source) if verdict.decision == "blocked" else None
         if full:
             verdict.reason += f" (not held: {full})"
@@ -326,7 +326,7 @@ class Server:
             finally:
                 if stop_watching is not None:
                     stop_watching()
-            verdict = self.policy.judge(host, worktree)
+            verdict = self.policy.judge(host, worktree, port)
             if verdict.decision == "blocked" and answer.startswith("allow-once"):
                 verdict = once_verdict(host, answer)
             verdict.reason += f" (held for watch: {answer})"
