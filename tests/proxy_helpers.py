@@ -278,5 +278,20 @@ def tunnel(p, target: str, timeout: float = 10.0) -> socket.socket:
     return s
 
 
+# Prepended to a script that plays a sandbox's entry (python3 -c): hand_off(path) gives the proxy a
+# new listener on 127.0.0.1 over the hand-off socket ``path`` (chtop_tasks/proxy/fdpass.py).
+HAND_OFF_SCRIPT = """
+import socket
+def hand_off(path):
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(1)
+    c = socket.socket(socket.AF_UNIX)
+    c.connect(path)
+    socket.send_fds(c, [b"CHTOP-LISTEN 1\\n"], [lsock.fileno()])
+    return c, lsock
+"""
+
+
 def fd_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from proxy_helpers import echo, free_port, proxy, read_all, read_head  # noqa: F401  (fixtures)
+from proxy_helpers import HAND_OFF_SCRIPT, echo, free_port, proxy, read_all, read_head  # noqa: F401  (fixtures)
 
 from chtop_tasks.proxy.fdpass import HANDOFF_NAME, MAGIC
 
@@ -162,17 +162,12 @@ def test_hand_offs_that_end_at_once_are_coalesced_and_empty_ones_count_for_nothi
     assert 1 <= text.count("hand-off refused") <= wall + 2, text
 
 
-HOG = """
+HOG = HAND_OFF_SCRIPT + """
 import socket, sys, time
 path, ok = sys.argv[1], 0
 held = []
 for _ in range(5):
-    lsock = socket.socket()
-    lsock.bind(("127.0.0.1", 0))
-    lsock.listen(1)
-    c = socket.socket(socket.AF_UNIX)
-    c.connect(path)
-    socket.send_fds(c, [b"CHTOP-LISTEN 1\\n"], [lsock.fileno()])
+    c, lsock = hand_off(path)
     c.settimeout(5)
     try:
         ok += c.recv(16) == b"OK\\n"

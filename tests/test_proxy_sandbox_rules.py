@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from proxy_helpers import HAND_OFF_SCRIPT
 from sandbox_helpers import as_user, free_proxy_port, user_group_cm
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
@@ -147,17 +148,12 @@ def test_no_request_line_in_a_tunnel_fronts_another_host(g, vhost_server):
 
 # -- rule 12: the hand-off socket drives no unbounded host work -----------------------------------
 
-HANDOFF_FLOOD = """
+HANDOFF_FLOOD = HAND_OFF_SCRIPT + """
 import socket, sys, time
 path, seconds = sys.argv[1], float(sys.argv[2])
 end, done, empty = time.monotonic() + seconds, 0, 0
 while time.monotonic() < end:
-    lsock = socket.socket()
-    lsock.bind(("127.0.0.1", 0))
-    lsock.listen(1)
-    c = socket.socket(socket.AF_UNIX)
-    c.connect(path)
-    socket.send_fds(c, [b"CHTOP-LISTEN 1\\n"], [lsock.fileno()])
+    c, lsock = hand_off(path)
     if c.recv(16) == b"OK\\n":
         done += 1
     c.close()
@@ -255,19 +251,14 @@ def test_a_flooding_worktree_does_not_starve_another(g, vhost_server):
             flooder.communicate()
 
 
-HANDOFF_HOG = """
+HANDOFF_HOG = HAND_OFF_SCRIPT + """
 import os, socket, time
 path = next(os.path.join(fields[4], "handoff.sock") for fields in
             (line.split() for line in open("/proc/self/mountinfo"))
             if os.path.exists(os.path.join(fields[4], "handoff.sock")))
 held, idle = [], []
 for _ in range(24):                            # more listeners than the old cap of 16 a socket
-    lsock = socket.socket()
-    lsock.bind(("127.0.0.1", 0))
-    lsock.listen(1)
-    c = socket.socket(socket.AF_UNIX)
-    c.connect(path)
-    socket.send_fds(c, [b"CHTOP-LISTEN 1\\n"], [lsock.fileno()])
+    c, lsock = hand_off(path)
     held.append((c, lsock))
 open("hog.out", "w").write("HOGGING\\n")
 end = time.monotonic() + 90

@@ -274,10 +274,15 @@ def pending_requests(group_dir: Path, policy_dir: Path, info: dict | None = None
     else:
         undecided = [dict(i) for i in blocked
                      if policy.judge(i["host"], i["worktree"], i.get("port")).decision == "blocked"]
-    items = {(i.get("spec", i["host"]), i["worktree"]): dict(i, held=False, waiting=0) for i in undecided}
+    by_port = blocked is None      # a caller's own tail (the dashboard's) keeps no ports: one item a host
+
+    def key(item: dict) -> tuple:
+        return (item.get("spec", item["host"]) if by_port else item["host"], item["worktree"])
+
+    items = {key(i): dict(i, held=False, waiting=0) for i in undecided}
     for hold in (info or {}).get("held", []):
         fresh = pending_item(hold["host"], hold.get("port"), hold["worktree"])
-        item = items.setdefault((fresh["spec"], fresh["worktree"]), fresh)
+        item = items.setdefault(key(fresh), fresh)
         item.update(held=True, waiting=hold["waiting"], last=max(item["last"], hold["since"]))
         item["count"] += hold["waiting"]
     return sorted(items.values(), key=lambda i: i["last"], reverse=True)
