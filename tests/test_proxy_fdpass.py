@@ -167,13 +167,13 @@ import socket, sys, time
 path, ok = sys.argv[1], 0
 held = []
 for _ in range(5):
-    c, lsock = hand_off(path)
-    c.settimeout(5)
-    try:
+    try:                                    # a refused one may be closed before its message is sent
+        c, lsock = hand_off(path)
+        c.settimeout(5)
         ok += c.recv(16) == b"OK\\n"
+        held.append(c)
     except OSError:
         pass
-    held.append(c)
 print("OK", ok, flush=True)
 pending = []
 for _ in range(8):                          # connections that never send their message
