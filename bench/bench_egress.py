@@ -63,7 +63,7 @@ def main() -> int:
     try:
         g = build(base)
         with open(g.toplevel / "sandbox" / "net-allow.txt", "a") as fh:
-            fh.write("127.0.0.1 private   # bench: the loopback servers\n")
+            fh.write(f"127.0.0.1:{echo},{sink},{source} private   # bench: the loopback servers\n")
         for name in ("bench_proxy.py", "egress_client.py"):
             shutil.copy(ROOT / "bench" / name, g.dev / "alpha" / name)
             os.chown(g.dev / "alpha" / name, g.user.pw_uid, g.user.pw_gid)

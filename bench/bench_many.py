@@ -174,7 +174,7 @@ def main() -> int:
             python = [sys.executable]
         print(f"built {args.n} worktrees in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
         with open(toplevel / "sandbox" / "net-allow.txt", "a") as fh:
-            fh.write("127.0.0.1 private   # bench: the loopback echo server\n")
+            fh.write(f"127.0.0.1:{echo} private   # bench: the loopback echo server\n")
         client_dir = toplevel / "bench-client"         # read-only inside every sandbox
         client_dir.mkdir(mode=0o755)
         for name in ("bench_proxy.py", "egress_client.py"):

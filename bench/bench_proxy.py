@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 CHUNK = 1 << 20
-MSG = b"m" * 64
+MSG = b"m" * 63 + b"\n"     # a line: a bare token as first bytes waits for a request line
 
 
 # ---- the servers (one separate process) ----------------------------------------------
@@ -172,7 +172,7 @@ def setup_latency(route, ports, n):
     for _ in range(n):
         t0 = time.perf_counter()
         s, t = route.open(ports["echo"])
-        s.sendall(b"1")
+        s.sendall(b"\x01")                 # not a bare token (that waits for a request line)
         s.recv(1)
         toecho.append(time.perf_counter() - t0)
         to200.append(t)
@@ -288,13 +288,14 @@ def concurrent(route, ports, nconn, seconds):
 
 
 # ---- the proxies ---------------------------------------------------------------------
-def start_chtop(tmp):
+def start_chtop(tmp, ports: dict):
     from chtop_tasks.proxy import ensure_proxy
     from chtop_tasks.proxy.control import proxy_port
     group = Path(tmp) / "grp"
     policy = group / "sandbox"
     policy.mkdir(parents=True)
-    (policy / "net-allow.txt").write_text("127.0.0.1 private\n")
+    # an entry allows 443 and 80 unless it names ports: the loopback servers'
+    (policy / "net-allow.txt").write_text(f"127.0.0.1:{','.join(str(p) for p in ports.values())} private\n")
     (policy / "net-deny.txt").write_text("")
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -353,7 +354,7 @@ def main():
     echo, sink, source = q.get(timeout=10)
     ports = {"echo": echo, "sink": sink, "source": source}
     tmp = tempfile.mkdtemp(prefix="bench-proxy-")
-    chtop, group = start_chtop(tmp)
+    chtop, group = start_chtop(tmp, ports)
     tiny, tiny_proc = start_tinyproxy(tmp)
     routes = [Route("direct"), chtop] + ([tiny] if tiny else [])
     levels = [int(x) for x in args.levels.split(",")]

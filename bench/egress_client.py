@@ -67,8 +67,8 @@ def loop(argv: list[str]) -> dict:
     while time.perf_counter() < end:
         try:
             s, _ = route.open(echo, timeout=10)
-            s.sendall(b"1")
-            if s.recv(1) != b"1":
+            s.sendall(b"\x01")              # not a bare token (that waits for a request line)
+            if s.recv(1) != b"\x01":
                 errors += 1
             s.close()
             opened += 1

@@ -224,7 +224,7 @@ def read_head(s: socket.socket) -> tuple[int, bytes]:
     return status, rest
 
 
-def connect_in_thread(via, target: str, payload: bytes = b"ping") -> tuple[threading.Thread, dict]:
+def connect_in_thread(via, target: str, payload: bytes = b"ping\n") -> tuple[threading.Thread, dict]:
     """CONNECT ``target`` through ``via`` in a thread (it may be held for an answer); on a 200,
     send ``payload`` and read its echo.  The thread's ``result``: ``status`` and ``echo``."""
     result = {}
@@ -276,6 +276,21 @@ def tunnel(p, target: str, timeout: float = 10.0) -> socket.socket:
     assert status == 200, (status, rest)
     assert rest == b""
     return s
+
+
+# Prepended to a script that plays a sandbox's entry (python3 -c): hand_off(path) gives the proxy a
+# new listener on 127.0.0.1 over the hand-off socket ``path`` (chtop_tasks/proxy/fdpass.py).
+HAND_OFF_SCRIPT = """
+import socket
+def hand_off(path):
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(1)
+    c = socket.socket(socket.AF_UNIX)
+    c.connect(path)
+    socket.send_fds(c, [b"CHTOP-LISTEN 1\\n"], [lsock.fileno()])
+    return c, lsock
+"""
 
 
 def fd_count(pid: int) -> int:

@@ -61,7 +61,7 @@ def test_allow_once_lets_the_held_request_through_and_blocks_the_next(proxy, ech
                                      once=True, private=True)
         assert "1 held request(s) let through once" in lines[0]
         t.join(10)
-        assert result == {"status": 200, "echo": b"ping"}
+        assert result == {"status": 200, "echo": b"ping\n"}
         # the next one is blocked again: held (a watcher is attached), then refused at the hold's end
         t0 = time.monotonic()
         assert status_of(proxy, target) == 403
@@ -80,7 +80,7 @@ def test_allow_for_a_while_expires_without_a_restart(proxy, echo):
     target = f"echo.example.test:{echo.port}"
     assert status_of(proxy, target) == 403
     decided = time.monotonic()
-    lines = approvals.decide_all(proxy.group, proxy.policy, ["echo.example.test"], "cli", ttl="6s", private=True)
+    lines = approvals.decide_all(proxy.group, proxy.policy, [target], "cli", ttl="6s", private=True)
     assert "allowed until" in lines[0] and "(6s)" in lines[0]
     with connect_proxy(proxy) as s:
         s.sendall(f"CONNECT {target} HTTP/1.1\r\n\r\n".encode())
@@ -91,7 +91,7 @@ def test_allow_for_a_while_expires_without_a_restart(proxy, echo):
     time.sleep(max(0.0, decided + 6.2 - time.monotonic()))          # past the expiry, however slow the above was
     assert status_of(proxy, target) == 403
     assert proxy.pid() == pid                                              # no restart
-    assert [p["host"] for p in approvals.pending_requests(proxy.group, proxy.policy)] == ["echo.example.test"]
+    assert [p["spec"] for p in approvals.pending_requests(proxy.group, proxy.policy)] == [target]
 
 
 @pytest.mark.slow
@@ -100,13 +100,13 @@ def test_worktree_scope_applies_on_that_worktrees_socket_only(proxy, echo):
     feat = proxy.start("feat").socket_path
     other = proxy.start("other").socket_path
     target = f"wt.example.test:{echo.port}"
-    decide_for_worktree(proxy, "wt.example.test", "cli", worktree="feat", private=True)
-    assert (proxy.policy / "worktrees" / "feat" / "net-allow.txt").read_text() == "wt.example.test private\n"
+    decide_for_worktree(proxy, target, "cli", worktree="feat", private=True)
+    assert (proxy.policy / "worktrees" / "feat" / "net-allow.txt").read_text() == f"{target} private\n"
     assert status_of(proxy, target, str(feat)) == 200
     assert status_of(proxy, target, str(other)) == 403
     assert status_of(proxy, target) == 403
     # for a while, one worktree only
-    decide_for_worktree(proxy, "echo.example.test", "cli", worktree="other", ttl="1h", private=True)
+    decide_for_worktree(proxy, f"echo.example.test:{echo.port}", "cli", worktree="other", ttl="1h", private=True)
     assert status_of(proxy, f"echo.example.test:{echo.port}", str(other)) == 200
     assert status_of(proxy, f"echo.example.test:{echo.port}", str(feat)) == 403
 
@@ -150,7 +150,7 @@ def test_net_watch_offers_allow_for_a_while_and_audits_it(proxy, echo):
     proxy.start()
     watcher = _watcher(proxy)
     try:
-        t, result = connect_in_thread(proxy, f"echo.example.test:{echo.port}", b"held")
+        t, result = connect_in_thread(proxy, f"echo.example.test:{echo.port}", b"held\n")
         prompt = _read_until(watcher.stdout, "BLOCKED echo.example.test")
         watcher.stdin.write("t\n")
         watcher.stdin.flush()

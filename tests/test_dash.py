@@ -144,8 +144,8 @@ def test_pending_pane_allow_once_lets_the_held_request_through(busy_group, monke
             s.sendall(f"CONNECT echo.example.test:{echo.port} HTTP/1.1\r\n\r\n".encode())
             status, _ = read_head(s)
             if status == 200:
-                s.sendall(b"ping")
-                results.append((status, s.recv(4)))
+                s.sendall(b"ping\n")
+                results.append((status, s.recv(5)))
             else:
                 results.append((status, b""))
 
@@ -161,7 +161,7 @@ def test_pending_pane_allow_once_lets_the_held_request_through(busy_group, monke
             assert cell_texts(pending)[0][:2] == ["echo.example.test", "(group)"]
             await pilot.press("p", "o")
             await first
-            assert results == [(200, b"ping")]
+            assert results == [(200, b"ping\n")]
             t0 = time.monotonic()
             await loop.run_in_executor(None, client)            # the next one: held again, then refused
             assert results[-1][0] == 403 and time.monotonic() - t0 >= 11.8

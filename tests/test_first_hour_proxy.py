@@ -100,7 +100,7 @@ def test_allowed_plain_http_has_a_status_in_the_log(proxy, tmp_path):
     (tmp_path / "www" / "f.txt").write_text("plain body")
     server = HTTPSServer(tmp_path / "www", {}, tls=False)
     try:
-        proxy.allow("plain.example.test private")
+        proxy.allow(f"plain.example.test:{server.port} private")
         proxy.start()
         host = f"plain.example.test:{server.port}"
         for path, want in (("/f.txt", 200), ("/missing", 404)):

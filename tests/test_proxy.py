@@ -73,7 +73,7 @@ def test_port_is_derived_from_the_group_dir(tmp_path, monkeypatch):
 
 
 def test_connect_tunnel_echo_and_half_close(proxy, echo):
-    proxy.allow("echo.example.test private")
+    proxy.allow(f"echo.example.test:{echo.port} private")
     proxy.start()
     s = tunnel(proxy, f"echo.example.test:{echo.port}")
     s.sendall(b"hello through the tunnel")
@@ -107,7 +107,7 @@ def test_allowlist_change_applies_without_restart(proxy, echo):
     pid = proxy.start().pid
     target = f"CONNECT echo.example.test:{echo.port} HTTP/1.1\r\n\r\n".encode()
     assert raw_request(proxy, target)[0] == 403
-    proxy.allow("*.example.test private")
+    proxy.allow(f"*.example.test:{echo.port} private")
     s = tunnel(proxy, f"echo.example.test:{echo.port}")
     s.close()
     assert proxy.pid() == pid
@@ -115,7 +115,7 @@ def test_allowlist_change_applies_without_restart(proxy, echo):
 
 
 def test_name_resolving_to_loopback_needs_private(proxy, echo):
-    proxy.allow("loop.example.test")
+    proxy.allow(f"loop.example.test:{echo.port}")
     proxy.start()
     status, body = raw_request(proxy, f"CONNECT loop.example.test:{echo.port} HTTP/1.1\r\n\r\n".encode())
     assert status == 403 and b"non-public address 127.0.0.1" in body
@@ -152,7 +152,7 @@ FOOLING = [
 
 @pytest.mark.parametrize("target", FOOLING)
 def test_fooling_targets_refused(proxy, echo, target):
-    proxy.allow("echo.example.test private", "other.example.test.evil.net")
+    proxy.allow(f"echo.example.test:{echo.port} private", "other.example.test.evil.net")
     proxy.start()
     status, _ = raw_request(proxy, f"CONNECT {target.format(port=echo.port)} HTTP/1.1\r\n\r\n".encode())
     assert status in (400, 403)
@@ -165,7 +165,7 @@ def test_fooling_targets_refused(proxy, echo, target):
     b"CONNECT echo.example.test:{port} HTTP/1.1\nX: y",
 ])
 def test_control_bytes_in_request_line(proxy, echo, raw_line):
-    proxy.allow("echo.example.test private")
+    proxy.allow(f"echo.example.test:{echo.port} private")
     proxy.start()
     status, _ = raw_request(proxy, raw_line.replace(b"{port}", str(echo.port).encode()) + b"\r\n\r\n")
     assert status == 400 and echo.accepted == 0
@@ -173,11 +173,11 @@ def test_control_bytes_in_request_line(proxy, echo, raw_line):
 
 @pytest.mark.parametrize("spelling", ["127.1", "2130706433", "0x7f.0.0.1", "[::ffff:127.0.0.1]"])
 def test_listed_address_allows_every_spelling(proxy, echo, spelling):
-    proxy.allow("127.0.0.1 private")
+    proxy.allow(f"127.0.0.1:{echo.port} private")
     proxy.start()
     s = tunnel(proxy, f"{spelling}:{echo.port}")
-    s.sendall(b"x")
-    assert s.recv(1) == b"x"
+    s.sendall(b"x\n")               # a bare token would wait for a request line
+    assert s.recv(2) == b"x\n"
     s.close()
     assert proxy.wait_record(lambda r: r.get("decision") == "allowed")["host"] == "127.0.0.1"
 
@@ -197,7 +197,7 @@ def _serve_file(tmp_path, certs, name, body, tls=True):
 def test_sni_must_match_connect_host(proxy, certs, tmp_path):
     server = _serve_file(tmp_path, certs, "index.html", "hi")
     try:
-        proxy.allow("tls.example.test private")
+        proxy.allow(f"tls.example.test:{server.port} private")
         proxy.start()
         raw = tunnel(proxy, f"tls.example.test:{server.port}")
         with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
@@ -216,7 +216,7 @@ def test_sni_must_match_connect_host(proxy, certs, tmp_path):
 def test_plain_http_and_host_header(proxy, certs, tmp_path):
     server = _serve_file(tmp_path, certs, "f.txt", "plain body", tls=False)
     try:
-        proxy.allow("plain.example.test private")
+        proxy.allow(f"plain.example.test:{server.port} private")
         proxy.start()
         host = f"plain.example.test:{server.port}"
         status, body = raw_request(proxy, f"GET http://{host}/f.txt HTTP/1.1\r\nHost: {host}\r\n"
@@ -237,9 +237,10 @@ def test_plain_http_and_host_header(proxy, certs, tmp_path):
 
 
 def test_unreachable_upstream_is_502(proxy):
-    proxy.allow("dead.example.test private")
+    dead = free_port()
+    proxy.allow(f"dead.example.test:{dead},443 private")
     proxy.start()
-    status, body = raw_request(proxy, f"CONNECT dead.example.test:{free_port()} HTTP/1.1\r\n\r\n".encode())
+    status, body = raw_request(proxy, f"CONNECT dead.example.test:{dead} HTTP/1.1\r\n\r\n".encode())
     assert status == 502 and b"cannot connect" in body
     status, body = raw_request(proxy, b"CONNECT unknown.dead.example.test:443 HTTP/1.1\r\n\r\n")
     assert status == 502 and b"cannot resolve" in body
@@ -269,14 +270,14 @@ def test_abuse_garbage_oversize_slow_and_busy(proxy, monkeypatch, echo):
 
 @pytest.mark.slow
 def test_no_fd_leak_after_thousands_of_connections(proxy, echo):
-    proxy.allow("echo.example.test private")
+    proxy.allow(f"echo.example.test:{echo.port} private")
     pid = proxy.start().pid
 
     def one_of_each_kind(i: int) -> None:
         if i % 3 == 0:
             s = tunnel(proxy, f"echo.example.test:{echo.port}")
-            s.sendall(b"p")
-            assert s.recv(1) == b"p"
+            s.sendall(b"p\n")
+            assert s.recv(2) == b"p\n"
             s.close()
         elif i % 3 == 1:
             assert raw_request(proxy, b"CONNECT blocked.example.org:443 HTTP/1.1\r\n\r\n")[0] == 403
@@ -308,7 +309,7 @@ def test_no_fd_leak_after_thousands_of_connections(proxy, echo):
 
 
 def test_sigterm_stops_cleanly_and_kill9_recovers(proxy, echo):
-    proxy.allow("echo.example.test private")
+    proxy.allow(f"echo.example.test:{echo.port} private")
     ep = proxy.start()
     os.kill(ep.pid, signal.SIGTERM)
     deadline = time.monotonic() + 10
@@ -332,8 +333,8 @@ def test_sigterm_stops_cleanly_and_kill9_recovers(proxy, echo):
 
 
 def test_unix_sockets_and_worktree_layer(proxy, echo):
-    proxy.allow("echo.example.test private")
-    proxy.allow("wt.example.test private", worktree="feat")
+    proxy.allow(f"echo.example.test:{echo.port} private")
+    proxy.allow(f"wt.example.test:{echo.port} private", worktree="feat")
     group_ep = proxy.start()
     wt_ep = proxy.start("feat")
     assert wt_ep.socket_path.name == "proxy.sock" and wt_ep.socket_path.parent.name == "feat"
@@ -343,8 +344,8 @@ def test_unix_sockets_and_worktree_layer(proxy, echo):
     assert status == 403 and b"--worktree" not in body
     assert raw_request(proxy, target)[0] == 403
     s = tunnel(str(wt_ep.socket_path), f"wt.example.test:{echo.port}")
-    s.sendall(b"w")
-    assert s.recv(1) == b"w"
+    s.sendall(b"w\n")
+    assert s.recv(2) == b"w\n"
     s.close()
     s = tunnel(str(group_ep.socket_path), f"echo.example.test:{echo.port}")
     s.close()
@@ -392,18 +393,18 @@ def test_watch_holds_and_completes_on_approval(proxy, echo):
     assert time.monotonic() - t0 < 30                   # not held: a hold lasts 120 s
     watcher = _watcher(proxy)
     try:
-        t, result = connect_in_thread(proxy, target, b"held")
+        t, result = connect_in_thread(proxy, target, b"held\n")
         _read_until(watcher.stdout, "BLOCKED echo.example.test")
         time.sleep(0.3)
         assert t.is_alive() and "status" not in result          # held, not refused
         # "allow always" writes the list; the name resolves to 127.0.0.1 so the
         # entry still lacks `private` -> refused as non-public.  Approve with the
         # private-capable list instead: allow once plus a private entry.
-        proxy.allow("echo.example.test private")
+        proxy.allow(f"echo.example.test:{echo.port} private")
         watcher.stdin.write("o\n")
         watcher.stdin.flush()
         t.join(10)
-        assert result == {"status": 200, "echo": b"held"}
+        assert result == {"status": 200, "echo": b"held\n"}
         assert "allowed once" in _read_until(watcher.stdout, "allowed")
         # allow always: written to the list once
         t, result = connect_in_thread(proxy, "other.example.test:443")
@@ -457,7 +458,7 @@ def raise_fd_limit(needed: int) -> None:
 def test_a_thousand_concurrent_tunnels(proxy, echo):
     """More tunnels than select() could watch (fds above 1024): all must work."""
     raise_fd_limit(4096)       # 1000 client sockets here, 2000+ in the proxy (ulimit -n is often 1024)
-    proxy.allow("echo.example.test private")
+    proxy.allow(f"echo.example.test:{echo.port} private")
     pid = proxy.start().pid
     socks = [tunnel(proxy, f"echo.example.test:{echo.port}", timeout=30) for _ in range(1000)]
     for i, s in enumerate(socks):
@@ -477,7 +478,7 @@ def test_a_thousand_concurrent_tunnels(proxy, echo):
 def test_plain_http_inside_a_tunnel_must_name_the_connect_host(proxy, certs, tmp_path):
     server = _serve_file(tmp_path, certs, "f.txt", "vhost body", tls=False)
     try:
-        proxy.allow("plain.example.test private")
+        proxy.allow(f"plain.example.test:{server.port} private")
         proxy.start()
         target = f"plain.example.test:{server.port}"
         s = tunnel(proxy, target)
@@ -494,3 +495,123 @@ def test_plain_http_inside_a_tunnel_must_name_the_connect_host(proxy, certs, tmp
         s.close()
     finally:
         server.close()
+
+
+@pytest.mark.parametrize("first", [
+    b"PROPFIND /f.txt HTTP/1.1\r\nHost: other.example.test\r\n\r\n",
+    b"get /f.txt HTTP/1.1\r\nHost: other.example.test\r\n\r\n",
+    b"X-Made-Up /f.txt HTTP/1.1\r\nHost: other.example.test\r\n\r\n",
+    b"\r\nGET /f.txt HTTP/1.1\r\nHost: other.example.test\r\n\r\n",         # a leading empty line
+    b"GET\t/f.txt\tHTTP/1.1\r\nHost: other.example.test\r\n\r\n",
+    b"GET /f.txt HTTP/1.1\nHost: other.example.test\n\n",                   # bare LF
+    b"get /f.txt http/1.1\r\nHost: other.example.test\r\n\r\n",
+])
+def test_every_request_line_in_a_tunnel_must_name_the_connect_host(proxy, certs, tmp_path, first):
+    """Any token as the method, in any case: the first request in a tunnel names the CONNECT host."""
+    server = _serve_file(tmp_path, certs, "f.txt", "vhost body", tls=False)
+    try:
+        proxy.allow(f"plain.example.test:{server.port} private")
+        proxy.start()
+        s = tunnel(proxy, f"plain.example.test:{server.port}")
+        s.sendall(first)
+        assert read_all(s) == b""                       # cut off before the upstream answered
+        s.close()
+        rec = proxy.wait_record(lambda r: r.get("host") == "plain.example.test" and "bytes_down" in r)
+        assert rec["decision"] == "blocked" and rec["bytes_down"] == 0 and rec["bytes_up"] == 0
+    finally:
+        server.close()
+
+
+def test_a_tunnel_passes_any_method_naming_its_host_and_non_http_bytes(proxy, echo):
+    proxy.allow(f"echo.example.test:{echo.port} private")
+    proxy.start()
+    target = f"echo.example.test:{echo.port}"
+    for first in (f"PROPFIND / HTTP/1.1\r\nHost: {target}\r\n\r\n".encode(),
+                  f"m-search / HTTP/1.1\r\nhost: {target}\r\n\r\n".encode(),
+                  b"SSH-2.0-OpenSSH_9.2\r\n", b"PING\r\n", b"\x00\x01binary"):
+        s = tunnel(proxy, target)
+        s.sendall(first)
+        s.shutdown(socket.SHUT_WR)
+        assert read_all(s) == first                   # reached the (echo) upstream whole
+        s.close()
+
+
+def test_one_worktree_cannot_hold_more_than_its_share(proxy, monkeypatch):
+    """Per worktree: connections over its cap get 503 while another worktree's still pass; with a
+    watcher attached, blocked requests over its held cap or prompts over its prompt cap are refused
+    at once, while another worktree's are still held and prompted."""
+    from chtop_tasks.proxy import control_protocol
+
+    monkeypatch.setenv("CHTOP_PROXY_MAX_CONNS", "40")
+    monkeypatch.setenv("CHTOP_PROXY_MAX_CONNS_PER_WORKTREE", "6")
+    monkeypatch.setenv("CHTOP_PROXY_MAX_HELD_PER_WORKTREE", "3")
+    monkeypatch.setenv("CHTOP_PROXY_MAX_PROMPTS_PER_WORKTREE", "2")
+    monkeypatch.setenv("CHTOP_PROXY_HOLD_SECONDS", "8")
+    flood, calm = str(proxy.start("flood").socket_path), str(proxy.start("calm").socket_path)
+    idle = [connect_proxy(flood) for _ in range(6)]
+    time.sleep(0.3)
+    with connect_proxy(flood) as s:                    # answered at accept, before it sends anything
+        status, body = read_head(s)
+    assert status == 503 and b"too many connections from flood" in body
+    assert raw_request(calm, b"CONNECT a.example.org:443 HTTP/1.1\r\n\r\n")[0] == 403   # judged, not busy
+    for s in idle:
+        s.close()
+    watcher, _, _ = control_protocol.attach_watcher(proxy.group)
+    try:
+        threads = [connect_in_thread(flood, f"h{i}.example.org:443") for i in range(2)]   # two prompts
+        deadline = time.monotonic() + 10
+        while len(control.status(proxy.group)["held"]) < 2:
+            assert time.monotonic() < deadline, control.status(proxy.group)
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        status, body = raw_request(flood, b"CONNECT h9.example.org:443 HTTP/1.1\r\n\r\n")    # a third prompt
+        assert status == 403 and time.monotonic() - t0 < 5
+        threads.append(connect_in_thread(flood, "h0.example.org:443"))    # no new prompt: held (3rd)
+        while sum(h["waiting"] for h in control.status(proxy.group)["held"]) < 3:
+            assert time.monotonic() < deadline, control.status(proxy.group)
+            time.sleep(0.05)
+        assert raw_request(flood, b"CONNECT h1.example.org:443 HTTP/1.1\r\n\r\n")[0] == 403   # a 4th held
+        rec = proxy.wait_record(lambda r: "requests of this sandbox are held" in r.get("reason", ""))
+        assert rec["worktree"] == "flood"
+        assert proxy.wait_record(lambda r: "prompts of this sandbox are open" in r.get("reason", ""))
+        threads.append(connect_in_thread(calm, "c.example.org:443"))       # the other worktree: held
+        while not any(h["worktree"] == "calm" for h in control.status(proxy.group)["held"]):
+            assert time.monotonic() < deadline, control.status(proxy.group)
+            time.sleep(0.05)
+    finally:
+        watcher.close()
+    for t, result in threads:
+        t.join(20)
+        assert result["status"] == 403                  # held, then expired
+
+
+def test_an_entry_allows_443_and_80_unless_it_names_ports(proxy, echo):
+    """``CONNECT api.anthropic.com:22`` was allowed by the entry ``api.anthropic.com``: an entry
+    without ports now allows 443 and 80 only; ``host:port`` entries (net.allow too) allow those;
+    a deny entry without ports denies every port; net.pending names a blocked port."""
+    from chtop_tasks.proxy import approvals
+
+    with open(proxy.hosts_file, "a") as fh:
+        fh.write("127.0.0.1 api.anthropic.com\n")
+    proxy.allow("api.anthropic.com private", "echo.example.test private")
+    proxy.start()
+    for port in (22, echo.port):
+        status, body = raw_request(proxy, f"CONNECT api.anthropic.com:{port} HTTP/1.1\r\n\r\n".encode())
+        assert status == 403 and f"inv net.allow api.anthropic.com:{port}".encode() in body, body
+    rec = proxy.wait_record(lambda r: r.get("port") == 22)
+    assert rec["decision"] == "blocked" and "port 22 not allowed" in rec["reason"] and "443, 80" not in rec["reason"]
+    status, body = raw_request(proxy, f"GET http://echo.example.test:{echo.port}/ HTTP/1.1\r\n\r\n".encode())
+    assert status == 403 and echo.accepted == 0
+    text = format_pending(proxy.group, proxy.policy)
+    assert f"api.anthropic.com:{port}" in text and "api.anthropic.com:22" in text, text
+    approvals.decide_all(proxy.group, proxy.policy, [f"echo.example.test:{echo.port},8443"], "cli", private=True)
+    ports = ",".join(map(str, sorted({echo.port, 8443})))
+    assert f"echo.example.test:{ports} private\n" in (proxy.policy / "net-allow.txt").read_text()
+    s = tunnel(proxy, f"echo.example.test:{echo.port}")
+    s.sendall(b"ok\n")
+    assert s.recv(3) == b"ok\n"
+    s.close()
+    assert raw_request(proxy, b"CONNECT echo.example.test:8080 HTTP/1.1\r\n\r\n")[0] == 403  # named or 443/80 only
+    proxy.deny("echo.example.test")                                # a deny without ports: every port
+    assert raw_request(proxy, f"CONNECT echo.example.test:{echo.port} HTTP/1.1\r\n\r\n".encode())[0] == 403
+    assert proxy.wait_record(lambda r: r.get("decision") == "denied")["port"] == echo.port

@@ -50,7 +50,7 @@ def _env(proxy, **extra):
 
 def test_curl_https_allowed_and_blocked(proxy, site, certs):
     curl = require_tool("curl")
-    proxy.allow("tls.example.test private")
+    proxy.allow(f"tls.example.test:{site.port} private")
     proxy.start()
     url = f"https://tls.example.test:{site.port}/index.html"
     ok = subprocess.run([curl, "-sS", "--cacert", str(certs["ca"]), url], env=_env(proxy),
@@ -71,7 +71,7 @@ def test_curl_https_allowed_and_blocked(proxy, site, certs):
 def test_curl_resolve_trick_is_caught_by_sni(proxy, site, certs):
     """curl --connect-to: CONNECT an allowed name, TLS to another (domain fronting)."""
     curl = require_tool("curl")
-    proxy.allow("tls.example.test private")
+    proxy.allow(f"tls.example.test:{site.port} private")
     proxy.start()
     run = subprocess.run(
         [curl, "-sS", "--cacert", str(certs["ca"]), "--connect-to",
@@ -92,7 +92,7 @@ def _pip_download(proxy, site, certs, out, host):
 
 
 def test_pip_download_through_proxy(proxy, site, certs, tmp_path):
-    proxy.allow("pypi.example.test private")
+    proxy.allow(f"pypi.example.test:{site.port} private")
     proxy.start()
     out = tmp_path / "dl"
     run = _pip_download(proxy, site, certs, out, "pypi.example.test")
@@ -114,7 +114,7 @@ def test_git_clone_over_https_through_proxy(proxy, site, certs, tmp_path):
     bare = site.root / "repo.git"
     subprocess.run(["git", "clone", "-q", "--bare", str(seed), str(bare)], check=True)
     subprocess.run(["git", "-C", str(bare), "update-server-info"], check=True)
-    proxy.allow("git.example.test private")
+    proxy.allow(f"git.example.test:{site.port} private")
     proxy.start()
     env = _env(proxy, GIT_SSL_CAINFO=str(certs["ca"]), GIT_TERMINAL_PROMPT="0")
     clone = subprocess.run(["git", "clone", "-q", f"https://git.example.test:{site.port}/repo.git",

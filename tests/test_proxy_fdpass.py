@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from proxy_helpers import echo, free_port, proxy, read_all, read_head  # noqa: F401  (fixtures)
+from proxy_helpers import HAND_OFF_SCRIPT, echo, free_port, proxy, read_all, read_head  # noqa: F401  (fixtures)
 
 from chtop_tasks.proxy.fdpass import HANDOFF_NAME, MAGIC
 
@@ -46,7 +46,7 @@ def connect_tunnel(port: int, target: str) -> tuple[int, socket.socket]:
 
 
 def test_the_proxy_serves_a_handed_over_listener_as_the_worktrees(proxy, echo):
-    proxy.allow("echo.example.test private", worktree="dev")
+    proxy.allow(f"echo.example.test:{echo.port} private", worktree="dev")
     ep = proxy.start("dev")
     handoff = ep.socket_path.with_name(HANDOFF_NAME)
     assert handoff.is_socket()
@@ -56,9 +56,9 @@ def test_the_proxy_serves_a_handed_over_listener_as_the_worktrees(proxy, echo):
     lsock.close()                                        # only the proxy holds it now
     status, s = connect_tunnel(port, f"echo.example.test:{echo.port}")
     assert status == 200                                 # the worktree's layer allows it
-    s.sendall(b"ping")
+    s.sendall(b"ping\n")
     s.shutdown(socket.SHUT_WR)
-    assert read_all(s) == b"ping"
+    assert read_all(s) == b"ping\n"
     status, _ = connect_tunnel(port, "other.example.test:443")
     assert status == 403
     rec = proxy.wait_record(lambda r: r.get("host") == "other.example.test")
@@ -107,7 +107,7 @@ def test_anything_but_a_listening_tcp_socket_is_refused(proxy, what):
 def test_the_in_container_script_hands_off_and_holds_the_connection(proxy, echo):
     """listen_handoff.py itself (run here with this machine's python3): exits 0 once the proxy has
     the listener, and a sleep it leaves behind keeps the hand-off alive until it is killed."""
-    proxy.allow("echo.example.test private")
+    proxy.allow(f"echo.example.test:{echo.port} private")
     ep = proxy.start("dev")
     port = free_port()
     # its own session, so its holder is found by session, not mistaken for another test's sandbox's
@@ -133,3 +133,84 @@ def test_the_in_container_script_hands_off_and_holds_the_connection(proxy, echo)
             return
     pytest.fail("the listener outlived its holder")
 
+
+
+def test_hand_offs_that_end_at_once_are_coalesced_and_empty_ones_count_for_nothing(proxy):
+    """A flood of hand-offs that close at once, of connect + close with nothing and of bad
+    messages: at most one ENDED line (one import round) and one refusal line a second."""
+    ep = proxy.start("dev")
+    handoff = ep.socket_path.with_name(HANDOFF_NAME)
+    log = proxy.group / ".chtop" / "net" / "proxy.log"
+    t0 = time.monotonic()
+    for _ in range(300):
+        empty = socket.socket(socket.AF_UNIX)
+        empty.connect(str(handoff))
+        empty.close()
+    proxy.start("dev")                                   # answered after those: all were handled
+    assert "ENDED " not in log.read_text()               # nothing was handed over: no sandbox ended
+    lsock, _ = listener()
+    for i in range(300):
+        conn, reply = hand_off(handoff, lsock.fileno(), MAGIC if i % 2 else b"NOT A HAND-OFF\n")
+        assert reply == (b"OK\n" if i % 2 else b"")
+        conn.close()
+    proxy.start("dev")
+    time.sleep(1.5)                                      # the last coalesced round is due by now
+    wall = time.monotonic() - t0
+    text = log.read_text()
+    assert 1 <= text.count("ENDED ") <= wall + 2, text
+    assert "150 sandbox hand-offs" in text or text.count("ENDED ") > 1, text
+    assert 1 <= text.count("hand-off refused") <= wall + 2, text
+
+
+HOG = HAND_OFF_SCRIPT + """
+import socket, sys, time
+path, ok = sys.argv[1], 0
+held = []
+for _ in range(5):
+    try:                                    # a refused one may be closed before its message is sent
+        c, lsock = hand_off(path)
+        c.settimeout(5)
+        ok += c.recv(16) == b"OK\\n"
+        held.append(c)
+    except OSError:
+        pass
+print("OK", ok, flush=True)
+pending = []
+for _ in range(8):                          # connections that never send their message
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    pending.append(s)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root for unshare --pid")
+def test_hand_off_caps_count_per_sandbox_and_nested_namespaces_are_the_same_sandbox(proxy, echo):
+    """One 'sandbox' (a pid namespace, and one the agent nests inside it) holds at most two
+    listeners and four pending connections; another pid namespace still hands off."""
+    proxy.allow(f"echo.example.test:{echo.port} private")
+    handoff = str(proxy.start().socket_path.with_name(HANDOFF_NAME))
+    hog = subprocess.Popen(["unshare", "--pid", "--fork", "sh", "-c",
+                            'python3 -c "$0" "$1" 20 & unshare --pid --fork python3 -c "$0" "$1" 20; wait',
+                            HOG, handoff], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        oks = [int(hog.stdout.readline().split()[1]) for _ in range(2)]
+        assert 1 <= sum(oks) <= 2, oks                    # two listeners for the whole namespace tree
+        time.sleep(0.5)                                   # and its idle connections are in
+        port = free_port()
+        # its pid 1 (sh) outlives the script, so the holder it leaves keeps the hand-off open
+        other = subprocess.Popen(["unshare", "--pid", "--fork", "sh", "-c", '"$0" -I -S "$1" "$2" "$3" && '
+                                  'echo LAUNCHED && exec sleep 30', "/usr/bin/python3", str(HANDOFF_SCRIPT), handoff,
+                                  str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  start_new_session=True)
+        try:
+            assert other.stdout.readline().strip() == "LAUNCHED", other.stderr.read()   # another sandbox launches
+            status, s = connect_tunnel(port, f"echo.example.test:{echo.port}")
+            assert status == 200
+            s.close()
+        finally:
+            os.killpg(other.pid, 9)
+            other.wait()
+    finally:
+        os.killpg(hog.pid, 9)
+        hog.wait()

@@ -101,7 +101,8 @@ def test_entry_matches(entry, host, hit):
 
 @pytest.mark.parametrize("line", [
     "com", "co.uk", "github.io", "*.com", "uk", "https://github.com", "github.com/path",
-    "git*hub.com", "*github.com", "github.*", "github.com:443", "github.com extra", "*.",
+    "git*hub.com", "*github.com", "github.*", "github.com extra", "*.", "github.com:", "github.com:0",
+    "github.com:65536", "github.com:443,", "github.com:44 3", "github.com:https", "[::1]x:443", "com:443",
 ])
 def test_parse_entry_refuses(line):
     with pytest.raises(BadHost):
@@ -113,6 +114,33 @@ def test_deny_list_refuses_public_suffixes_too(line):
     """`net.deny com` would deny api.anthropic.com, the agent's own API."""
     with pytest.raises(BadHost, match="public suffix; denying it would deny a whole registry"):
         parse_entry(line, allow_list=False)
+
+
+@pytest.mark.parametrize("line, ports, spec", [
+    ("example.org", None, "example.org"),
+    ("example.org:8443", {8443}, "example.org:8443"),
+    ("Example.ORG:8443,8080 private", {8443, 8080}, "example.org:8080,8443"),
+    ("*.example.org:22", {22}, "example.org:22"),
+    ("[2001:db8::1]:8443", {8443}, "[2001:db8::1]:8443"),
+    ("2001:db8::1", None, "2001:db8::1"),
+])
+def test_parse_entry_takes_ports(line, ports, spec):
+    entry = parse_entry(line)
+    assert entry.ports == (frozenset(ports) if ports else None) and entry.spec == spec
+
+
+@pytest.mark.parametrize("entry, port, allow_hit, deny_hit", [
+    ("api.anthropic.com", 443, True, True),
+    ("api.anthropic.com", 80, True, True),
+    ("api.anthropic.com", 22, False, True),          # an allow without ports: 443 and 80 only
+    ("api.anthropic.com:8443", 8443, True, True),
+    ("api.anthropic.com:8443", 443, False, False),   # named ports only, in both lists
+    ("api.anthropic.com:8443,22", 22, True, True),
+])
+def test_entries_cover_their_ports(entry, port, allow_hit, deny_hit):
+    e = parse_entry(entry)
+    assert entry_matches(e, "api.anthropic.com", port) is allow_hit
+    assert entry_matches(e, "api.anthropic.com", port, default_ports=None) is deny_hit
 
 
 def test_private_flag():

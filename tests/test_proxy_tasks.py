@@ -68,7 +68,7 @@ def test_net_watch_in_a_terminal(initialized, monkeypatch):
     port = free_port()
     monkeypatch.setenv("CHTOP_PROXY_PORT", str(port))
     echo = EchoServer()
-    (g.toplevel / "sandbox" / "net-allow.txt").write_text("127.0.0.1 private\n")
+    (g.toplevel / "sandbox" / "net-allow.txt").write_text(f"127.0.0.1:{echo.port} private\n")
     try:
         g.inv(g.toplevel, "net.start")
         child = pexpect.spawn(sys.executable, ["-m", "invoke", "net.watch"], cwd=str(g.toplevel),

@@ -43,7 +43,7 @@ def prepare_claude_group(g, api: FakeAnthropic, secrets_dir: Path, owner: tuple[
     hosts = g.base / "hosts"
     hosts.write_text(f"127.0.0.1 {API_HOST}\n")
     with open(g.toplevel / "sandbox" / "net-allow.txt", "a") as fh:
-        fh.write(f"{API_HOST} private\n")
+        fh.write(f"{API_HOST}:{api.port} private\n")
     secrets_dir.mkdir(parents=True, exist_ok=True)
     secrets = secrets_dir / "secrets.env"
     secrets.write_text(f"ANTHROPIC_API_KEY={API_KEY}\nANTHROPIC_BASE_URL=http://{API_HOST}:{api.port}\n")

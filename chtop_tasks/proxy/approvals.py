@@ -40,8 +40,8 @@ from ..places import (
 from ..term import say
 from . import control_protocol
 from .control import ensure_proxy, status, stop_proxy
-from .hostmatch import BadHost, parse_entry
-from .logs import DECISIONS, net_dir, pending, timed_allows_path
+from .hostmatch import BadHost, Entry, is_ip, parse_entry
+from .logs import DECISIONS, net_dir, pending, pending_item, timed_allows_path
 from .policy import NetPolicy, append_entry, list_path
 
 SCOPES = ("group", "worktree", "for", "once", "deny")
@@ -78,6 +78,12 @@ class Decision:
     worktree: str | None = None
     ttl: float | None = None    # seconds, scope "for" only
     private: bool = False
+    ports: frozenset[int] | None = None   # named ports (None: an allow covers 443 and 80)
+
+    @property
+    def spec(self) -> str:
+        """The domain as its list line names it: with its ports, when it names any."""
+        return Entry(self.domain, is_ip(self.domain), self.private, self.domain, self.ports).spec
 
     @property
     def label(self) -> str:
@@ -103,7 +109,7 @@ def plan_decision(domain: str, *, worktree: str | None = None, once: bool = Fals
     if any(c in spec for c in "\r\n#"):
         raise UsageError(f"bad entry {domain!r}: newline or '#' not allowed")
     try:
-        host = parse_entry(spec, allow_list=not deny).host
+        entry = parse_entry(spec, allow_list=not deny)
     except BadHost as exc:
         raise UsageError(f"refused {domain!r}: {exc}") from None
     seconds = None
@@ -115,7 +121,7 @@ def plan_decision(domain: str, *, worktree: str | None = None, once: bool = Fals
         scope, seconds = "for", ttl if isinstance(ttl, (int, float)) else parse_duration(ttl)
     else:
         scope = "worktree" if worktree else "group"
-    return Decision(host, scope, worktree or None, seconds, private)
+    return Decision(entry.host, scope, worktree or None, seconds, private, entry.ports)
 
 
 # -- where approvals may be written -------------------------------------------------------------
@@ -165,12 +171,12 @@ def add_timed_allow(group_dir: Path, d: Decision, now: float | None = None) -> s
     path = timed_allows_path(group_dir)
     with locked_for_update(path) as fh:
         kept = [line for line in fh.read().splitlines() if _still_live(line, now)]
-        kept.append(json.dumps({"host": d.domain, "worktree": d.worktree, "until": round(until, 3),
+        kept.append(json.dumps({"host": d.spec, "worktree": d.worktree, "until": round(until, 3),
                                 "private": d.private, "added": round(now, 3)}))
         write_atomic(path, "".join(line + "\n" for line in kept))
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(until))
     where = f" (worktree {d.worktree})" if d.worktree else ""
-    return f"{d.domain}: allowed{where} until {stamp} ({format_duration(d.ttl)})"
+    return f"{d.spec}: allowed{where} until {stamp} ({format_duration(d.ttl)})"
 
 
 def _still_live(line: str, now: float) -> bool:
@@ -228,7 +234,7 @@ def _write_list_entry(group_dir: Path, policy_dir: Path, d: Decision) -> str:
     path = list_path(policy_dir, kind, d.worktree)
     if not path.exists() and d.worktree is None:
         raise ChtopError(f"{path} does not exist", 2)
-    return append_entry(path, d.domain + (" private" if d.private else ""), allow_list=(kind == "allow"))[1]
+    return append_entry(path, d.spec + (" private" if d.private else ""), allow_list=(kind == "allow"))[1]
 
 
 def decide_all(group_dir: Path, policy_dir: Path, domains: list[str], via: str, **flags) -> list[str]:
@@ -252,7 +258,8 @@ def policy_for(group_dir: Path, policy_dir: Path) -> NetPolicy:
 
 def pending_requests(group_dir: Path, policy_dir: Path, info: dict | None = None,
                      blocked: list[dict] | None = None) -> list[dict]:
-    """Blocked and not yet decided, newest first: host, worktree, count, last, held, waiting.
+    """Blocked and not yet decided, newest first: host, port, spec (what ``net.allow`` takes),
+    worktree, count, last, held, waiting.
 
     ``blocked`` is the log's blocked requests per (host, worktree) when the
     caller keeps them (the dashboard reads the log incrementally); else the
@@ -265,11 +272,17 @@ def pending_requests(group_dir: Path, policy_dir: Path, info: dict | None = None
     if blocked is None:
         undecided = pending(group_dir, policy)
     else:
-        undecided = [dict(i) for i in blocked if policy.judge(i["host"], i["worktree"]).decision == "blocked"]
-    items = {(i["host"], i["worktree"]): dict(i, held=False, waiting=0) for i in undecided}
+        undecided = [dict(i) for i in blocked
+                     if policy.judge(i["host"], i["worktree"], i.get("port")).decision == "blocked"]
+    by_port = blocked is None      # a caller's own tail (the dashboard's) keeps no ports: one item a host
+
+    def key(item: dict) -> tuple:
+        return (item.get("spec", item["host"]) if by_port else item["host"], item["worktree"])
+
+    items = {key(i): dict(i, held=False, waiting=0) for i in undecided}
     for hold in (info or {}).get("held", []):
-        key = (hold["host"], hold["worktree"])
-        item = items.setdefault(key, {"host": hold["host"], "worktree": hold["worktree"], "count": 0, "last": 0})
+        fresh = pending_item(hold["host"], hold.get("port"), hold["worktree"])
+        item = items.setdefault(key(fresh), fresh)
         item.update(held=True, waiting=hold["waiting"], last=max(item["last"], hold["since"]))
         item["count"] += hold["waiting"]
     return sorted(items.values(), key=lambda i: i["last"], reverse=True)
@@ -290,7 +303,7 @@ def record_decision(group_dir: Path, d: Decision, via: str, now: float | None = 
     """Append one line to the audit log and return it."""
     now = time.time() if now is None else now
     rec = {"time": round(now, 3), "when": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(now)),
-           "user": who(), "via": via, "domain": d.domain, "scope": d.scope, "worktree": d.worktree,
+           "user": who(), "via": via, "domain": d.spec, "scope": d.scope, "worktree": d.worktree,
            "ttl": d.ttl, "private": d.private}
     with locked_for_update(decisions_path(group_dir)) as fh:
         fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
@@ -349,7 +362,8 @@ def format_pending(group_dir: Path, policy_dir: Path) -> str:
     for item in items:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(item["last"]))
         wt = f"  (worktree {item['worktree']})" if item["worktree"] else ""
-        lines.append(f"{item['count']:>6}  {when}  {'yes' if item['held'] else 'no':4}  {item['host']}{wt}")
+        lines.append(f"{item['count']:>6}  {when}  {'yes' if item['held'] else 'no':4}  "
+                     f"{item.get('spec', item['host'])}{wt}")
     choices = scope_choices(group_dir)
     width = max(len(cmd) for cmd, _ in choices)
     lines.append("decide with:")

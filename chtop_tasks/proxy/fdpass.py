@@ -17,22 +17,31 @@ branch at once (the sandbox has ended: this is its exit import).
 
 Everything the sandbox sends is hostile: the fd must be a listening TCP
 stream socket (anything else is refused and closed), one fd per
-connection, at most ``MAX_PASSED`` per socket at once, and at most
-``MAX_PENDING`` connections waiting to send their message.
+connection; the caps (``Handoff``) count per sandbox.
 """
 
 from __future__ import annotations
 
+import asyncio
+import fcntl
 import os
 import socket
 import stat
+import struct
+import time
 from pathlib import Path
 
 HANDOFF_NAME = "handoff.sock"
 MAGIC = b"CHTOP-LISTEN 1\n"
 OK = b"OK\n"
-MAX_PASSED = 16
+MAX_PASSED = 256          # listeners held for one hand-off socket (the --dir group's serves all its sandboxes)
 MAX_PENDING = 64          # hand-off connections that have not sent their message yet
+MAX_PASSED_PER_SANDBOX = 2
+MAX_PENDING_PER_SANDBOX = 4
+HELLO_SECONDS = 5.0       # a hand-off connection sends its message within this, or is closed
+NS_GET_PARENT = 0xB702    # ioctl: the parent of a pid namespace (linux/nsfs.h)
+NS_DEPTH = 32             # pid namespaces nest at most 32 deep
+NOTE_EVERY = 1.0          # seconds: at most one "hand-off refused" log line this often
 
 
 def handoff_path(proxy_socket: Path) -> Path:
@@ -55,17 +64,54 @@ def is_listening_tcp(sock: socket.socket) -> str | None:
     return None
 
 
+def sandbox_of(conn: socket.socket) -> str:
+    """Which sandbox a hand-off connection comes from: the outermost pid namespace of its peer
+    below the proxy's own, i.e. its container's (namespaces the agent makes inside nest under it,
+    so it cannot pose as another sandbox); "host" for a peer in the proxy's own pid namespace,
+    "unknown" when the peer is gone or cannot be read."""
+    try:
+        pid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+        own = os.stat("/proc/self/ns/pid").st_ino
+        fd = os.open(f"/proc/{pid}/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return "unknown"
+    try:
+        for _ in range(NS_DEPTH):
+            ino = os.fstat(fd).st_ino
+            if ino == own:
+                return "host"
+            try:
+                parent = fcntl.ioctl(fd, NS_GET_PARENT)
+            except OSError:                 # its parent is not in our view: this is the outermost
+                return f"pidns:{ino}"
+            outer = os.fstat(parent).st_ino == own
+            os.close(fd)
+            fd = parent
+            if outer:
+                return f"pidns:{ino}"
+        return "unknown"
+    finally:
+        os.close(fd)
+
+
 class Handoff:
-    """One ``handoff.sock`` of the server: accepts hand-offs for ``worktree`` (None: the group)."""
+    """One ``handoff.sock`` of the server: accepts hand-offs for ``worktree`` (None: the group).
+
+    Its caps count per sandbox (``sandbox_of``), so that one agent cannot block another's launch
+    on a socket they share (the --dir group's): at most ``MAX_PENDING_PER_SANDBOX`` connections
+    waiting to send their message, each for ``HELLO_SECONDS``, and ``MAX_PASSED_PER_SANDBOX``
+    listeners held; ``MAX_PENDING`` and ``MAX_PASSED`` bound the socket as a whole."""
 
     def __init__(self, server, key: str, path: Path, worktree: str | None):
         self.server = server
         self.key = f"{key}:handoff"
         self.path = Path(path)
         self.worktree = worktree
-        self.passed: dict[int, str] = {}       # unix conn fd -> key of the listener it passed
-        self.pending: set[int] = set()         # conns still to send their message
+        self.passed: dict[int, tuple[str, str]] = {}     # unix conn fd -> (sandbox, listener key)
+        self.pending: dict[int, tuple[str, asyncio.TimerHandle]] = {}   # conns still to send theirs
         self.serial = 0
+        self._refused_since_note = 0           # refusals not yet in the log (at most a line a second)
+        self._next_note = 0.0
 
     def open(self) -> None:
         server = self.server
@@ -83,6 +129,11 @@ class Handoff:
         server.listeners[self.key] = sock
         server.loop.add_reader(sock.fileno(), self._on_accept, sock)
 
+    @staticmethod
+    def _count_of(table: dict, who: str) -> int:
+        """Entries of ``who`` in ``pending`` or ``passed`` (both keep the sandbox first)."""
+        return sum(1 for entry in table.values() if entry[0] == who)
+
     def _on_accept(self, lsock: socket.socket) -> None:
         for _ in range(16):
             try:
@@ -92,23 +143,42 @@ class Handoff:
             except OSError as exc:
                 self.server.log.note(f"hand-off accept failed: {exc}")
                 return
-            if len(self.pending) >= MAX_PENDING:
+            who = sandbox_of(conn)
+            if len(self.pending) >= MAX_PENDING or self._count_of(self.pending, who) >= MAX_PENDING_PER_SANDBOX:
                 conn.close()
-                self.server.log.note(f"hand-off refused ({self.worktree or 'group'}): {MAX_PENDING} pending")
+                self._note_refused(f"too many hand-offs pending (sandbox {who})")
                 continue
             conn.setblocking(False)
-            self.pending.add(conn.fileno())
+            late = self.server.loop.call_later(HELLO_SECONDS, self._too_late, conn)
+            self.pending[conn.fileno()] = (who, late)
             self.server.loop.add_reader(conn.fileno(), self._on_hello, conn)
 
+    def _too_late(self, conn: socket.socket) -> None:
+        if conn.fileno() in self.pending:
+            self._drop(conn, f"no hand-off message within {HELLO_SECONDS:g} s")
+
     def _drop(self, conn: socket.socket, why: str | None = None) -> None:
-        self.pending.discard(conn.fileno())
+        waiting = self.pending.pop(conn.fileno(), None)
+        if waiting is not None:
+            waiting[1].cancel()
         if why:
-            self.server.log.note(f"hand-off refused ({self.worktree or 'group'}): {why}")
+            self._note_refused(why)
         try:
             self.server.loop.remove_reader(conn.fileno())
         except (ValueError, OSError):
             pass
         conn.close()
+
+    def _note_refused(self, why: str) -> None:
+        """Log a refused hand-off: one line a second at most, the others counted into the next."""
+        now = time.monotonic()
+        if now < self._next_note:
+            self._refused_since_note += 1
+            return
+        more = f" (and {self._refused_since_note} more refused since the last such line)" \
+            if self._refused_since_note else ""
+        self._refused_since_note, self._next_note = 0, now + NOTE_EVERY
+        self.server.log.note(f"hand-off refused ({self.worktree or 'group'}): {why}{more}")
 
     def _on_hello(self, conn: socket.socket) -> None:
         try:
@@ -123,17 +193,22 @@ class Handoff:
                 s.close()
             return self._drop(conn, None if not data else "not a hand-off message with one fd")
         lsock = passed[0]
+        who = self.pending[conn.fileno()][0]
         why = is_listening_tcp(lsock)
         if why is None and len(self.passed) >= MAX_PASSED:
             why = f"more than {MAX_PASSED} listeners at once"
+        if why is None and self._count_of(self.passed, who) >= MAX_PASSED_PER_SANDBOX:
+            why = f"sandbox {who} has {MAX_PASSED_PER_SANDBOX} listeners handed over already"
         if why is not None:
             lsock.close()
             return self._drop(conn, why)
-        self.pending.discard(conn.fileno())
+        self.pending.pop(conn.fileno())[1].cancel()
         self.serial += 1
         lkey = f"{self.key}:{self.serial}"
-        self.server._listen(lkey, lsock, self.worktree, tcp=True)
-        self.passed[conn.fileno()] = lkey
+        # a worktree's listeners share its cap; each --dir sandbox's has its own
+        self.server._listen(lkey, lsock, self.worktree, tcp=True,
+                            source=None if self.worktree else f"sandbox {who}")
+        self.passed[conn.fileno()] = (who, lkey)
         self.server.loop.remove_reader(conn.fileno())
         try:
             conn.send(OK)
@@ -150,7 +225,7 @@ class Handoff:
             return
         except OSError:
             pass
-        lkey = self.passed.pop(conn.fileno(), None)
+        _, lkey = self.passed.pop(conn.fileno(), (None, None))
         if lkey in self.server.listeners:
             self.server._unlisten(lkey)
         self._drop(conn)

@@ -19,6 +19,7 @@ _HEX = re.compile(r"^[0-9a-f]*$")
 _OCT = re.compile(r"^[0-7]*$")
 _FORBIDDEN = set("@/\\?#%\"'<>^`{|}")
 _psl = None
+DEFAULT_PORTS = frozenset({443, 80})     # what an allow entry that names no port allows
 
 
 class BadHost(ValueError):
@@ -33,6 +34,15 @@ class Entry:
     is_ip: bool
     private: bool        # the line says non-public addresses are intended
     text: str            # the line as written (without comment)
+    ports: frozenset[int] | None = None   # named ports; None: DEFAULT_PORTS (allow), every port (deny)
+
+    @property
+    def spec(self) -> str:
+        """The entry as a list line writes it, without ``private``: ``host`` or ``host:8443,8080``."""
+        if self.ports is None:
+            return self.host
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{','.join(str(p) for p in sorted(self.ports))}"
 
 
 def _public_suffixes():
@@ -227,12 +237,47 @@ def address_is_public(addr: str) -> bool:
     return ip.is_global and not ip.is_multicast
 
 
+def authority_spec(host: str, port: int) -> str:
+    """How an allow entry names ``host`` on ``port``: the host alone for a default port."""
+    if port in DEFAULT_PORTS:
+        return host
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _split_ports(spec: str) -> tuple[str, frozenset[int] | None]:
+    """``host``, ``host:8443``, ``host:8443,8080``, ``[v6]:8443`` -> (host, ports or None)."""
+    if spec.startswith("["):
+        end = spec.find("]")
+        if end < 0 or end + 1 == len(spec):
+            return spec, None
+        host, rest = spec[: end + 1], spec[end + 1 :]
+        if not rest.startswith(":"):
+            raise BadHost(f"junk after IPv6 address in {spec!r}")
+        return host, _ports(rest[1:], spec)
+    if spec.count(":") >= 2:            # a bare IPv6 address names no port
+        return spec, None
+    host, sep, ports = spec.partition(":")
+    return host, (_ports(ports, spec) if sep else None)
+
+
+def _ports(text: str, spec: str) -> frozenset[int]:
+    ports = set()
+    for part in text.split(","):
+        if not _PORT.match(part) or not 1 <= int(part) <= 65535:
+            raise BadHost(f"bad port {part!r} in {spec!r}; name ports as example.org:8443 or "
+                          "example.org:8443,8080")
+        ports.add(int(part))
+    return frozenset(ports)
+
+
 def parse_entry(line: str, *, allow_list: bool = True) -> Entry:
     """Validate one list line (comment already removed).
 
     ``github.com``, ``*.github.com`` (same meaning), ``127.0.0.1 private``,
-    ``intranet.example private``.  Refuses URLs, paths, ports, ``*`` other
-    than a leading ``*.``, and public suffixes (in either list).
+    ``intranet.example private``, ``example.org:8443``, ``example.org:8443,8080``,
+    ``[2001:db8::1]:8443``.  An allow entry without ports allows 443 and 80; a
+    deny entry without ports denies every port.  Refuses URLs, paths, ``*``
+    other than a leading ``*.``, and public suffixes (in either list).
     """
     words = line.split()
     if not words:
@@ -251,8 +296,7 @@ def parse_entry(line: str, *, allow_list: bool = True) -> Entry:
             raise BadHost("'*.' must be followed by a domain")
     if "*" in spec:
         raise BadHost("'*' is allowed only as a leading '*.'")
-    if ":" in spec and not (spec.startswith("[") or spec.count(":") >= 2):
-        raise BadHost(f"{spec!r} has a port; give the domain only")
+    spec, ports = _split_ports(spec)
     host = canonical_host(spec)
     ip = is_ip(host)
     if not ip and _public_suffixes().is_public(host):
@@ -261,19 +305,26 @@ def parse_entry(line: str, *, allow_list: bool = True) -> Entry:
             f"{host!r} is a public suffix; {doing} it would {do} a whole registry "
             "(every domain under it, e.g. the agent's own API); name the domain itself"
         )
-    return Entry(host=host, is_ip=ip, private="private" in flags, text=line.strip())
+    return Entry(host=host, is_ip=ip, private="private" in flags, text=line.strip(), ports=ports)
 
 
-def entry_matches(entry: Entry, host: str) -> bool:
-    """Does the entry cover this canonical host (itself or a subdomain)?"""
+def entry_matches(entry: Entry, host: str, port: int | None = None,
+                  default_ports: frozenset[int] | None = DEFAULT_PORTS) -> bool:
+    """Does the entry cover this canonical host (itself or a subdomain) on ``port`` (any port
+    when None)?  An entry that names no port covers ``default_ports`` (None: every port)."""
     if entry.is_ip:
-        return host == entry.host
-    return host == entry.host or host.endswith("." + entry.host)
+        if host != entry.host:
+            return False
+    elif host != entry.host and not host.endswith("." + entry.host):
+        return False
+    ports = entry.ports if entry.ports is not None else default_ports
+    return port is None or ports is None or port in ports
 
 
-def find_match(entries, host: str) -> Entry | None:
-    """The first entry covering host, else None."""
+def find_match(entries, host: str, port: int | None = None,
+               default_ports: frozenset[int] | None = DEFAULT_PORTS) -> Entry | None:
+    """The first entry covering host (on ``port``, see ``entry_matches``), else None."""
     for entry in entries:
-        if entry_matches(entry, host):
+        if entry_matches(entry, host, port, default_ports):
             return entry
     return None

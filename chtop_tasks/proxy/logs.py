@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..places import state_dir
 from ..term import inert_line
+from .hostmatch import authority_spec
 
 HUMAN = "proxy.log"
 JSONL = "requests.jsonl"
@@ -114,20 +115,27 @@ def read_records(group_dir: Path):
             continue
 
 
+def pending_item(host: str, port, worktree: str | None) -> dict:
+    """One blocked (host, port, worktree) waiting for a decision: ``spec`` is what ``net.allow``
+    takes for it (the host, with the port when it is not 443 or 80)."""
+    port = port if isinstance(port, int) else 443
+    return {"host": host, "port": port, "spec": authority_spec(host, port), "worktree": worktree,
+            "count": 0, "last": 0}
+
+
 def pending(group_dir: Path, policy) -> list[dict]:
-    """Blocked hosts not yet allowed or denied: count and last seen, newest first."""
-    seen: dict[str, dict] = {}
+    """Blocked hosts (and ports) not yet allowed or denied: count and last seen, newest first."""
+    seen: dict[tuple, dict] = {}
     for rec in read_records(group_dir):
         if rec.get("decision") != "blocked" or not rec.get("host"):
             continue
-        key = (rec["host"], rec.get("worktree"))
-        item = seen.setdefault(key, {"host": rec["host"], "worktree": rec.get("worktree"),
-                                     "count": 0, "last": 0})
+        fresh = pending_item(rec["host"], rec.get("port"), rec.get("worktree"))
+        item = seen.setdefault((fresh["spec"], fresh["worktree"]), fresh)
         item["count"] += 1
         item["last"] = max(item["last"], rec.get("time", 0))
     out = []
     for item in seen.values():
-        if policy.judge(item["host"], item["worktree"]).decision == "blocked":
+        if policy.judge(item["host"], item["worktree"], item["port"]).decision == "blocked":
             out.append(item)
     out.sort(key=lambda i: i["last"], reverse=True)
     return out

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 
 from . import tls
-from .hostmatch import BadHost, canonical_host, parse_authority
+from .hostmatch import BadHost, authority_spec, canonical_host, parse_authority
 
 _REQUEST_LINE = re.compile(r"^([A-Z]{1,20}) (\S{1,8000}) HTTP/1\.([01])$")
 _HEADER = re.compile(r"^([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*([^\x00\n\r]*?)[ \t]*$")
@@ -35,14 +35,15 @@ class Request:
     headers: list
 
 
-def parse_head(head: bytes) -> Request:
-    """Request line + headers (CRLF-separated, already cut at the blank line)."""
+def parse_head(head: bytes, request_line: re.Pattern = _REQUEST_LINE) -> Request:
+    """Request line + headers (CRLF-separated, already cut at the blank line).  The proxy's own
+    requests take the upper-case methods; a tunnel's first request any token (``request_line``)."""
     try:
         text = head.decode("ascii")
     except UnicodeDecodeError:
         raise Refusal(400, "bad-request", "non-ASCII bytes in the request head") from None
     lines = text.split("\r\n")
-    m = _REQUEST_LINE.match(lines[0])
+    m = request_line.match(lines[0])
     if not m:
         raise Refusal(400, "bad-request", "malformed request line")
     headers = []
@@ -65,25 +66,46 @@ def reply_bytes(status: int, body: str, decision: str = "") -> bytes:
 def blocked_body(host: str, port: int, worktree: str | None, command: str = "inv") -> str:
     """The 403 body of a blocked request; ``command`` is what runs the tasks for this group on the
     host (``inv`` in a workspace, ``chtop`` for the --dir group, which has no worktree layers)."""
+    spec = authority_spec(host, port)
+    what = host if spec == host else f"port {port} of {host}"
     lines = [f"chtop egress proxy: blocked {host}:{port}",
-             f"{host} is not on the allowlist (sandbox/net-allow.txt).",
+             f"{what} is not on the allowlist (sandbox/net-allow.txt; an entry without ports allows 443 and 80).",
              "To approve it for every sandbox of this group, run on the host:",
-             f"    {command} net.allow {host}"]
+             f"    {command} net.allow {spec}"]
     if worktree and command == "inv":
-        lines += ["or, for this worktree only:", f"    inv net.allow --worktree {worktree} {host}"]
+        lines += ["or, for this worktree only:", f"    inv net.allow --worktree {worktree} {spec}"]
     lines += ["then retry the request (or answer the prompt of `inv net.watch`)."]
     return "\n".join(lines) + "\n"
 
 
-_METHODS = (b"GET", b"POST", b"PUT", b"HEAD", b"DELETE", b"OPTIONS", b"PATCH", b"TRACE", b"CONNECT")
+_TCHAR = frozenset(b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+_TUNNEL_REQUEST_LINE = re.compile(r"^([!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}) (\S{1,8000}) HTTP/1\.([01])$")
+
+
+def _looks_like_request_line(data: bytes) -> bool | None:
+    """Do the bytes start like an HTTP request line: a token (any method, any case) then blanks,
+    and ``HTTP/`` (any case) later on the line?  None while the first line is still incomplete
+    and could become one (a bare token, without a blank or a line end yet, waits for more).
+    Leading empty lines are skipped, as servers do."""
+    line, newline, _ = data.partition(b"\n")
+    n = 0
+    while n < len(line) and line[n] in _TCHAR:
+        n += 1
+    if n == len(line):
+        return None if not newline else False
+    if n == 0 or line[n] not in b" \t" or any(b < 0x20 and b not in b"\t\r" or b >= 0x7F for b in line[n:]):
+        return False                    # not a token, or control bytes no request line has
+    return True if b"http/" in line[n:].lower() else (None if not newline else False)
 
 
 def inspect_first(data: bytes, host: str, port: int, max_head: int = 16384) -> bool:
     """Judge a tunnel's first client bytes: True (pass), False (need more), or Refusal.
 
     A TLS ClientHello must name the CONNECT host in its SNI (no domain
-    fronting); a plain HTTP request's Host header must name it too (no
-    virtual-host fronting on a shared address).  Anything else passes.
+    fronting); an HTTP request's Host header must name it too (no
+    virtual-host fronting on a shared address): any request line that
+    starts with a token and names ``HTTP/`` counts, whatever its method or
+    case.  Anything else passes.
     """
     if tls.looks_like_tls(data):
         try:
@@ -100,17 +122,22 @@ def inspect_first(data: bytes, host: str, port: int, max_head: int = 16384) -> b
             if not same:
                 raise Refusal(403, "blocked", f"SNI mismatch: CONNECT {host} but TLS SNI {sni!r}")
         return True
-    word, space, _ = data.partition(b" ")
-    if not space:
-        return not (len(data) < 8 and any(m.startswith(data) for m in _METHODS))
-    if word not in _METHODS:
+    head = data.lstrip(b"\r\n")
+    http = _looks_like_request_line(head) if head else None
+    if http is False:
         return True
-    end = data.find(b"\r\n\r\n")
-    if end < 0:
+    end, bare = head.find(b"\r\n\r\n"), head.find(b"\n\n")
+    if bare >= 0 and (end < 0 or bare < end):
+        raise Refusal(400, "blocked", "HTTP head in the tunnel ends lines with a bare LF")
+    if end < 0 or http is None:
         if len(data) > max_head:
             raise Refusal(400, "blocked", "HTTP head in the tunnel too large")
         return False
-    check_host_header(parse_head(data[:end]), host, port, default_port=port, in_tunnel=True)
+    try:
+        req = parse_head(head[:end], _TUNNEL_REQUEST_LINE)
+    except Refusal as r:
+        raise Refusal(400, "blocked", f"{r.reason} in the HTTP head in the tunnel") from None
+    check_host_header(req, host, port, default_port=port, in_tunnel=True)
     return True
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from ..atomic import locked_for_update
 from ..errors import PolicyError, UsageError
 from ..places import check_worktree_name
-from .hostmatch import BadHost, Entry, find_match, parse_entry
+from .hostmatch import DEFAULT_PORTS, BadHost, Entry, find_match, parse_entry
 
 ALLOW = "net-allow.txt"
 DENY = "net-deny.txt"
@@ -168,24 +168,32 @@ class NetPolicy:
             )
         return self._layers[worktree]
 
-    def judge(self, host: str, worktree: str | None = None) -> Verdict:
-        """Deny (any layer) > allow (group, worktree, for a while) > blocked."""
+    def judge(self, host: str, worktree: str | None = None, port: int | None = None) -> Verdict:
+        """Deny (any layer) > allow (group, worktree, for a while) > blocked, for ``host`` on
+        ``port`` (None: whether the host is covered on some port)."""
         layers = [("group", self.allow, self.deny)]
         if worktree is not None:
             wa, wd = self.layer(worktree)
             layers.append(("worktree", wa, wd))
         for name, _, deny in layers:
-            hit = find_match(deny.current(), host)
+            hit = find_match(deny.current(), host, port, default_ports=None)
             if hit is not None:
                 return Verdict("denied", hit, f"denied by {deny.path.name} ({name})", name)
         for name, allow, _ in layers:
-            hit = find_match(allow.current(), host)
+            hit = find_match(allow.current(), host, port)
             if hit is not None:
                 return Verdict("allowed", hit, f"allowed by {hit.text!r} ({name})", name)
-        hit = find_match(self.timed.live(worktree), host)
+        timed = self.timed.live(worktree)
+        hit = find_match(timed, host, port)
         if hit is not None:
             until = time.strftime("%H:%M:%S", time.localtime(self.timed.expiry(host, worktree) or 0))
-            return Verdict("allowed", hit, f"allowed for a while ({hit.host}, until {until})", "timed")
+            return Verdict("allowed", hit, f"allowed for a while ({hit.spec}, until {until})", "timed")
+        if port is not None:
+            other = [e for _, allow, _ in layers for e in allow.current()] + timed
+            hit = find_match(other, host)
+            if hit is not None:
+                return Verdict("blocked", None, f"port {port} not allowed ({hit.text!r} allows "
+                               f"{', '.join(map(str, sorted(hit.ports or DEFAULT_PORTS)))})")
         return Verdict("blocked", None, "not on the allowlist")
 
     def sizes(self) -> dict:
@@ -211,16 +219,16 @@ def append_entry(path: Path, spec: str, *, allow_list: bool) -> tuple[bool, str]
         entry = parse_entry(spec, allow_list=allow_list)
     except BadHost as exc:
         raise UsageError(f"refused {spec!r}: {exc}") from None
-    text = entry.host + (" private" if entry.private else "")
+    text = entry.spec + (" private" if entry.private else "")
     with locked_for_update(path) as fh:
         existing = fh.read()
         entries, _ = parse_list(existing, allow_list=False)
         for old in entries:
-            if old.host == entry.host and old.private == entry.private:
-                return False, f"{entry.host}: already in {path}"
+            if old.host == entry.host and old.private == entry.private and old.ports == entry.ports:
+                return False, f"{entry.spec}: already in {path}"
         prefix = "" if not existing or existing.endswith("\n") else "\n"
         fh.seek(0, os.SEEK_END)
         fh.write(prefix + text + "\n")
         fh.flush()
         os.fsync(fh.fileno())
-    return True, f"{entry.host}: added to {path}"
+    return True, f"{entry.spec}: added to {path}"

@@ -34,7 +34,8 @@ def format_status(group_dir: Path) -> tuple[str, bool]:
         f"{info['lists']['deny']} denied entries)",
         "requests: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in
                                  ("allowed", "blocked", "denied", "bad-request", "busy", "error")),
-        f"open:     {info['active']} connections (peak {info['peak']}, cap {info.get('max_conns')}), "
+        f"open:     {info['active']} connections (peak {info['peak']}, cap {info.get('max_conns')}, "
+        f"{info.get('max_conns_per_source')} per worktree or sandbox), "
         f"{info['watchers']} watcher(s)",
     ]
     for hold in info.get("held", []):

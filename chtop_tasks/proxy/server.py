@@ -52,6 +52,8 @@ from .policy import NetPolicy, Verdict
 from .tunnel import Mux, Tunnel
 from .upstream import Upstreams
 
+ENDED_EVERY = 1.0      # seconds: at most one import round (and ENDED line) this often for ended sandboxes
+
 
 def _env_float(name: str, default: float) -> float:
     try:
@@ -67,12 +69,27 @@ class Config:
     port: int
     runtime_dir: Path
     max_conns: int = field(default_factory=lambda: int(_env_float("CHTOP_PROXY_MAX_CONNS", 4096)))
+    # per source (one worktree's sockets and listeners; for the group, one socket or one sandbox):
+    # 0 means an eighth of max_conns
+    max_conns_per_source: int = field(
+        default_factory=lambda: int(_env_float("CHTOP_PROXY_MAX_CONNS_PER_WORKTREE", 0)))
+    max_held_per_source: int = field(
+        default_factory=lambda: int(_env_float("CHTOP_PROXY_MAX_HELD_PER_WORKTREE", 32)))
+    max_prompts_per_source: int = field(
+        default_factory=lambda: int(_env_float("CHTOP_PROXY_MAX_PROMPTS_PER_WORKTREE", 8)))
     max_header: int = 16 * 1024
     header_timeout: float = field(default_factory=lambda: _env_float("CHTOP_PROXY_HEADER_TIMEOUT", 10))
     connect_timeout: float = field(default_factory=lambda: _env_float("CHTOP_PROXY_CONNECT_TIMEOUT", 10))
     hold_seconds: float = field(default_factory=lambda: _env_float("CHTOP_PROXY_HOLD_SECONDS", 120))
     hello_timeout: float = 30.0
     hosts_file: str | None = field(default_factory=lambda: os.environ.get("CHTOP_PROXY_HOSTS_FILE"))
+
+
+def source_cap(cfg: Config) -> int:
+    """Connections one source may hold open: ``max_conns_per_source``, else an eighth of the
+    global cap (at least 8); never above the global cap."""
+    cap = cfg.max_conns_per_source or max(8, cfg.max_conns // 8)
+    return max(1, min(cap, cfg.max_conns))
 
 
 def once_verdict(host: str, answer: str) -> Verdict:
@@ -90,6 +107,8 @@ class Server:
         self._flush_pending = False
         self.active = 0
         self.peak = 0
+        self.per_source: dict[str, int] = {}    # open connections of each source
+        self.source_cap = source_cap(cfg)
         self.counts: dict[str, int] = {}
         self.holds: Holds | None = None
         self.upstreams: Upstreams | None = None
@@ -98,15 +117,25 @@ class Server:
         self.tunnels: set[Tunnel] = set()
         self.started = time.time()
         self.importing = None           # the ImportTimer, once running
+        self._ended: dict[str, int] = {}    # worktree -> sandbox ends not yet imported
+        self._ended_round: asyncio.TimerHandle | None = None
+        self._last_ended_round = -ENDED_EVERY
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stopping: asyncio.Event | None = None
 
     # ---- listening -------------------------------------------------------------
-    def _listen(self, key: str, sock: socket.socket, worktree: str | None, tcp: bool):
+    def _listen(self, key: str, sock: socket.socket, worktree: str | None, tcp: bool, source: str | None = None,
+                capped: bool = True):
+        """Accept on ``sock`` as ``worktree``'s (None: the group's).  Its connections count against
+        the cap of ``source``: the worktree's (all its sockets and listeners together), else the one
+        given (a --dir sandbox's), else this socket's own; only the global cap when not ``capped``
+        (the host's TCP port, which no sandbox reaches)."""
         sock.setblocking(False)
         sock.listen(4096)
         self.listeners[key] = sock
-        self.loop.add_reader(sock.fileno(), self._on_accept, sock, worktree, tcp)
+        source = source or (f"wt:{worktree}" if worktree else key)
+        cap = self.source_cap if capped else self.cfg.max_conns
+        self.loop.add_reader(sock.fileno(), self._on_accept, sock, worktree, tcp, source, cap)
 
     def _listen_unix(self, key: str, path: Path, worktree: str | None):
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -154,7 +183,7 @@ class Server:
                 pass
         sock.close()
 
-    def _on_accept(self, lsock: socket.socket, worktree: str | None, tcp: bool):
+    def _on_accept(self, lsock: socket.socket, worktree: str | None, tcp: bool, source: str, cap: int):
         for _ in range(128):
             try:
                 conn, addr = lsock.accept()
@@ -164,28 +193,36 @@ class Server:
                 self.log.note(f"accept failed: {exc}; pausing accepts for 0.2 s")
                 fd = lsock.fileno()
                 self.loop.remove_reader(fd)
-                self.loop.call_later(0.2, self._resume_accept, lsock, worktree, tcp)
+                self.loop.call_later(0.2, self._resume_accept, lsock, worktree, tcp, source, cap)
                 return
             client = f"{addr[0]}:{addr[1]}" if tcp else ("unix:" + (worktree or "group"))
-            if self.active >= self.cfg.max_conns:
-                try:
-                    conn.send(reply_bytes(503, "chtop egress proxy: too many connections\n", "busy"))
-                    conn.shutdown(socket.SHUT_WR)
-                except OSError:
-                    pass
-                conn.close()
-                self._count("busy")
+            mine = self.per_source.get(source, 0)
+            if self.active >= self.cfg.max_conns or mine >= cap:
+                self._busy(conn, source if mine >= cap else None)
                 continue
             conn.setblocking(False)
             if tcp:
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.active += 1
+            self.per_source[source] = mine + 1
             self.peak = max(self.peak, self.active)
-            self.loop.create_task(self._handle(conn, client, worktree))
+            self.loop.create_task(self._handle(conn, client, worktree, source))
 
-    def _resume_accept(self, lsock, worktree, tcp):
+    def _busy(self, conn: socket.socket, source: str | None) -> None:
+        """503 at once: the proxy is full, or ``source`` has its own cap's worth open."""
+        why = (f"too many connections from {source.removeprefix('wt:')} ({self.source_cap} open; "
+               f"each worktree or sandbox has its own cap)" if source else "too many connections")
+        try:
+            conn.send(reply_bytes(503, f"chtop egress proxy: {why}\n", "busy"))
+            conn.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        conn.close()
+        self._count("busy")
+
+    def _resume_accept(self, lsock, worktree, tcp, source, cap):
         if lsock.fileno() >= 0 and lsock in self.listeners.values():
-            self.loop.add_reader(lsock.fileno(), self._on_accept, lsock, worktree, tcp)
+            self.loop.add_reader(lsock.fileno(), self._on_accept, lsock, worktree, tcp, source, cap)
 
     def _flush_log(self):
         self._flush_pending = False
@@ -214,10 +251,10 @@ class Server:
             if len(buf) > self.cfg.max_header:
                 raise Refusal(431, "bad-request", f"request head over {self.cfg.max_header} bytes")
 
-    async def _handle(self, conn: socket.socket, client: str, worktree: str | None):
+    async def _handle(self, conn: socket.socket, client: str, worktree: str | None, source: str):
         rec = {"client": client, "worktree": worktree}
         t0 = time.monotonic()
-        st: dict = {}
+        st: dict = {"source": source}
         try:
             try:
                 async with timeout(self.cfg.header_timeout):
@@ -263,6 +300,11 @@ class Server:
                 if s is not None:
                     s.close()
             self.active -= 1
+            left = self.per_source[source] - 1
+            if left:
+                self.per_source[source] = left
+            else:
+                del self.per_source[source]
             if rec is not None:
                 rec.pop("_allowed_after_hold", None)
                 rec["ms"] = round((time.monotonic() - t0) * 1000, 2)
@@ -272,16 +314,19 @@ class Server:
                     self._flush_pending = True
                     self.loop.call_later(0.1, self._flush_log)
 
-    async def _judge(self, host: str, port: int, worktree: str | None, rec: dict, conn=None):
-        verdict = self.policy.judge(host, worktree)
-        if verdict.decision == "blocked" and self.holds.active():
+    async def _judge(self, host: str, port: int, worktree: str | None, rec: dict, conn=None, source=None):
+        verdict = self.policy.judge(host, worktree, port)
+        full = self.holds.full(host, worktree, source) if verdict.decision == "blocked" else None
+        if full:
+            verdict.reason += f" (not held: {full})"
+        elif verdict.decision == "blocked" and self.holds.active():
             gone, stop_watching = self._client_gone(conn) if conn is not None else (None, None)
             try:
-                answer = await self.holds.wait_for_answer(host, port, worktree, gone)
+                answer = await self.holds.wait_for_answer(host, port, worktree, gone, source)
             finally:
                 if stop_watching is not None:
                     stop_watching()
-            verdict = self.policy.judge(host, worktree)
+            verdict = self.policy.judge(host, worktree, port)
             if verdict.decision == "blocked" and answer.startswith("allow-once"):
                 verdict = once_verdict(host, answer)
             verdict.reason += f" (held for watch: {answer})"
@@ -328,7 +373,7 @@ class Server:
         except BadHost as exc:
             raise Refusal(400, "bad-request", f"bad CONNECT target: {exc}") from None
         rec.update(host=host, port=port)
-        verdict = await self._judge(host, port, worktree, rec, conn)
+        verdict = await self._judge(host, port, worktree, rec, conn, st["source"])
         st["upstream"] = upstream = await self.upstreams.open(host, port, verdict.entry, rec)
         rec.update(decision="allowed", status=200)
         await self.loop.sock_sendall(conn, b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -378,7 +423,7 @@ class Server:
         rec.update(host=target.host, port=target.port)
         had_host = check_host_header(req, target.host, target.port, default_port=80, in_tunnel=False,
                                      url_authority=target.authority) is not None
-        verdict = await self._judge(target.host, target.port, worktree, rec, conn)
+        verdict = await self._judge(target.host, target.port, worktree, rec, conn, st["source"])
         st["upstream"] = upstream = await self.upstreams.open(target.host, target.port, verdict.entry, rec)
         rec.update(decision="allowed")
         head = forward_head(req, target, had_host) + rest
@@ -421,7 +466,7 @@ class Server:
             "worktree_sockets": {k: str(v) for k, v in self.worktree_sockets.items()},
             "group_dir": str(self.cfg.group_dir), "policy_dir": str(self.cfg.policy_dir),
             "started": self.started, "active": self.active, "peak": self.peak,
-            "max_conns": self.cfg.max_conns,
+            "max_conns": self.cfg.max_conns, "max_conns_per_source": self.source_cap,
             "counts": self.counts, "lists": self.policy.sizes(),
             "list_errors": self.policy.errors(), "watchers": len(self.holds.watchers) if self.holds else 0,
             "held": self.holds.held() if self.holds else [],
@@ -447,17 +492,38 @@ class Server:
 
     def sandbox_ended(self, worktree: str | None) -> None:
         """A sandbox's hand-off connection closed: it has ended, so import its branch now
-        (``sbox.run`` starts no Python after podman exits; this is its exit import)."""
-        if worktree is not None and self.importing is not None:
-            self.log.note(f"ENDED    the sandbox of worktree {worktree}: importing its branch now")
-            self._flush_log()
-            self.importing.wake()
+        (``sbox.run`` starts no Python after podman exits; this is its exit import).  Ends are
+        coalesced: at most one ENDED line and one import round every ``ENDED_EVERY`` seconds,
+        however fast hand-offs open and close (the first end of a quiet while is imported at once)."""
+        if worktree is None or self.importing is None:
+            return
+        self._ended[worktree] = self._ended.get(worktree, 0) + 1
+        if self._ended_round is None:
+            delay = max(0.0, self._last_ended_round + ENDED_EVERY - time.monotonic())
+            self._ended_round = self.loop.call_later(delay, self._import_ended)
+
+    def _import_ended(self) -> None:
+        self._ended_round = None
+        self._last_ended_round = time.monotonic()
+        ended, self._ended = self._ended, {}
+        if not ended:
+            return
+        names = ", ".join(sorted(ended))
+        count = sum(ended.values())
+        if count == 1:
+            self.log.note(f"ENDED    the sandbox of worktree {names}: importing its branch now")
+        else:
+            self.log.note(f"ENDED    {count} sandbox hand-offs of worktree(s) {names} since the last "
+                          f"round: importing now")
+        self._flush_log()
+        self.importing.wake()
 
     # ---- lifetime ------------------------------------------------------------------
     async def run(self) -> int:
         self.loop = asyncio.get_running_loop()
         self.mux = Mux(self.loop)
-        self.holds = Holds(self.loop, self.cfg.hold_seconds)
+        self.holds = Holds(self.loop, self.cfg.hold_seconds, self.cfg.max_held_per_source,
+                           self.cfg.max_prompts_per_source)
         self.upstreams = Upstreams(self.loop, self.cfg.connect_timeout, self.cfg.hosts_file)
         self.stopping = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -473,7 +539,7 @@ class Server:
                       f"program; stop it or set CHTOP_PROXY_PORT to a free port", file=sys.stderr)
                 return 2
             raise
-        self._listen("tcp", tcp, None, tcp=True)
+        self._listen("tcp", tcp, None, tcp=True, capped=False)
         self._listen_unix("group", rt / "group" / "proxy.sock", None)
         for name in self._known_worktrees():
             try:

@@ -21,6 +21,7 @@ from pathlib import Path
 from ..errors import ChtopError
 from ..term import inert
 from . import approvals, control_protocol
+from .hostmatch import DEFAULT_PORTS, authority_spec
 from .policy import append_entry, list_path
 
 KEYS = {"o": "allow-once", "a": "allow-always", "d": "deny", "i": "ignore",
@@ -51,20 +52,29 @@ def refused_anyway_text(event: dict) -> str:
             f"({event.get('status')}: {event.get('reason')})")
 
 
+def _held_ports(event: dict) -> frozenset[int] | None:
+    """The port an allow at the prompt names: the held request's, unless an entry allows it anyway."""
+    port = event.get("port")
+    return None if not isinstance(port, int) or port in DEFAULT_PORTS else frozenset({port})
+
+
 def apply_answer(policy_dir: Path, event: dict, answer: str, group_dir: Path | None = None) -> str:
-    """Write the list an answer implies; return what changed."""
+    """Write the list an answer implies; return what changed.  An allow names the held request's
+    port when it is not 443 or 80; a deny denies the host on every port."""
     host = event["host"]
+    spec = authority_spec(host, event["port"]) if isinstance(event.get("port"), int) else host
     if answer == "allow-always":
-        return append_entry(list_path(policy_dir, "allow"), host, allow_list=True)[1]
+        return append_entry(list_path(policy_dir, "allow"), spec, allow_list=True)[1]
     if answer == "deny":
         return append_entry(list_path(policy_dir, "deny"), host, allow_list=False)[1]
     if answer == "allow-worktree" and event.get("worktree"):
-        return append_entry(list_path(policy_dir, "allow", event["worktree"]), host,
+        return append_entry(list_path(policy_dir, "allow", event["worktree"]), spec,
                             allow_list=True)[1]
     if answer == "allow-once":
         return f"{host}: allowed once (this held request only; the next one is blocked again)"
     if answer == "allow-for" and group_dir is not None:
-        return approvals.add_timed_allow(group_dir, approvals.Decision(host, "for", ttl=ALLOW_FOR))
+        return approvals.add_timed_allow(group_dir, approvals.Decision(host, "for", ttl=ALLOW_FOR,
+                                                                       ports=_held_ports(event)))
     return f"{host}: left blocked"
 
 
@@ -74,7 +84,8 @@ def audit(group_dir: Path, event: dict, answer: str) -> None:
     if scope is not None:
         approvals.record_decision(group_dir, approvals.Decision(
             event["host"], scope, event.get("worktree") if scope in ("once", "worktree") else None,
-            ALLOW_FOR if scope == "for" else None), "net.watch")
+            ALLOW_FOR if scope == "for" else None, ports=None if scope == "deny" else _held_ports(event)),
+            "net.watch")
 
 
 def watch(group_dir: Path, policy_dir: Path, stdin=None, stdout=None) -> int:
