@@ -17,7 +17,9 @@ alternating which tool goes first: init (a second run), create, status (clean, t
 every repo), diff, rebase-down `--dry-run` and real (after the same upstream commit in every repo),
 merge-up `--dry-run` and real (after the same feature commit in every repo), delete; plus the floors
 `python3 -c pass` and `inv --version`.  Prints min/median/max per tool and the ratio of the medians.
-Both tools' Python is this interpreter's (its bin dir first on PATH: no pyenv shim in front of either).
+Both tools' Python is this interpreter's (its bin dir first on PATH: no pyenv shim in front of either),
+and the chtop toplevel (this checkout's files) is first on PYTHONPATH, so the `inv` and `chtop` scripts
+run this code, not the checkout an installed package points at.
 
 With `--profile`, also breaks `inv git.status` in a chtop worktree down: `-X importtime` summed by
 top-level package, and a cProfile of the rest (the git processes it waits for).
@@ -102,7 +104,8 @@ def hermetic(base: Path, remotes: Path) -> None:
         for name in REPOS:
             out.write(f'[url "{remotes}/{name}.git"]\n\tinsteadOf = {ORIGINAL_URL.format(name)}\n')
         out.write('[submodule "asdf-cxx"]\n\tupdate = none\n')
-    for key in ("VIRTUAL_ENV", "CLAUDE_ENV_FILE", "PYTHONSAFEPATH", "GIT_DIR", "GIT_WORK_TREE", "CONDA_PREFIX"):
+    for key in ("VIRTUAL_ENV", "CLAUDE_ENV_FILE", "PYTHONSAFEPATH", "PYTHONPATH", "GIT_DIR", "GIT_WORK_TREE",
+                "CONDA_PREFIX"):
         os.environ.pop(key, None)
     os.environ.update(conftest.hermetic_env(home))
     os.environ.update(GIT_ALLOW_PROTOCOL="file", PATH=BIN + os.pathsep + os.environ["PATH"])
@@ -132,11 +135,15 @@ def build_original(base: Path, bundles: Path) -> Path:
 
 
 def build_chtop(base: Path, remotes: Path) -> Path:
+    """The chtop group; its toplevel (this checkout's files) first on PYTHONPATH, so the `inv` and `chtop`
+    scripts' own start (before they load the checkout's tasks.py) runs this code too, not whatever
+    checkout the installed package points at."""
     conftest.make_container_remote(remotes, chtop_manifest(remotes))
     grouping = base / "chtop"
     grouping.mkdir()
     top = grouping / "top"
     git(grouping, "clone", "-q", f"file://{remotes}/chtop.git", str(top))
+    os.environ["PYTHONPATH"] = str(top)
     must([*INV, "toplevel.init", "--no-venv"], top)
     return top
 
@@ -181,6 +188,16 @@ def setup_for(step: str, top: Path, wt: Path, rnd: int) -> None:
         commit_every_repo(wt, f"feature-{rnd}.txt")
 
 
+def check_landed(step: str, tool: str, top: Path, wt: Path) -> None:
+    """The real rebase-down and merge-up did their work in every repo (a timing of a no-op is no timing):
+    the feature branch (no commits of its own) caught up with the upstream commit; the integration
+    branch took the feature commit."""
+    for main, feature in zip(checkouts(top), checkouts(wt), strict=True):
+        integration, head = git(main, "rev-parse", "HEAD"), git(feature, "rev-parse", "HEAD")
+        if head != integration:
+            raise SystemExit(f"{tool}'s {step} left {feature} at {head}, its integration branch at {integration}")
+
+
 def run_round(tools: dict[str, Path], rnd: int, times: dict) -> None:
     order = list(tools) if rnd % 2 == 0 else list(tools)[::-1]
     wt_name = f"w{rnd}"
@@ -192,6 +209,8 @@ def run_round(tools: dict[str, Path], rnd: int, times: dict) -> None:
             argv = [a.format(wt=wt_name) for a in (original if tool == "original" else chtop)]
             cwd = top if where == "top" else wt
             times[step, tool].append(timed(lambda argv=argv, cwd=cwd: must(argv, cwd)))
+            if step in ("rebase-down", "merge-up"):
+                check_landed(step, tool, top, wt)
 
 
 def ms(values: list[float]) -> str:
