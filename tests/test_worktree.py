@@ -125,11 +125,11 @@ def test_interrupted_creation_is_undone(initialized, monkeypatch):
     real = wt.init_submodules
     calls = []
 
-    def interrupt(path):
+    def interrupt(path, *names):
         calls.append(path)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        real(path)
+        real(path, *names)
 
     monkeypatch.setattr(wt, "init_submodules", interrupt)
     with pytest.raises(CommandFailed):
@@ -281,3 +281,36 @@ def test_broken_manifest_is_a_clear_error_and_changes_nothing(group):
     assert result.returncode == 2
     assert "git_repositories.toml: repo #1 ('../x'): 'name' must not contain '/'" in result.stderr
     assert sorted(p.name for p in g.toplevel.iterdir() if p.name.startswith(".env")) == []
+
+
+def test_submodules_false_is_honoured_by_create_and_a_failing_submodule_names_the_key(group):
+    """pirate's case: a submodule whose URL is unreachable.  With the manifest's default the
+    error names `submodules = false`; with that set, init and create skip it (and both work)."""
+    g = group
+    seed = g.base / "alpha-work"
+    git(g.base, "clone", "-q", f"file://{g.remotes}/alpha.git", str(seed))
+    git(seed, "submodule", "add", "-q", f"file://{g.remotes}/beta.git", "vendor/lib")
+    git(seed, "commit", "-q", "-m", "add submodule")
+    git(seed, "push", "-q", "origin", "main")
+    os.rename(g.remotes / "beta.git", g.remotes / "beta-moved.git")   # the submodule's URL: gone
+    manifest = (g.toplevel / "git_repositories.toml").read_text().replace("beta.git", "beta-moved.git")
+    (g.toplevel / "git_repositories.toml").write_text(manifest)
+    git(g.toplevel, "commit", "-qam", "beta moved")
+    failed = g.inv(g.toplevel, "toplevel.init", "--no-venv", check=False)
+    assert failed.returncode == 1
+    assert "set `submodules = false` in its [[repo]] entry (name = 'alpha')" in failed.stderr, failed.stderr
+    text = manifest.replace('name = "alpha"\n', 'name = "alpha"\nsubmodules = false\n', 1)
+    assert text != manifest
+    (g.toplevel / "git_repositories.toml").write_text(text)
+    git(g.toplevel, "commit", "-qam", "alpha: no submodules")
+    g.inv(g.toplevel, "toplevel.init", "--no-venv")
+    created = g.inv(g.toplevel, "worktree.create", "--name", "dev", "--no-venv")
+    assert "submodule update" not in created.stderr
+    assert git(g.path("dev", "alpha"), "branch", "--show-current") == "dev"
+    assert not (g.path("dev", "alpha", "vendor", "lib", "beta.txt")).exists()
+    # the control: the same create with the default key fails, naming it, and undoes its run
+    (g.toplevel / "git_repositories.toml").write_text(manifest)
+    git(g.toplevel, "commit", "-qam", "alpha: submodules again")
+    again = g.inv(g.toplevel, "worktree.create", "--name", "dev2", "--no-venv", check=False)
+    assert again.returncode == 1 and "`submodules = false`" in again.stderr, again.stderr
+    assert not g.path("dev2").exists()

@@ -18,6 +18,7 @@ from .dotfiles import refresh_workspace_files
 from .gitprobe import ahead_behind, branch_exists, dirty_paths, head_branch, local_branches, rev
 from .gitrun import git
 from .layout import Checkout, Workspace, checkout_problem, find_workspace, private_store, verify_git_dirs
+from .manifest import MANIFEST_NAME
 from .quarantine import add_private_worktree, group_git_dir, private_worktree_names, sync_worktree
 
 
@@ -50,6 +51,8 @@ class AddStep:
     reuse_branch: bool
     store: Path
     branch_sha: str | None = None
+    submodules: bool = True  # the manifest's `submodules` for this repo
+
 
     @property
     def tip(self) -> str:
@@ -99,7 +102,7 @@ def steps_for_create(ws: Workspace, top: Workspace, name: str, integration: dict
             raise Refused(f"{ws.display(main_dir)} has no branch {start!r} (its integration branch)")
         steps.append(AddStep(Checkout(checkout.name, new_path, checkout.store), main_dir, start,
                              found[start], name in found, private_store(ws.grouping, name, checkout.name),
-                             found.get(name)))
+                             found.get(name), wants_submodules(top, checkout.name)))
     return steps
 
 
@@ -138,12 +141,29 @@ def add_worktrees(steps: list[AddStep], name: str, run: CreateRun) -> None:
         run.added.append(step)
         add_private_worktree(step.checkout.store, step.store, step.checkout.path, name, step.tip,
                              step.start, step.start_sha)
-        init_submodules(step.checkout.path)
+        if step.submodules:
+            init_submodules(step.checkout.path, step.checkout.name)
 
 
-def init_submodules(path: Path) -> None:
-    if (path / ".gitmodules").exists():
+def wants_submodules(ws: Workspace, repo_name: str) -> bool:
+    """The manifest's ``submodules`` for a repo (the container repo: always)."""
+    return ws.manifest.get(repo_name).submodules if repo_name else True
+
+
+def init_submodules(path: Path, repo_name: str = "") -> None:
+    """``git submodule update --init --recursive`` in ``path``; a failure names the manifest key
+    that skips it."""
+    if not (path / ".gitmodules").exists():
+        return
+    try:
         git(path, ["submodule", "update", "--init", "--recursive"], quiet=False)
+    except CommandFailed as exc:
+        if not repo_name:
+            raise
+        raise CommandFailed(
+            f"{exc}\nthe submodules of {repo_name} could not be initialised. If the repo builds without "
+            f"them, skip them: set `submodules = false` in its [[repo]] entry (name = {repo_name!r}) of "
+            f"{MANIFEST_NAME}, commit that in the toplevel, and run the same command again.") from exc
 
 
 def create_worktree(ws: Workspace, name: str, build_venv=None) -> Workspace:
