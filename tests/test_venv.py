@@ -151,17 +151,19 @@ def test_plan_uv_recreate_and_test(tmp_path):
     (root / ".venv").mkdir()
     reuse = V.plan_build(root, manifest, installer="uv", python=Path("/base/python3"))
     # An existing venv is reused, not recreated; uv installs without deps,
-    # then the "deps" step installs (with pip) only what the base lacks.
+    # then a "deps" step installs (with pip) only what the base lacks: before b, which builds
+    # against the venv (so a's requirements are there for b's build), and at the end.
     # "bytecode" compiles, in uv's cache, what the isolated build of a installs.
-    assert [s.kind for s in reuse] == ["check", "install", "install", "bytecode", "deps", "smoke", "smoke"]
+    assert [s.kind for s in reuse] == ["check", "install", "deps", "install", "bytecode", "deps", "smoke", "smoke"]
     assert reuse[1].argv[1:6] == ("pip", "install", "--python", venv_py(root), "--no-deps")
-    assert reuse[3].paths == (root / "a",) and reuse[3].argv[1:] == ("-S", "-m", "compileall", "-q", "-j0")
-    assert "the builds of a need" in reuse[3].describe()
+    assert "before b" in reuse[2].note
+    assert reuse[4].paths == (root / "a",) and reuse[4].argv[1:] == ("-S", "-m", "compileall", "-q", "-j0")
+    assert "the builds of a need" in reuse[4].describe()
     # uv links its cache's bytecode into each isolated build: those steps run without a pycache prefix
-    assert reuse[1].unset == reuse[3].unset == ("PYTHONPYCACHEPREFIX",) and not reuse[5].unset
+    assert reuse[1].unset == reuse[4].unset == ("PYTHONPYCACHEPREFIX",) and not reuse[6].unset
     assert reuse[1].describe().startswith("$ env -u PYTHONPYCACHEPREFIX ")
-    assert V._runtime_env(reuse[3])["PYTHONPYCACHEPREFIX"] is None
-    assert reuse[4].then == (venv_py(root), "-m", "pip", "install")
+    assert V._runtime_env(reuse[4])["PYTHONPYCACHEPREFIX"] is None
+    assert reuse[2].then == reuse[5].then == (venv_py(root), "-m", "pip", "install")
     # A fresh one is made by uv too; nothing to trim, pip launchers written.
     steps = V.plan_build(root, manifest, recreate=True, test=True, installer="uv", python=Path("/base/python3"))
     assert [s.kind for s in steps][:5] == ["remove", "create", "check", "launchers", "install"]
@@ -174,6 +176,32 @@ def test_plan_uv_recreate_and_test(tmp_path):
     env = V._runtime_env(test)
     assert env["PATH"] == str(root / ".venv" / "bin") + os.pathsep + os.environ["PATH"]
     assert env["PYTHONSAFEPATH"] == "1" and env["VIRTUAL_ENV"] == str(root / ".venv")
+
+
+def test_uv_plan_meets_each_repos_requirements_before_the_next_no_isolation_build(tmp_path):
+    """The CHORD chain: pipmake (isolated) needs editables, ksgpu builds with pipmake against the
+    venv, so pipmake's requirements are installed between the two; an isolated repo after an
+    isolated one needs no step between (its build brings its own)."""
+    repos = [{"name": "pipmake"}, {"name": "ksgpu", "install": "editable-no-build-isolation"},
+             {"name": "iso"}, {"name": "pirate", "install": "editable-no-build-isolation"}]
+    root, manifest = make_root(tmp_path / "ws", repos)
+    steps = V.plan_build(root, manifest, installer="uv", python=Path("/base/python3"))
+    assert [(s.kind, s.repo) for s in steps if s.kind in ("install", "deps")] == [
+        ("install", "pipmake"), ("deps", None), ("install", "ksgpu"), ("install", "iso"), ("deps", None),
+        ("install", "pirate"), ("deps", None)]
+    # pip resolves each repo's requirements itself: no step of its own
+    assert "deps" not in [s.kind for s in V.plan_build(root, manifest, installer="pip", python=Path("/b/p"))]
+
+
+def test_install_none_skips_the_repos_smoke_import_and_test(tmp_path):
+    """"Not installed, on purpose": nothing would be there to import or test."""
+    root, manifest = make_root(tmp_path / "ws", [A, {"name": "papers", "install": "none", "smoke_import": "papers",
+                                                     "test": "python -m papers.check"}])
+    for installer in ("pip", "uv"):
+        steps = V.plan_build(root, manifest, installer=installer, test=True, python=Path("/base/python3"))
+        assert [s.repo for s in steps if s.kind in ("smoke", "test")] == ["a"]
+        skip = next(s for s in steps if s.kind == "skip")
+        assert skip.note == 'skip papers (and its smoke_import and test): install = "none" in git_repositories.toml'
 
 
 def test_choose_installer(monkeypatch, tmp_path):
@@ -308,16 +336,36 @@ def own_dists(root: Path) -> str:
     return subprocess.run([venv_py(root), "-c", OWN_DISTS], capture_output=True, text=True, check=True).stdout
 
 
+def tinydep_wheel(wheelhouse: Path, tmp_path: Path) -> None:
+    """A wheel of "tinydep" (in no base interpreter) in the wheelhouse."""
+    tiny = tmp_path / "tinydep"
+    if not any(wheelhouse.glob("tinydep-*.whl")):
+        (tiny / "tinydep").mkdir(parents=True, exist_ok=True)
+        (tiny / "pyproject.toml").write_text(PYPROJECT.format(name="tinydep", package="tinydep"))
+        (tiny / "tinydep" / "__init__.py").write_text("")
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                        "-w", str(wheelhouse), str(tiny)], check=True, capture_output=True)
+
+
+CHAIN_BACKEND = "import tinydep  # what the earlier repo needs, as pipmake needs editables\n" \
+                "from setuptools.build_meta import *  # noqa\n"
+
+
+def make_chain(root: Path) -> None:
+    """pipmake -> ksgpu in small: ``a`` requires tinydep; ``b`` builds against the venv with a
+    backend that imports it."""
+    a, b = root / "a" / "pyproject.toml", root / "b" / "pyproject.toml"
+    a.write_text(a.read_text().replace('version = "0.1"', 'version = "0.1"\ndependencies = ["tinydep"]'))
+    b.write_text(b.read_text().replace('build-backend = "setuptools.build_meta"',
+                                       'build-backend = "chain_backend"\nbackend-path = ["."]'))
+    (root / "b" / "chain_backend.py").write_text(CHAIN_BACKEND)
+
+
 def add_dependencies(root: Path, wheelhouse: Path, tmp_path: Path) -> str:
     """Make ``b`` need a distribution the base has (jinja2 when chtop is installed there) and
     wheelhouse-only "tinydep" (not in the base), which must land in the venv; the reused one."""
     reused = base_distribution()
-    tiny = tmp_path / "tinydep"
-    (tiny / "tinydep").mkdir(parents=True)
-    (tiny / "pyproject.toml").write_text(PYPROJECT.format(name="tinydep", package="tinydep"))
-    (tiny / "tinydep" / "__init__.py").write_text("")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(wheelhouse), str(tiny)], check=True, capture_output=True)
+    tinydep_wheel(wheelhouse, tmp_path)
     pyproject = root / "b" / "pyproject.toml"
     pyproject.write_text(pyproject.read_text().replace('version = "0.1"', f'version = "0.1"\ndependencies = ["{reused}", "tinydep"]'))
     return reused
@@ -395,6 +443,23 @@ def test_uv_and_pip_make_the_same_venv(installer, offline, wheelhouse, tmp_path,
     removed = subprocess.run([pip, "uninstall", "-y", "tinydep"], cwd=elsewhere, capture_output=True, text=True)
     assert removed.returncode == 0, removed.stderr
     assert "'tinydep'" not in own_dists(root)
+
+
+@pytest.mark.slow
+def test_a_no_isolation_build_finds_an_earlier_repos_requirements_and_both_installers_agree(
+        offline, wheelhouse, tmp_path, capsys):
+    """uv installs with --no-deps: before b (built against the venv) the "deps" step installs
+    a's requirement, which b's build backend imports; pip and uv give the same venv."""
+    require_tool("uv")
+    tinydep_wheel(wheelhouse, tmp_path)
+    own = {}
+    for installer in ("pip", "uv"):
+        root, manifest = make_root(tmp_path / installer, [A, B])
+        make_chain(root)
+        V.build_venv(root, manifest, installer=installer)
+        assert "installed a, b" in capsys.readouterr().out
+        own[installer] = own_dists(root).replace("'pip', ", "")   # uv's venv: pip launchers, not a pip
+    assert own["pip"] == own["uv"] and "'tinydep'" in own["uv"], own
 
 
 @pytest.mark.slow

@@ -12,8 +12,9 @@ the current dir first on ``sys.path``).  With ``test`` each repo's ``test`` comm
 
 With uv on PATH the venv is made by ``uv venv --system-site-packages``
 (no pip, no setuptools of its own: the base's show through) and the repos are
-installed by ``uv pip install``; ``bin/pip`` launchers run the base's pip in
-the venv.  Without uv, ``python -m venv`` makes it and pip installs; the
+installed by ``uv pip install --no-deps``; ``bin/pip`` launchers run the base's pip in
+the venv.  The requirements nothing meets are installed with pip before each repo
+that builds against the venv and at the end ("deps" steps).  Without uv, ``python -m venv`` makes it and pip installs; the
 setuptools ensurepip adds on Python < 3.12 is removed.  Either way the user
 gets the same venv.  uv keeps its own cache (``uv cache dir``), which every
 worktree shares: a second worktree's build downloads nothing the first did,
@@ -347,12 +348,44 @@ def plan_build(
             "trim", None, (str(vpy), "-m", "pip", "uninstall", "-y", "-q", "setuptools"), cwd=root,
             note="Python < 3.12's ensurepip adds setuptools; builds use the base's",
         ))
+    steps += install_steps(root, manifest, installer, vpy)
+    installed = [r for r in manifest.repos if r.install != "none"]
+    for repo in installed:
+        for module in repo.smoke_import:
+            steps.append(BuildStep(
+                "smoke", repo.name, (str(vpy), "-c", IMPORT_CODE, module), throwaway=True,
+                env=tuple(SAFE_ENV.items()), timeout=CHECK_TIMEOUT, note=f"import {module}",
+            ))
+    if test:
+        env = (("PATH", f"{vdir / 'bin'}{os.pathsep}$PATH"), ("VIRTUAL_ENV", str(vdir)))
+        for repo in installed:
+            if repo.test:
+                steps.append(BuildStep(
+                    "test", repo.name, tuple(shlex.split(repo.test)), throwaway=True,
+                    env=tuple(SAFE_ENV.items()) + env, timeout=TEST_TIMEOUT,
+                ))
+    return steps
+
+
+def install_steps(root: Path, manifest: Manifest, installer: str, vpy: Path) -> list[BuildStep]:
+    """Each repo's install (or "skip"), in manifest order; with uv also the "bytecode" step and the
+    "deps" steps: one before each repo that builds against the venv (``editable-no-build-isolation``)
+    when a repo was installed since the last, so its build finds what the earlier repos need
+    (pipmake's ``editables`` for ksgpu), and one at the end."""
+    steps: list[BuildStep] = []
+    pending = False  # a repo installed with --no-deps since the last "deps" step
     for repo in manifest.repos:
         if repo.install == "none":
-            steps.append(BuildStep("skip", repo.name, (), note=f'skip {repo.name}: install = "none" in {MANIFEST_NAME}'))
+            checks = " (and its smoke_import and test)" if repo.smoke_import or repo.test else ""
+            steps.append(BuildStep("skip", repo.name, (),
+                                   note=f'skip {repo.name}{checks}: install = "none" in {MANIFEST_NAME}'))
             continue
+        if installer == "uv" and pending and repo.install == "editable-no-build-isolation":
+            steps.append(deps_step(vpy, f"before {repo.name}, which builds against the venv"))
+            pending = False
         steps.append(BuildStep("install", repo.name, install_argv(installer, vpy, repo, root / repo.name), cwd=root,
                                unset=CACHED_BYTECODE_ENV if installer == "uv" else ()))
+        pending = True
     isolated = tuple(root / r.name for r in manifest.repos if r.install == "editable")
     if installer == "uv" and isolated:
         steps.append(BuildStep(
@@ -361,27 +394,19 @@ def plan_build(
             env=tuple(SAFE_ENV.items()), timeout=CHECK_TIMEOUT, paths=isolated, unset=CACHED_BYTECODE_ENV,
             note="once per wheel: uv's cached build requirements get bytecode, which later isolated builds link",
         ))
-    if installer == "uv" and any(r.install != "none" for r in manifest.repos):
-        steps.append(BuildStep(
-            "deps", None, (str(vpy), UNMET_SCRIPT), throwaway=True, env=tuple(SAFE_ENV.items()),
-            timeout=CHECK_TIMEOUT, then=(str(vpy), "-m", "pip", "install"),
-            note="requirements neither the base nor the venv meets (not run when no installed repo declares one)",
-        ))
-    for repo in manifest.repos:
-        for module in repo.smoke_import:
-            steps.append(BuildStep(
-                "smoke", repo.name, (str(vpy), "-c", IMPORT_CODE, module), throwaway=True,
-                env=tuple(SAFE_ENV.items()), timeout=CHECK_TIMEOUT, note=f"import {module}",
-            ))
-    if test:
-        env = (("PATH", f"{vdir / 'bin'}{os.pathsep}$PATH"), ("VIRTUAL_ENV", str(vdir)))
-        for repo in manifest.repos:
-            if repo.test:
-                steps.append(BuildStep(
-                    "test", repo.name, tuple(shlex.split(repo.test)), throwaway=True,
-                    env=tuple(SAFE_ENV.items()) + env, timeout=TEST_TIMEOUT,
-                ))
+    if installer == "uv" and pending:
+        steps.append(deps_step(vpy, "not run when no installed repo declares one"))
     return steps
+
+
+def deps_step(vpy: Path, when: str) -> BuildStep:
+    """uv only: install, with pip, the requirements of the repos installed so far that neither the
+    base nor the venv meets."""
+    return BuildStep(
+        "deps", None, (str(vpy), UNMET_SCRIPT), throwaway=True, env=tuple(SAFE_ENV.items()),
+        timeout=CHECK_TIMEOUT, then=(str(vpy), "-m", "pip", "install"),
+        note=f"requirements neither the base nor the venv meets ({when})",
+    )
 
 
 def format_plan(steps: list[BuildStep]) -> str:
