@@ -496,6 +496,59 @@ def test_broken_package_names_repo_tail_and_retry(offline, tmp_path):
     assert f"inv venv.build --workdir {root}" in message
 
 
+def test_first_error_line_is_the_cause_not_pips_boilerplate():
+    from chtop_tasks.venv.buildlog import first_error_line
+
+    pip_out = textwrap.dedent("""\
+        error: subprocess-exited-with-error
+        × Getting requirements to build editable did not run successfully.
+        ╰─> [3 lines of output]
+            Traceback (most recent call last):
+            ModuleNotFoundError: No module named 'pybind11'
+        note: This error originates from a subprocess, and is likely not a problem with pip.
+        error: metadata-generation-failed
+        """)
+    assert first_error_line(pip_out) == "ModuleNotFoundError: No module named 'pybind11'"
+    assert first_error_line("nvcc noise\nsrc/x.cu(12): error: identifier \"foo\" is undefined\n") == \
+        'src/x.cu(12): error: identifier "foo" is undefined'
+    assert first_error_line("all fine\nerror: metadata-generation-failed\n") is None
+    assert first_error_line("ValueError: \x1b[2Jcleared") == "ValueError: \\x1b[2Jcleared"
+
+
+NOISY_BACKEND = """\
+import sys, traceback
+try:
+    import not_installed_build_dep
+except ImportError:
+    traceback.print_exc()
+    for n in range(40):
+        print(f"make: noise line {n}", file=sys.stderr)
+    sys.exit(1)
+"""
+
+
+@pytest.mark.slow
+def test_a_failed_build_lifts_its_cause_and_keeps_the_whole_output_in_a_log(offline, tmp_path):
+    """The cause is 40 lines above the end (as pybind11's was above pip's boilerplate): the
+    summary names it, and the log under the group's .chtop/logs has every line."""
+    root, manifest = make_root(tmp_path / "grp" / "ws", [A, B])
+    pyproject = root / "b" / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('build-backend = "setuptools.build_meta"',
+                                                       'build-backend = "noisy"\nbackend-path = ["."]'))
+    (root / "b" / "noisy.py").write_text(NOISY_BACKEND)
+    with pytest.raises(CommandFailed) as info:
+        V.build_venv(root, manifest, installer="pip")
+    message = str(info.value)
+    assert "cause: ModuleNotFoundError: No module named 'not_installed_build_dep'" in message, message
+    assert "noise line 39" in message and "noise line 5\n" not in message   # the tail is short
+    logs = list((tmp_path / "grp" / ".chtop" / "logs").glob("venv-ws-*.log"))
+    assert len(logs) == 1 and f"its whole output: {logs[0]}" in message
+    text = logs[0].read_text()
+    assert all(f"make: noise line {n}\n" in text for n in range(40))
+    assert "-m pip install -e " + str(root / "a") in text and "# exit 0" in text   # every step, not only the failed
+    assert "No module named 'not_installed_build_dep'" in text
+
+
 @pytest.mark.slow
 def test_reuse_then_recreate_and_none_is_reported(offline, tmp_path, capsys):
     root, manifest = make_root(tmp_path / "ws", [A, B, {"name": "papers", "install": "none"}])

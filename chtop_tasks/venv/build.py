@@ -41,7 +41,9 @@ from .. import runner
 from ..errors import ChtopError, CommandFailed, Refused, UsageError
 from ..fanout import fan_out
 from ..workspace.manifest import MANIFEST_NAME, Manifest, Repo
+from ..places import state_dir
 from . import uvcache
+from .buildlog import BuildLog, first_error_line
 
 VENV_DIR = ".venv"
 INSTALLERS = ("pip", "uv")
@@ -181,6 +183,7 @@ class BuildReport:
     smoked: list[str] = field(default_factory=list)
     tested: list[str] = field(default_factory=list)
     deps: list[str] = field(default_factory=list)
+    log: Path | None = None
 
     def summary(self) -> str:
         parts = [f"venv ready: {self.venv} (installer {self.installer})"]
@@ -193,6 +196,8 @@ class BuildReport:
             parts.append("smoke imports ok: " + ", ".join(self.smoked))
         if self.tested:
             parts.append("tests ok: " + ", ".join(self.tested))
+        if self.log:
+            parts.append(f"log {self.log}")
         return "; ".join(parts)
 
 
@@ -222,6 +227,11 @@ def _inside(path: Path, parent: Path) -> bool:
     except ValueError:
         return False
     return True
+
+
+def venv_log_dir(root: Path) -> Path:
+    """Where the build logs of ``root``'s venv go: its group's ``.chtop/logs``."""
+    return state_dir(Path(root).parent) / "logs"
 
 
 def venv_dir(root: Path) -> Path:
@@ -428,7 +438,8 @@ def _runtime_env(step: BuildStep) -> dict[str, str | None]:
     return env
 
 
-def _failure(step: BuildStep, root: Path, result: runner.Result | None, cwd, test: bool, argv=None) -> CommandFailed:
+def _failure(step: BuildStep, root: Path, result: runner.Result | None, cwd, test: bool, argv=None,
+             log: BuildLog | None = None) -> CommandFailed:
     where = f"repo {step.repo!r}" if step.repo else f"venv {venv_dir(root)}"
     what = {
         "remove": "removing the old venv failed",
@@ -442,6 +453,9 @@ def _failure(step: BuildStep, root: Path, result: runner.Result | None, cwd, tes
     }[step.kind]
     code = f" (exit {result.returncode})" if result is not None else ""
     lines = [f"venv build, {where}: {what}{code}", "  " + runner.format_command(argv or step.argv, cwd)]
+    cause = first_error_line(result.stdout + "\n" + result.stderr) if result is not None else None
+    if cause:
+        lines.append(f"  cause: {cause}")
     if result is not None and (result.stdout or result.stderr):
         lines.append(_tail(result))
     elif step.kind == "test":
@@ -449,21 +463,24 @@ def _failure(step: BuildStep, root: Path, result: runner.Result | None, cwd, tes
     hint = retry_hint(root, test=test or step.kind == "test")
     if step.kind == "check" and (venv_dir(root)).exists():
         hint += " --recreate   # deletes " + str(venv_dir(root))
+    if log is not None:
+        lines.append(f"  its whole output: {log.path}")
     lines.append(f"Fix the cause, then retry the venv alone: {hint}")
     return CommandFailed("\n".join(lines))
 
 
-def run_build_steps(steps: list[BuildStep], root: Path, *, test: bool = False, installer: str = "?") -> BuildReport:
+def run_build_steps(steps: list[BuildStep], root: Path, *, test: bool = False, installer: str = "?",
+                    log: BuildLog | None = None) -> BuildReport:
     """Run the steps in order; raise CommandFailed naming the first that fails.
 
     Consecutive smoke imports run at the same time (each in its own python,
     from the throwaway dir): nothing they do depends on another.
     """
-    report = BuildReport(venv_dir(root), installer)
+    report = BuildReport(venv_dir(root), installer, log=log.path if log else None)
     with tempfile.TemporaryDirectory(prefix="chtop-venv-") as scratch:
         Path(UNMET_SCRIPT.replace(THROWAWAY, scratch)).write_text(UNMET_CODE)
         for batch in _batches(steps):
-            fan_out(lambda step: _run_step(step, root, Path(scratch), test, report), batch)
+            fan_out(lambda step: _run_step(step, root, Path(scratch), test, report, log), batch)
             for step in batch:
                 _record(step, report)
     return report
@@ -480,7 +497,8 @@ def _batches(steps: list[BuildStep]) -> list[list[BuildStep]]:
     return batches
 
 
-def _run_step(step: BuildStep, root: Path, scratch: Path, test: bool, report: BuildReport) -> None:
+def _run_step(step: BuildStep, root: Path, scratch: Path, test: bool, report: BuildReport,
+              log: BuildLog | None = None) -> None:
     """Run one step; raise CommandFailed when it fails."""
     if step.kind == "skip":
         print(step.note, flush=True)
@@ -496,22 +514,31 @@ def _run_step(step: BuildStep, root: Path, scratch: Path, test: bool, report: Bu
         return
     cwd = scratch if step.throwaway else step.cwd
     stream = step.kind == "test"  # a test suite's progress is worth seeing live
+    argv = [a.replace(THROWAWAY, str(scratch)) for a in step.argv]
     try:
-        result = runner.run(
-            [a.replace(THROWAWAY, str(scratch)) for a in step.argv], cwd,
-            check=False, capture=not stream, env=_runtime_env(step), timeout=step.timeout,
-        )
+        result = runner.run(argv, cwd, check=False, capture=not stream, env=_runtime_env(step), timeout=step.timeout)
     except CommandFailed as exc:  # not found, or timed out
-        raise _failure(step, root, None, cwd, test) from exc
+        _log_step(log, argv, cwd, None, str(exc))
+        raise _failure(step, root, None, cwd, test, log=log) from exc
+    _log_step(log, argv, cwd, result, "" if not stream else "(its output went to the terminal)")
     if not result.ok or (step.expect is not None and not _same_path(result.stdout.strip(), step.expect)):
-        raise _failure(step, root, result, cwd, test)
+        raise _failure(step, root, result, cwd, test, log=log)
     unmet = [ln.strip() for ln in result.stdout.splitlines() if ln.strip()] if step.then else []
     if unmet:
         argv = step.then + tuple(unmet)
         result = runner.run(argv, root, check=False, timeout=INSTALL_TIMEOUT)
+        _log_step(log, argv, root, result)
         if not result.ok:
-            raise _failure(step, root, result, root, test, argv=argv)
+            raise _failure(step, root, result, root, test, argv=argv, log=log)
         report.deps.extend(unmet)
+
+
+def _log_step(log: BuildLog | None, argv, cwd, result: runner.Result | None, note: str = "") -> None:
+    if log is None:
+        return
+    out, err = (result.stdout or "", result.stderr or "") if result is not None else ("", "")
+    log.record(runner.format_command(argv, cwd), result.returncode if result is not None else None,
+               out, err + (("\n" if err else "") + note if note else ""))
 
 
 def _record(step: BuildStep, report: BuildReport) -> None:
@@ -576,8 +603,10 @@ def build_venv(
     test: bool = False,
     installer: str | None = None,
     dry_run: bool = False,
+    log_dir: Path | None = None,
 ) -> None:
-    """Build (or refresh) ``<root>/.venv`` with every manifest repo installed.
+    """Build (or refresh) ``<root>/.venv`` with every manifest repo installed; every step's
+    output goes to a new log in ``log_dir`` (default: the group's ``.chtop/logs``).
 
     Raises ChtopError subclasses: Refused when a repo is not cloned,
     UsageError for a bad installer, CommandFailed when a step fails (naming
@@ -590,7 +619,8 @@ def build_venv(
     if dry_run:
         print(format_plan(steps), flush=True)
         return
-    report = run_build_steps(steps, root, test=test, installer=chosen)
+    log = BuildLog.create(log_dir or venv_log_dir(root), root.name)
+    report = run_build_steps(steps, root, test=test, installer=chosen, log=log)
     print(report.summary(), flush=True)
 
 
