@@ -23,7 +23,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import IN_CI, hermetic_env, require_tool
+from conftest import IN_CI, git, hermetic_env, require_tool
 from venv_samples import PYPROJECT, offline_env, write_sample_packages
 
 from chtop_tasks.errors import CommandFailed, Refused, UsageError
@@ -149,6 +149,7 @@ def test_plan_is_data_in_manifest_order(tmp_path):
 def test_plan_uv_recreate_and_test(tmp_path):
     root, manifest = make_root(tmp_path / "ws", [A, {**B, "test": "python -m b_frb.selftest --fast"}])
     (root / ".venv").mkdir()
+    V.stamp.write_stamp(root / ".venv")   # a finished build's
     reuse = V.plan_build(root, manifest, installer="uv", python=Path("/base/python3"))
     # An existing venv is reused, not recreated; uv installs without deps,
     # then a "deps" step installs (with pip) only what the base lacks: before b, which builds
@@ -202,6 +203,38 @@ def test_install_none_skips_the_repos_smoke_import_and_test(tmp_path):
         assert [s.repo for s in steps if s.kind in ("smoke", "test")] == ["a"]
         skip = next(s for s in steps if s.kind == "skip")
         assert skip.note == 'skip papers (and its smoke_import and test): install = "none" in git_repositories.toml'
+
+
+def test_stamp_is_read_without_following_links_or_blocking(tmp_path):
+    from chtop_tasks.venv import stamp
+
+    vdir = tmp_path / ".venv"
+    assert stamp.venv_state(vdir) == "missing"
+    vdir.mkdir()
+    assert stamp.venv_state(vdir) == "incomplete"
+    elsewhere = tmp_path / "finished"
+    elsewhere.write_text(stamp.STAMP_TEXT)
+    stamp.stamp_path(vdir).symlink_to(elsewhere)     # planted: a link to a real stamp
+    assert not stamp.is_complete(vdir)
+    stamp.stamp_path(vdir).unlink()
+    os.mkfifo(stamp.stamp_path(vdir))               # a reader that blocked would hang here
+    assert not stamp.is_complete(vdir)
+    stamp.clear_stamp(vdir)
+    stamp.stamp_path(vdir).write_text("something else\n")
+    assert not stamp.is_complete(vdir)
+    stamp.write_stamp(vdir)
+    assert stamp.venv_state(vdir) == "complete"
+    stamp.clear_stamp(vdir)
+    assert stamp.venv_state(vdir) == "incomplete"
+
+
+def test_a_venv_without_the_stamp_is_made_again(tmp_path):
+    """A build that failed or was interrupted left a venv that only looks built."""
+    root, manifest = make_root(tmp_path / "ws", [A])
+    (root / ".venv" / "bin").mkdir(parents=True)
+    (root / ".venv" / "bin" / "python").write_text("")
+    steps = V.plan_build(root, manifest, installer="pip", python=Path("/base/python3"))
+    assert [s.kind for s in steps[:2]] == ["remove", "create"] and "did not finish" in steps[0].note
 
 
 def test_choose_installer(monkeypatch, tmp_path):
@@ -547,6 +580,33 @@ def test_a_failed_build_lifts_its_cause_and_keeps_the_whole_output_in_a_log(offl
     assert all(f"make: noise line {n}\n" in text for n in range(40))
     assert "-m pip install -e " + str(root / "a") in text and "# exit 0" in text   # every step, not only the failed
     assert "No module named 'not_installed_build_dep'" in text
+
+
+@pytest.mark.slow
+def test_create_again_after_a_failed_venv_step_resumes_and_list_reports_it(initialized, offline):
+    """The venv step fails (alpha is no Python project yet): the checkouts are kept, the retry
+    command is printed once, worktree.list says the venv is incomplete, and once the cause is
+    fixed the same worktree.create builds the venv of the kept checkouts."""
+    g = initialized
+    manifest = g.toplevel / "git_repositories.toml"
+    manifest.write_text(manifest.read_text().replace('install = "none"', 'install = "editable-no-build-isolation"', 1))
+    git(g.toplevel, "commit", "-qam", "install alpha")
+    failed = g.inv(g.toplevel, "worktree.create", "--name", "dev", check=False)
+    assert failed.returncode == 1
+    assert failed.stderr.count("inv venv.build --workdir") == 1, failed.stderr
+    assert "or run the same `inv worktree.create --name dev` again" in failed.stderr
+    assert "venv incomplete" in g.inv(g.toplevel, "worktree.list").stdout
+    alpha = g.path("dev", "alpha")
+    (alpha / "pyproject.toml").write_text(PYPROJECT.format(name="alpha", package="alpha"))
+    (alpha / "alpha").mkdir()
+    (alpha / "alpha" / "__init__.py").write_text("")
+    again = g.inv(g.toplevel, "worktree.create", "--name", "dev")
+    assert "building its venv" in again.stdout and "venv ready" in again.stdout
+    assert "$ git worktree add" not in again.stderr and "activates its venv" in again.stdout
+    assert "venv" not in g.inv(g.toplevel, "worktree.list").stdout.splitlines()[0]
+    # complete now: the same command is refused, as for any existing worktree
+    third = g.inv(g.toplevel, "worktree.create", "--name", "dev", check=False)
+    assert third.returncode == 2 and "already exists" in third.stderr
 
 
 @pytest.mark.slow

@@ -314,3 +314,22 @@ def test_submodules_false_is_honoured_by_create_and_a_failing_submodule_names_th
     again = g.inv(g.toplevel, "worktree.create", "--name", "dev2", "--no-venv", check=False)
     assert again.returncode == 1 and "`submodules = false`" in again.stderr, again.stderr
     assert not g.path("dev2").exists()
+
+
+def test_ctrl_c_in_the_venv_step_keeps_the_checkouts_and_the_same_create_resumes(initialized):
+    g = initialized
+    built = []
+
+    def interrupted(wt):
+        raise KeyboardInterrupt
+
+    with pytest.raises(Exception) as err:
+        create_worktree(find_workspace(g.toplevel), "dev", interrupted)
+    assert getattr(err.value, "exit_code", None) == 130
+    assert "Resume with the same command: inv worktree.create --name dev" in str(err.value)
+    assert git(g.path("dev", "beta"), "branch", "--show-current") == "dev"
+    resumed = create_worktree(find_workspace(g.toplevel), "dev", built.append)
+    assert [wt.root for wt in built] == [g.path("dev")] and resumed.root == g.path("dev")
+    # without a venv step there is nothing to resume: an existing worktree is refused as before
+    with pytest.raises(UsageError, match="already exists"):
+        create_worktree(find_workspace(g.toplevel), "dev")

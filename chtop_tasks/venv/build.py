@@ -42,7 +42,7 @@ from ..errors import ChtopError, CommandFailed, Refused, UsageError
 from ..fanout import fan_out
 from ..workspace.manifest import MANIFEST_NAME, Manifest, Repo
 from ..places import state_dir
-from . import uvcache
+from . import stamp, uvcache
 from .buildlog import BuildLog, first_error_line
 
 VENV_DIR = ".venv"
@@ -341,9 +341,11 @@ def plan_build(
     vdir, vpy = venv_dir(root), venv_python(root)
     steps: list[BuildStep] = []
     exists = vdir.exists() or vdir.is_symlink()
-    fresh = recreate or not exists
-    if recreate and exists:
-        steps.append(BuildStep("remove", None, ("rm", "-rf", str(vdir)), note="--recreate"))
+    incomplete = exists and not stamp.is_complete(vdir)
+    fresh = recreate or not exists or incomplete
+    if exists and fresh:
+        note = "--recreate" if recreate else "incomplete: its last build did not finish (no stamp), so it is made again"
+        steps.append(BuildStep("remove", None, ("rm", "-rf", str(vdir)), note=note))
     if fresh:
         steps.append(BuildStep("create", None, create_argv(installer, python or base_python(), vdir), cwd=root))
     steps.append(BuildStep(
@@ -620,7 +622,9 @@ def build_venv(
         print(format_plan(steps), flush=True)
         return
     log = BuildLog.create(log_dir or venv_log_dir(root), root.name)
+    stamp.clear_stamp(venv_dir(root))
     report = run_build_steps(steps, root, test=test, installer=chosen, log=log)
+    stamp.write_stamp(venv_dir(root))   # last: only a build that got here is complete
     print(report.summary(), flush=True)
 
 

@@ -169,8 +169,16 @@ def init_submodules(path: Path, repo_name: str = "") -> None:
 def create_worktree(ws: Workspace, name: str, build_venv=None) -> Workspace:
     """Make ``<grouping>/<name>`` with a worktree of every repo on branch ``name``.
 
-    ``build_venv(new_ws)`` runs last; its failure keeps the worktrees.
+    ``build_venv(new_ws)`` runs last; its failure (or Ctrl-C) keeps the worktrees, and the same
+    call again resumes: it builds the venv of the kept checkouts.
     """
+    kept = kept_worktree_to_resume(ws, name, build_venv)
+    if kept is not None:
+        say(f"worktree {name!r} is there from an earlier worktree.create whose venv step did not finish: "
+            f"building its venv ({kept.venv_dir})")
+        refresh_workspace_files(kept)
+        run_venv_step(build_venv, kept)
+        return kept
     steps = plan_create(ws, name)
     run = CreateRun(name)
     root = ws.worktree_root(name)
@@ -189,12 +197,39 @@ def create_worktree(ws: Workspace, name: str, build_venv=None) -> Workspace:
             f"fix the cause and run the same command again."
         ) from exc
     if build_venv is not None:
-        build_venv(new_ws)
+        run_venv_step(build_venv, new_ws)
     return new_ws
 
 
+def kept_worktree_to_resume(ws: Workspace, name: str, build_venv) -> Workspace | None:
+    """The worktree ``name`` when an earlier create made all its checkouts but not its venv (it
+    failed, was interrupted, or had --no-venv) and this run builds one; else None."""
+    root = ws.worktree_root(name)
+    if build_venv is None or worktree_name_problem(name) or name in ws.reserved_names():
+        return None
+    if root.is_symlink() or not (root / ".git").is_file():
+        return None
+    wt = find_workspace(root)
+    if wt.root != root or any(not (c.path / ".git").exists() for c in wt.checkouts()):
+        return None
+    from ..venv.stamp import is_complete
+
+    return None if is_complete(wt.venv_dir) else wt
+
+
+def run_venv_step(build_venv, wt: Workspace) -> None:
+    """``build_venv(wt)``; Ctrl-C there keeps the checkouts and says how to resume (exit 130)."""
+    try:
+        build_venv(wt)
+    except KeyboardInterrupt:
+        raise ChtopError(f"interrupted while building the venv of {wt.root}; the checkouts are kept. Resume with "
+                         f"the same command: inv worktree.create --name {wt.name}", 130) from None
+
+
 def closing_hints(ws: Workspace) -> str:
-    if (ws.venv_dir / "bin" / "python").exists():
+    from ..venv.stamp import is_complete
+
+    if is_complete(ws.venv_dir):
         direnv = f"  cd {ws.root} && direnv allow .      # activates its venv"
     else:
         direnv = (f"  cd {ws.root} && direnv allow .      # its env; no venv yet (--no-venv): "
@@ -354,6 +389,17 @@ def describe_checkout(wt: Workspace, checkout: Checkout) -> str:
     return f"  {here:<16} {branch:<16} +{ahead}/-{behind} vs {integ:<10} {state}"
 
 
+def venv_note(wt: Workspace) -> str:
+    """What ``worktree.list`` says about a worktree's venv when it is not complete."""
+    from ..venv.stamp import venv_state
+
+    state = venv_state(wt.venv_dir)
+    if state == "complete":
+        return ""
+    return (f"  venv {state} (build it: inv venv.build --workdir {wt.root}, "
+            f"or the same inv worktree.create --name {wt.name} again)")
+
+
 def list_worktrees(ws: Workspace) -> list[str]:
     lines = []
     for root in worktree_roots(ws):
@@ -363,6 +409,6 @@ def list_worktrees(ws: Workspace) -> list[str]:
         except (ChtopError, OSError) as exc:
             lines.append(f"{root.name}: {exc}")
             continue
-        lines.append(f"{root.name}  ({root})")
+        lines.append(f"{root.name}  ({root}){venv_note(wt)}")
         lines.extend(fan_out(lambda c, wt=wt: describe_checkout(wt, c), wt.checkouts()))
     return lines or [f"no feature worktrees in {ws.grouping} (make one: inv worktree.create --name NAME)"]
