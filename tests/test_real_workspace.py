@@ -4,8 +4,10 @@ pipmake + ksgpu with nvcc on the uv path."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from sandbox_helpers import (
     ensure_test_user,
     ensure_user_venv,
     make_base,
+    missing,
     podman_works,
     stop_proxy_as,
 )
@@ -24,24 +27,26 @@ from sandbox_helpers import (
 SHIPPED_MANIFEST = REPO_ROOT / "git_repositories.toml"
 
 
-def chord_manifest(remotes: dict[str, Path], pirate_extra: str = "") -> str:
+def chord_manifest(remotes: dict[str, Path], pirate_install: str | None = None) -> str:
     """The shipped manifest, its URLs pointed at ``remotes``; pirate without submodules (its
-    asdf-cxx is unreachable here), plus ``pirate_extra`` lines."""
+    asdf-cxx is unreachable here), and with ``install = pirate_install`` when given."""
     text = SHIPPED_MANIFEST.read_text()
     for name, bare in remotes.items():
         text, count = re.subn(rf'url = "https://github.com/kmsmith137/{name}.git"', f'url = "file://{bare}"', text)
         assert count == 1, f"the shipped manifest no longer names {name}'s URL"
-    text, count = re.subn(r'(name = "pirate"\n)', r"\1submodules = false\n" + pirate_extra, text)
-    assert count == 1
-    return text
+    head, pirate = text.split('name = "pirate"\n')
+    if pirate_install:
+        pirate, count = re.subn(r'^install = .*$', f'install = "{pirate_install}"', pirate, count=1, flags=re.M)
+        assert count == 1
+    return head + 'name = "pirate"\nsubmodules = false\n' + pirate
 
 
-def chord_group(base: Path, pirate_extra: str = "") -> tuple[Path, Path]:
+def chord_group(base: Path, pirate_install: str | None = None) -> tuple[Path, Path]:
     """Bare remotes of the bundles and a toplevel clone of a container repo with the CHORD
     manifest: (grouping, toplevel)."""
     remotes_dir = base / "remotes"
     remotes = bare_remotes_from_bundles(remotes_dir)
-    make_container_remote(remotes_dir, chord_manifest(remotes, pirate_extra))
+    make_container_remote(remotes_dir, chord_manifest(remotes, pirate_install))
     grouping = base / "grp"
     grouping.mkdir()
     toplevel = grouping / "top"
@@ -93,6 +98,15 @@ def test_chord_workspace_from_clone_to_merge_up_and_delete(chord_user_group):
     inside = ok(g.sbox("cd ksgpu && echo 'from the sandbox' > chtop-note.txt && git add chtop-note.txt && "
                        "git commit -qm 'note, committed inside the sandbox' && echo COMMITTED", timeout=300))
     assert "COMMITTED" in inside.stdout
+    # README's walkthrough hooks direnv in ~/.bashrc, which the sandbox's shell runs too: quiet inside
+    bashrc = g.home / ".bashrc"
+    bashrc.write_text('eval "$(direnv hook bash)"\n')
+    subprocess.run(["chown", f"{g.user.pw_uid}:{g.user.pw_gid}", str(bashrc)], check=True)
+    shell = "printf 'echo PROMPTED\\n' | {} bash --rcfile /.chtop/shellrc -i"
+    quiet = ok(g.sbox(shell.format("")))
+    assert "PROMPTED" in quiet.stdout and "blocked" not in quiet.stderr, quiet.stderr
+    control = g.sbox(shell.format("PROMPT_COMMAND="))         # the hook as it would be without chtop's value
+    assert ".envrc is blocked" in control.stderr, control.stderr
     status = ok(g.inv("git.status"))
     assert "ksgpu" in status.stdout and "pirate" in status.stdout
     assert g.git(dev / "ksgpu", "log", "-1", "--format=%s") == "note, committed inside the sandbox"
@@ -109,3 +123,50 @@ def test_chord_workspace_from_clone_to_merge_up_and_delete(chord_user_group):
     assert g.git(top / "ksgpu", "log", "-1", "--format=%s", "kms") == "note, committed inside the sandbox"
     ok(g.inv("worktree.delete", "--name", "dev", cwd=top, timeout=300))
     assert not dev.exists()
+
+
+BASE_HAS = "import importlib.util, sys; print(' '.join(m for m in sys.argv[1:] if importlib.util.find_spec(m)))"
+OWN_DISTS = ("import sys, importlib.metadata as md; print(sorted(d.metadata['Name'].lower() for d in "
+             "md.distributions(path=[p for p in sys.path if p.startswith(sys.prefix + '/') and "
+             "p.endswith('site-packages')])))")
+
+
+@pytest.mark.slow
+def test_chord_toplevel_venv_builds_pipmake_then_ksgpu_with_nvcc_on_the_uv_path(tmp_path):
+    """The one real CUDA build: `inv toplevel.init` with uv builds pipmake, then ksgpu against the
+    venv with pipmake's backend (which needs editables: installed between the two) and nvcc;
+    pirate is `install = "none"` here (it needs grpc), so its smoke_import and test are skipped."""
+    from conftest import require_tool
+
+    from chtop_tasks.venv.build import base_python
+    from chtop_tasks.venv.stamp import is_complete
+
+    require_tool("nvcc")
+    require_tool("uv")
+    base = str(base_python())
+    present = subprocess.run([base, "-c", BASE_HAS, "pybind11", "numpy", "editables"], capture_output=True,
+                             text=True, check=True).stdout.split()
+    if not {"pybind11", "numpy"} <= set(present):
+        missing(f"{base} lacks pybind11 or numpy, which ksgpu builds against (./bootstrap installs them)")
+    grouping, toplevel = chord_group(tmp_path, pirate_install="none")
+    env = {"CHTOP_INSTALLER": "uv",
+           # one GPU architecture, not the Makefile's three: the same compile, a third of the time
+           "NVCC_ARCH": "-gencode arch=compute_80,code=sm_80"}
+    proc = subprocess.run([sys.executable, "-m", "invoke", "toplevel.init"], cwd=toplevel, capture_output=True,
+                          text=True, env=dict(os.environ, **env), stdin=subprocess.DEVNULL, timeout=3000)
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-6000:]}"
+    out = proc.stdout
+    assert "installer uv" in out and "installed pipmake, ksgpu" in out, out
+    assert "smoke imports ok: pipmake:pipmake, ksgpu:ksgpu" in out, out
+    assert 'skip pirate (and its smoke_import and test): install = "none"' in out, out
+    if "editables" not in present:     # pipmake's requirement, in the venv before ksgpu's build ran
+        assert "with pip, unmet requirements editables" in out, out
+    vpy = toplevel / ".venv" / "bin" / "python"
+    own = subprocess.run([str(vpy), "-c", OWN_DISTS], capture_output=True, text=True, check=True).stdout
+    # what the pip path gives (pip resolves the same requirements against the same base), less pip
+    expected = sorted({"pipmake", "ksgpu"} | ({"editables"} - set(present)))
+    assert own.strip() == str(expected), own
+    assert is_complete(toplevel / ".venv")
+    logs = list((grouping / ".chtop" / "logs").glob("venv-top-*.log"))
+    assert len(logs) == 1 and "nvcc" in logs[0].read_text()
+    assert f"log {logs[0]}" in out
