@@ -27,10 +27,14 @@ from sandbox_helpers import (
 SHIPPED_MANIFEST = REPO_ROOT / "git_repositories.toml"
 
 
-def chord_manifest(remotes: dict[str, Path], pirate_install: str | None = None) -> str:
+def chord_manifest(remotes: dict[str, Path], pirate_install: str | None = None, ksgpu_smoke: bool = True) -> str:
     """The shipped manifest, its URLs pointed at ``remotes``; pirate without submodules (its
-    asdf-cxx is unreachable here), and with ``install = pirate_install`` when given."""
+    asdf-cxx is unreachable here), and with ``install = pirate_install`` when given; without
+    ksgpu's smoke import unless ``ksgpu_smoke`` (importing ksgpu needs cupy)."""
     text = SHIPPED_MANIFEST.read_text()
+    if not ksgpu_smoke:
+        text, count = re.subn(r'^smoke_import = "ksgpu"\n', "", text, flags=re.M)
+        assert count == 1
     for name, bare in remotes.items():
         text, count = re.subn(rf'url = "https://github.com/kmsmith137/{name}.git"', f'url = "file://{bare}"', text)
         assert count == 1, f"the shipped manifest no longer names {name}'s URL"
@@ -41,12 +45,12 @@ def chord_manifest(remotes: dict[str, Path], pirate_install: str | None = None) 
     return head + 'name = "pirate"\nsubmodules = false\n' + pirate
 
 
-def chord_group(base: Path, pirate_install: str | None = None) -> tuple[Path, Path]:
+def chord_group(base: Path, pirate_install: str | None = None, ksgpu_smoke: bool = True) -> tuple[Path, Path]:
     """Bare remotes of the bundles and a toplevel clone of a container repo with the CHORD
     manifest: (grouping, toplevel)."""
     remotes_dir = base / "remotes"
     remotes = bare_remotes_from_bundles(remotes_dir)
-    make_container_remote(remotes_dir, chord_manifest(remotes, pirate_install))
+    make_container_remote(remotes_dir, chord_manifest(remotes, pirate_install, ksgpu_smoke))
     grouping = base / "grp"
     grouping.mkdir()
     toplevel = grouping / "top"
@@ -144,11 +148,12 @@ def test_chord_toplevel_venv_builds_pipmake_then_ksgpu_with_nvcc_on_the_uv_path(
     require_tool("nvcc")
     require_tool("uv")
     base = str(base_python())
-    present = subprocess.run([base, "-c", BASE_HAS, "pybind11", "numpy", "editables"], capture_output=True,
+    present = subprocess.run([base, "-c", BASE_HAS, "pybind11", "numpy", "editables", "cupy"], capture_output=True,
                              text=True, check=True).stdout.split()
     if not {"pybind11", "numpy"} <= set(present):
         missing(f"{base} lacks pybind11 or numpy, which ksgpu builds against (./bootstrap installs them)")
-    grouping, toplevel = chord_group(tmp_path, pirate_install="none")
+    cupy = "cupy" in present     # `import ksgpu` imports cupy: without it, its libraries are loaded instead
+    grouping, toplevel = chord_group(tmp_path, pirate_install="none", ksgpu_smoke=cupy)
     env = {"CHTOP_INSTALLER": "uv",
            # one GPU architecture, not the Makefile's three: the same compile, a third of the time
            "NVCC_ARCH": "-gencode arch=compute_80,code=sm_80"}
@@ -157,7 +162,7 @@ def test_chord_toplevel_venv_builds_pipmake_then_ksgpu_with_nvcc_on_the_uv_path(
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-6000:]}"
     out = proc.stdout
     assert "installer uv" in out and "installed pipmake, ksgpu" in out, out
-    assert "smoke imports ok: pipmake:pipmake, ksgpu:ksgpu" in out, out
+    assert ("smoke imports ok: pipmake:pipmake, ksgpu:ksgpu" if cupy else "smoke imports ok: pipmake:pipmake") in out
     assert 'skip pirate (and its smoke_import and test): install = "none"' in out, out
     if "editables" not in present:     # pipmake's requirement, in the venv before ksgpu's build ran
         assert "with pip, unmet requirements editables" in out, out
@@ -166,7 +171,20 @@ def test_chord_toplevel_venv_builds_pipmake_then_ksgpu_with_nvcc_on_the_uv_path(
     # what the pip path gives (pip resolves the same requirements against the same base), less pip
     expected = sorted({"pipmake", "ksgpu"} | ({"editables"} - set(present)))
     assert own.strip() == str(expected), own
+    # what nvcc built, loaded as ksgpu's own __init__ loads it (found through the editable install)
+    loaded = subprocess.run([str(vpy), "-c", LOAD_KSGPU_LIBS], capture_output=True, text=True, cwd=tmp_path,
+                            env=dict(os.environ, PYTHONSAFEPATH="1"))
+    assert loaded.returncode == 0 and loaded.stdout.strip() == str(toplevel / "ksgpu" / "ksgpu"), loaded.stderr
     assert is_complete(toplevel / ".venv")
     logs = list((grouping / ".chtop" / "logs").glob("venv-top-*.log"))
-    assert len(logs) == 1 and "nvcc" in logs[0].read_text()
-    assert f"log {logs[0]}" in out
+    assert len(logs) == 1 and f"log {logs[0]}" in out
+    assert "--no-build-isolation -e " + str(toplevel / "ksgpu") in logs[0].read_text()
+
+
+LOAD_KSGPU_LIBS = """\
+import ctypes, importlib.util, os, sysconfig
+where = os.path.dirname(importlib.util.find_spec("ksgpu").origin)
+ctypes.CDLL(os.path.join(where, "lib", "libksgpu.so"), mode=ctypes.RTLD_GLOBAL)
+ctypes.CDLL(os.path.join(where, "ksgpu_pybind11" + sysconfig.get_config_var("EXT_SUFFIX")), mode=ctypes.RTLD_GLOBAL)
+print(where)
+"""
