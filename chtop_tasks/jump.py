@@ -21,6 +21,7 @@ from pathlib import Path
 
 from .errors import ChtopError, NotInWorkspace, UsageError, WorkspaceError
 from .places import check_worktree_name, user_config_dir
+from .workspace.suggest import no_worktree_message
 
 try:
     import tomllib
@@ -126,7 +127,7 @@ def offer_create(top, name: str, venv: bool, stdin=None) -> bool:
     stdin = stdin or sys.stdin
     if not stdin.isatty():
         return False
-    sys.stderr.write(f"no worktree {name!r} in {top.grouping}. Create it (inv worktree.create --name {name}"
+    sys.stderr.write(f"{no_worktree_message(top.grouping, name)} in {top.grouping}. Create it (inv worktree.create --name {name}"
                      f"{'' if venv else ' --no-venv'})? [y/N] ")
     sys.stderr.flush()
     return stdin.readline().strip().lower() in ("y", "yes")
@@ -150,12 +151,14 @@ def resolve(name: str, venv: bool = True, cwd: Path | None = None):
     """The worktree to go to, created on a yes at the terminal; UsageError when there is none."""
     check_worktree_name(name)
     top = current_toplevel(cwd)
+    if name == top.toplevel.name:       # `chtop go top`: the toplevel, not a worktree to make
+        return top
     ws = existing_worktree(top, name)
     if ws is not None:
         return ws
     if offer_create(top, name, venv):
         return create(top, name, venv)
-    raise UsageError(f"no worktree {name!r} in {top.grouping}; make it with:\n"
+    raise UsageError(f"{no_worktree_message(top.grouping, name)}; make it with:\n"
                      f"  cd {top.toplevel} && inv worktree.create --name {name}")
 
 
@@ -211,7 +214,7 @@ def existing_or_fail(name: str):
     top = current_toplevel()
     ws = existing_worktree(top, name)
     if ws is None:
-        raise UsageError(f"no worktree {name!r} in {top.grouping}")
+        raise UsageError(f"{no_worktree_message(top.grouping, name)} in {top.grouping}")
     return ws
 
 

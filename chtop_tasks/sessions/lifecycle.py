@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .. import runner
 from ..errors import ChtopError, CommandFailed, Refused, UsageError
-from ..places import target_for
+from ..places import is_dir_group, is_feature_worktree, target_for
 from ..term import say, warn
 from . import agent_state, hooks, records, tmux
 from .listing import is_live, list_sessions, session_row
@@ -234,6 +234,10 @@ def restore_sessions(ws) -> list[dict]:
 def _live_record(group_dir: Path, name: str) -> records.Record:
     record = records.load(Path(group_dir), name)
     if record is None:
+        if not is_dir_group(Path(group_dir)) and not is_feature_worktree(Path(group_dir), name):
+            from ..workspace.suggest import no_worktree_message
+
+            raise UsageError(no_worktree_message(Path(group_dir), name))
         raise Refused(f"no session for worktree {name}; start one there:  inv session.start")
     row = session_row(record)
     if row["state"] == "lost":
