@@ -51,7 +51,8 @@ def test_create_makes_worktrees_branches_dotfiles_and_hints(initialized):
     assert f'export VIRTUAL_ENV="{dev}/.venv"' in (dev / ".envrc").read_text()
     assert f'{dev}/.venv/bin:$PATH' in (dev / ".claude" / "env.sh").read_text()
     assert git(dev, "status", "--porcelain") == ""
-    assert "direnv allow" in result.stdout and "inv sbox.claude" in result.stdout and "/login" in result.stdout
+    assert "direnv allow" in result.stdout and "inv session.start && inv session.attach" in result.stdout
+    assert "tmux new" not in result.stdout and "/login" in result.stdout
     assert "worktree add -b dev" in result.stderr   # commands are echoed
 
 

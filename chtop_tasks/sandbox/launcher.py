@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .. import runner
 from ..errors import ChtopError, CommandFailed, UsageError
+from ..once import VERBOSE_ENV, verbose
 from ..places import Target, ensure_private_dir, group_id, home_dir, is_mine_or_missing
 from ..runner import format_command
 from ..term import warn
@@ -217,6 +218,9 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
                       Limits() if limits_note else limits)
 
 
+LIMITS_NOT_ENFORCED = "limits NOT enforced"
+
+
 def _limits_for(target: Target, rootful: bool) -> tuple[Limits, str | None]:
     """This sandbox's limits, and a note when the host cannot enforce them (then none are passed)."""
     limits = load_limits(target.policy_dir, target.name if target.kind == "worktree" else None)
@@ -224,7 +228,7 @@ def _limits_for(target: Target, rootful: bool) -> tuple[Limits, str | None]:
         return limits, None
     why = why_not_enforced(rootful)
     if why:
-        return limits, f"limits NOT enforced ({limits.describe()}): {why}"
+        return limits, f"{LIMITS_NOT_ENFORCED} ({limits.describe()}): {why}"
     return limits, None
 
 
@@ -432,13 +436,10 @@ def import_after_exit(target: Target) -> None:
              f"The next `inv git.status` in {target.root} retries it.")
 
 
-VERBOSE_ENV = "CHTOP_VERBOSE"
-
-
 def launch_line(plan: LaunchPlan) -> str:
     """What a launch prints: one short line, or the whole podman argv with ``CHTOP_VERBOSE=1``
     (``--dry-run`` prints the whole argv too)."""
-    if os.environ.get(VERBOSE_ENV, "") not in ("", "0"):
+    if verbose():
         return format_command(plan.argv)
     argv = plan.argv
     mounts = sum(1 for a in argv if a.startswith(("--volume=", "--mount=", "--tmpfs=")))
@@ -534,10 +535,20 @@ def plan_request(request: LaunchRequest) -> LaunchPlan:
 
 
 def say_request(request: LaunchRequest, plan: LaunchPlan) -> None:
-    """The notes and warnings of a launch, on stderr."""
-    for line in ([request.target.note] if request.target.note else []) + list(request.notes):
-        print(f"chtop: {line}", file=sys.stderr, flush=True)
-    show_warnings(plan)
+    """The notes and warnings of a launch, on stderr.  The agent's notes (which token it uses, or
+    how to log in) and a limits-not-enforced warning are said once per group (``once``); every
+    time with CHTOP_VERBOSE=1."""
+    from ..once import first_time
+
+    group = request.target.group_dir
+    if request.target.note:
+        print(f"chtop: {request.target.note}", file=sys.stderr, flush=True)
+    for line in request.notes:
+        if first_time(group, line):
+            print(f"chtop: {line}", file=sys.stderr, flush=True)
+    for line in plan.warnings:
+        if not line.startswith(LIMITS_NOT_ENFORCED) or first_time(group, line):
+            print(f"warning: {line}", file=sys.stderr, flush=True)
 def launch(request: LaunchRequest, before_run=None) -> int:
     """The one launch entry: plan, say the notes and warnings, prepare, run, then clean up and import
     the worktree's branch into the shared stores; the child's exit status.

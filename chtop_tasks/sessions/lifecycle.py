@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .. import runner
 from ..errors import ChtopError, CommandFailed, Refused, UsageError
+from ..once import VERBOSE_ENV, first_time
 from ..places import is_dir_group, is_feature_worktree, target_for
 from ..term import say, warn
 from . import agent_state, hooks, records, tmux
@@ -81,7 +82,8 @@ def _clear_earlier_run(target) -> None:
 def _check_launch(target, agent: str, args: list[str], continue_: bool) -> None:
     """Plan the launch once here (errors surface now, in this terminal) and install the hooks."""
     from ..agents.registry import agent_request, get_agent
-    from ..sandbox import plan_request, show_warnings
+    from ..sandbox import plan_request
+    from ..sandbox.launcher import say_request
 
     command = get_agent(agent).argv(args, continue_)   # a continue flag the agent lacks is refused here
     if agent in hooks.HOOKED_AGENTS:
@@ -90,10 +92,8 @@ def _check_launch(target, agent: str, args: list[str], continue_: bool) -> None:
         hooks.prepare_state_dir(target.config_dir)
     request = agent_request(agent, args, target.root, interactive=True, continue_=continue_)
     plan = plan_request(request)       # reads only: a broken policy or layout is refused here, in this terminal
-    notes = ([target.note] if target.note else []) + list(request.notes)
-    for line in notes + [f"{target.name}: the agent's command: {shlex.join(command)}"]:
-        print(f"chtop: {line}", file=sys.stderr, flush=True)
-    show_warnings(plan)
+    say_request(request, plan)      # the login advice and the limits warning: once per group
+    print(f"chtop: {target.name}: the agent's command: {shlex.join(command)}", file=sys.stderr, flush=True)
 
 
 def _new_record(target, agent: str, args: list[str], continue_: bool, socket: Path) -> records.Record:
@@ -115,8 +115,15 @@ def _open_tmux_session(record: records.Record, prefix: list[str]) -> None:
                                  _python_module("chtop_tasks.sessions.pane", str(group), name, record.session_id),
                                  _python_module("chtop_tasks.sessions.screenlog",
                                                 str(records.log_path(group, name))))
+    full = [*prefix, *argv]
+    # the whole tmux line is some 600 characters: echoed the first time in a group (and under
+    # CHTOP_VERBOSE), later one short line
+    whole = first_time(group, "the tmux new-session line")
+    if not whole:
+        print(f"$ tmux new-session -d -s {record.tmux_session} …   [full command: {VERBOSE_ENV}=1]",
+              file=sys.stderr, flush=True)
     try:
-        runner.run([*prefix, *argv], timeout=30)
+        runner.run(full, timeout=30, quiet=not whole)
     except CommandFailed:
         records.remove(group, name)
         raise

@@ -238,7 +238,7 @@ def closing_hints(ws: Workspace) -> str:
         f"Worktree ready: {ws.root}",
         "Next:",
         direnv,
-        f"  tmux new -s {ws.name} && inv sbox.claude   # the sandboxed agent",
+        "  inv session.start && inv session.attach   # the sandboxed agent, persistent (detach: C-b d)",
         f"The agents of this group share one login ({ws.claude_dir}): the first launch in a new group",
         "needs /login once (or a long-lived token in ~/.config/chtop/secrets.env).",
     ])
