@@ -8,21 +8,13 @@ import os
 import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 from conftest import REPO_ROOT, make_container_remote
 from real_repos import bare_remotes_from_bundles
-from sandbox_helpers import (
-    build_user_group,
-    end_pause_process,
-    ensure_test_user,
-    ensure_user_venv,
-    make_base,
-    missing,
-    podman_works,
-    stop_proxy_as,
-)
+from sandbox_helpers import missing, user_group_cm
 
 SHIPPED_MANIFEST = REPO_ROOT / "git_repositories.toml"
 
@@ -60,24 +52,14 @@ def chord_group(base: Path, pirate_install: str | None = None, ksgpu_smoke: bool
 
 
 @pytest.fixture
-def chord_user_group(tmp_path):
+def chord_user_group():
     """A CHORD toplevel owned by the test user (nothing cloned yet)."""
-    user = ensure_test_user()
-    venv = ensure_user_venv()
-    base = make_base()
+    def build(base):
+        grouping, toplevel = chord_group(base)
+        return types.SimpleNamespace(grouping=grouping, toplevel=toplevel)
 
-    def build(b):
-        grouping, toplevel = chord_group(b)
-        return type("G", (), {"grouping": grouping, "toplevel": toplevel})
-
-    try:
-        group = build_user_group(base, None, user, venv, build)
-        podman_works(user, group.env, group.base)
+    with user_group_cm(None, builder=build) as group:
         yield group
-    finally:
-        stop_proxy_as(base)
-        end_pause_process(base / "run")
-        subprocess.run(["rm", "-rf", str(base)], check=False)
 
 
 def ok(proc) -> subprocess.CompletedProcess:
