@@ -495,6 +495,73 @@ def test_a_no_isolation_build_finds_an_earlier_repos_requirements_and_both_insta
     assert own["pip"] == own["uv"] and "'tinydep'" in own["uv"], own
 
 
+def make_ca_and_server_cert(d: Path) -> tuple[Path, Path, Path]:
+    """A CA of its own and a certificate for 127.0.0.1 it signed: (ca.pem, server.pem, server.key)."""
+    openssl = require_tool("openssl")
+    run = lambda *a: subprocess.run([openssl, *a], cwd=d, check=True, capture_output=True)  # noqa: E731
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+        "-subj", "/CN=chtop test mirror CA", "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1")
+    (d / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
+                               "extendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n")
+    run("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+        "-out", "server.pem", "-days", "2", "-extfile", "ext.cnf")
+    return d / "ca.pem", d / "server.pem", d / "server.key"
+
+
+@pytest.fixture
+def tls_mirror(wheelhouse, tmp_path):
+    """The wheelhouse served over HTTPS on 127.0.0.1 with a certificate of a CA only pip.conf names."""
+    import functools
+    import http.server
+    import ssl
+    import threading
+
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    ca, cert, key = make_ca_and_server_cert(certs)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(wheelhouse))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"https://127.0.0.1:{server.server_address[1]}/", ca
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.slow
+def test_uv_gets_the_ca_pip_conf_names(offline, tls_mirror, tmp_path, monkeypatch, capsys):
+    """A TLS-intercepting mirror whose CA is in pip.conf: pip trusts it, and so does uv's install
+    (SSL_CERT_FILE from pip's cert), which on its own roots fails UnknownIssuer."""
+    require_tool("uv")
+    url, ca = tls_mirror
+    config = tmp_path / "uv-mirror.toml"
+    config.write_text(f'[pip]\nno-index = true\nfind-links = ["{url}"]\n')
+    pip_conf = tmp_path / "pip.conf"
+    pip_conf.write_text(f"[global]\ncert = {ca}\n")
+    monkeypatch.setenv("UV_CONFIG_FILE", str(config))
+    monkeypatch.setenv("UV_FIND_LINKS", url)
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))     # nothing cached: a real download
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(pip_conf))
+    for name in ("PIP_CERT", "SSL_CERT_FILE", "UV_NATIVE_TLS", "SSL_CERT_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    root, manifest = make_root(tmp_path / "ws", [A])
+    steps = V.plan_build(root, manifest, installer="uv", python=Path("/base/python3"))
+    install = next(s for s in steps if s.kind == "install")
+    assert dict(install.env)["SSL_CERT_FILE"] == str(ca) and f"from {pip_conf} [global] cert" in install.note
+    V.build_venv(root, manifest, installer="uv")
+    assert "installed a" in capsys.readouterr().out
+    # the control: the same install on uv's own roots fails on the mirror's certificate
+    plain = subprocess.run([shutil.which("uv"), "pip", "install", "--python", venv_py(root), "--reinstall",
+                            "--no-deps", "-e", str(root / "a")], capture_output=True, text=True,
+                           env={k: v for k, v in os.environ.items() if k != "SSL_CERT_FILE"})
+    assert plain.returncode != 0 and "UnknownIssuer" in plain.stderr, plain.stderr[-2000:]
+
+
 @pytest.mark.slow
 def test_a_second_worktree_takes_what_the_first_fetched_from_uvs_cache(offline, tmp_path, capsys, monkeypatch):
     """Two checkouts built one after the other share uv's cache: the setuptools
@@ -676,3 +743,15 @@ def test_nox_session_builds_named_worktree(with_dev):
     bad = subprocess.run(argv + ["--name", "nosuch"], cwd=with_dev.toplevel, capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode != 0 and "inv worktree.create nosuch" in bad.stdout + bad.stderr
+
+
+def test_uv_trust_follows_pips_cert_unless_the_user_set_uvs(tmp_path):
+    from chtop_tasks.venv.tls import uv_trust_env
+
+    conf = tmp_path / "pip.conf"
+    conf.write_text("[global]\ncert = /from/global.pem\n[install]\ncert = /from/install.pem\n")
+    env = {"HOME": str(tmp_path / "home"), "XDG_CONFIG_DIRS": str(tmp_path / "none"), "PIP_CONFIG_FILE": str(conf)}
+    assert uv_trust_env(env)[0] == (("SSL_CERT_FILE", "/from/install.pem"),)
+    assert uv_trust_env({**env, "PIP_CERT": "/from/env.pem"})[0] == (("SSL_CERT_FILE", "/from/env.pem"),)
+    assert uv_trust_env({**env, "SSL_CERT_FILE": "/mine.pem"}) == ((), "uv trusts $SSL_CERT_FILE (/mine.pem), as set")
+    assert uv_trust_env({**env, "UV_NATIVE_TLS": "1"})[0] == ()

@@ -44,6 +44,7 @@ from ..workspace.manifest import MANIFEST_NAME, Manifest, Repo
 from ..places import state_dir
 from . import stamp, uvcache
 from .buildlog import BuildLog, first_error_line
+from .tls import uv_trust_env
 
 VENV_DIR = ".venv"
 INSTALLERS = ("pip", "uv")
@@ -395,8 +396,9 @@ def install_steps(root: Path, manifest: Manifest, installer: str, vpy: Path) -> 
         if installer == "uv" and pending and repo.install == "editable-no-build-isolation":
             steps.append(deps_step(vpy, f"before {repo.name}, which builds against the venv"))
             pending = False
+        trust, why = uv_trust_env() if installer == "uv" else ((), "")
         steps.append(BuildStep("install", repo.name, install_argv(installer, vpy, repo, root / repo.name), cwd=root,
-                               unset=CACHED_BYTECODE_ENV if installer == "uv" else ()))
+                               unset=CACHED_BYTECODE_ENV if installer == "uv" else (), env=trust, note=why))
         pending = True
     isolated = tuple(root / r.name for r in manifest.repos if r.install == "editable")
     if installer == "uv" and isolated:
