@@ -20,13 +20,8 @@ import sys
 from pathlib import Path
 
 from .errors import ChtopError, NotInWorkspace, UsageError, WorkspaceError
-from .places import check_worktree_name, user_config_dir
+from .places import check_worktree_name, read_user_config, user_config_dir
 from .workspace.suggest import no_worktree_message
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
 
 SHELLS = ("bash", "zsh")
 CONFIG_NAME = "config.toml"
@@ -66,13 +61,7 @@ def config_path() -> Path:
 
 def configured_group() -> Path | None:
     """``group = "..."`` from the user's chtop config, or None when unset."""
-    path = config_path()
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise UsageError(f"{path}: cannot read it: {exc}") from None
+    path, data = read_user_config()
     value = data.get("group")
     if value is None:
         return None

@@ -755,3 +755,27 @@ def test_uv_trust_follows_pips_cert_unless_the_user_set_uvs(tmp_path):
     assert uv_trust_env({**env, "PIP_CERT": "/from/env.pem"})[0] == (("SSL_CERT_FILE", "/from/env.pem"),)
     assert uv_trust_env({**env, "SSL_CERT_FILE": "/mine.pem"}) == ((), "uv trusts $SSL_CERT_FILE (/mine.pem), as set")
     assert uv_trust_env({**env, "UV_NATIVE_TLS": "1"})[0] == ()
+
+
+def test_the_base_is_the_users_toolchain_configured_or_conda_and_dry_run_says_which(tmp_path, monkeypatch, capsys):
+    """A configured `python`, else the active conda env's, else chtop's own base; the same for
+    every worktree, and printed by --dry-run."""
+    monkeypatch.delenv("CONDA_PREFIX", raising=False)
+    assert V.base_python_choice()[0] == V.own_base_python()
+    conda = tmp_path / "miniforge" / "envs" / "chord"
+    (conda / "bin").mkdir(parents=True)
+    (conda / "bin" / "python").symlink_to(V.own_base_python())
+    monkeypatch.setenv("CONDA_PREFIX", str(conda))
+    assert V.base_python_choice() == (conda / "bin" / "python", "$CONDA_PREFIX: the active conda env")
+    root, manifest = make_root(tmp_path / "ws", [A])
+    V.build_venv(root, manifest, installer="pip", dry_run=True)
+    out = capsys.readouterr().out
+    assert f"# base interpreter: {conda / 'bin' / 'python'} ($CONDA_PREFIX" in out
+    assert f"{conda / 'bin' / 'python'} -m venv --system-site-packages" in out
+    config = Path(os.environ["XDG_CONFIG_HOME"]) / "chtop" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(f'python = "{V.own_base_python()}"\n')      # configured wins over conda
+    assert V.base_python_choice() == (V.own_base_python(), f"python in {config}")
+    config.write_text('python = "/no/such/python"\n')
+    with pytest.raises(UsageError, match="is not an interpreter that runs"):
+        V.build_venv(root, manifest, installer="pip", dry_run=True)

@@ -41,7 +41,7 @@ from .. import runner
 from ..errors import ChtopError, CommandFailed, Refused, UsageError
 from ..fanout import fan_out
 from ..workspace.manifest import MANIFEST_NAME, Manifest, Repo
-from ..places import state_dir
+from ..places import read_user_config, state_dir
 from . import stamp, uvcache
 from .buildlog import BuildLog, first_error_line
 from .tls import uv_trust_env
@@ -203,12 +203,35 @@ class BuildReport:
 
 
 def base_python() -> Path:
-    """The interpreter a workspace venv is seeded from.
+    """The interpreter a workspace venv is seeded from (see ``base_python_choice``)."""
+    return base_python_choice()[0]
 
-    The one running chtop; when that is itself a venv (pipx, nox, or a
-    workspace's own ``.venv``), its base interpreter instead: a venv seeded
-    from a venv would not see the base's site-packages, and ``--recreate``
-    must not depend on the venv it deletes.
+
+def base_python_choice(env=None) -> tuple[Path, str]:
+    """(the base interpreter, why that one): the user's toolchain, chosen the same way for every
+    worktree: ``python = "..."`` in ``~/.config/chtop/config.toml``, else the active conda env's
+    (``$CONDA_PREFIX/bin/python``), else chtop's own (``own_base_python``)."""
+    env = os.environ if env is None else env
+    path, config = read_user_config()
+    if "python" in config:
+        value = config["python"]
+        python = Path(value).expanduser() if isinstance(value, str) and value.strip() else None
+        if python is None or not python.is_file() or not os.access(python, os.X_OK):
+            raise UsageError(f"{path}: python = {value!r} is not an interpreter that runs; "
+                             f'give its full path, e.g. python = "~/miniforge3/envs/chord/bin/python"')
+        return python, f"python in {path}"
+    conda = env.get("CONDA_PREFIX", "")
+    if conda and (Path(conda) / "bin" / "python").is_file():
+        return Path(conda) / "bin" / "python", "$CONDA_PREFIX: the active conda env"
+    own = own_base_python()
+    return own, ("the python running chtop" if own == Path(sys.executable)
+                 else f"the base of the venv chtop runs in ({sys.prefix})")
+
+
+def own_base_python() -> Path:
+    """The interpreter running chtop; when that is itself a venv (pipx, nox, bootstrap's, or a
+    workspace's own ``.venv``), its base interpreter instead: a venv seeded from a venv would
+    not see the base's site-packages, and ``--recreate`` must not depend on the venv it deletes.
     """
     if sys.prefix == sys.base_prefix:
         return Path(sys.executable)
@@ -621,7 +644,8 @@ def build_venv(
     check_repos(root, manifest)
     steps = plan_build(root, manifest, recreate=recreate, test=test, installer=chosen)
     if dry_run:
-        print(format_plan(steps), flush=True)
+        base, why = base_python_choice()
+        print(f"# base interpreter: {base} ({why})\n{format_plan(steps)}", flush=True)
         return
     log = BuildLog.create(log_dir or venv_log_dir(root), root.name)
     stamp.clear_stamp(venv_dir(root))
