@@ -131,7 +131,7 @@ def test_chord_toplevel_venv_builds_pipmake_then_ksgpu_with_nvcc_on_the_uv_path(
     from conftest import require_tool
 
     from chtop_tasks.venv.build import base_python
-    from chtop_tasks.venv.stamp import is_complete
+    from chtop_tasks.workspace.venvstamp import is_complete
 
     require_tool("nvcc")
     require_tool("uv")

@@ -206,7 +206,7 @@ def test_install_none_skips_the_repos_smoke_import_and_test(tmp_path):
 
 
 def test_stamp_is_read_without_following_links_or_blocking(tmp_path):
-    from chtop_tasks.venv import stamp
+    from chtop_tasks.workspace import venvstamp as stamp
 
     vdir = tmp_path / ".venv"
     assert stamp.venv_state(vdir) == "missing"

@@ -20,7 +20,6 @@ from pathlib import Path
 
 from .. import runner
 from ..errors import ChtopError, CommandFailed, UsageError
-from ..once import VERBOSE_ENV, verbose
 from ..places import Target, ensure_private_dir, group_id, home_dir, is_mine_or_missing
 from ..runner import format_command
 from ..term import warn
@@ -29,6 +28,7 @@ from ..workspace.quarantine import branch_ref_pairs, sync_worktree
 from . import podman as podman_mod
 from .limits import Limits, killed_note, limit_args, load_limits, why_not_enforced
 from .mounts import MountContext, plan_mounts
+from .once import VERBOSE_ENV, verbose
 from .policy import STRUCTURAL_ENV, load_policy
 from .rootfs import claim_run_dir, ensure_skeleton, remove_run_dir, stale_run_dirs
 
@@ -538,7 +538,7 @@ def say_request(request: LaunchRequest, plan: LaunchPlan) -> None:
     """The notes and warnings of a launch, on stderr.  The agent's notes (which token it uses, or
     how to log in) and a limits-not-enforced warning are said once per group (``once``); every
     time with CHTOP_VERBOSE=1."""
-    from ..once import first_time
+    from .once import first_time
 
     group = request.target.group_dir
     if request.target.note:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from .. import runner
 from ..errors import ChtopError, CommandFailed, Refused, UsageError
-from ..once import VERBOSE_ENV, first_time
 from ..places import is_dir_group, is_feature_worktree, target_for
+from ..sandbox.once import VERBOSE_ENV, first_time
 from ..term import say, warn
 from . import agent_state, hooks, records, tmux
 from .listing import is_live, list_sessions, session_row

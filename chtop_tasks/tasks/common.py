@@ -51,7 +51,7 @@ def venv_builder(enabled: bool):
     if not enabled:
         return None
     from ..venv.build import build_venv
-    from ..venv.stamp import venv_state
+    from ..workspace.venvstamp import venv_state
 
     def build(ws):
         state = venv_state(ws.venv_dir)

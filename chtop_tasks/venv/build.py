@@ -42,7 +42,8 @@ from ..errors import ChtopError, CommandFailed, Refused, UsageError
 from ..fanout import fan_out
 from ..workspace.manifest import MANIFEST_NAME, Manifest, Repo
 from ..places import read_user_config, state_dir
-from . import stamp, uvcache
+from ..workspace import venvstamp as stamp
+from . import uvcache
 from .buildlog import BuildLog, first_error_line
 from .tls import uv_trust_env
 

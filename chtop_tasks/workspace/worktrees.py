@@ -20,6 +20,7 @@ from .gitrun import git
 from .layout import Checkout, Workspace, checkout_problem, find_workspace, private_store, verify_git_dirs
 from .manifest import MANIFEST_NAME
 from .quarantine import add_private_worktree, group_git_dir, private_worktree_names, sync_worktree
+from .venvstamp import is_complete, venv_state
 
 
 def name_problem(ws: Workspace, name: str) -> str | None:
@@ -212,8 +213,6 @@ def kept_worktree_to_resume(ws: Workspace, name: str, build_venv) -> Workspace |
     wt = find_workspace(root)
     if wt.root != root or any(not (c.path / ".git").exists() for c in wt.checkouts()):
         return None
-    from ..venv.stamp import is_complete
-
     return None if is_complete(wt.venv_dir) else wt
 
 
@@ -227,8 +226,6 @@ def run_venv_step(build_venv, wt: Workspace) -> None:
 
 
 def closing_hints(ws: Workspace) -> str:
-    from ..venv.stamp import is_complete
-
     if is_complete(ws.venv_dir):
         direnv = f"  cd {ws.root} && direnv allow .      # activates its venv"
     else:
@@ -391,8 +388,6 @@ def describe_checkout(wt: Workspace, checkout: Checkout) -> str:
 
 def venv_note(wt: Workspace) -> str:
     """What ``worktree.list`` says about a worktree's venv when it is not complete."""
-    from ..venv.stamp import venv_state
-
     state = venv_state(wt.venv_dir)
     if state == "complete":
         return ""

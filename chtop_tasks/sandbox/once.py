@@ -8,7 +8,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from .places import state_dir
+from ..places import state_dir
 
 VERBOSE_ENV = "CHTOP_VERBOSE"
 
