@@ -21,12 +21,8 @@ from pathlib import Path
 
 from . import term
 from .errors import ChtopError, NotInWorkspace, UsageError, WorkspaceError
-from .places import check_worktree_name, user_config_dir
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
+from .places import check_worktree_name, read_user_config, user_config_dir
+from .workspace.suggest import no_worktree_message
 
 SHELLS = ("bash", "zsh")
 CONFIG_NAME = "config.toml"
@@ -66,13 +62,7 @@ def config_path() -> Path:
 
 def configured_group() -> Path | None:
     """``group = "..."`` from the user's chtop config, or None when unset."""
-    path = config_path()
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise UsageError(f"{path}: cannot read it: {exc}") from None
+    path, data = read_user_config()
     value = data.get("group")
     if value is None:
         return None
@@ -127,7 +117,7 @@ def offer_create(top, name: str, venv: bool, stdin=None) -> bool:
     stdin = stdin or sys.stdin
     if not stdin.isatty():
         return False
-    sys.stderr.write(f"no worktree {name!r} in {top.grouping}. Create it (inv worktree.create --name {name}"
+    sys.stderr.write(f"{no_worktree_message(top.grouping, name)} in {top.grouping}. Create it (inv worktree.create --name {name}"
                      f"{'' if venv else ' --no-venv'})? [y/N] ")
     sys.stderr.flush()
     return stdin.readline().strip().lower() in ("y", "yes")
@@ -151,12 +141,14 @@ def resolve(name: str, venv: bool = True, cwd: Path | None = None):
     """The worktree to go to, created on a yes at the terminal; UsageError when there is none."""
     check_worktree_name(name)
     top = current_toplevel(cwd)
+    if name == top.toplevel.name:       # `chtop go top`: the toplevel, not a worktree to make
+        return top
     ws = existing_worktree(top, name)
     if ws is not None:
         return ws
     if offer_create(top, name, venv):
         return create(top, name, venv)
-    raise UsageError(f"no worktree {name!r} in {top.grouping}; make it with:\n"
+    raise UsageError(f"{no_worktree_message(top.grouping, name)}; make it with:\n"
                      f"  cd {top.toplevel} && inv worktree.create --name {name}")
 
 
@@ -212,7 +204,7 @@ def existing_or_fail(name: str):
     top = current_toplevel()
     ws = existing_worktree(top, name)
     if ws is None:
-        raise UsageError(f"no worktree {name!r} in {top.grouping}")
+        raise UsageError(f"{no_worktree_message(top.grouping, name)} in {top.grouping}")
     return ws
 
 

@@ -59,6 +59,23 @@ def user_config_dir(home: Path | None = None) -> Path:
     return (home or home_dir()) / ".config" / "chtop"
 
 
+def read_user_config() -> tuple[Path, dict]:
+    """(``<config>/config.toml``, its table; empty when there is none): the user's chtop settings
+    (``group``, ``python``)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    path = user_config_dir() / "config.toml"
+    try:
+        return path, tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return path, {}
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read it: {exc}") from None
+
+
 def secrets_path(home: Path | None = None) -> Path:
     return user_config_dir(home) / SECRETS_NAME
 

@@ -237,18 +237,19 @@ def conftest_builder(remote_template, extra_worktrees=()):
     return build
 
 
-def user_group_cm(remote_template, extra_worktrees=(), prepare=None):
-    """Context manager: a test-user workspace; ``prepare(group)`` runs as root before the chown."""
+def user_group_cm(remote_template, extra_worktrees=(), prepare=None, builder=None):
+    """Context manager: a test-user workspace; ``prepare(group)`` runs as root before the chown;
+    ``builder(base)`` makes the group instead of the conftest one (toplevel + ``dev``)."""
 
     @contextlib.contextmanager
     def cm():
         user = ensure_test_user()
         venv = ensure_user_venv()
         base = make_base()
-        builder = conftest_builder(remote_template, extra_worktrees)
+        build_group = builder or conftest_builder(remote_template, extra_worktrees)
 
         def build(b):
-            group = builder(b)
+            group = build_group(b)
             if prepare is not None:
                 prepare(group)
             return group

@@ -149,7 +149,8 @@ def test_claude_print_mode_connects_through_the_proxy_and_fails_honestly(group):
     write_registry(g, "[claude]\ncommand = ['claude']\nskip_permissions = ['--dangerously-skip-permissions']\n"
                       "credentials = ['ANTHROPIC_API_KEY']\ntokens = ['ANTHROPIC_API_KEY']\n"
                       "env = { CLAUDE_CODE_MAX_RETRIES = '0' }\n")
-    proc = g.inv("sbox.claude", "--", "-p", "hello", timeout=240)
+    # the token note is said once per group: an earlier test's launch may have said it
+    proc = g.inv("sbox.claude", "--", "-p", "hello", timeout=240, extra_env={"CHTOP_VERBOSE": "1"})
     assert "authenticating with ANTHROPIC_API_KEY" in proc.stderr
     assert "--dangerously-skip-permissions -p hello" in proc.stderr
     assert proc.returncode == 1, proc.stdout + proc.stderr   # claude's failure: no internet here

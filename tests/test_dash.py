@@ -269,3 +269,14 @@ def test_session_keys_without_the_sessions_package_say_so(busy_group):
             await pilot.press("a")
             await wait_for(pilot, lambda: "no live agent session in dev" in app.message, what="attach refused")
     asyncio.run(scenario())
+
+
+def test_the_dry_run_shown_for_confirmation_names_the_key_not_the_flag(with_dev):
+    """The task's footer says "run again without --dry-run"; in the dash the key is y."""
+    from chtop_tasks.dash import actions
+
+    g = with_dev
+    g.push_upstream_commit("alpha", "up.txt", "u\n")
+    text, ok = actions.dry_run(g.path("dev"), "git.rebase-down")
+    assert ok and "press y to run it" in text and "--dry-run)" not in text, text
+    assert actions.CLI_RUN_HINT in g.inv(g.path("dev"), "git.rebase-down", "--dry-run").stdout   # the CLI keeps it

@@ -82,7 +82,7 @@ def test_go_offers_to_create_a_missing_worktree_at_a_terminal(with_dev, chtop_bi
     try:
         child.sendline(INIT)
         child.sendline("chtop go feat2 --no-venv")
-        child.expect(r"no worktree 'feat2' in .*Create it .*\[y/N\] ")
+        child.expect(r"no worktree 'feat2' \(worktrees: dev\) in .*Create it .*\[y/N\] ")
         child.sendline("n")
         child.sendline("echo rc=$? at $PWD")
         child.expect(r"rc=2 at (\S+)\r")
@@ -120,3 +120,23 @@ def test_go_in_zsh(with_dev, chtop_bin):
     r = subprocess.run(["zsh", "-f", "-c", script], cwd=g.toplevel, env=env, stdin=subprocess.DEVNULL,
                        capture_output=True, text=True, timeout=120)
     assert r.stdout.splitlines() == [str(g.path("dev")), "rc=2"], (r.stdout, r.stderr)
+
+
+def test_go_names_the_worktrees_with_a_close_name_and_goes_to_the_toplevel_by_its_name(with_dev, chtop_bin):
+    g = with_dev
+    r = bash(g.toplevel, chtop_bin, "chtop go dve; echo rc=$?")
+    assert "rc=2" in r.stdout
+    assert "no worktree 'dve' (worktrees: dev); did you mean 'dev'?" in r.stderr, r.stderr
+    r = bash(g.path("dev", "alpha"), chtop_bin, f"chtop go {g.toplevel.name} && pwd")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(g.toplevel) and not g.path(g.toplevel.name, g.toplevel.name).exists()
+
+
+def test_session_attach_to_a_worktree_that_does_not_exist_says_so(with_dev):
+    g = with_dev
+    r = g.inv(g.path("dev"), "session.attach", "--name", "dve", check=False)
+    assert r.returncode == 2
+    assert "no worktree 'dve' (worktrees: dev); did you mean 'dev'?" in r.stderr, r.stderr
+    assert "start one there" not in r.stderr
+    r = g.inv(g.path("dev"), "session.attach", "--name", "dev", check=False)    # exists, no session yet
+    assert r.returncode == 3 and "start one there" in r.stderr

@@ -294,8 +294,8 @@ def test_unknown_session_names_are_errors(tmp_path):
 
     with pytest.raises(UsageError, match="no session for worktree"):
         stop_session(tmp_path, "nope")
-    with pytest.raises(Refused, match="inv session.start"):
-        attach_argv(tmp_path, "nope")
+    with pytest.raises(UsageError, match=r"no worktree 'nope' \(worktrees: none yet\)"):
+        attach_argv(tmp_path, "nope")     # no such worktree (one without a session: Refused, test_jump)
     with pytest.raises(UsageError, match="no session log"):
         session_log(tmp_path, "nope")
     assert tmux.has_session(tmp_path / "absent.sock", "chtop-x") is False

@@ -23,7 +23,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import IN_CI, hermetic_env, require_tool
+from conftest import IN_CI, git, hermetic_env, require_tool
 from venv_samples import PYPROJECT, offline_env, write_sample_packages
 
 from chtop_tasks.errors import CommandFailed, Refused, UsageError
@@ -149,19 +149,22 @@ def test_plan_is_data_in_manifest_order(tmp_path):
 def test_plan_uv_recreate_and_test(tmp_path):
     root, manifest = make_root(tmp_path / "ws", [A, {**B, "test": "python -m b_frb.selftest --fast"}])
     (root / ".venv").mkdir()
+    V.stamp.write_stamp(root / ".venv")   # a finished build's
     reuse = V.plan_build(root, manifest, installer="uv", python=Path("/base/python3"))
     # An existing venv is reused, not recreated; uv installs without deps,
-    # then the "deps" step installs (with pip) only what the base lacks.
+    # then a "deps" step installs (with pip) only what the base lacks: before b, which builds
+    # against the venv (so a's requirements are there for b's build), and at the end.
     # "bytecode" compiles, in uv's cache, what the isolated build of a installs.
-    assert [s.kind for s in reuse] == ["check", "install", "install", "bytecode", "deps", "smoke", "smoke"]
+    assert [s.kind for s in reuse] == ["check", "install", "deps", "install", "bytecode", "deps", "smoke", "smoke"]
     assert reuse[1].argv[1:6] == ("pip", "install", "--python", venv_py(root), "--no-deps")
-    assert reuse[3].paths == (root / "a",) and reuse[3].argv[1:] == ("-S", "-m", "compileall", "-q", "-j0")
-    assert "the builds of a need" in reuse[3].describe()
+    assert "before b" in reuse[2].note
+    assert reuse[4].paths == (root / "a",) and reuse[4].argv[1:] == ("-S", "-m", "compileall", "-q", "-j0")
+    assert "the builds of a need" in reuse[4].describe()
     # uv links its cache's bytecode into each isolated build: those steps run without a pycache prefix
-    assert reuse[1].unset == reuse[3].unset == ("PYTHONPYCACHEPREFIX",) and not reuse[5].unset
+    assert reuse[1].unset == reuse[4].unset == ("PYTHONPYCACHEPREFIX",) and not reuse[6].unset
     assert reuse[1].describe().startswith("$ env -u PYTHONPYCACHEPREFIX ")
-    assert V._runtime_env(reuse[3])["PYTHONPYCACHEPREFIX"] is None
-    assert reuse[4].then == (venv_py(root), "-m", "pip", "install")
+    assert V._runtime_env(reuse[4])["PYTHONPYCACHEPREFIX"] is None
+    assert reuse[2].then == reuse[5].then == (venv_py(root), "-m", "pip", "install")
     # A fresh one is made by uv too; nothing to trim, pip launchers written.
     steps = V.plan_build(root, manifest, recreate=True, test=True, installer="uv", python=Path("/base/python3"))
     assert [s.kind for s in steps][:5] == ["remove", "create", "check", "launchers", "install"]
@@ -174,6 +177,64 @@ def test_plan_uv_recreate_and_test(tmp_path):
     env = V._runtime_env(test)
     assert env["PATH"] == str(root / ".venv" / "bin") + os.pathsep + os.environ["PATH"]
     assert env["PYTHONSAFEPATH"] == "1" and env["VIRTUAL_ENV"] == str(root / ".venv")
+
+
+def test_uv_plan_meets_each_repos_requirements_before_the_next_no_isolation_build(tmp_path):
+    """The CHORD chain: pipmake (isolated) needs editables, ksgpu builds with pipmake against the
+    venv, so pipmake's requirements are installed between the two; an isolated repo after an
+    isolated one needs no step between (its build brings its own)."""
+    repos = [{"name": "pipmake"}, {"name": "ksgpu", "install": "editable-no-build-isolation"},
+             {"name": "iso"}, {"name": "pirate", "install": "editable-no-build-isolation"}]
+    root, manifest = make_root(tmp_path / "ws", repos)
+    steps = V.plan_build(root, manifest, installer="uv", python=Path("/base/python3"))
+    assert [(s.kind, s.repo) for s in steps if s.kind in ("install", "deps")] == [
+        ("install", "pipmake"), ("deps", None), ("install", "ksgpu"), ("install", "iso"), ("deps", None),
+        ("install", "pirate"), ("deps", None)]
+    # pip resolves each repo's requirements itself: no step of its own
+    assert "deps" not in [s.kind for s in V.plan_build(root, manifest, installer="pip", python=Path("/b/p"))]
+
+
+def test_install_none_skips_the_repos_smoke_import_and_test(tmp_path):
+    """"Not installed, on purpose": nothing would be there to import or test."""
+    root, manifest = make_root(tmp_path / "ws", [A, {"name": "papers", "install": "none", "smoke_import": "papers",
+                                                     "test": "python -m papers.check"}])
+    for installer in ("pip", "uv"):
+        steps = V.plan_build(root, manifest, installer=installer, test=True, python=Path("/base/python3"))
+        assert [s.repo for s in steps if s.kind in ("smoke", "test")] == ["a"]
+        skip = next(s for s in steps if s.kind == "skip")
+        assert skip.note == 'skip papers (and its smoke_import and test): install = "none" in git_repositories.toml'
+
+
+def test_stamp_is_read_without_following_links_or_blocking(tmp_path):
+    from chtop_tasks.workspace import venvstamp as stamp
+
+    vdir = tmp_path / ".venv"
+    assert stamp.venv_state(vdir) == "missing"
+    vdir.mkdir()
+    assert stamp.venv_state(vdir) == "incomplete"
+    elsewhere = tmp_path / "finished"
+    elsewhere.write_text(stamp.STAMP_TEXT)
+    stamp.stamp_path(vdir).symlink_to(elsewhere)     # planted: a link to a real stamp
+    assert not stamp.is_complete(vdir)
+    stamp.stamp_path(vdir).unlink()
+    os.mkfifo(stamp.stamp_path(vdir))               # a reader that blocked would hang here
+    assert not stamp.is_complete(vdir)
+    stamp.clear_stamp(vdir)
+    stamp.stamp_path(vdir).write_text("something else\n")
+    assert not stamp.is_complete(vdir)
+    stamp.write_stamp(vdir)
+    assert stamp.venv_state(vdir) == "complete"
+    stamp.clear_stamp(vdir)
+    assert stamp.venv_state(vdir) == "incomplete"
+
+
+def test_a_venv_without_the_stamp_is_made_again(tmp_path):
+    """A build that failed or was interrupted left a venv that only looks built."""
+    root, manifest = make_root(tmp_path / "ws", [A])
+    (root / ".venv" / "bin").mkdir(parents=True)
+    (root / ".venv" / "bin" / "python").write_text("")
+    steps = V.plan_build(root, manifest, installer="pip", python=Path("/base/python3"))
+    assert [s.kind for s in steps[:2]] == ["remove", "create"] and "did not finish" in steps[0].note
 
 
 def test_choose_installer(monkeypatch, tmp_path):
@@ -308,16 +369,36 @@ def own_dists(root: Path) -> str:
     return subprocess.run([venv_py(root), "-c", OWN_DISTS], capture_output=True, text=True, check=True).stdout
 
 
+def tinydep_wheel(wheelhouse: Path, tmp_path: Path) -> None:
+    """A wheel of "tinydep" (in no base interpreter) in the wheelhouse."""
+    tiny = tmp_path / "tinydep"
+    if not any(wheelhouse.glob("tinydep-*.whl")):
+        (tiny / "tinydep").mkdir(parents=True, exist_ok=True)
+        (tiny / "pyproject.toml").write_text(PYPROJECT.format(name="tinydep", package="tinydep"))
+        (tiny / "tinydep" / "__init__.py").write_text("")
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                        "-w", str(wheelhouse), str(tiny)], check=True, capture_output=True)
+
+
+CHAIN_BACKEND = "import tinydep  # what the earlier repo needs, as pipmake needs editables\n" \
+                "from setuptools.build_meta import *  # noqa\n"
+
+
+def make_chain(root: Path) -> None:
+    """pipmake -> ksgpu in small: ``a`` requires tinydep; ``b`` builds against the venv with a
+    backend that imports it."""
+    a, b = root / "a" / "pyproject.toml", root / "b" / "pyproject.toml"
+    a.write_text(a.read_text().replace('version = "0.1"', 'version = "0.1"\ndependencies = ["tinydep"]'))
+    b.write_text(b.read_text().replace('build-backend = "setuptools.build_meta"',
+                                       'build-backend = "chain_backend"\nbackend-path = ["."]'))
+    (root / "b" / "chain_backend.py").write_text(CHAIN_BACKEND)
+
+
 def add_dependencies(root: Path, wheelhouse: Path, tmp_path: Path) -> str:
     """Make ``b`` need a distribution the base has (jinja2 when chtop is installed there) and
     wheelhouse-only "tinydep" (not in the base), which must land in the venv; the reused one."""
     reused = base_distribution()
-    tiny = tmp_path / "tinydep"
-    (tiny / "tinydep").mkdir(parents=True)
-    (tiny / "pyproject.toml").write_text(PYPROJECT.format(name="tinydep", package="tinydep"))
-    (tiny / "tinydep" / "__init__.py").write_text("")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    "-w", str(wheelhouse), str(tiny)], check=True, capture_output=True)
+    tinydep_wheel(wheelhouse, tmp_path)
     pyproject = root / "b" / "pyproject.toml"
     pyproject.write_text(pyproject.read_text().replace('version = "0.1"', f'version = "0.1"\ndependencies = ["{reused}", "tinydep"]'))
     return reused
@@ -398,6 +479,90 @@ def test_uv_and_pip_make_the_same_venv(installer, offline, wheelhouse, tmp_path,
 
 
 @pytest.mark.slow
+def test_a_no_isolation_build_finds_an_earlier_repos_requirements_and_both_installers_agree(
+        offline, wheelhouse, tmp_path, capsys):
+    """uv installs with --no-deps: before b (built against the venv) the "deps" step installs
+    a's requirement, which b's build backend imports; pip and uv give the same venv."""
+    require_tool("uv")
+    tinydep_wheel(wheelhouse, tmp_path)
+    own = {}
+    for installer in ("pip", "uv"):
+        root, manifest = make_root(tmp_path / installer, [A, B])
+        make_chain(root)
+        V.build_venv(root, manifest, installer=installer)
+        assert "installed a, b" in capsys.readouterr().out
+        own[installer] = own_dists(root).replace("'pip', ", "")   # uv's venv: pip launchers, not a pip
+    assert own["pip"] == own["uv"] and "'tinydep'" in own["uv"], own
+
+
+def make_ca_and_server_cert(d: Path) -> tuple[Path, Path, Path]:
+    """A CA of its own and a certificate for 127.0.0.1 it signed: (ca.pem, server.pem, server.key)."""
+    openssl = require_tool("openssl")
+    run = lambda *a: subprocess.run([openssl, *a], cwd=d, check=True, capture_output=True)  # noqa: E731
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+        "-subj", "/CN=chtop test mirror CA", "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1")
+    (d / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
+                               "extendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n")
+    run("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+        "-out", "server.pem", "-days", "2", "-extfile", "ext.cnf")
+    return d / "ca.pem", d / "server.pem", d / "server.key"
+
+
+@pytest.fixture
+def tls_mirror(wheelhouse, tmp_path):
+    """The wheelhouse served over HTTPS on 127.0.0.1 with a certificate of a CA only pip.conf names."""
+    import functools
+    import http.server
+    import ssl
+    import threading
+
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    ca, cert, key = make_ca_and_server_cert(certs)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(wheelhouse))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"https://127.0.0.1:{server.server_address[1]}/", ca
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.slow
+def test_uv_gets_the_ca_pip_conf_names(offline, tls_mirror, tmp_path, monkeypatch, capsys):
+    """A TLS-intercepting mirror whose CA is in pip.conf: pip trusts it, and so does uv's install
+    (SSL_CERT_FILE from pip's cert), which on its own roots fails UnknownIssuer."""
+    require_tool("uv")
+    url, ca = tls_mirror
+    config = tmp_path / "uv-mirror.toml"
+    config.write_text(f'[pip]\nno-index = true\nfind-links = ["{url}"]\n')
+    pip_conf = tmp_path / "pip.conf"
+    pip_conf.write_text(f"[global]\ncert = {ca}\n")
+    monkeypatch.setenv("UV_CONFIG_FILE", str(config))
+    monkeypatch.setenv("UV_FIND_LINKS", url)
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))     # nothing cached: a real download
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(pip_conf))
+    for name in ("PIP_CERT", "SSL_CERT_FILE", "UV_NATIVE_TLS", "SSL_CERT_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    root, manifest = make_root(tmp_path / "ws", [A])
+    steps = V.plan_build(root, manifest, installer="uv", python=Path("/base/python3"))
+    install = next(s for s in steps if s.kind == "install")
+    assert dict(install.env)["SSL_CERT_FILE"] == str(ca) and f"from {pip_conf} [global] cert" in install.note
+    V.build_venv(root, manifest, installer="uv")
+    assert "installed a" in capsys.readouterr().out
+    # the control: the same install on uv's own roots fails on the mirror's certificate
+    plain = subprocess.run([shutil.which("uv"), "pip", "install", "--python", venv_py(root), "--reinstall",
+                            "--no-deps", "-e", str(root / "a")], capture_output=True, text=True,
+                           env={k: v for k, v in os.environ.items() if k != "SSL_CERT_FILE"})
+    assert plain.returncode != 0 and "UnknownIssuer" in plain.stderr, plain.stderr[-2000:]
+
+
+@pytest.mark.slow
 def test_a_second_worktree_takes_what_the_first_fetched_from_uvs_cache(offline, tmp_path, capsys, monkeypatch):
     """Two checkouts built one after the other share uv's cache: the setuptools
     wheel for ``a``'s isolated build is unpacked there once, not per worktree,
@@ -429,6 +594,86 @@ def test_broken_package_names_repo_tail_and_retry(offline, tmp_path):
     assert "repo 'b'" in message and "smoke import 'b_frb'" in message
     assert "SyntaxError" in message
     assert f"inv venv.build --workdir {root}" in message
+
+
+def test_first_error_line_is_the_cause_not_pips_boilerplate():
+    from chtop_tasks.venv.buildlog import first_error_line
+
+    pip_out = textwrap.dedent("""\
+        error: subprocess-exited-with-error
+        × Getting requirements to build editable did not run successfully.
+        ╰─> [3 lines of output]
+            Traceback (most recent call last):
+            ModuleNotFoundError: No module named 'pybind11'
+        note: This error originates from a subprocess, and is likely not a problem with pip.
+        error: metadata-generation-failed
+        """)
+    assert first_error_line(pip_out) == "ModuleNotFoundError: No module named 'pybind11'"
+    assert first_error_line("nvcc noise\nsrc/x.cu(12): error: identifier \"foo\" is undefined\n") == \
+        'src/x.cu(12): error: identifier "foo" is undefined'
+    assert first_error_line("all fine\nerror: metadata-generation-failed\n") is None
+    assert first_error_line("ValueError: \x1b[2Jcleared") == "ValueError: \\x1b[2Jcleared"
+
+
+NOISY_BACKEND = """\
+import sys, traceback
+try:
+    import not_installed_build_dep
+except ImportError:
+    traceback.print_exc()
+    for n in range(40):
+        print(f"make: noise line {n}", file=sys.stderr)
+    sys.exit(1)
+"""
+
+
+@pytest.mark.slow
+def test_a_failed_build_lifts_its_cause_and_keeps_the_whole_output_in_a_log(offline, tmp_path):
+    """The cause is 40 lines above the end (as pybind11's was above pip's boilerplate): the
+    summary names it, and the log under the group's .chtop/logs has every line."""
+    root, manifest = make_root(tmp_path / "grp" / "ws", [A, B])
+    pyproject = root / "b" / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('build-backend = "setuptools.build_meta"',
+                                                       'build-backend = "noisy"\nbackend-path = ["."]'))
+    (root / "b" / "noisy.py").write_text(NOISY_BACKEND)
+    with pytest.raises(CommandFailed) as info:
+        V.build_venv(root, manifest, installer="pip")
+    message = str(info.value)
+    assert "cause: ModuleNotFoundError: No module named 'not_installed_build_dep'" in message, message
+    assert "noise line 39" in message and "noise line 5\n" not in message   # the tail is short
+    logs = list((tmp_path / "grp" / ".chtop" / "logs").glob("venv-ws-*.log"))
+    assert len(logs) == 1 and f"its whole output: {logs[0]}" in message
+    text = logs[0].read_text()
+    assert all(f"make: noise line {n}\n" in text for n in range(40))
+    assert "-m pip install -e " + str(root / "a") in text and "# exit 0" in text   # every step, not only the failed
+    assert "No module named 'not_installed_build_dep'" in text
+
+
+@pytest.mark.slow
+def test_create_again_after_a_failed_venv_step_resumes_and_list_reports_it(initialized, offline):
+    """The venv step fails (alpha is no Python project yet): the checkouts are kept, the retry
+    command is printed once, worktree.list says the venv is incomplete, and once the cause is
+    fixed the same worktree.create builds the venv of the kept checkouts."""
+    g = initialized
+    manifest = g.toplevel / "git_repositories.toml"
+    manifest.write_text(manifest.read_text().replace('install = "none"', 'install = "editable-no-build-isolation"', 1))
+    git(g.toplevel, "commit", "-qam", "install alpha")
+    failed = g.inv(g.toplevel, "worktree.create", "--name", "dev", check=False)
+    assert failed.returncode == 1
+    assert failed.stderr.count("inv venv.build --workdir") == 1, failed.stderr
+    assert "or run the same `inv worktree.create --name dev` again" in failed.stderr
+    assert "venv incomplete" in g.inv(g.toplevel, "worktree.list").stdout
+    alpha = g.path("dev", "alpha")
+    (alpha / "pyproject.toml").write_text(PYPROJECT.format(name="alpha", package="alpha"))
+    (alpha / "alpha").mkdir()
+    (alpha / "alpha" / "__init__.py").write_text("")
+    again = g.inv(g.toplevel, "worktree.create", "--name", "dev")
+    assert "building its venv" in again.stdout and "venv ready" in again.stdout
+    assert "$ git worktree add" not in again.stderr and "activates its venv" in again.stdout
+    assert "venv" not in g.inv(g.toplevel, "worktree.list").stdout.splitlines()[0]
+    # complete now: the same command is refused, as for any existing worktree
+    third = g.inv(g.toplevel, "worktree.create", "--name", "dev", check=False)
+    assert third.returncode == 2 and "already exists" in third.stderr
 
 
 @pytest.mark.slow
@@ -498,3 +743,39 @@ def test_nox_session_builds_named_worktree(with_dev):
     bad = subprocess.run(argv + ["--name", "nosuch"], cwd=with_dev.toplevel, capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode != 0 and "inv worktree.create nosuch" in bad.stdout + bad.stderr
+
+
+def test_uv_trust_follows_pips_cert_unless_the_user_set_uvs(tmp_path):
+    from chtop_tasks.venv.tls import uv_trust_env
+
+    conf = tmp_path / "pip.conf"
+    conf.write_text("[global]\ncert = /from/global.pem\n[install]\ncert = /from/install.pem\n")
+    env = {"HOME": str(tmp_path / "home"), "XDG_CONFIG_DIRS": str(tmp_path / "none"), "PIP_CONFIG_FILE": str(conf)}
+    assert uv_trust_env(env)[0] == (("SSL_CERT_FILE", "/from/install.pem"),)
+    assert uv_trust_env({**env, "PIP_CERT": "/from/env.pem"})[0] == (("SSL_CERT_FILE", "/from/env.pem"),)
+    assert uv_trust_env({**env, "SSL_CERT_FILE": "/mine.pem"}) == ((), "uv trusts $SSL_CERT_FILE (/mine.pem), as set")
+    assert uv_trust_env({**env, "UV_NATIVE_TLS": "1"})[0] == ()
+
+
+def test_the_base_is_the_users_toolchain_configured_or_conda_and_dry_run_says_which(tmp_path, monkeypatch, capsys):
+    """A configured `python`, else the active conda env's, else chtop's own base; the same for
+    every worktree, and printed by --dry-run."""
+    monkeypatch.delenv("CONDA_PREFIX", raising=False)
+    assert V.base_python_choice()[0] == V.own_base_python()
+    conda = tmp_path / "miniforge" / "envs" / "chord"
+    (conda / "bin").mkdir(parents=True)
+    (conda / "bin" / "python").symlink_to(V.own_base_python())
+    monkeypatch.setenv("CONDA_PREFIX", str(conda))
+    assert V.base_python_choice() == (conda / "bin" / "python", "$CONDA_PREFIX: the active conda env")
+    root, manifest = make_root(tmp_path / "ws", [A])
+    V.build_venv(root, manifest, installer="pip", dry_run=True)
+    out = capsys.readouterr().out
+    assert f"# base interpreter: {conda / 'bin' / 'python'} ($CONDA_PREFIX" in out
+    assert f"{conda / 'bin' / 'python'} -m venv --system-site-packages" in out
+    config = Path(os.environ["XDG_CONFIG_HOME"]) / "chtop" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(f'python = "{V.own_base_python()}"\n')      # configured wins over conda
+    assert V.base_python_choice() == (V.own_base_python(), f"python in {config}")
+    config.write_text('python = "/no/such/python"\n')
+    with pytest.raises(UsageError, match="is not an interpreter that runs"):
+        V.build_venv(root, manifest, installer="pip", dry_run=True)

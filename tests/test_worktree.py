@@ -51,7 +51,8 @@ def test_create_makes_worktrees_branches_dotfiles_and_hints(initialized):
     assert f'export VIRTUAL_ENV="{dev}/.venv"' in (dev / ".envrc").read_text()
     assert f'{dev}/.venv/bin:$PATH' in (dev / ".claude" / "env.sh").read_text()
     assert git(dev, "status", "--porcelain") == ""
-    assert "direnv allow" in result.stdout and "inv sbox.claude" in result.stdout and "/login" in result.stdout
+    assert "direnv allow" in result.stdout and "inv session.start && inv session.attach" in result.stdout
+    assert "tmux new" not in result.stdout and "/login" in result.stdout
     assert "worktree add -b dev" in result.stderr   # commands are echoed
 
 
@@ -125,11 +126,11 @@ def test_interrupted_creation_is_undone(initialized, monkeypatch):
     real = wt.init_submodules
     calls = []
 
-    def interrupt(path):
+    def interrupt(path, *names):
         calls.append(path)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        real(path)
+        real(path, *names)
 
     monkeypatch.setattr(wt, "init_submodules", interrupt)
     with pytest.raises(CommandFailed):
@@ -386,3 +387,55 @@ def test_tasks_in_the_grouping_dir_act_on_its_toplevel(with_dev):
     assert result.returncode == 0, result.stderr
     assert f"dev  ({g.path('dev')})" in result.stdout
     assert find_workspace(g.grouping).root == g.toplevel.resolve()
+
+
+def test_submodules_false_is_honoured_by_create_and_a_failing_submodule_names_the_key(group):
+    """pirate's case: a submodule whose URL is unreachable.  With the manifest's default the
+    error names `submodules = false`; with that set, init and create skip it (and both work)."""
+    g = group
+    seed = g.base / "alpha-work"
+    git(g.base, "clone", "-q", f"file://{g.remotes}/alpha.git", str(seed))
+    git(seed, "submodule", "add", "-q", f"file://{g.remotes}/beta.git", "vendor/lib")
+    git(seed, "commit", "-q", "-m", "add submodule")
+    git(seed, "push", "-q", "origin", "main")
+    os.rename(g.remotes / "beta.git", g.remotes / "beta-moved.git")   # the submodule's URL: gone
+    manifest = (g.toplevel / "git_repositories.toml").read_text().replace("beta.git", "beta-moved.git")
+    (g.toplevel / "git_repositories.toml").write_text(manifest)
+    git(g.toplevel, "commit", "-qam", "beta moved")
+    failed = g.inv(g.toplevel, "toplevel.init", "--no-venv", check=False)
+    assert failed.returncode == 1
+    assert "set `submodules = false` in its [[repo]] entry (name = 'alpha')" in failed.stderr, failed.stderr
+    text = manifest.replace('name = "alpha"\n', 'name = "alpha"\nsubmodules = false\n', 1)
+    assert text != manifest
+    (g.toplevel / "git_repositories.toml").write_text(text)
+    git(g.toplevel, "commit", "-qam", "alpha: no submodules")
+    g.inv(g.toplevel, "toplevel.init", "--no-venv")
+    created = g.inv(g.toplevel, "worktree.create", "--name", "dev", "--no-venv")
+    assert "submodule update" not in created.stderr
+    assert git(g.path("dev", "alpha"), "branch", "--show-current") == "dev"
+    assert not (g.path("dev", "alpha", "vendor", "lib", "beta.txt")).exists()
+    # the control: the same create with the default key fails, naming it, and undoes its run
+    (g.toplevel / "git_repositories.toml").write_text(manifest)
+    git(g.toplevel, "commit", "-qam", "alpha: submodules again")
+    again = g.inv(g.toplevel, "worktree.create", "--name", "dev2", "--no-venv", check=False)
+    assert again.returncode == 1 and "`submodules = false`" in again.stderr, again.stderr
+    assert not g.path("dev2").exists()
+
+
+def test_ctrl_c_in_the_venv_step_keeps_the_checkouts_and_the_same_create_resumes(initialized):
+    g = initialized
+    built = []
+
+    def interrupted(wt):
+        raise KeyboardInterrupt
+
+    with pytest.raises(Exception) as err:
+        create_worktree(find_workspace(g.toplevel), "dev", interrupted)
+    assert getattr(err.value, "exit_code", None) == 130
+    assert "Resume with the same command: inv worktree.create --name dev" in str(err.value)
+    assert git(g.path("dev", "beta"), "branch", "--show-current") == "dev"
+    resumed = create_worktree(find_workspace(g.toplevel), "dev", built.append)
+    assert [wt.root for wt in built] == [g.path("dev")] and resumed.root == g.path("dev")
+    # without a venv step there is nothing to resume: an existing worktree is refused as before
+    with pytest.raises(UsageError, match="already exists"):
+        create_worktree(find_workspace(g.toplevel), "dev")

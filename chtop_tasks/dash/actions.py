@@ -51,7 +51,12 @@ def inv_argv(task: str, *args: str) -> list[str]:
 def dry_run(cwd: Path, task: str) -> tuple[str, bool]:
     """A task's ``--dry-run`` output (its plan, or why it refuses) and whether it may proceed."""
     result = runner.run(inv_argv(task, "--dry-run"), cwd=cwd, check=False, quiet=True, timeout=300)
-    return (result.stdout + result.stderr).strip(), result.ok
+    text = (result.stdout + result.stderr).strip()
+    # the task's footer is for its command line; here the confirmation's key runs it
+    return text.replace(CLI_RUN_HINT, "press y to run it"), result.ok
+
+
+CLI_RUN_HINT = "run again without --dry-run"
 
 
 EXPECT_LINE = re.compile(r"inv git\.merge-up --expect (\S+)")

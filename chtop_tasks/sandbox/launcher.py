@@ -32,6 +32,7 @@ from .agent_config import prepare as prepare_agent_config
 from .gitconfig import COPIED_KEYS_RE, sandbox_gitconfig
 from .limits import Limits, ipc_args, killed_note, limit_args, load_limits, why_not_enforced
 from .mounts import MountContext, plan_mounts
+from .once import VERBOSE_ENV, verbose
 from .policy import STRUCTURAL_ENV, load_policy
 from .rootfs import claim_run_dir, ensure_skeleton, remove_run_dir, stale_run_dirs
 
@@ -253,6 +254,9 @@ def _with_env_identity(config: dict[str, str], identity_env: dict[str, str]) -> 
                          if var.startswith("GIT_AUTHOR_") and var in identity_env}}
 
 
+LIMITS_NOT_ENFORCED = "limits NOT enforced"
+
+
 def _limits_for(target: Target, rootful: bool) -> tuple[Limits, str | None]:
     """This sandbox's limits, and a note when the host cannot enforce them (then none are passed)."""
     limits = load_limits(target.policy_dir, target.name if target.kind == "worktree" else None)
@@ -260,7 +264,7 @@ def _limits_for(target: Target, rootful: bool) -> tuple[Limits, str | None]:
         return limits, None
     why = why_not_enforced(rootful)
     if why:
-        return limits, f"limits NOT enforced ({limits.describe()}): {why}"
+        return limits, f"{LIMITS_NOT_ENFORCED} ({limits.describe()}): {why}"
     return limits, None
 
 
@@ -410,12 +414,21 @@ def _check_rootful_base(base: Path) -> None:
         raise ChtopError(f"{base} is not a root-owned directory writable only by root; remove it and retry")
 
 
+# The host's ~/.bashrc runs in the sandbox's shell; its `eval "$(direnv hook bash)"` would print
+# "direnv: error .envrc is blocked" at every prompt (the allow list is the host's, not mounted).
+# direnv's hook adds itself to PROMPT_COMMAND only when ";_direnv_hook;" is not in it yet: this
+# value holds that text in a comment, so the hook stays out and nothing runs (lines that a
+# ~/.bashrc prepends still do).  DIRENV_LOG_FORMAT= does not silence that error.
+NO_DIRENV_PROMPT_COMMAND = "# chtop: no direnv inside the sandbox, .claude/env.sh sets its env (;_direnv_hook;)"
+
+
 def _structural_env(target: Target, host_env: dict[str, str], proxy_url: str | None) -> dict[str, str]:
     """The variables chtop itself sets inside (never taken from the policy or an agent)."""
     venv = target.root / ".venv"
     env = {"HOME": str(home_dir()), "PATH": f"{venv}/bin:{host_env.get('PATH', '/usr/bin:/bin')}",
            "IS_SANDBOX": "1", "PYTHONSAFEPATH": "1", "CLAUDE_CONFIG_DIR": str(target.config_dir),
-           "CHTOP_SANDBOX": target.name, "GIT_CONFIG_GLOBAL": podman_mod.GITCONFIG}
+           "CHTOP_SANDBOX": target.name, "GIT_CONFIG_GLOBAL": podman_mod.GITCONFIG,
+           "PROMPT_COMMAND": NO_DIRENV_PROMPT_COMMAND}
     if venv.is_dir():
         env["VIRTUAL_ENV"] = str(venv)
     env_file = target.root / ".claude" / "env.sh"
@@ -465,13 +478,10 @@ def import_after_exit(target: Target) -> None:
              f"The next `inv git.status` in {target.root} retries it.")
 
 
-VERBOSE_ENV = "CHTOP_VERBOSE"
-
-
 def launch_line(plan: LaunchPlan) -> str:
     """What a launch prints: one short line, or the whole podman argv with ``CHTOP_VERBOSE=1``
     (``--dry-run`` prints the whole argv too)."""
-    if os.environ.get(VERBOSE_ENV, "") not in ("", "0"):
+    if verbose():
         return format_command(plan.argv)
     argv = plan.argv
     mounts = sum(1 for a in argv if a.startswith(("--volume=", "--mount=", "--tmpfs=")))
@@ -570,10 +580,20 @@ def plan_request(request: LaunchRequest) -> LaunchPlan:
 
 
 def say_request(request: LaunchRequest, plan: LaunchPlan) -> None:
-    """The notes and warnings of a launch, on stderr."""
-    for line in ([request.target.note] if request.target.note else []) + list(request.notes):
-        print(f"chtop: {line}", file=sys.stderr, flush=True)
-    show_warnings(plan)
+    """The notes and warnings of a launch, on stderr.  The agent's notes (which token it uses, or
+    how to log in) and a limits-not-enforced warning are said once per group (``once``); every
+    time with CHTOP_VERBOSE=1."""
+    from .once import first_time
+
+    group = request.target.group_dir
+    if request.target.note:
+        print(f"chtop: {request.target.note}", file=sys.stderr, flush=True)
+    for line in request.notes:
+        if first_time(group, line):
+            print(f"chtop: {line}", file=sys.stderr, flush=True)
+    for line in plan.warnings:
+        if not line.startswith(LIMITS_NOT_ENFORCED) or first_time(group, line):
+            print(f"warning: {line}", file=sys.stderr, flush=True)
 def launch(request: LaunchRequest, before_run=None) -> int:
     """The one launch entry: plan, say the notes and warnings, prepare, run, then clean up and import
     the worktree's branch into the shared stores; the child's exit status.

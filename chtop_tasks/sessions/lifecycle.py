@@ -18,8 +18,9 @@ from pathlib import Path
 
 from .. import runner
 from ..errors import ChtopError, CommandFailed, Refused, UsageError
-from ..places import target_for
+from ..places import is_dir_group, is_feature_worktree, target_for
 from ..sandbox.agent_config import check_user_settings, remove_session_state
+from ..sandbox.once import VERBOSE_ENV, first_time
 from ..term import say, warn
 from . import records, tmux
 from .listing import is_live, list_sessions, session_row
@@ -83,16 +84,15 @@ def _check_launch(target, agent: str, args: list[str], continue_: bool) -> None:
     """Plan the launch once here: errors (a broken policy, layout or claude settings file) surface
     now, in this terminal."""
     from ..agents.registry import agent_request, get_agent
-    from ..sandbox import plan_request, show_warnings
+    from ..sandbox import plan_request
+    from ..sandbox.launcher import say_request
 
     command = get_agent(agent).argv(args, continue_)   # a continue flag the agent lacks is refused here
     check_user_settings(target)
     request = agent_request(agent, args, target.root, interactive=True, continue_=continue_)
     plan = plan_request(request)       # reads only: a broken policy or layout is refused here, in this terminal
-    notes = ([target.note] if target.note else []) + list(request.notes)
-    for line in notes + [f"{target.name}: the agent's command: {shlex.join(command)}"]:
-        print(f"chtop: {line}", file=sys.stderr, flush=True)
-    show_warnings(plan)
+    say_request(request, plan)      # the login advice and the limits warning: once per group
+    print(f"chtop: {target.name}: the agent's command: {shlex.join(command)}", file=sys.stderr, flush=True)
 
 
 def _new_record(target, agent: str, args: list[str], continue_: bool, socket: Path) -> records.Record:
@@ -114,8 +114,15 @@ def _open_tmux_session(record: records.Record, prefix: list[str]) -> None:
                                  _python_module("chtop_tasks.sessions.pane", str(group), name, record.session_id),
                                  _python_module("chtop_tasks.sessions.screenlog",
                                                 str(records.log_path(group, name))))
+    full = [*prefix, *argv]
+    # the whole tmux line is some 600 characters: echoed the first time in a group (and under
+    # CHTOP_VERBOSE), later one short line
+    whole = first_time(group, "the tmux new-session line")
+    if not whole:
+        print(f"$ tmux new-session -d -s {record.tmux_session} …   [full command: {VERBOSE_ENV}=1]",
+              file=sys.stderr, flush=True)
     try:
-        runner.run([*prefix, *argv], timeout=30)
+        runner.run(full, timeout=30, quiet=not whole)
     except CommandFailed:
         records.remove(group, name)
         raise
@@ -225,6 +232,10 @@ def restore_sessions(ws) -> list[dict]:
 def _live_record(group_dir: Path, name: str) -> records.Record:
     record = records.load(Path(group_dir), name)
     if record is None:
+        if not is_dir_group(Path(group_dir)) and not is_feature_worktree(Path(group_dir), name):
+            from ..workspace.suggest import no_worktree_message
+
+            raise UsageError(no_worktree_message(Path(group_dir), name))
         raise Refused(f"no session for worktree {name}; start one there:  inv session.start")
     row = session_row(record)
     if row["state"] == "lost":

@@ -51,15 +51,21 @@ def venv_builder(enabled: bool):
     if not enabled:
         return None
     from ..venv.build import build_venv
+    from ..workspace.venvstamp import venv_state
 
     def build(ws):
-        if (ws.venv_dir / "bin" / "python").exists() and ws.is_toplevel:
+        state = venv_state(ws.venv_dir)
+        if state == "complete" and ws.is_toplevel:
             print(f"venv {ws.venv_dir} present (rebuild: inv venv.build --recreate)", flush=True)
             return
+        if state == "incomplete":
+            print(f"venv {ws.venv_dir} is incomplete (its last build did not finish): building it again",
+                  flush=True)
         try:
             build_venv(ws.root, ws.manifest)
         except ChtopError as exc:
-            raise ChtopError(f"{exc}\nThe checkouts are kept: only the venv needs the retry, once the cause "
-                             f"is fixed:  inv venv.build --workdir {ws.root}", exc.exit_code) from exc
+            again = "" if ws.is_toplevel else f", or run the same `inv worktree.create --name {ws.name}` again"
+            raise ChtopError(f"{exc}\nThe checkouts are kept: only the venv needs that retry{again}.",
+                             exc.exit_code) from exc
 
     return build

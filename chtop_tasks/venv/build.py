@@ -12,8 +12,9 @@ the current dir first on ``sys.path``).  With ``test`` each repo's ``test`` comm
 
 With uv on PATH the venv is made by ``uv venv --system-site-packages``
 (no pip, no setuptools of its own: the base's show through) and the repos are
-installed by ``uv pip install``; ``bin/pip`` launchers run the base's pip in
-the venv.  Without uv, ``python -m venv`` makes it and pip installs; the
+installed by ``uv pip install --no-deps``; ``bin/pip`` launchers run the base's pip in
+the venv.  The requirements nothing meets are installed with pip before each repo
+that builds against the venv and at the end ("deps" steps).  Without uv, ``python -m venv`` makes it and pip installs; the
 setuptools ensurepip adds on Python < 3.12 is removed.  Either way the user
 gets the same venv.  uv keeps its own cache (``uv cache dir``), which every
 worktree shares: a second worktree's build downloads nothing the first did,
@@ -41,7 +42,11 @@ from ..errors import ChtopError, CommandFailed, Refused, UsageError
 from ..fanout import fan_out
 from ..term import say
 from ..workspace.manifest import MANIFEST_NAME, Manifest, Repo
+from ..places import read_user_config, state_dir
+from ..workspace import venvstamp as stamp
 from . import uvcache
+from .buildlog import BuildLog, first_error_line
+from .tls import uv_trust_env
 
 VENV_DIR = ".venv"
 INSTALLERS = ("pip", "uv")
@@ -181,6 +186,7 @@ class BuildReport:
     smoked: list[str] = field(default_factory=list)
     tested: list[str] = field(default_factory=list)
     deps: list[str] = field(default_factory=list)
+    log: Path | None = None
 
     def summary(self) -> str:
         parts = [f"venv ready: {self.venv} (installer {self.installer})"]
@@ -193,16 +199,41 @@ class BuildReport:
             parts.append("smoke imports ok: " + ", ".join(self.smoked))
         if self.tested:
             parts.append("tests ok: " + ", ".join(self.tested))
+        if self.log:
+            parts.append(f"log {self.log}")
         return "; ".join(parts)
 
 
 def base_python() -> Path:
-    """The interpreter a workspace venv is seeded from.
+    """The interpreter a workspace venv is seeded from (see ``base_python_choice``)."""
+    return base_python_choice()[0]
 
-    The one running chtop; when that is itself a venv (pipx, nox, or a
-    workspace's own ``.venv``), its base interpreter instead: a venv seeded
-    from a venv would not see the base's site-packages, and ``--recreate``
-    must not depend on the venv it deletes.
+
+def base_python_choice(env=None) -> tuple[Path, str]:
+    """(the base interpreter, why that one): the user's toolchain, chosen the same way for every
+    worktree: ``python = "..."`` in ``~/.config/chtop/config.toml``, else the active conda env's
+    (``$CONDA_PREFIX/bin/python``), else chtop's own (``own_base_python``)."""
+    env = os.environ if env is None else env
+    path, config = read_user_config()
+    if "python" in config:
+        value = config["python"]
+        python = Path(value).expanduser() if isinstance(value, str) and value.strip() else None
+        if python is None or not python.is_file() or not os.access(python, os.X_OK):
+            raise UsageError(f"{path}: python = {value!r} is not an interpreter that runs; "
+                             f'give its full path, e.g. python = "~/miniforge3/envs/chord/bin/python"')
+        return python, f"python in {path}"
+    conda = env.get("CONDA_PREFIX", "")
+    if conda and (Path(conda) / "bin" / "python").is_file():
+        return Path(conda) / "bin" / "python", "$CONDA_PREFIX: the active conda env"
+    own = own_base_python()
+    return own, ("the python running chtop" if own == Path(sys.executable)
+                 else f"the base of the venv chtop runs in ({sys.prefix})")
+
+
+def own_base_python() -> Path:
+    """The interpreter running chtop; when that is itself a venv (pipx, nox, bootstrap's, or a
+    workspace's own ``.venv``), its base interpreter instead: a venv seeded from a venv would
+    not see the base's site-packages, and ``--recreate`` must not depend on the venv it deletes.
     """
     if sys.prefix == sys.base_prefix:
         return Path(sys.executable)
@@ -222,6 +253,11 @@ def _inside(path: Path, parent: Path) -> bool:
     except ValueError:
         return False
     return True
+
+
+def venv_log_dir(root: Path) -> Path:
+    """Where the build logs of ``root``'s venv go: its group's ``.chtop/logs``."""
+    return state_dir(Path(root).parent) / "logs"
 
 
 def venv_dir(root: Path) -> Path:
@@ -331,9 +367,11 @@ def plan_build(
     vdir, vpy = venv_dir(root), venv_python(root)
     steps: list[BuildStep] = []
     exists = vdir.exists() or vdir.is_symlink()
-    fresh = recreate or not exists
-    if recreate and exists:
-        steps.append(BuildStep("remove", None, ("rm", "-rf", str(vdir)), note="--recreate"))
+    incomplete = exists and not stamp.is_complete(vdir)
+    fresh = recreate or not exists or incomplete
+    if exists and fresh:
+        note = "--recreate" if recreate else "incomplete: its last build did not finish (no stamp), so it is made again"
+        steps.append(BuildStep("remove", None, ("rm", "-rf", str(vdir)), note=note))
     if fresh:
         steps.append(BuildStep("create", None, create_argv(installer, python or base_python(), vdir), cwd=root))
     steps.append(BuildStep(
@@ -348,12 +386,45 @@ def plan_build(
             "trim", None, (str(vpy), "-m", "pip", "uninstall", "-y", "-q", "setuptools"), cwd=root,
             note="Python < 3.12's ensurepip adds setuptools; builds use the base's",
         ))
+    steps += install_steps(root, manifest, installer, vpy)
+    installed = [r for r in manifest.repos if r.install != "none"]
+    for repo in installed:
+        for module in repo.smoke_import:
+            steps.append(BuildStep(
+                "smoke", repo.name, (str(vpy), "-c", IMPORT_CODE, module), throwaway=True,
+                env=tuple(SAFE_ENV.items()), timeout=CHECK_TIMEOUT, note=f"import {module}",
+            ))
+    if test:
+        env = (("PATH", f"{vdir / 'bin'}{os.pathsep}$PATH"), ("VIRTUAL_ENV", str(vdir)))
+        for repo in installed:
+            if repo.test:
+                steps.append(BuildStep(
+                    "test", repo.name, tuple(shlex.split(repo.test)), throwaway=True,
+                    env=tuple(SAFE_ENV.items()) + env, timeout=TEST_TIMEOUT,
+                ))
+    return steps
+
+
+def install_steps(root: Path, manifest: Manifest, installer: str, vpy: Path) -> list[BuildStep]:
+    """Each repo's install (or "skip"), in manifest order; with uv also the "bytecode" step and the
+    "deps" steps: one before each repo that builds against the venv (``editable-no-build-isolation``)
+    when a repo was installed since the last, so its build finds what the earlier repos need
+    (pipmake's ``editables`` for ksgpu), and one at the end."""
+    steps: list[BuildStep] = []
+    pending = False  # a repo installed with --no-deps since the last "deps" step
     for repo in manifest.repos:
         if repo.install == "none":
-            steps.append(BuildStep("skip", repo.name, (), note=f'skip {repo.name}: install = "none" in {MANIFEST_NAME}'))
+            checks = " (and its smoke_import and test)" if repo.smoke_import or repo.test else ""
+            steps.append(BuildStep("skip", repo.name, (),
+                                   note=f'skip {repo.name}{checks}: install = "none" in {MANIFEST_NAME}'))
             continue
+        if installer == "uv" and pending and repo.install == "editable-no-build-isolation":
+            steps.append(deps_step(vpy, f"before {repo.name}, which builds against the venv"))
+            pending = False
+        trust, why = uv_trust_env() if installer == "uv" else ((), "")
         steps.append(BuildStep("install", repo.name, install_argv(installer, vpy, repo, root / repo.name), cwd=root,
-                               unset=CACHED_BYTECODE_ENV if installer == "uv" else ()))
+                               unset=CACHED_BYTECODE_ENV if installer == "uv" else (), env=trust, note=why))
+        pending = True
     isolated = tuple(root / r.name for r in manifest.repos if r.install == "editable")
     if installer == "uv" and isolated:
         steps.append(BuildStep(
@@ -362,27 +433,19 @@ def plan_build(
             env=tuple(SAFE_ENV.items()), timeout=CHECK_TIMEOUT, paths=isolated, unset=CACHED_BYTECODE_ENV,
             note="once per wheel: uv's cached build requirements get bytecode, which later isolated builds link",
         ))
-    if installer == "uv" and any(r.install != "none" for r in manifest.repos):
-        steps.append(BuildStep(
-            "deps", None, (str(vpy), UNMET_SCRIPT), throwaway=True, env=tuple(SAFE_ENV.items()),
-            timeout=CHECK_TIMEOUT, then=(str(vpy), "-m", "pip", "install"),
-            note="requirements neither the base nor the venv meets (not run when no installed repo declares one)",
-        ))
-    for repo in manifest.repos:
-        for module in repo.smoke_import:
-            steps.append(BuildStep(
-                "smoke", repo.name, (str(vpy), "-c", IMPORT_CODE, module), throwaway=True,
-                env=tuple(SAFE_ENV.items()), timeout=CHECK_TIMEOUT, note=f"import {module}",
-            ))
-    if test:
-        env = (("PATH", f"{vdir / 'bin'}{os.pathsep}$PATH"), ("VIRTUAL_ENV", str(vdir)))
-        for repo in manifest.repos:
-            if repo.test:
-                steps.append(BuildStep(
-                    "test", repo.name, tuple(shlex.split(repo.test)), throwaway=True,
-                    env=tuple(SAFE_ENV.items()) + env, timeout=TEST_TIMEOUT,
-                ))
+    if installer == "uv" and pending:
+        steps.append(deps_step(vpy, "not run when no installed repo declares one"))
     return steps
+
+
+def deps_step(vpy: Path, when: str) -> BuildStep:
+    """uv only: install, with pip, the requirements of the repos installed so far that neither the
+    base nor the venv meets."""
+    return BuildStep(
+        "deps", None, (str(vpy), UNMET_SCRIPT), throwaway=True, env=tuple(SAFE_ENV.items()),
+        timeout=CHECK_TIMEOUT, then=(str(vpy), "-m", "pip", "install"),
+        note=f"requirements neither the base nor the venv meets ({when})",
+    )
 
 
 def format_plan(steps: list[BuildStep]) -> str:
@@ -404,7 +467,8 @@ def _runtime_env(step: BuildStep) -> dict[str, str | None]:
     return env
 
 
-def _failure(step: BuildStep, root: Path, result: runner.Result | None, cwd, test: bool, argv=None) -> CommandFailed:
+def _failure(step: BuildStep, root: Path, result: runner.Result | None, cwd, test: bool, argv=None,
+             log: BuildLog | None = None) -> CommandFailed:
     where = f"repo {step.repo!r}" if step.repo else f"venv {venv_dir(root)}"
     what = {
         "remove": "removing the old venv failed",
@@ -418,6 +482,9 @@ def _failure(step: BuildStep, root: Path, result: runner.Result | None, cwd, tes
     }[step.kind]
     code = f" (exit {result.returncode})" if result is not None else ""
     lines = [f"venv build, {where}: {what}{code}", "  " + runner.format_command(argv or step.argv, cwd)]
+    cause = first_error_line(result.stdout + "\n" + result.stderr) if result is not None else None
+    if cause:
+        lines.append(f"  cause: {cause}")
     if result is not None and (result.stdout or result.stderr):
         lines.append(_tail(result))
     elif step.kind == "test":
@@ -425,21 +492,24 @@ def _failure(step: BuildStep, root: Path, result: runner.Result | None, cwd, tes
     hint = retry_hint(root, test=test or step.kind == "test")
     if step.kind == "check" and (venv_dir(root)).exists():
         hint += " --recreate   # deletes " + str(venv_dir(root))
+    if log is not None:
+        lines.append(f"  its whole output: {log.path}")
     lines.append(f"Fix the cause, then retry the venv alone: {hint}")
     return CommandFailed("\n".join(lines))
 
 
-def run_build_steps(steps: list[BuildStep], root: Path, *, test: bool = False, installer: str = "?") -> BuildReport:
+def run_build_steps(steps: list[BuildStep], root: Path, *, test: bool = False, installer: str = "?",
+                    log: BuildLog | None = None) -> BuildReport:
     """Run the steps in order; raise CommandFailed naming the first that fails.
 
     Consecutive smoke imports run at the same time (each in its own python,
     from the throwaway dir): nothing they do depends on another.
     """
-    report = BuildReport(venv_dir(root), installer)
+    report = BuildReport(venv_dir(root), installer, log=log.path if log else None)
     with tempfile.TemporaryDirectory(prefix="chtop-venv-") as scratch:
         Path(UNMET_SCRIPT.replace(THROWAWAY, scratch)).write_text(UNMET_CODE)
         for batch in _batches(steps):
-            fan_out(lambda step: _run_step(step, root, Path(scratch), test, report), batch)
+            fan_out(lambda step: _run_step(step, root, Path(scratch), test, report, log), batch)
             for step in batch:
                 _record(step, report)
     return report
@@ -456,7 +526,8 @@ def _batches(steps: list[BuildStep]) -> list[list[BuildStep]]:
     return batches
 
 
-def _run_step(step: BuildStep, root: Path, scratch: Path, test: bool, report: BuildReport) -> None:
+def _run_step(step: BuildStep, root: Path, scratch: Path, test: bool, report: BuildReport,
+              log: BuildLog | None = None) -> None:
     """Run one step; raise CommandFailed when it fails."""
     if step.kind == "skip":
         print(step.note, flush=True)
@@ -472,22 +543,31 @@ def _run_step(step: BuildStep, root: Path, scratch: Path, test: bool, report: Bu
         return
     cwd = scratch if step.throwaway else step.cwd
     stream = step.kind == "test"  # a test suite's progress is worth seeing live
+    argv = [a.replace(THROWAWAY, str(scratch)) for a in step.argv]
     try:
-        result = runner.run(
-            [a.replace(THROWAWAY, str(scratch)) for a in step.argv], cwd,
-            check=False, capture=not stream, env=_runtime_env(step), timeout=step.timeout,
-        )
+        result = runner.run(argv, cwd, check=False, capture=not stream, env=_runtime_env(step), timeout=step.timeout)
     except CommandFailed as exc:  # not found, or timed out
-        raise _failure(step, root, None, cwd, test) from exc
+        _log_step(log, argv, cwd, None, str(exc))
+        raise _failure(step, root, None, cwd, test, log=log) from exc
+    _log_step(log, argv, cwd, result, "" if not stream else "(its output went to the terminal)")
     if not result.ok or (step.expect is not None and not _same_path(result.stdout.strip(), step.expect)):
-        raise _failure(step, root, result, cwd, test)
+        raise _failure(step, root, result, cwd, test, log=log)
     unmet = [ln.strip() for ln in result.stdout.splitlines() if ln.strip()] if step.then else []
     if unmet:
         argv = step.then + tuple(unmet)
         result = runner.run(argv, root, check=False, timeout=INSTALL_TIMEOUT)
+        _log_step(log, argv, root, result)
         if not result.ok:
-            raise _failure(step, root, result, root, test, argv=argv)
+            raise _failure(step, root, result, root, test, argv=argv, log=log)
         report.deps.extend(unmet)
+
+
+def _log_step(log: BuildLog | None, argv, cwd, result: runner.Result | None, note: str = "") -> None:
+    if log is None:
+        return
+    out, err = (result.stdout or "", result.stderr or "") if result is not None else ("", "")
+    log.record(runner.format_command(argv, cwd), result.returncode if result is not None else None,
+               out, err + (("\n" if err else "") + note if note else ""))
 
 
 def _record(step: BuildStep, report: BuildReport) -> None:
@@ -552,8 +632,10 @@ def build_venv(
     test: bool = False,
     installer: str | None = None,
     dry_run: bool = False,
+    log_dir: Path | None = None,
 ) -> None:
-    """Build (or refresh) ``<root>/.venv`` with every manifest repo installed.
+    """Build (or refresh) ``<root>/.venv`` with every manifest repo installed; every step's
+    output goes to a new log in ``log_dir`` (default: the group's ``.chtop/logs``).
 
     Raises ChtopError subclasses: Refused when a repo is not cloned,
     UsageError for a bad installer, CommandFailed when a step fails (naming
@@ -564,9 +646,13 @@ def build_venv(
     check_repos(root, manifest)
     steps = plan_build(root, manifest, recreate=recreate, test=test, installer=chosen)
     if dry_run:
-        print(format_plan(steps), flush=True)
+        base, why = base_python_choice()
+        print(f"# base interpreter: {base} ({why})\n{format_plan(steps)}", flush=True)
         return
-    report = run_build_steps(steps, root, test=test, installer=chosen)
+    log = BuildLog.create(log_dir or venv_log_dir(root), root.name)
+    stamp.clear_stamp(venv_dir(root))
+    report = run_build_steps(steps, root, test=test, installer=chosen, log=log)
+    stamp.write_stamp(venv_dir(root))   # last: only a build that got here is complete
     say(report.summary())         # names requirements from the repos' metadata, which the agent writes
 
 

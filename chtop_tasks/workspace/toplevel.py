@@ -16,7 +16,7 @@ def clone_repo(ws: Workspace, repo: Repo) -> None:
     target = ws.toplevel / repo.name
     git(ws.toplevel, ["clone", "--branch", repo.branch, repo.url, str(target)], quiet=False, toplevel_only=True)
     if repo.submodules:
-        init_submodules(target)
+        init_submodules(target, repo.name)
 
 
 def check_existing(ws: Workspace, repo: Repo) -> str:
@@ -30,7 +30,7 @@ def check_existing(ws: Workspace, repo: Repo) -> str:
     if repo.submodules and (path / ".gitmodules").exists():
         status = git(path, ["submodule", "status", "--recursive"], toplevel_only=True).stdout
         if any(line.startswith("-") for line in status.splitlines()):
-            init_submodules(path)
+            init_submodules(path, repo.name)
             return "submodules initialised"
     return "present"
 

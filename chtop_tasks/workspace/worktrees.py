@@ -23,7 +23,9 @@ from .gitrun import git
 from .grouplock import holds_group_lock
 from .keep import keep_worktree_commits, prune_worktree_kept, unsaved_in_worktree, unsaved_problems
 from .layout import Checkout, Workspace, checkout_problem, find_workspace, private_store, verify_git_dirs
+from .manifest import MANIFEST_NAME
 from .quarantine import KEPT_PREFIX, add_private_worktree, group_git_dir, private_worktree_names, sync_worktree
+from .venvstamp import is_complete, venv_state
 
 
 def name_problem(ws: Workspace, name: str, check_path: bool = True) -> str | None:
@@ -105,7 +107,7 @@ def steps_for_create(ws: Workspace, top: Workspace, name: str, integration: dict
             raise Refused(f"{ws.display(main_dir)} has no branch {start!r} (its integration branch)")
         steps.append(AddStep(Checkout(checkout.name, new_path, checkout.store), main_dir, start,
                              found[start], name in found, private_store(ws.grouping, name, checkout.name),
-                             found.get(name), not checkout.name or top.manifest.get(checkout.name).submodules))
+                             found.get(name), wants_submodules(top, checkout.name)))
     return steps
 
 
@@ -189,12 +191,28 @@ def add_worktrees(steps: list[AddStep], name: str, run: CreateRun) -> None:
         add_private_worktree(step.checkout.store, step.store, step.checkout.path, name, step.tip,
                              step.start, step.start_sha)
         if step.submodules:
-            init_submodules(step.checkout.path)
+            init_submodules(step.checkout.path, step.checkout.name)
 
 
-def init_submodules(path: Path) -> None:
-    if (path / ".gitmodules").exists():
+def wants_submodules(ws: Workspace, repo_name: str) -> bool:
+    """The manifest's ``submodules`` for a repo (the container repo: always)."""
+    return ws.manifest.get(repo_name).submodules if repo_name else True
+
+
+def init_submodules(path: Path, repo_name: str = "") -> None:
+    """``git submodule update --init --recursive`` in ``path``; a failure names the manifest key
+    that skips it."""
+    if not (path / ".gitmodules").exists():
+        return
+    try:
         git(path, ["submodule", "update", "--init", "--recursive"], quiet=False)
+    except CommandFailed as exc:
+        if not repo_name:
+            raise
+        raise CommandFailed(
+            f"{exc}\nthe submodules of {repo_name} could not be initialised. If the repo builds without "
+            f"them, skip them: set `submodules = false` in its [[repo]] entry (name = {repo_name!r}) of "
+            f"{MANIFEST_NAME}, commit that in the toplevel, and run the same command again.") from exc
 
 
 def undo_interrupted_create(ws: Workspace, name: str) -> None:
@@ -217,14 +235,22 @@ def undo_interrupted_create(ws: Workspace, name: str) -> None:
 def create_worktree(ws: Workspace, name: str, build_venv=None) -> Workspace:
     """Make ``<grouping>/<name>`` with a worktree of every repo on branch ``name``.
 
-    ``build_venv(new_ws)`` runs last (outside the group lock); its failure keeps the worktrees.
+    ``build_venv(new_ws)`` runs last (outside the group lock); its failure (or Ctrl-C) keeps the
+    worktrees, and the same call again resumes: it builds the venv of the kept checkouts.
     """
     why = name_problem(ws, name, check_path=False)   # a bad name makes nothing, not even the lock
     if why:
         raise UsageError(why)
+    kept = kept_worktree_to_resume(ws, name, build_venv)
+    if kept is not None:
+        say(f"worktree {name!r} is there from an earlier worktree.create whose venv step did not finish: "
+            f"building its venv ({kept.venv_dir})")
+        refresh_workspace_files(kept)
+        run_venv_step(build_venv, kept)
+        return kept
     new_ws = make_worktree(ws, name)
     if build_venv is not None:
-        build_venv(new_ws)
+        run_venv_step(build_venv, new_ws)
     return new_ws
 
 
@@ -251,8 +277,33 @@ def make_worktree(ws: Workspace, name: str) -> Workspace:
     return new_ws
 
 
+def kept_worktree_to_resume(ws: Workspace, name: str, build_venv) -> Workspace | None:
+    """The worktree ``name`` when an earlier create made all its checkouts but not its venv (it
+    failed, was interrupted, or had --no-venv) and this run builds one; else None."""
+    root = ws.worktree_root(name)
+    if build_venv is None or worktree_name_problem(name) or name in ws.reserved_names():
+        return None
+    if root.is_symlink() or not (root / ".git").is_file():
+        return None
+    if create_journal_path(ws.grouping, name).exists():
+        return None         # an earlier create was killed making the checkouts: undone, not resumed
+    wt = find_workspace(root)
+    if wt.root != root or any(not (c.path / ".git").exists() for c in wt.checkouts()):
+        return None
+    return None if is_complete(wt.venv_dir) else wt
+
+
+def run_venv_step(build_venv, wt: Workspace) -> None:
+    """``build_venv(wt)``; Ctrl-C there keeps the checkouts and says how to resume (exit 130)."""
+    try:
+        build_venv(wt)
+    except KeyboardInterrupt:
+        raise ChtopError(f"interrupted while building the venv of {wt.root}; the checkouts are kept. Resume with "
+                         f"the same command: inv worktree.create --name {wt.name}", 130) from None
+
+
 def closing_hints(ws: Workspace) -> str:
-    if (ws.venv_dir / "bin" / "python").exists():
+    if is_complete(ws.venv_dir):
         direnv = f"  cd {ws.root} && direnv allow .      # activates its venv"
     else:
         direnv = (f"  cd {ws.root} && direnv allow .      # its env; no venv yet (--no-venv): "
@@ -261,7 +312,7 @@ def closing_hints(ws: Workspace) -> str:
         f"Worktree ready: {ws.root}",
         "Next:",
         direnv,
-        f"  tmux new -s {ws.name} && inv sbox.claude   # the sandboxed agent",
+        "  inv session.start && inv session.attach   # the sandboxed agent, persistent (detach: C-b d)",
         f"Its agent has a config dir of its own: the group's login ({ws.login_dir}/.credentials.json) is copied",
         "into it at launch; without one, /login there once (or a long-lived token in ~/.config/chtop/secrets.env).",
     ])
@@ -437,6 +488,15 @@ def describe_or_say_why_not(wt: Workspace, checkout: Checkout) -> str:
         return f"  {checkout.label:<16} ! {str(exc).splitlines()[0]}"
 
 
+def venv_note(wt: Workspace) -> str:
+    """What ``worktree.list`` says about a worktree's venv when it is not complete."""
+    state = venv_state(wt.venv_dir)
+    if state == "complete":
+        return ""
+    return (f"  venv {state} (build it: inv venv.build --workdir {wt.root}, "
+            f"or the same inv worktree.create --name {wt.name} again)")
+
+
 def list_worktrees(ws: Workspace) -> list[str]:
     lines = []
     for root in worktree_roots(ws):
@@ -447,6 +507,6 @@ def list_worktrees(ws: Workspace) -> list[str]:
         except (ChtopError, OSError) as exc:
             lines.append(f"{root.name}: {exc}")
             continue
-        lines.append(f"{root.name}  ({root})")
+        lines.append(f"{root.name}  ({root}){venv_note(wt)}")
         lines.extend(fan_out(lambda c, wt=wt: describe_or_say_why_not(wt, c), wt.checkouts()))
     return lines or [f"no feature worktrees in {ws.grouping} (make one: inv worktree.create --name NAME)"]

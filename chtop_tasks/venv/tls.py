@@ -1,0 +1,61 @@
+"""uv gets the CA trust pip has: pip's ``cert`` (``$PIP_CERT``, else the last pip.conf that sets
+it) becomes uv's ``SSL_CERT_FILE``.
+
+uv reads neither pip's config nor its ``cert``, and trusts its own bundled roots; behind a
+TLS-intercepting mirror whose CA is in pip.conf, pip works and uv fails (``invalid peer
+certificate: UnknownIssuer``).  Where the user set ``SSL_CERT_FILE`` or ``UV_NATIVE_TLS``
+already, uv is left as it is.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+from pathlib import Path
+
+
+def pip_config_files(env=None) -> list[Path]:
+    """pip's config files, in the order it reads them (a later one wins)."""
+    env = os.environ if env is None else env
+    home = Path(env.get("HOME") or Path.home())
+    xdg = Path(env.get("XDG_CONFIG_HOME") or home / ".config")
+    dirs = [d for d in (env.get("XDG_CONFIG_DIRS") or "/etc/xdg").split(":") if d]
+    files = [Path(d) / "pip" / "pip.conf" for d in reversed(dirs)] + [Path("/etc/pip.conf"),
+             home / ".pip" / "pip.conf", xdg / "pip" / "pip.conf"]
+    if env.get("VIRTUAL_ENV"):
+        files.append(Path(env["VIRTUAL_ENV"]) / "pip.conf")
+    if env.get("PIP_CONFIG_FILE") and env["PIP_CONFIG_FILE"] != os.devnull:
+        files.append(Path(env["PIP_CONFIG_FILE"]))
+    return files
+
+
+def pip_cert(env=None) -> tuple[str, str] | None:
+    """(the CA bundle pip uses, where that is said), or None when pip uses its default."""
+    env = os.environ if env is None else env
+    if env.get("PIP_CERT"):
+        return env["PIP_CERT"], "$PIP_CERT"
+    found = None
+    for path in pip_config_files(env):
+        parser = configparser.RawConfigParser()
+        try:
+            parser.read(path, encoding="utf-8")
+        except (OSError, configparser.Error, UnicodeDecodeError):
+            continue
+        for section in ("global", "install"):
+            value = parser.get(section, "cert", fallback="").strip()
+            if value:
+                found = (value, f"{path} [{section}] cert")
+    return found
+
+
+def uv_trust_env(env=None) -> tuple[tuple[tuple[str, str], ...], str]:
+    """The variables that give uv pip's trust, and a line saying which trust uv has."""
+    env = os.environ if env is None else env
+    if env.get("SSL_CERT_FILE"):
+        return (), f"uv trusts $SSL_CERT_FILE ({env['SSL_CERT_FILE']}), as set"
+    if env.get("UV_NATIVE_TLS", "").lower() in ("1", "true", "yes", "on"):
+        return (), "uv trusts the system's certificate store ($UV_NATIVE_TLS)"
+    cert = pip_cert(env)
+    if cert is None:
+        return (), "uv trusts its bundled roots (pip sets no cert)"
+    return (("SSL_CERT_FILE", cert[0]),), f"uv trusts pip's CA bundle {cert[0]} (from {cert[1]}) as SSL_CERT_FILE"
