@@ -172,8 +172,9 @@ def test_a_failed_venv_build_of_a_new_worktree_prints_the_retry(with_dev, monkey
     with pytest.raises(ChtopError) as info:
         venv_builder(True)(broken)
     message = str(info.value)
-    assert "The checkouts are kept: only the venv needs the retry" in message
-    assert message.rstrip().endswith(f"inv venv.build --workdir {dev.root}")
+    assert "The checkouts are kept: only the venv needs that retry" in message
+    assert message.count(f"inv venv.build --workdir {dev.root}") == 1          # the retry, said once
+    assert message.rstrip().endswith(f"or run the same `inv worktree.create --name {dev.name}` again.")
     assert (dev.root / "alpha" / ".git").exists()
 
 

@@ -184,7 +184,11 @@ def test_a_flood_of_ended_hand_offs_costs_the_proxy_little(g):
     ended = log.read_text().count("ENDED ") - ended_before
     # at most one import round (and one ENDED line) a second, plus the sandbox's own end
     assert ended <= wall + 3, f"{ended} ENDED lines for {handoffs} hand-offs in {wall:.1f}s"
-    assert cpu < 0.5 * wall, f"the proxy used {cpu:.1f}s of CPU in {wall:.1f}s for {handoffs} hand-offs"
+    # per hand-off, not per second: how many the flood gets through depends on the machine's load.
+    # Before the ends were coalesced each cost about 0.9 ms (a log line, a flush, an import round);
+    # the accept and the message alone cost about 0.25 ms
+    assert cpu < 0.5e-3 * max(handoffs, 1) + 1.0, (
+        f"the proxy used {cpu:.1f}s of CPU in {wall:.1f}s for {handoffs} hand-offs")
     assert "chtop: the proxy" not in g.sbox("true").stderr    # and the next launch is fine
 
 

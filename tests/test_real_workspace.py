@@ -97,8 +97,9 @@ def test_chord_workspace_from_clone_to_merge_up_and_delete(chord_user_group):
     if limits_warned:        # this host cannot enforce them (rootless on cgroup v1)
         verbose = ok(g.sbox("true", extra_env={"CHTOP_VERBOSE": "1"}))
         assert "limits NOT enforced" in verbose.stderr
-    control = g.sbox(shell.format("PROMPT_COMMAND="))         # the hook as it would be without chtop's value
-    assert ".envrc is blocked" in control.stderr, control.stderr
+    # even with PROMPT_COMMAND cleared: the sandbox's shell runs chtop's rc, never the host's ~/.bashrc
+    cleared = ok(g.sbox(shell.format("PROMPT_COMMAND=")))
+    assert "PROMPTED" in cleared.stdout and "blocked" not in cleared.stderr, cleared.stderr
     status = ok(g.inv("git.status"))
     assert "ksgpu" in status.stdout and "pirate" in status.stdout
     assert g.git(dev / "ksgpu", "log", "-1", "--format=%s") == "note, committed inside the sandbox"

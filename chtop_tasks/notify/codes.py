@@ -37,6 +37,7 @@ class Offer:
     codes: dict[str, str] = field(default_factory=dict)      # decision -> code
     answered: bool = False
     ended: bool = False         # the hold ended before its expiry (the proxy said so): expired
+    port: int | None = None     # the held request's port: an allow names it when it is not 443/80
 
     def decision_of(self, code: str) -> str | None:
         for decision, mine in self.codes.items():

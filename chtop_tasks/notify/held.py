@@ -34,6 +34,7 @@ from pathlib import Path
 from ..errors import ChtopError
 from ..proxy import approvals, control_protocol
 from ..proxy.control import NOTIFIER_LOCK
+from ..proxy.hostmatch import authority_spec
 from ..proxy.logs import net_dir
 from ..term import visible
 from . import codes, config, ntfy
@@ -46,13 +47,17 @@ MAX_REPLY = 200          # longer replies are no code of ours
 MAX_UNANSWERED = 10      # an agent asking for many domains at once does not flood the phone
 
 
-def plan_for_button(domain: str, worktree: str | None, button: str) -> approvals.Decision:
-    """The Decision a button stands for: what ``net.watch``'s keys o, t, a and d decide."""
+def plan_for_button(domain: str, worktree: str | None, button: str, port: int | None = None) -> approvals.Decision:
+    """The Decision a button stands for: what ``net.watch``'s keys o, t, a and d decide (an allow
+    names the held request's port when it is not 443 or 80; a deny denies the host on every port)."""
+    spec = authority_spec(domain, port) if isinstance(port, int) else domain
     if button == "once":
-        return approvals.plan_decision(domain, worktree=worktree, once=True)
+        return approvals.plan_decision(spec, worktree=worktree, once=True)
     if button == "1h":
-        return approvals.plan_decision(domain, ttl=ONE_HOUR)
-    return approvals.plan_decision(domain, deny=(button == "deny"))
+        return approvals.plan_decision(spec, ttl=ONE_HOUR)
+    if button == "deny":
+        return approvals.plan_decision(domain, deny=True)
+    return approvals.plan_decision(spec)
 
 
 def held_message(event: dict) -> tuple[str, str]:
@@ -110,6 +115,7 @@ class Notifier:
                     self.log(f"not pushed: {key[0]} ({MAX_UNANSWERED} notifications await an answer already)")
                     continue
                 offer = self.offers.make(key[0], key[1], self.cfg.buttons, since + float(event["hold"]))
+                offer.port = event.get("port") if isinstance(event.get("port"), int) else None
             self.push(event, offer)
 
     def still_held(self) -> set[tuple[str, str | None]]:
@@ -145,7 +151,7 @@ class Notifier:
                 return None
         where = f" [{offer.worktree}]" if offer.worktree else ""
         try:
-            decision = plan_for_button(offer.domain, offer.worktree, button)
+            decision = plan_for_button(offer.domain, offer.worktree, button, offer.port)
             policy_dir = approvals.writable_policy_dir(self.group_dir, self.policy_dir)
             lines = approvals.apply_decision(self.group_dir, policy_dir, decision, "phone")
         except ChtopError as exc:

@@ -177,9 +177,11 @@ class Unsaved:
     commits: int
 
 
-def unsaved_tips(checkout_path: Path, store: Path, shared: Path) -> list[Unsaved]:
+def unsaved_tips(checkout_path: Path, store: Path, shared: Path, bases: list[str] = ()) -> list[Unsaved]:
     """The tips of ``store`` (checkout ``checkout_path``'s private store) that hold commits no ref
-    of ``shared`` reaches; a reflog entry only when no named tip of the list holds it already."""
+    of ``shared`` reaches; a reflog entry only when no named tip of the list holds it already, and
+    only when some of its changes are in none of ``bases`` by patch-id (the tip a rebase-down
+    replaced, once the rebased commits landed, holds nothing that would be lost)."""
     tips = store_tips(store)
     commit = commits_of(checkout_path, sorted({t.sha for t in tips}))
     have = shared_tips(shared)
@@ -196,6 +198,8 @@ def unsaved_tips(checkout_path: Path, store: Path, shared: Path) -> list[Unsaved
     for tip in older:
         if commit[tip.sha] in heads:
             heads.discard(commit[tip.sha])
+            if bases and not commits_missing_from(checkout_path, commit[tip.sha], list(bases)):
+                continue
             found.append(Unsaved(tip, len(missing_commits(checkout_path, [commit[tip.sha]], have))))
     return found
 
@@ -251,7 +255,7 @@ def unsaved_in_worktree(wt: Workspace, checkouts: list[Checkout]) -> dict[Checko
         store = private_store(wt.grouping, wt.name, checkout.name)
         if (store.is_dir() and not store.is_symlink() and (checkout.path / ".git").is_file()
                 and checkout.store.is_dir()):
-            unsaved = unsaved_tips(checkout.path, store, checkout.store)
+            unsaved = unsaved_tips(checkout.path, store, checkout.store, [wt.integration_branch(checkout)])
             if unsaved:
                 found[checkout] = unsaved
     return found
