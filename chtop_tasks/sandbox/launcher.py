@@ -111,6 +111,8 @@ class LaunchRequest:
     image: str | None = None
     image_trees: tuple[Path, ...] = ()
     notes: tuple[str, ...] = ()   # said before the warnings (e.g. which token an agent uses)
+    build_rw: tuple[Path, ...] = ()   # venv.build of this worktree only (venv/sandboxed.py)
+    build_ro: tuple[Path, ...] = ()
     # the caller has nothing left to do after the sandbox (sbox.run): a non-interactive launch then
     # becomes a small shell that waits for podman and removes the per-run files, so no Python
     # process stays alive per sandbox
@@ -143,7 +145,8 @@ def _git_identity(root: Path, host_env: dict[str, str]) -> dict[str, str]:
 
 
 def _mount_context(target: Target, proxy_dir: Path | None, self_edit: bool,
-                   image_trees: tuple[Path, ...] = ()) -> MountContext:
+                   image_trees: tuple[Path, ...] = (), build: tuple[tuple[Path, ...], tuple[Path, ...]] = ((), ())
+                   ) -> MountContext:
     home = home_dir()
     if target.kind == "worktree":
         ws = target.workspace
@@ -156,7 +159,7 @@ def _mount_context(target: Target, proxy_dir: Path | None, self_edit: bool,
             "worktree", target.root, target.config_dir, home, grouping=ws.grouping, toplevel=ws.toplevel,
             repo_names=tuple(ws.manifest.names), stores=tuple(stores), extern=ws.grouping / "extern",
             guarded=(ws.grouping,), state_dirs=(ws.state_dir,), proxy_dir=proxy_dir, self_edit=self_edit,
-            image_trees=image_trees)
+            image_trees=image_trees, build_rw=build[0], build_ro=build[1])
     return MountContext("dir", target.root, target.config_dir, home, guarded=(target.group_dir,),
                         state_dirs=(target.state_dir,), proxy_dir=proxy_dir, self_edit=self_edit,
                         image_trees=image_trees)
@@ -166,7 +169,8 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
                 extra_env: dict[str, str] | None = None, purpose: str = "run",
                 network: str = "proxy", allow_self_edit: bool = False,
                 cwd: Path | None = None, image: str | None = None,
-                image_trees: tuple[Path, ...] = ()) -> LaunchPlan:
+                image_trees: tuple[Path, ...] = (), build_rw: tuple[Path, ...] = (),
+                build_ro: tuple[Path, ...] = ()) -> LaunchPlan:
     """The full ``podman run`` for ``command`` in ``target``'s sandbox; reads only.
 
     Reads the policy (PolicyError if broken), checks the git layout
@@ -174,7 +178,8 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
     ``LaunchSetup`` still to do.  Nothing is started or written: that is
     ``prepare_launch``.  With ``image``, that local image is the root
     instead of the host overlay, and ``image_trees`` (its own copies of
-    /usr, /etc) are not bound from the host.
+    /usr, /etc) are not bound from the host.  ``build_rw``/``build_ro`` (a venv build of a
+    worktree only): its ``.venv`` and the build cache writable, the base interpreter readable.
     """
     extra_env = _checked_launch_args(command, purpose, network, extra_env)
     host_env = dict(os.environ)
@@ -191,7 +196,8 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
                         "Review every change before running it.")
 
     ctx = _mount_context(target, proxy_socket.parent if proxy_socket else None, allow_self_edit,
-                         tuple(Path(p) for p in image_trees) if image else ())
+                         tuple(Path(p) for p in image_trees) if image else (),
+                         (tuple(build_rw), tuple(build_ro)) if target.kind == "worktree" else ((), ()))
     mount_plan = plan_mounts(ctx, policy.fs)
     warnings += mount_plan.warnings
     mounts = mount_plan.mounts()
@@ -531,7 +537,7 @@ def plan_request(request: LaunchRequest) -> LaunchPlan:
     return plan_launch(request.target, request.command, interactive=request.interactive,
                        extra_env=request.extra_env, purpose=request.purpose, network=request.network,
                        allow_self_edit=request.allow_self_edit, cwd=request.cwd, image=request.image,
-                       image_trees=request.image_trees)
+                       image_trees=request.image_trees, build_rw=request.build_rw, build_ro=request.build_ro)
 
 
 def say_request(request: LaunchRequest, plan: LaunchPlan) -> None:

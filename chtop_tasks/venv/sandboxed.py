@@ -1,0 +1,104 @@
+"""A feature worktree's venv is built inside that worktree's sandbox, never on the host.
+
+Everything a build runs (``setup.py``, a build backend's hooks, a Makefile pipmake runs, the smoke
+imports, ``--test``) is code in the worktree's repos, which the agent can write.  So for a feature
+worktree the host only plans (``build.plan_build``: data), and one sandbox of that worktree runs
+the plan (``build_inside``, from the toplevel's chtop, read-only inside): the agent's mounts, env
+rules, limits and proxy, plus, for this launch only, its ``.venv`` writable and the group's own
+build cache (``<group>/.chtop/build-cache/{uv,pip}``, never the user's caches, which host builds
+of the toplevel use).  The host reads back only the stamp (``venvstamp``: no link followed, no
+blocking).  The toplevel's venv is the user's own checkout and builds on the host (``build``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..errors import CommandFailed, Refused
+from ..places import Target, state_dir
+from ..workspace import venvstamp as stamp
+from .build import base_python_choice, check_repos, choose_installer, format_plan, plan_build, retry_hint, venv_dir
+from .build_inside import plan_to_json
+
+PURPOSE = "venv-build"
+CACHE_DIR = "build-cache"
+# how pip and uv are told which index to use: passed to the build (values, never files)
+INDEX_ENV = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_TRUSTED_HOST",
+             "UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL", "UV_INDEX", "UV_NO_INDEX")
+
+
+def build_workspace_venv(ws, *, recreate: bool = False, test: bool = False, installer: str | None = None,
+                         dry_run: bool = False) -> None:
+    """The one entry for every venv build: the toplevel's on the host, a feature worktree's in its
+    sandbox (``venv.build``, ``worktree.create``'s venv step and its resume, ``jump``, nox)."""
+    if ws.is_toplevel:
+        from .build import build_venv
+
+        build_venv(ws.root, ws.manifest, recreate=recreate, test=test, installer=installer, dry_run=dry_run)
+        return
+    build_in_sandbox(ws, recreate=recreate, test=test, installer=installer, dry_run=dry_run)
+
+
+def build_cache_dirs(group: Path) -> dict[str, Path]:
+    """The group's cache for sandboxed builds: one per installer, shared by its worktrees' builds."""
+    base = state_dir(group) / CACHE_DIR
+    return {"UV_CACHE_DIR": base / "uv", "PIP_CACHE_DIR": base / "pip"}
+
+
+def build_in_sandbox(ws, *, recreate: bool = False, test: bool = False, installer: str | None = None,
+                     dry_run: bool = False) -> None:
+    """Build ``ws``'s ``.venv`` inside its sandbox (see the module docstring); CommandFailed when the
+    build inside fails or does not finish (its output went to the terminal)."""
+    root = Path(ws.root).resolve()
+    chosen = choose_installer(installer)
+    check_repos(root, ws.manifest)
+    base, why = base_python_choice()
+    steps = plan_build(root, ws.manifest, recreate=recreate, test=test, installer=chosen, python=base)
+    if dry_run:
+        print(f"# base interpreter: {base} ({why})\n# every step runs inside the sandbox of {ws.name} "
+              f"(purpose {PURPOSE}), none on the host\n{format_plan(steps)}", flush=True)
+        return
+    vdir = ready_venv_dir(root)
+    caches = build_cache_dirs(ws.grouping)
+    for path in caches.values():
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    status = run_in_sandbox(ws, steps, root, chosen, test, base, vdir, caches)
+    if status != 0 or not stamp.is_complete(vdir):
+        code = f"exit {status}" if status else "it did not write its stamp"
+        raise CommandFailed(f"venv build of {root} inside its sandbox failed ({code}); its output is above.\n"
+                            f"Fix the cause, then retry the venv alone: {retry_hint(root, test=test)}")
+
+
+def ready_venv_dir(root: Path) -> Path:
+    """``<root>/.venv`` as a plain directory to mount writable (made when missing, as the tree's owner)."""
+    vdir = venv_dir(root)
+    if vdir.is_symlink() or (vdir.exists() and not vdir.is_dir()):
+        raise Refused(f"{vdir} is not a directory (a link or a file): remove it, then retry "
+                      f"`{retry_hint(root)}`")
+    if not vdir.exists():
+        vdir.mkdir(mode=0o755)
+        owner = os.stat(root)
+        if os.geteuid() == 0 and (owner.st_uid, owner.st_gid) != (0, 0):
+            os.lchown(vdir, owner.st_uid, owner.st_gid)
+    return vdir
+
+
+def run_in_sandbox(ws, steps, root: Path, installer: str, test: bool, base: Path, vdir: Path,
+                   caches: dict[str, Path]) -> int:
+    """One launch of ``ws``'s sandbox that runs the plan with the toplevel's ``build_inside``."""
+    from ..sandbox.launcher import LaunchRequest, launch
+
+    runner_code = Path(ws.toplevel) / "chtop_tasks" / "venv" / "build_inside.py"
+    if not runner_code.is_file():
+        raise Refused(f"the toplevel {ws.toplevel} has no {runner_code.relative_to(ws.toplevel)}: update the "
+                      "toplevel's chtop (git pull there), then retry")
+    env = {name: value for name, value in os.environ.items() if name in INDEX_ENV}
+    env.update({name: str(path) for name, path in caches.items()})
+    command = ["env", f"PYTHONPATH={ws.toplevel}", str(base), "-m", "chtop_tasks.venv.build_inside",
+               plan_to_json(root, installer, test, steps)]
+    prefix = Path(os.path.realpath(base)).parent.parent
+    target = Target("worktree", root, ws, ws.policy_dir, ws.grouping, ws.claude_dir)
+    request = LaunchRequest(target, command, extra_env=env, purpose=PURPOSE, cwd=root,
+                            build_rw=(vdir, *caches.values()), build_ro=(prefix,))
+    return launch(request)

@@ -1,0 +1,85 @@
+"""A feature worktree's venv is built inside its sandbox, never on the host (issue 27).
+
+The agent can write every repo of its worktree, so a ``setup.py`` or a package's ``__init__``
+there is the agent's code.  Here one writes a marker to a path of the host that the sandbox does
+not mount whenever it runs where that path is reachable, and records where it ran otherwise; then
+``inv venv.build --workdir ../dev`` runs on the host, as the user would.
+"""
+
+from __future__ import annotations
+
+import pytest
+from sandbox_helpers import user_group_cm
+
+pytestmark = [pytest.mark.podman, pytest.mark.slow]
+
+# The agent's build hook and package: each tries the host-only marker, then notes where it ran
+# (IS_SANDBOX, and the marker's dir out of sight) in the repo dir, which the sandbox mounts.
+HOOK = """\
+import os
+from pathlib import Path
+
+def note(what):
+    try:
+        Path({marker!r}).write_text(what + " ran with the host's files in reach\\n")
+    except OSError:
+        pass
+    inside = os.environ.get("IS_SANDBOX") == "1" and not os.path.isdir(os.path.dirname({marker!r}))
+    with open({where!r}, "a") as fh:
+        fh.write(f"{{what}} inside={{inside}}\\n")
+"""
+SETUP = """\
+import sys
+sys.path.insert(0, {here!r})
+from hook import note
+note("setup.py")
+from setuptools import setup
+setup(name="alpha", version="0.1", packages=["alpha"])
+"""
+
+
+def _plant(group):
+    """As the worktree's owner: alpha becomes an installed repo with a hostile build and import."""
+    dev = group.grouping / "dev"
+    alpha = dev / "alpha"
+    marker = group.base / "host-only" / "marker"
+    marker.parent.mkdir()
+    where = alpha / "ran-where.txt"
+    (alpha / "hook.py").write_text(HOOK.format(marker=str(marker), where=str(where)))
+    (alpha / "setup.py").write_text(SETUP.format(here=str(alpha)))
+    (alpha / "alpha").mkdir()
+    (alpha / "alpha" / "__init__.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(alpha)!r})\nfrom hook import note\nnote('import alpha')\n")
+    manifest = dev / "git_repositories.toml"
+    text = manifest.read_text()
+    manifest.write_text(text.replace('install = "none"',
+                                     'install = "editable-no-build-isolation"\nsmoke_import = "alpha"', 1))
+
+
+@pytest.fixture(scope="module")
+def planted(remote_template):
+    with user_group_cm(remote_template, prepare=_plant) as group:
+        yield group
+
+
+def test_venv_build_of_a_feature_worktree_runs_its_build_code_only_inside_the_sandbox(planted):
+    g = planted
+    marker = g.base / "host-only" / "marker"
+    built = g.inv("venv.build", "--workdir", str(g.dev), "--installer", "pip", cwd=g.toplevel, timeout=600)
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert not marker.exists(), marker.read_text()
+    ran = (g.dev / "alpha" / "ran-where.txt").read_text().splitlines()
+    assert "setup.py inside=True" in ran and "import alpha inside=True" in ran, ran   # the smoke import too
+    assert not any(line.endswith("inside=False") for line in ran), ran
+    assert "smoke imports ok: alpha:alpha" in built.stdout and "venv-build" in built.stderr
+    assert (g.dev / ".venv" / "chtop-build-complete").is_file()
+    # the venv works in the agent's sandbox: alpha is the editable install of the worktree's repo
+    used = g.sbox("python -c 'import alpha; print(alpha.__file__)'")
+    assert used.returncode == 0, used.stderr
+    assert used.stdout.strip().endswith(f"{g.dev}/alpha/alpha/__init__.py"), used.stdout
+    assert not marker.exists()
+    # a rebuild from scratch (--recreate empties the mounted .venv inside) works the same way
+    again = g.inv("venv.build", "--workdir", str(g.dev), "--installer", "pip", "--recreate", cwd=g.toplevel,
+                  timeout=600)
+    assert again.returncode == 0 and "venv ready" in again.stdout, again.stdout + again.stderr
+    assert not marker.exists()
