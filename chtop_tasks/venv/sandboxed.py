@@ -64,10 +64,12 @@ def build_in_sandbox(ws, *, recreate: bool = False, test: bool = False, installe
     for path in caches.values():
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
     status = run_in_sandbox(ws, steps, root, chosen, test, base, vdir, caches)
-    if status != 0 or not stamp.is_complete(vdir):
-        code = f"exit {status}" if status else "it did not write its stamp"
-        raise CommandFailed(f"venv build of {root} inside its sandbox failed ({code}); its output is above.\n"
-                            f"Fix the cause, then retry the venv alone: {retry_hint(root, test=test)}")
+    if status != 0:   # build_inside said what failed and the command to retry
+        raise CommandFailed(f"venv build of {root} inside its sandbox failed (exit {status}); "
+                            "what failed and how to retry it are above")
+    if not stamp.is_complete(vdir):
+        raise CommandFailed(f"venv build of {root} inside its sandbox did not write its stamp; "
+                            f"retry the venv alone: {retry_hint(root, test=test)}")
 
 
 def ready_venv_dir(root: Path) -> Path:
