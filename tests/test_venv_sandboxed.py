@@ -8,7 +8,10 @@ not mount whenever it runs where that path is reachable, and records where it ra
 
 from __future__ import annotations
 
+import os
+
 import pytest
+from conftest import git
 from sandbox_helpers import user_group_cm
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
@@ -38,22 +41,30 @@ setup(name="alpha", version="0.1", packages=["alpha"])
 """
 
 
-def _plant(group):
-    """As the worktree's owner: alpha becomes an installed repo with a hostile build and import."""
-    dev = group.grouping / "dev"
-    alpha = dev / "alpha"
-    marker = group.base / "host-only" / "marker"
-    marker.parent.mkdir()
+def _plant_files(alpha, marker):
+    """alpha gets the hostile build hook (setup.py) and package; returns where they note their runs."""
     where = alpha / "ran-where.txt"
     (alpha / "hook.py").write_text(HOOK.format(marker=str(marker), where=str(where)))
     (alpha / "setup.py").write_text(SETUP.format(here=str(alpha)))
     (alpha / "alpha").mkdir()
     (alpha / "alpha" / "__init__.py").write_text(
         f"import sys\nsys.path.insert(0, {str(alpha)!r})\nfrom hook import note\nnote('import alpha')\n")
-    manifest = dev / "git_repositories.toml"
+    return where
+
+
+def _install_alpha(manifest):
     text = manifest.read_text()
     manifest.write_text(text.replace('install = "none"',
                                      'install = "editable-no-build-isolation"\nsmoke_import = "alpha"', 1))
+
+
+def _plant(group):
+    """As the worktree's owner: alpha becomes an installed repo with a hostile build and import."""
+    dev = group.grouping / "dev"
+    marker = group.base / "host-only" / "marker"
+    marker.parent.mkdir()
+    _plant_files(dev / "alpha", marker)
+    _install_alpha(dev / "git_repositories.toml")
 
 
 @pytest.fixture(scope="module")
@@ -82,4 +93,38 @@ def test_venv_build_of_a_feature_worktree_runs_its_build_code_only_inside_the_sa
     again = g.inv("venv.build", "--workdir", str(g.dev), "--installer", "pip", "--recreate", cwd=g.toplevel,
                   timeout=600)
     assert again.returncode == 0 and "venv ready" in again.stdout, again.stdout + again.stderr
+    assert not marker.exists()
+
+
+def test_worktree_create_builds_the_new_worktrees_venv_inside_its_sandbox_as_root(initialized, tmp_path):
+    """The same through worktree.create's venv step, as root (a rootful sandbox, the agent's ids):
+    alpha's main branch carries the hook (as a merged agent branch would)."""
+    g = initialized
+    marker = tmp_path / "host-only" / "marker"
+    marker.parent.mkdir()
+    top_alpha = g.toplevel / "alpha"
+    dev_alpha = g.path("dev", "alpha")
+    _plant_files(top_alpha, marker)
+    for name in ("hook.py", "setup.py", "alpha/__init__.py"):   # they name dev's paths, where they run
+        path = top_alpha / name
+        path.write_text(path.read_text().replace(str(top_alpha), str(dev_alpha)))
+    git(top_alpha, "add", "-A")
+    git(top_alpha, "commit", "-qm", "a build hook")
+    _install_alpha(g.toplevel / "git_repositories.toml")
+    git(g.toplevel, "commit", "-qam", "install alpha")
+    made = g.inv(g.toplevel, "worktree.create", "--name", "dev", check=False, timeout=600)
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert not marker.exists(), marker.read_text()
+    ran = (dev_alpha / "ran-where.txt").read_text().splitlines()
+    assert "setup.py inside=True" in ran and "import alpha inside=True" in ran, (ran, made.stdout, made.stderr[-3000:])
+    assert not any(line.endswith("inside=False") for line in ran), ran
+    assert "venv-build" in made.stderr and "venv ready" in made.stdout
+    # what the build wrote is owned as the rest of the worktree
+    owner = os.stat(g.path("dev")).st_uid
+    assert {os.lstat(p).st_uid for p in (g.path("dev", ".venv"), g.path("dev", ".venv", "bin", "python"),
+                                         g.path("dev", ".venv", "chtop-build-complete"))} == {owner}
+    used = g.inv(g.path("dev"), "sbox.run", "--", "python", "-c", "import alpha; print(alpha.__file__)",
+                 check=False, timeout=300)
+    assert used.returncode == 0, used.stderr
+    assert used.stdout.strip().endswith(f"{dev_alpha}/alpha/__init__.py"), used.stdout
     assert not marker.exists()

@@ -84,6 +84,9 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m chtop_tasks.venv.build_inside PLAN_JSON", file=sys.stderr)
         return 2
+    # PYTHONPATH named the toplevel, for this module alone: the build's own pythons must not see the
+    # toplevel's checkout dirs (its ``alpha/`` would shadow the worktree's package as a namespace one)
+    os.environ.pop("PYTHONPATH", None)
     try:
         build_inside(argv[1])
     except ChtopError as exc:
