@@ -55,7 +55,8 @@ def _plant_files(alpha, marker):
 def _install_alpha(manifest):
     text = manifest.read_text()
     manifest.write_text(text.replace('install = "none"',
-                                     'install = "editable-no-build-isolation"\nsmoke_import = "alpha"', 1))
+                                     'install = "editable-no-build-isolation"\nsmoke_import = "alpha"\n'
+                                     'test = "python -c \'import alpha\'"', 1))
 
 
 def _plant(group):
@@ -89,11 +90,14 @@ def test_venv_build_of_a_feature_worktree_runs_its_build_code_only_inside_the_sa
     assert used.returncode == 0, used.stderr
     assert used.stdout.strip().endswith(f"{g.dev}/alpha/alpha/__init__.py"), used.stdout
     assert not marker.exists()
-    # a rebuild from scratch (--recreate empties the mounted .venv inside) works the same way
-    again = g.inv("venv.build", "--workdir", str(g.dev), "--installer", "pip", "--recreate", cwd=g.toplevel,
-                  timeout=600)
-    assert again.returncode == 0 and "venv ready" in again.stdout, again.stdout + again.stderr
+    # a rebuild from scratch (--recreate empties the mounted .venv inside) with --test: the same
+    (g.dev / "alpha" / "ran-where.txt").unlink()
+    again = g.inv("venv.build", "--workdir", str(g.dev), "--installer", "pip", "--recreate", "--test",
+                  cwd=g.toplevel, timeout=600)
+    assert again.returncode == 0 and "tests ok: alpha" in again.stdout, again.stdout + again.stderr
     assert not marker.exists()
+    ran = (g.dev / "alpha" / "ran-where.txt").read_text().splitlines()
+    assert ran.count("import alpha inside=True") == 2 and "setup.py inside=True" in ran, ran  # smoke + test
 
 
 def test_worktree_create_builds_the_new_worktrees_venv_inside_its_sandbox_as_root(initialized, tmp_path):
