@@ -20,6 +20,7 @@ from ..errors import ChtopError
 from ..workspace import venvstamp as stamp
 from .build import BuildStep, run_build_steps, venv_dir
 
+RETRY_LINE = "Fix the cause, then retry the venv alone:"   # build._failure's last line
 _PATHS = {"cwd"}
 _TUPLES_OF_PATHS = {"paths"}
 _PAIRS = {"env"}
@@ -89,8 +90,9 @@ def main(argv: list[str]) -> int:
     os.environ.pop("PYTHONPATH", None)
     try:
         build_inside(argv[1])
-    except ChtopError as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
+    except ChtopError as exc:   # the host says how to retry (``sandboxed.build_in_sandbox``)
+        kept = [line for line in str(exc).splitlines() if not line.startswith(RETRY_LINE)]
+        print("error: " + "\n".join(kept), file=sys.stderr, flush=True)
         return exc.exit_code or 1
     return 0
 

@@ -64,9 +64,9 @@ def build_in_sandbox(ws, *, recreate: bool = False, test: bool = False, installe
     for path in caches.values():
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
     status = run_in_sandbox(ws, steps, root, chosen, test, base, vdir, caches)
-    if status != 0:   # build_inside said what failed and the command to retry
-        raise CommandFailed(f"venv build of {root} inside its sandbox failed (exit {status}); "
-                            "what failed and how to retry it are above")
+    if status != 0:   # build_inside said what failed, above
+        raise CommandFailed(f"venv build of {root} inside its sandbox failed (exit {status}); what failed is "
+                            f"above.\nFix the cause, then retry the venv alone: {retry_hint(root, test=test)}")
     if not stamp.is_complete(vdir):
         raise CommandFailed(f"venv build of {root} inside its sandbox did not write its stamp; "
                             f"retry the venv alone: {retry_hint(root, test=test)}")
