@@ -132,3 +132,44 @@ def test_worktree_create_builds_the_new_worktrees_venv_inside_its_sandbox_as_roo
     assert used.returncode == 0, used.stderr
     assert used.stdout.strip().endswith(f"{dev_alpha}/alpha/__init__.py"), used.stdout
     assert not marker.exists()
+
+
+def test_the_plan_goes_into_the_sandbox_as_data_and_comes_back_the_same(tmp_path):
+    from test_venv import A, B, make_root
+
+    from chtop_tasks.venv import build as V
+    from chtop_tasks.venv.build_inside import plan_from_json, plan_to_json
+
+    root, manifest = make_root(tmp_path / "ws", [A, dict(B, test="python -m b_frb.tests")])
+    (root / ".venv").mkdir()   # no stamp: the plan removes it first
+    for installer in ("uv", "pip"):
+        steps = V.plan_build(root, manifest, test=True, installer=installer, python=tmp_path / "py")
+        assert {s.kind for s in steps} >= {"remove", "create", "install", "smoke", "test"}
+        assert plan_from_json(plan_to_json(root, installer, True, steps)) == (root, installer, True, steps)
+    with pytest.raises(ValueError, match="unknown step field 'shell'"):
+        plan_from_json('{"root": "/r", "installer": "pip", "test": false, "steps": [{"kind": "x", "shell": "id"}]}')
+
+
+def test_only_a_venv_build_gets_the_venv_and_its_cache_writable(with_dev):
+    from chtop_tasks.places import target_for
+    from chtop_tasks.sandbox.launcher import plan_launch
+    from chtop_tasks.venv.sandboxed import build_cache_dirs
+
+    dev = with_dev.path("dev")
+    (dev / ".venv").mkdir()
+    caches = build_cache_dirs(with_dev.grouping, "dev")
+    for path in caches.values():
+        path.mkdir(parents=True)
+    target = target_for(dev)
+
+    def volumes(**build):
+        argv = plan_launch(target, ["true"], interactive=False, **build).argv
+        return {a.split(":")[1]: a.split(":")[2] for a in argv if a.startswith("--volume=")}
+
+    agent = volumes()
+    assert agent[str(dev / ".venv")].startswith("ro")
+    assert not any(dst.startswith(str(with_dev.grouping / ".chtop" / "build-cache")) for dst in agent)
+    build = volumes(build_rw=(dev / ".venv", *caches.values()))
+    assert build[str(dev / ".venv")].startswith("rw")
+    assert all(build[str(p)].startswith("rw") for p in caches.values())
+    assert build[str(with_dev.toplevel)].startswith("ro")   # the build_inside it runs, read-only

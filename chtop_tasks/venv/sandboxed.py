@@ -5,8 +5,8 @@ imports, ``--test``) is code in the worktree's repos, which the agent can write.
 worktree the host only plans (``build.plan_build``: data), and one sandbox of that worktree runs
 the plan (``build_inside``, from the toplevel's chtop, read-only inside): the agent's mounts, env
 rules, limits and proxy, plus, for this launch only, its ``.venv`` writable and the group's own
-build cache (``<group>/.chtop/build-cache/{uv,pip}``, never the user's caches, which host builds
-of the toplevel use).  The host reads back only the stamp (``venvstamp``: no link followed, no
+build cache (``<group>/.chtop/build-cache/<NAME>/{uv,pip}``: never the user's caches, which host
+builds of the toplevel use, nor another worktree's).  The host reads back only the stamp (``venvstamp``: no link followed, no
 blocking).  The toplevel's venv is the user's own checkout and builds on the host (``build``).
 """
 
@@ -40,9 +40,10 @@ def build_workspace_venv(ws, *, recreate: bool = False, test: bool = False, inst
     build_in_sandbox(ws, recreate=recreate, test=test, installer=installer, dry_run=dry_run)
 
 
-def build_cache_dirs(group: Path) -> dict[str, Path]:
-    """The group's cache for sandboxed builds: one per installer, shared by its worktrees' builds."""
-    base = state_dir(group) / CACHE_DIR
+def build_cache_dirs(group: Path, worktree: str) -> dict[str, Path]:
+    """The cache of one worktree's sandboxed builds, one per installer: never the user's (host builds of
+    the toplevel use those) nor another worktree's (one agent's build would plant what another's runs)."""
+    base = state_dir(group) / CACHE_DIR / worktree
     return {"UV_CACHE_DIR": base / "uv", "PIP_CACHE_DIR": base / "pip"}
 
 
@@ -60,9 +61,11 @@ def build_in_sandbox(ws, *, recreate: bool = False, test: bool = False, installe
               f"(purpose {PURPOSE}), none on the host\n{format_plan(steps)}", flush=True)
         return
     vdir = ready_venv_dir(root)
-    caches = build_cache_dirs(ws.grouping)
+    caches = build_cache_dirs(ws.grouping, ws.name)
     for path in caches.values():
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not path.is_dir():
+            path.mkdir(parents=True, mode=0o700)
+            owned_as_tree(path, root)
     status = run_in_sandbox(ws, steps, root, chosen, test, base, vdir, caches)
     if status != 0:   # build_inside said what failed, above
         raise CommandFailed(f"venv build of {root} inside its sandbox failed (exit {status}); what failed is "
@@ -80,10 +83,15 @@ def ready_venv_dir(root: Path) -> Path:
                       f"`{retry_hint(root)}`")
     if not vdir.exists():
         vdir.mkdir(mode=0o755)
-        owner = os.stat(root)
-        if os.geteuid() == 0 and (owner.st_uid, owner.st_gid) != (0, 0):
-            os.lchown(vdir, owner.st_uid, owner.st_gid)
+        owned_as_tree(vdir, root)
     return vdir
+
+
+def owned_as_tree(path: Path, root: Path) -> None:
+    """As root, ``path`` (just made) is owned as ``root`` is: the agent's ids inside, idmapped."""
+    owner = os.stat(root)
+    if os.geteuid() == 0 and (owner.st_uid, owner.st_gid) != (0, 0):
+        os.lchown(path, owner.st_uid, owner.st_gid)
 
 
 def run_in_sandbox(ws, steps, root: Path, installer: str, test: bool, base: Path, vdir: Path,
