@@ -128,10 +128,7 @@ def create(top, name: str, venv: bool):
 
     build = None
     if venv:
-        from .venv.build import build_venv
-
-        def build(ws):
-            build_venv(ws.root, ws.manifest)
+        from .venv.sandboxed import build_workspace_venv as build
     new_ws = create_worktree(top, name, build)
     print(closing_hints(new_ws), file=sys.stderr)
     return new_ws

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from .errors import ChtopError, UsageError
 from .incontainer import gpu_check
-from .venv.build import INSTALLERS, build_venv
+from .venv.build import INSTALLERS
+from .venv.sandboxed import build_workspace_venv
 
 
 class SessionArgs(argparse.ArgumentParser):
@@ -115,9 +116,7 @@ def venv_body(session) -> None:
     try:
         args = parse_session_args(list(session.posargs))
         ws = session_root(args.name)
-        build_venv(
-            ws.root, ws.manifest, recreate=args.recreate, test=args.test,
-            installer=args.installer, dry_run=args.dry_run,
-        )
+        build_workspace_venv(ws, recreate=args.recreate, test=args.test, installer=args.installer,
+                             dry_run=args.dry_run)
     except ChtopError as exc:
         session.error(str(exc))

@@ -76,9 +76,8 @@ def run_interactive(
     argv = [str(a) for a in argv]
     if not quiet:
         echo(argv, cwd)
-    fd = sys.stdin.fileno() if stdin_fd is None else stdin_fd
-    if pty is not False and stdin_is_terminal(fd):
-        return _run_pty(argv, env, cwd, fd)
+    if pty is not False and stdin_is_terminal(stdin_fd):   # our stdin may have no fd (pytest's)
+        return _run_pty(argv, env, cwd, sys.stdin.fileno() if stdin_fd is None else stdin_fd)
     return _run_plain(argv, env, cwd)
 
 

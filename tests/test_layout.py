@@ -12,7 +12,7 @@ ALLOWED = {
     "core": set(),
     "places": {"workspace"},            # lazily, for target_for
     "workspace": {"places"},
-    "venv": {"places", "workspace"},
+    "venv": {"places", "workspace", "sandbox"},   # a feature worktree's venv is built in its sandbox
     "proxy": {"places", "workspace"},   # the daemon imports the agents' branches every few seconds
     "sandbox": {"places", "workspace", "proxy"},
     "agents": {"places", "workspace", "sandbox"},

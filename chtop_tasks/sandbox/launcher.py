@@ -125,6 +125,8 @@ class LaunchRequest:
     session: str | None = None    # a session's id: its hook state dir is mounted (that session's alone)
     agent_subdirs: tuple[str, ...] = ()   # the agent's config_subdir, made before the launch, owned like it
     login_files: tuple[str, ...] = ()     # in the config dir: copied from the group's login dir when newer
+    build_rw: tuple[Path, ...] = ()   # venv.build of this worktree only (venv/sandboxed.py)
+    build_ro: tuple[Path, ...] = ()
     # the caller has nothing left to do after the sandbox (sbox.run): a non-interactive launch then
     # becomes a small shell that waits for podman and removes the per-run files, so no Python
     # process stays alive per sandbox
@@ -160,7 +162,8 @@ def _git_identity(config: dict[str, str], host_env: dict[str, str]) -> dict[str,
 
 
 def _mount_context(target: Target, proxy_dir: Path | None, self_edit: bool,
-                   image_trees: tuple[Path, ...] = (), agent: AgentConfig | None = None) -> MountContext:
+                   image_trees: tuple[Path, ...] = (), agent: AgentConfig | None = None,
+                   build: tuple[tuple[Path, ...], tuple[Path, ...]] = ((), ())) -> MountContext:
     home = home_dir()
     agent_mounts = tuple(agent.mounts()) if agent is not None else ()
     hidden = (target.state_dir, target.login_dir)       # never mounted; masked where a policy path holds them
@@ -175,7 +178,7 @@ def _mount_context(target: Target, proxy_dir: Path | None, self_edit: bool,
             "worktree", target.root, target.config_dir, home, grouping=ws.grouping, toplevel=ws.toplevel,
             repo_names=tuple(ws.manifest.names), stores=tuple(stores), extern=ws.grouping / "extern",
             guarded=(ws.grouping,), state_dirs=hidden, proxy_dir=proxy_dir, self_edit=self_edit,
-            image_trees=image_trees, agent_mounts=agent_mounts)
+            image_trees=image_trees, agent_mounts=agent_mounts, build_rw=build[0], build_ro=build[1])
     return MountContext("dir", target.root, target.config_dir, home, guarded=(target.group_dir,),
                         state_dirs=hidden, proxy_dir=proxy_dir, self_edit=self_edit,
                         image_trees=image_trees, agent_mounts=agent_mounts)
@@ -186,7 +189,8 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
                 network: str = "proxy", allow_self_edit: bool = False,
                 cwd: Path | None = None, image: str | None = None,
                 image_trees: tuple[Path, ...] = (), session: str | None = None,
-                agent_subdirs: tuple[str, ...] = (), login_files: tuple[str, ...] = ()) -> LaunchPlan:
+                agent_subdirs: tuple[str, ...] = (), login_files: tuple[str, ...] = (),
+                build_rw: tuple[Path, ...] = (), build_ro: tuple[Path, ...] = ()) -> LaunchPlan:
     """The full ``podman run`` for ``command`` in ``target``'s sandbox; reads only.
 
     Reads the policy (PolicyError if broken), checks the git layout
@@ -196,7 +200,8 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
     instead of the host overlay, and ``image_trees`` (its own copies of
     /usr, /etc) are not bound from the host.  ``session``: a session's id (its hook state dir is
     mounted); ``agent_subdirs``: the agent's config_subdir, made before it starts; ``login_files``:
-    its login files, copied from the group's login dir.
+    its login files, copied from the group's login dir.  ``build_rw``/``build_ro`` (a venv build of a
+    worktree only): its ``.venv`` and the build cache writable, the base interpreter readable.
     """
     extra_env = _checked_launch_args(command, purpose, network, extra_env)
     host_env = dict(os.environ)
@@ -214,7 +219,8 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
 
     agent = agent_config_for(target, session, agent_subdirs, login_files)
     ctx = _mount_context(target, proxy_socket.parent if proxy_socket else None, allow_self_edit,
-                         tuple(Path(p) for p in image_trees) if image else (), agent)
+                         tuple(Path(p) for p in image_trees) if image else (), agent,
+                         (tuple(build_rw), tuple(build_ro)) if target.kind == "worktree" else ((), ()))
     mount_plan = plan_mounts(ctx, policy.fs)
     warnings += mount_plan.warnings
     mounts = mount_plan.mounts()
@@ -576,7 +582,8 @@ def plan_request(request: LaunchRequest) -> LaunchPlan:
                        extra_env=request.extra_env, purpose=request.purpose, network=request.network,
                        allow_self_edit=request.allow_self_edit, cwd=request.cwd, image=request.image,
                        image_trees=request.image_trees, session=request.session,
-                       agent_subdirs=request.agent_subdirs, login_files=request.login_files)
+                       agent_subdirs=request.agent_subdirs, login_files=request.login_files,
+                       build_rw=request.build_rw, build_ro=request.build_ro)
 
 
 def say_request(request: LaunchRequest, plan: LaunchPlan) -> None:

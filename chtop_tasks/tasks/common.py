@@ -50,7 +50,7 @@ def venv_builder(enabled: bool):
     """The venv step for init/create, or None with --no-venv."""
     if not enabled:
         return None
-    from ..venv.build import build_venv
+    from ..venv.sandboxed import build_workspace_venv
     from ..workspace.venvstamp import venv_state
 
     def build(ws):
@@ -62,7 +62,7 @@ def venv_builder(enabled: bool):
             print(f"venv {ws.venv_dir} is incomplete (its last build did not finish): building it again",
                   flush=True)
         try:
-            build_venv(ws.root, ws.manifest)
+            build_workspace_venv(ws)
         except ChtopError as exc:
             again = "" if ws.is_toplevel else f", or run the same `inv worktree.create --name {ws.name}` again"
             raise ChtopError(f"{exc}\nThe checkouts are kept: only the venv needs that retry{again}.",

@@ -7,7 +7,7 @@ from invoke import task
 from .common import lazy, reports_errors
 
 INSTALLER_ENV = "CHTOP_INSTALLER"   # venv.build's own name for it (a test checks they agree)
-venv_build = lazy("venv.build")
+venv_sandboxed = lazy("venv.sandboxed")
 layout = lazy("workspace.layout")
 
 
@@ -22,6 +22,7 @@ layout = lazy("workspace.layout")
 )
 @reports_errors
 def build(c, workdir=None, recreate=False, test=False, installer=None, dry_run=False):
-    """Build <root>/.venv: install every manifest repo, smoke-import each from a scratch dir."""
+    """Build <root>/.venv: install every manifest repo, smoke-import each from a scratch dir (a feature
+    worktree's: inside its sandbox)."""
     ws = layout.find_workspace(Path(workdir) if workdir else None)
-    venv_build.build_venv(ws.root, ws.manifest, recreate=recreate, test=test, installer=installer, dry_run=dry_run)
+    venv_sandboxed.build_workspace_venv(ws, recreate=recreate, test=test, installer=installer, dry_run=dry_run)

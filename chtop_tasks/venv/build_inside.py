@@ -1,0 +1,101 @@
+"""The in-sandbox half of a feature worktree's venv build (``sandboxed.py`` is the host's half).
+
+Run inside the worktree's sandbox as ``python -m chtop_tasks.venv.build_inside PLAN`` from the
+*toplevel's* chtop (read-only inside; never the worktree's copy), with ``PLAN`` the build as data
+(JSON: the root, the installer, ``--test``, and the steps of ``build.plan_build``).  It runs the
+steps with ``build.run_build_steps`` and writes the completion stamp last; the host only reads
+the stamp back (``venvstamp.is_complete``: no link followed, no blocking).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from dataclasses import asdict, fields
+from pathlib import Path
+
+from ..errors import ChtopError
+from ..workspace import venvstamp as stamp
+from .build import BuildStep, run_build_steps, venv_dir
+
+RETRY_LINE = "Fix the cause, then retry the venv alone:"   # build._failure's last line
+_PATHS = {"cwd"}
+_TUPLES_OF_PATHS = {"paths"}
+_PAIRS = {"env"}
+
+
+def plan_to_json(root: Path, installer: str, test: bool, steps: list[BuildStep]) -> str:
+    """The build as data for the command line of the sandbox."""
+    def step(s: BuildStep) -> dict:
+        out = asdict(s)
+        out["cwd"] = None if s.cwd is None else str(s.cwd)
+        out["paths"] = [str(p) for p in s.paths]
+        return out
+    return json.dumps({"root": str(root), "installer": installer, "test": test, "steps": [step(s) for s in steps]})
+
+
+def plan_from_json(text: str) -> tuple[Path, str, bool, list[BuildStep]]:
+    """``plan_to_json`` read back; ValueError (KeyError, TypeError) for anything else."""
+    data = json.loads(text)
+    names = {f.name for f in fields(BuildStep)}
+    steps = []
+    for item in data["steps"]:
+        kwargs = {}
+        for key, value in item.items():
+            if key not in names:
+                raise ValueError(f"unknown step field {key!r}")
+            if key in _PATHS:
+                value = None if value is None else Path(value)
+            elif key in _TUPLES_OF_PATHS:
+                value = tuple(Path(v) for v in value)
+            elif key in _PAIRS:
+                value = tuple((str(k), str(v)) for k, v in value)
+            elif isinstance(value, list):
+                value = tuple(str(v) for v in value)
+            kwargs[key] = value
+        steps.append(BuildStep(**kwargs))
+    return Path(data["root"]), str(data["installer"]), bool(data["test"]), steps
+
+
+def empty_dir(path: Path) -> None:
+    """The "remove" step inside: ``.venv`` is a mount point there, so its contents go, not it."""
+    for entry in os.scandir(path):
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path)
+        else:
+            os.unlink(entry.path)
+
+
+def build_inside(text: str) -> None:
+    root, installer, test, steps = plan_from_json(text)
+    vdir = venv_dir(root)
+    stamp.clear_stamp(vdir)
+    if steps and steps[0].kind == "remove":
+        print(f"# {steps[0].note}: emptying {vdir}", flush=True)
+        empty_dir(vdir)
+        steps = steps[1:]
+    report = run_build_steps(steps, root, test=test, installer=installer)
+    stamp.write_stamp(vdir)   # last: only a build that got here is complete
+    print(report.summary(), flush=True)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m chtop_tasks.venv.build_inside PLAN_JSON", file=sys.stderr)
+        return 2
+    # PYTHONPATH named the toplevel, for this module alone: the build's own pythons must not see the
+    # toplevel's checkout dirs (its ``alpha/`` would shadow the worktree's package as a namespace one)
+    os.environ.pop("PYTHONPATH", None)
+    try:
+        build_inside(argv[1])
+    except ChtopError as exc:   # the host says how to retry (``sandboxed.build_in_sandbox``)
+        kept = [line for line in str(exc).splitlines() if not line.startswith(RETRY_LINE)]
+        print("error: " + "\n".join(kept), file=sys.stderr, flush=True)
+        return exc.exit_code or 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

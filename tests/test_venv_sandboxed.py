@@ -1,0 +1,184 @@
+"""A feature worktree's venv is built inside its sandbox, never on the host (issue 27).
+
+The agent can write every repo of its worktree, so a ``setup.py`` or a package's ``__init__``
+there is the agent's code.  Here one writes a marker to a path of the host that the sandbox does
+not mount whenever it runs where that path is reachable, and records where it ran otherwise; then
+``inv venv.build --workdir ../dev`` runs on the host, as the user would.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import git
+from sandbox_helpers import user_group_cm
+
+pytestmark = [pytest.mark.podman, pytest.mark.slow]
+
+# The agent's build hook and package: each tries the host-only marker, then notes where it ran
+# (IS_SANDBOX, and the marker's dir out of sight) in the repo dir, which the sandbox mounts.
+HOOK = """\
+import os
+from pathlib import Path
+
+def note(what):
+    try:
+        Path({marker!r}).write_text(what + " ran with the host's files in reach\\n")
+    except OSError:
+        pass
+    inside = os.environ.get("IS_SANDBOX") == "1" and not os.path.isdir(os.path.dirname({marker!r}))
+    with open({where!r}, "a") as fh:
+        fh.write(f"{{what}} inside={{inside}}\\n")
+"""
+SETUP = """\
+import sys
+sys.path.insert(0, {here!r})
+from hook import note
+note("setup.py")
+from setuptools import setup
+setup(name="alpha", version="0.1", packages=["alpha"])
+"""
+
+
+def _plant_files(alpha, marker):
+    """alpha gets the hostile build hook (setup.py) and package; returns where they note their runs."""
+    where = alpha / "ran-where.txt"
+    (alpha / "hook.py").write_text(HOOK.format(marker=str(marker), where=str(where)))
+    (alpha / "setup.py").write_text(SETUP.format(here=str(alpha)))
+    (alpha / "alpha").mkdir()
+    (alpha / "alpha" / "__init__.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(alpha)!r})\nfrom hook import note\nnote('import alpha')\n")
+    return where
+
+
+def _install_alpha(manifest):
+    text = manifest.read_text()
+    manifest.write_text(text.replace('install = "none"',
+                                     'install = "editable-no-build-isolation"\nsmoke_import = "alpha"\n'
+                                     'test = "python -c \'import alpha\'"', 1))
+
+
+def opt_in(config_home: Path) -> None:
+    """The user's config asks for feature worktrees' venvs to be built in their sandboxes."""
+    (config_home / "chtop").mkdir(parents=True, exist_ok=True)
+    (config_home / "chtop" / "config.toml").write_text("venv_in_sandbox = true\n")
+
+
+def _plant(group):
+    """As the worktree's owner: alpha becomes an installed repo with a hostile build and import."""
+    opt_in(group.home / ".config")
+    dev = group.grouping / "dev"
+    marker = group.base / "host-only" / "marker"
+    marker.parent.mkdir()
+    _plant_files(dev / "alpha", marker)
+    _install_alpha(dev / "git_repositories.toml")
+
+
+@pytest.fixture(scope="module")
+def planted(remote_template):
+    with user_group_cm(remote_template, prepare=_plant) as group:
+        yield group
+
+
+def test_venv_build_of_a_feature_worktree_runs_its_build_code_only_inside_the_sandbox(planted):
+    g = planted
+    marker = g.base / "host-only" / "marker"
+    built = g.inv("venv.build", "--workdir", str(g.dev), "--installer", "pip", cwd=g.toplevel, timeout=600)
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert not marker.exists(), marker.read_text()
+    ran = (g.dev / "alpha" / "ran-where.txt").read_text().splitlines()
+    assert "setup.py inside=True" in ran and "import alpha inside=True" in ran, ran   # the smoke import too
+    assert not any(line.endswith("inside=False") for line in ran), ran
+    assert "smoke imports ok: alpha:alpha" in built.stdout and "venv-build" in built.stderr
+    assert (g.dev / ".venv" / "chtop-build-complete").is_file()
+    # the venv works in the agent's sandbox: alpha is the editable install of the worktree's repo
+    used = g.sbox("python -c 'import alpha; print(alpha.__file__)'")
+    assert used.returncode == 0, used.stderr
+    assert used.stdout.strip().endswith(f"{g.dev}/alpha/alpha/__init__.py"), used.stdout
+    assert not marker.exists()
+    # a rebuild from scratch (--recreate empties the mounted .venv inside) with --test: the same
+    (g.dev / "alpha" / "ran-where.txt").unlink()
+    again = g.inv("venv.build", "--workdir", str(g.dev), "--installer", "pip", "--recreate", "--test",
+                  cwd=g.toplevel, timeout=600)
+    assert again.returncode == 0 and "tests ok: alpha" in again.stdout, again.stdout + again.stderr
+    assert not marker.exists()
+    ran = (g.dev / "alpha" / "ran-where.txt").read_text().splitlines()
+    assert ran.count("import alpha inside=True") == 2 and "setup.py inside=True" in ran, ran  # smoke + test
+
+
+def test_worktree_create_builds_the_new_worktrees_venv_inside_its_sandbox_as_root(initialized, tmp_path):
+    """The same through worktree.create's venv step, as root (a rootful sandbox, the agent's ids):
+    alpha's main branch carries the hook (as a merged agent branch would)."""
+    g = initialized
+    opt_in(Path(os.environ["XDG_CONFIG_HOME"]))
+    marker = tmp_path / "host-only" / "marker"
+    marker.parent.mkdir()
+    top_alpha = g.toplevel / "alpha"
+    dev_alpha = g.path("dev", "alpha")
+    _plant_files(top_alpha, marker)
+    for name in ("hook.py", "setup.py", "alpha/__init__.py"):   # they name dev's paths, where they run
+        path = top_alpha / name
+        path.write_text(path.read_text().replace(str(top_alpha), str(dev_alpha)))
+    git(top_alpha, "add", "-A")
+    git(top_alpha, "commit", "-qm", "a build hook")
+    _install_alpha(g.toplevel / "git_repositories.toml")
+    git(g.toplevel, "commit", "-qam", "install alpha")
+    made = g.inv(g.toplevel, "worktree.create", "--name", "dev", check=False, timeout=600)
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert not marker.exists(), marker.read_text()
+    ran = (dev_alpha / "ran-where.txt").read_text().splitlines()
+    assert "setup.py inside=True" in ran and "import alpha inside=True" in ran, (ran, made.stdout, made.stderr[-3000:])
+    assert not any(line.endswith("inside=False") for line in ran), ran
+    assert "venv-build" in made.stderr and "venv ready" in made.stdout
+    # what the build wrote is owned as the rest of the worktree
+    owner = os.stat(g.path("dev")).st_uid
+    assert {os.lstat(p).st_uid for p in (g.path("dev", ".venv"), g.path("dev", ".venv", "bin", "python"),
+                                         g.path("dev", ".venv", "chtop-build-complete"))} == {owner}
+    used = g.inv(g.path("dev"), "sbox.run", "--", "python", "-c", "import alpha; print(alpha.__file__)",
+                 check=False, timeout=300)
+    assert used.returncode == 0, used.stderr
+    assert used.stdout.strip().endswith(f"{dev_alpha}/alpha/__init__.py"), used.stdout
+    assert not marker.exists()
+
+
+def test_the_plan_goes_into_the_sandbox_as_data_and_comes_back_the_same(tmp_path):
+    from test_venv import A, B, make_root
+
+    from chtop_tasks.venv import build as V
+    from chtop_tasks.venv.build_inside import plan_from_json, plan_to_json
+
+    root, manifest = make_root(tmp_path / "ws", [A, dict(B, test="python -m b_frb.tests")])
+    (root / ".venv").mkdir()   # no stamp: the plan removes it first
+    for installer in ("uv", "pip"):
+        steps = V.plan_build(root, manifest, test=True, installer=installer, python=tmp_path / "py")
+        assert {s.kind for s in steps} >= {"remove", "create", "install", "smoke", "test"}
+        assert plan_from_json(plan_to_json(root, installer, True, steps)) == (root, installer, True, steps)
+    with pytest.raises(ValueError, match="unknown step field 'shell'"):
+        plan_from_json('{"root": "/r", "installer": "pip", "test": false, "steps": [{"kind": "x", "shell": "id"}]}')
+
+
+def test_only_a_venv_build_gets_the_venv_and_its_cache_writable(with_dev):
+    from chtop_tasks.places import target_for
+    from chtop_tasks.sandbox.launcher import plan_launch
+    from chtop_tasks.venv.sandboxed import build_cache_dirs
+
+    dev = with_dev.path("dev")
+    (dev / ".venv").mkdir()
+    caches = build_cache_dirs(with_dev.grouping, "dev")
+    for path in caches.values():
+        path.mkdir(parents=True)
+    target = target_for(dev)
+
+    def volumes(**build):
+        argv = plan_launch(target, ["true"], interactive=False, **build).argv
+        return {a.split(":")[1]: a.split(":")[2] for a in argv if a.startswith("--volume=")}
+
+    agent = volumes()
+    assert agent[str(dev / ".venv")].startswith("ro")
+    assert not any(dst.startswith(str(with_dev.grouping / ".chtop" / "build-cache")) for dst in agent)
+    build = volumes(build_rw=(dev / ".venv", *caches.values()))
+    assert build[str(dev / ".venv")].startswith("rw")
+    assert all(build[str(p)].startswith("rw") for p in caches.values())
+    assert build[str(with_dev.toplevel)].startswith("ro")   # the build_inside it runs, read-only
