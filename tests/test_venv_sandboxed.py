@@ -68,7 +68,7 @@ def opt_in(config_home: Path) -> None:
 
 def _plant(group):
     """As the worktree's owner: alpha becomes an installed repo with a hostile build and import."""
-    opt_in(group.home / ".config")
+    opt_in(group.base / "home" / ".config")      # the test user's HOME (sandbox_helpers.user_env)
     dev = group.grouping / "dev"
     marker = group.base / "host-only" / "marker"
     marker.parent.mkdir()

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from ..errors import CommandFailed, Refused, UsageError
-from ..places import Target, read_user_config, state_dir
+from ..places import read_user_config, state_dir, target_for
 from ..workspace import venvstamp as stamp
 from .build import base_python_choice, check_repos, choose_installer, format_plan, plan_build, retry_hint, venv_dir
 from .build_inside import plan_to_json
@@ -124,7 +124,7 @@ def run_in_sandbox(ws, steps, root: Path, installer: str, test: bool, base: Path
     command = ["env", f"PYTHONPATH={ws.toplevel}", str(base), "-m", "chtop_tasks.venv.build_inside",
                plan_to_json(root, installer, test, steps)]
     prefix = Path(os.path.realpath(base)).parent.parent
-    target = Target("worktree", root, ws, ws.policy_dir, ws.grouping, ws.claude_dir)
+    target = target_for(root)
     request = LaunchRequest(target, command, extra_env=env, purpose=PURPOSE, cwd=root,
                             build_rw=(vdir, *caches.values()), build_ro=(prefix,))
     return launch(request)
