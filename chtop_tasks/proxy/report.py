@@ -8,6 +8,7 @@ from pathlib import Path
 from ..places import command_for_group, group_and_policy_for
 from .control import status
 from .logs import HUMAN, net_dir
+from .supervise import read_state
 
 
 def locate(start: Path | None = None) -> tuple[Path, Path]:
@@ -42,8 +43,21 @@ def format_status(group_dir: Path) -> tuple[str, bool]:
         where = f" (worktree {hold['worktree']})" if hold.get("worktree") else ""
         lines.append(f"held:     {hold['host']}:{hold['port']}{where}, {hold['waiting']} request(s) "
                      f"for {time.time() - hold['since']:.0f}s")
+    lines += restart_lines(group_dir, info.get("sandboxes", 0))
     lines += [f"warning:  {e}" for e in info["list_errors"]]
     return "\n".join(lines), True
+
+
+def restart_lines(group_dir: Path, sandboxes: int) -> list[str]:
+    """The sandboxes served, and the supervisor's restarts of the daemon (from its state file)."""
+    lines = [f"sandboxes: {sandboxes} hand their listener to this proxy (they survive its restarts)"]
+    state = read_state(group_dir)
+    restarts = state.get("restarts")
+    if isinstance(restarts, int) and restarts > 0:
+        when = state.get("last_at")
+        ago = f", {time.time() - when:.0f}s ago" if isinstance(when, (int, float)) else ""
+        lines.append(f"restarts: {restarts} (last: {str(state.get('last_reason'))[:200]}{ago})")
+    return lines
 
 
 def log_path(group_dir: Path) -> Path:

@@ -7,7 +7,8 @@ requests and watchers (holds.py), the control socket (control_protocol.py)
 and the data path (tunnel.py).
 
 Run as ``python -m chtop_tasks.proxy.server --group-dir G --policy-dir P
---port N --runtime-dir R [--detach]``; ``control.ensure_proxy`` does that.
+--port N --runtime-dir R [--detach]``; ``control.ensure_proxy`` runs it under
+``chtop_tasks.proxy.supervise``, which starts it again when it dies.
 Listens on 127.0.0.1:N, on R/group/proxy.sock, on R/wt/<name>/proxy.sock
 for each worktree asked for, and on the control socket R/control.sock
 (status, worktree sockets, watchers, stop).
@@ -49,6 +50,7 @@ from .messages import (
     reply_bytes,
 )
 from .policy import NetPolicy, Verdict
+from .supervise import detach
 from .tunnel import Mux, Tunnel
 from .upstream import Upstreams
 
@@ -114,6 +116,7 @@ class Server:
         self.upstreams: Upstreams | None = None
         self.listeners: dict[str, socket.socket] = {}
         self.worktree_sockets: dict[str, Path] = {}
+        self.handoffs: dict[str, fdpass.Handoff] = {}     # one per unix socket
         self.tunnels: set[Tunnel] = set()
         self.started = time.time()
         self.importing = None           # the ImportTimer, once running
@@ -147,7 +150,7 @@ class Server:
         sock.bind(str(path))
         os.chmod(path, 0o600)
         self._listen(key, sock, worktree, tcp=False)
-        fdpass.open_handoff(self, key, path, worktree)    # the sandbox may hand over its own listener
+        self.handoffs[key] = fdpass.open_handoff(self, key, path, worktree)   # the sandbox's own listener
 
     def open_worktree(self, name: str) -> Path:
         check_worktree_name(name)
@@ -470,6 +473,7 @@ class Server:
             "counts": self.counts, "lists": self.policy.sizes(),
             "list_errors": self.policy.errors(), "watchers": len(self.holds.watchers) if self.holds else 0,
             "held": self.holds.held() if self.holds else [],
+            "sandboxes": sum(len(h.passed) for h in self.handoffs.values()),
         }
 
     def status(self) -> dict:
@@ -594,15 +598,6 @@ def raise_nofile() -> int:
         except (ValueError, OSError):
             pass
     return soft if soft != resource.RLIM_INFINITY else 1 << 20
-
-
-def detach():
-    """Double fork so the proxy is nobody's child (no zombie for a live caller)."""
-    if os.fork():
-        os._exit(0)
-    os.setsid()
-    if os.fork():
-        os._exit(0)
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,183 @@
+"""The proxy is a restartable part: its supervisor starts the daemon again when it dies, and each
+sandbox's hand-off holder (the real chtop_tasks/incontainer/listen_handoff.py, run here as a
+sandbox's entry runs it) hands the same listener to the new daemon.  A real proxy, real
+kill -9, a real request loop through the handed-over listener."""
+# ruff: noqa: F811  (pytest fixtures imported from proxy_helpers are redefined as arguments)
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from proxy_helpers import echo, free_port, proxy, read_head  # noqa: F401  (fixtures)
+
+from chtop_tasks.errors import ChtopError
+from chtop_tasks.proxy import control, control_protocol, report
+from chtop_tasks.proxy.fdpass import HANDOFF_NAME
+from chtop_tasks.proxy.logs import net_dir
+from chtop_tasks.proxy.supervise import read_state
+
+HANDOFF_SCRIPT = Path(__file__).resolve().parent.parent / "chtop_tasks" / "incontainer" / "listen_handoff.py"
+
+
+def launch_holder(ep) -> tuple[int, int]:
+    """Run listen_handoff.py as a sandbox's entry does; (its holder's pid, the listener's port)."""
+    port = free_port()
+    proc = subprocess.Popen(["/usr/bin/python3", "-I", "-S", str(HANDOFF_SCRIPT),
+                             str(ep.socket_path.with_name(HANDOFF_NAME)), str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    found = subprocess.run(["pgrep", "-s", str(proc.pid), "-x", "chtop-handoff"], capture_output=True, text=True)
+    return int(found.stdout.split()[0]), port
+
+
+def echo_once(port: int, echo_port: int, timeout: float = 3.0) -> bool:
+    """One request through the sandbox's listener: a tunnel to the echo server, echoed back."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.sendall(f"CONNECT echo.example.test:{echo_port} HTTP/1.1\r\n\r\n".encode())
+            status, _ = read_head(s)
+            if status != 200:
+                return False
+            s.sendall(b"ping\n")
+            return s.recv(5) == b"ping\n"
+    except (OSError, ValueError, AssertionError):
+        return False
+
+
+class RequestLoop:
+    """The agent's loop of requests, in a thread: one after another, each result with its time."""
+
+    def __init__(self, port: int, echo_port: int):
+        self.results: list[tuple[float, bool]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(port, echo_port), daemon=True)
+        self._thread.start()
+
+    def _run(self, port, echo_port):
+        while not self._stop.is_set():
+            self.results.append((time.monotonic(), echo_once(port, echo_port)))
+            time.sleep(0.02)
+
+    def wait_good_after(self, t: float, timeout: float) -> float:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            good = [when for when, ok in self.results if ok and when > t]
+            if good:
+                return good[0] - t
+            time.sleep(0.02)
+        pytest.fail(f"no good request within {timeout} s; the last: {self.results[-5:]}")
+
+    def stop(self) -> list[tuple[float, bool]]:
+        self._stop.set()
+        self._thread.join(10)
+        return self.results
+
+
+@pytest.fixture
+def holder(proxy, echo):
+    proxy.allow(f"echo.example.test:{echo.port} private")
+    ep = proxy.start("dev")
+    pid, port = launch_holder(ep)
+    yield ep, port
+    os.kill(pid, signal.SIGKILL)
+
+
+def test_kill9_of_the_daemon_a_running_sandbox_works_again_within_5s(proxy, echo, holder):
+    ep, port = holder
+    loop = RequestLoop(port, echo.port)
+    try:
+        loop.wait_good_after(0, 10)
+        killed_at = time.monotonic()
+        os.kill(ep.pid, signal.SIGKILL)
+        back = loop.wait_good_after(killed_at + 0.05, 5)
+        assert back < 5                                              # back within 5 s, nobody did a thing
+        time.sleep(1)
+    finally:
+        results = loop.stop()
+    after = [ok for when, ok in results if when >= killed_at + back]
+    assert len(after) > 5 and all(after), results[-10:]             # and every request since works
+    new = control.proxy_status(proxy.group)
+    assert new is not None and new.pid != ep.pid and new.url == ep.url
+    state = read_state(proxy.group)
+    assert state["restarts"] == 1 and state["last_reason"] == "killed by SIGKILL"
+    text, running = report.format_status(proxy.group)
+    assert running and "restarts: 1 (last: killed by SIGKILL" in text
+    assert "sandboxes: 1 hand their listener" in text
+
+
+def test_net_restart_under_a_request_loop_fails_at_most_the_request_in_flight(proxy, echo, holder):
+    ep, port = holder
+    loop = RequestLoop(port, echo.port)
+    try:
+        loop.wait_good_after(0, 10)
+        before = time.monotonic()
+        old, new = control.restart_proxy(proxy.group, proxy.policy)
+        assert old == ep.pid and new.pid != ep.pid
+        loop.wait_good_after(time.monotonic(), 10)
+        time.sleep(0.3)
+    finally:
+        results = loop.stop()
+    during = [ok for when, ok in results if when >= before - 0.1]
+    assert during.count(False) <= 1, results                         # the one in flight, if any
+    assert read_state(proxy.group)["restarts"] == 0                  # a restart asked for is no crash
+    assert control.sandboxes_served(proxy.group) == 1
+
+
+def test_a_second_restart_during_the_first_is_refused(proxy, echo, holder):
+    with open(net_dir(proxy.group) / "restart.lock", "a") as lock:   # a restart under way
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        pid = control.proxy_status(proxy.group).pid
+        with pytest.raises(ChtopError, match="another `net.restart`"):
+            control.restart_proxy(proxy.group, proxy.policy)
+    assert control.proxy_status(proxy.group).pid == pid              # and it changed nothing
+
+
+def test_a_held_request_is_refused_not_hung_when_the_daemon_dies(proxy, echo, holder):
+    """A request held for a watcher's answer gets its connection closed by the crash: the agent
+    sees an error at once, it does not wait for the hold's timeout (120 s)."""
+    ep, port = holder
+    watcher, _, _ = control_protocol.attach_watcher(proxy.group)
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(b"CONNECT held.example.test:443 HTTP/1.1\r\n\r\n")
+        deadline = time.monotonic() + 10
+        while not control_protocol.request(proxy.group, {"cmd": "status"}).get("held"):
+            assert time.monotonic() < deadline, "the request was not held"
+            time.sleep(0.05)
+        killed_at = time.monotonic()
+        os.kill(ep.pid, signal.SIGKILL)
+        try:
+            ended = s.recv(4096)
+        except ConnectionResetError:
+            ended = b""
+        assert ended == b"" and time.monotonic() - killed_at < 3      # closed, not hung
+        s.close()
+    finally:
+        watcher.close()
+
+
+def test_a_clean_stop_is_not_restarted_and_a_daemon_that_cannot_start_is_not_retried(proxy, echo):
+    ep = proxy.start()
+    supervisor = control._our_supervisor(proxy.group)
+    assert supervisor is not None
+    os.kill(ep.pid, signal.SIGTERM)                                  # the daemon's own clean stop
+    deadline = time.monotonic() + 10
+    while control._is_ours(supervisor, proxy.group, b"chtop_tasks.proxy.supervise"):
+        assert time.monotonic() < deadline, "the supervisor outlived a clean stop"
+        time.sleep(0.05)
+    assert control.proxy_status(proxy.group) is None
+    with socket.socket() as squatter:                                # port in use: exit 2, no retry loop
+        squatter.bind(("127.0.0.1", proxy.port))
+        squatter.listen(1)
+        with pytest.raises(ChtopError, match="in use"):
+            proxy.start()
+        assert control._our_supervisor(proxy.group) is None
