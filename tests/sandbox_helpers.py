@@ -271,20 +271,22 @@ def user_group(remote_template):
 
 
 def stop_proxy_as(base: Path) -> None:
-    """Stop the proxies this test started: those whose command line names a path under ``base``."""
+    """Stop the proxies this test started: those whose command line names a path under ``base``
+    (their supervisors first, so that none starts its daemon again)."""
     marker = str(base).encode()
-    for proc_dir in Path("/proc").iterdir():
-        if not proc_dir.name.isdigit():
-            continue
-        try:
-            cmdline = (proc_dir / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"chtop_tasks.proxy.server" in cmdline and marker + b"/" in cmdline:
+    for module in (b"chtop_tasks.proxy.supervise", b"chtop_tasks.proxy.server"):
+        for proc_dir in Path("/proc").iterdir():
+            if not proc_dir.name.isdigit():
+                continue
             try:
-                os.kill(int(proc_dir.name), 15)
+                cmdline = (proc_dir / "cmdline").read_bytes()
             except OSError:
-                pass
+                continue
+            if module in cmdline and marker + b"/" in cmdline:
+                try:
+                    os.kill(int(proc_dir.name), 15)
+                except OSError:
+                    pass
 
 
 def rootful_podman_env(tmp_path: Path) -> dict[str, str]:
