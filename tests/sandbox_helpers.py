@@ -10,8 +10,10 @@ test user, with its own HOME and XDG_RUNTIME_DIR inside.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
+import http.server
 import os
 import pwd
 import shutil
@@ -19,6 +21,8 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -310,3 +314,91 @@ def rootful_podman_env(tmp_path: Path) -> dict[str, str]:
     if probe.returncode:
         missing(f"rootful podman does not run here: {probe.stderr.strip()[-300:]}{cgroup_hint(probe.stderr)}")
     return env
+
+
+class _Hello(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802
+        body = b"hello\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@contextlib.contextmanager
+def serving_http():
+    """A plain HTTP server on the host's loopback (allowlist it ``private``); yields its port."""
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield httpd.server_address[1]
+    finally:
+        httpd.shutdown()
+
+
+def request_loop_script(url: str, log: str, stop: str) -> str:
+    """The agent's loop: a GET through the proxy every 0.1 s, each result and its time in ``log``."""
+    return (f"until [ -e {stop} ]; do "
+            f"code=$(curl -sS -o /dev/null -w '%{{http_code}}' --max-time 3 {url} 2>/dev/null); "
+            f"echo \"$(date +%s.%N) ${{code:-000}}\" >> {log}; sleep 0.1; done; echo PROBES-DONE")
+
+
+def loop_results(log: Path) -> list[tuple[float, bool]]:
+    try:
+        lines = log.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    return [(float(when), code == "200") for when, code in (line.split() for line in lines if " " in line)]
+
+
+def wait_good_after(log: Path, t: float, timeout: float) -> float:
+    """Seconds from ``t`` to the loop's first good request after it."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        good = [when for when, ok in loop_results(log) if ok and when > t]
+        if good:
+            return good[0] - t
+        time.sleep(0.05)
+    pytest.fail(f"no good request within {timeout} s of {t}; the loop's last: {loop_results(log)[-5:]}")
+
+
+def kill9_under_request_loop(run_sbox, dev: Path, url: str):
+    """``run_sbox(script)`` runs a sandbox in ``dev`` whose agent loops GETs of ``url``; once they
+    work, kill -9 the group's proxy daemon.  Returns (the run, the loop's results from the kill's
+    first good one on, seconds from the kill to that one)."""
+    log, stop = dev / "alpha" / "loop.log", dev / "alpha" / "loop.stop"    # a repo: writable inside
+    for path in (log, stop):
+        path.unlink(missing_ok=True)
+    run: dict = {}
+    thread = threading.Thread(target=lambda: run.update(proc=run_sbox(
+        request_loop_script(url, "alpha/loop.log", "alpha/loop.stop"))))
+    thread.start()
+    back, killed_at = 99.0, time.time()
+    try:
+        deadline = time.time() + 120                     # the sandbox is up and its requests work
+        while not any(ok for _, ok in loop_results(log)):
+            if not thread.is_alive() or time.time() > deadline:
+                pytest.fail(f"the loop never got through: {str(run)[-3000:]} {loop_results(log)[-5:]}")
+            time.sleep(0.1)
+        old = int((dev.parent / ".chtop" / "net" / "proxy.pid").read_text())
+        killed_at = time.time()
+        os.kill(old, signal.SIGKILL)
+        back = wait_good_after(log, killed_at + 0.05, 5)
+        time.sleep(1.5)
+    finally:
+        stop.write_text("")
+        thread.join(60)
+    results = [(when, ok) for when, ok in loop_results(log) if when >= killed_at + back]
+    for path in (log, stop):                             # leave the worktree clean for other tests
+        path.unlink(missing_ok=True)
+    return run["proc"], results, back
+
+
+def assert_loop_healed(proc, results, back: float) -> None:
+    assert "PROBES-DONE" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    assert back < 5                                      # back within 5 s, nobody did a thing
+    assert len(results) >= 5 and all(ok for _, ok in results), results[-15:]    # and it stays so

@@ -13,17 +13,15 @@ import hashlib
 import http.server
 import os
 import shlex
-import signal
 import socket
 import ssl
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import user_group_cm
+from sandbox_helpers import assert_loop_healed, kill9_under_request_loop, serving_http, user_group_cm
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
@@ -380,77 +378,15 @@ def test_no_relay_process_the_proxy_accepts_on_the_sandboxs_listener(g):
     assert "proxy=403" in proc.stdout, proc.stdout + proc.stderr
 
 
-@pytest.fixture
-def http_server():
-    httpd = http.server.HTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield httpd.server_address[1]
-    httpd.shutdown()
 
-
-def request_loop_script(url: str, log: str, stop: str) -> str:
-    """The agent's loop: a GET through the proxy every 0.1 s, each result and its time in ``log``."""
-    return (f"until [ -e {stop} ]; do "
-            f"code=$(curl -sS -o /dev/null -w '%{{http_code}}' --max-time 3 {url} 2>/dev/null); "
-            f"echo \"$(date +%s.%N) ${{code:-000}}\" >> {log}; sleep 0.1; done; echo PROBES-DONE")
-
-
-def loop_results(log: Path) -> list[tuple[float, bool]]:
-    try:
-        lines = log.read_text().splitlines()
-    except FileNotFoundError:
-        return []
-    return [(float(when), code == "200") for when, code in (line.split() for line in lines if " " in line)]
-
-
-def wait_good_after(log: Path, t: float, timeout: float) -> float:
-    """Seconds from ``t`` to the loop's first good request after it."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        good = [when for when, ok in loop_results(log) if ok and when > t]
-        if good:
-            return good[0] - t
-        time.sleep(0.05)
-    pytest.fail(f"no good request within {timeout} s of {t}; the loop's last: {loop_results(log)[-5:]}")
-
-
-def test_a_kill9_of_the_proxy_under_a_running_sandbox_heals_within_5s(g, http_server):
+def test_a_kill9_of_the_proxy_under_a_running_sandbox_heals_within_5s(g):
     """The proxy dies (kill -9) while the agent runs a loop of requests: with nobody doing a thing,
     the loop works again within 5 s, and keeps working, in the same sandbox."""
-    with open(g.toplevel / "sandbox" / "net-allow.txt", "a") as fh:
-        fh.write(f"allowed.example:{http_server} private\n")
-    log, stop = g.dev / "alpha" / "loop.log", g.dev / "alpha" / "loop.stop"   # a repo: writable
-    for path in (log, stop):
-        path.unlink(missing_ok=True)
-    run: dict = {}
-    thread = threading.Thread(target=lambda: run.update(proc=g.sbox(request_loop_script(
-        f"http://allowed.example:{http_server}/", "alpha/loop.log", "alpha/loop.stop"), timeout=180)))
-    thread.start()
-    try:
-        deadline = time.time() + 120                     # the sandbox is up and its requests work
-        while not any(ok for _, ok in loop_results(log)):
-            if not thread.is_alive() or time.time() > deadline:
-                stop.write_text("")
-                thread.join(30)
-                pytest.fail(f"the loop never got through: {str(run)[-3000:]} {loop_results(log)[-5:]}")
-            time.sleep(0.1)
-        pid_file = g.grouping / ".chtop" / "net" / "proxy.pid"
-        old = int(pid_file.read_text())
-        killed_at = time.time()
-        os.kill(old, signal.SIGKILL)
-        back = wait_good_after(log, killed_at + 0.05, 5)
-        assert back < 5
-        time.sleep(1.5)
-    finally:
-        stop.write_text("")
-        thread.join(60)
-    proc, results = run["proc"], loop_results(log)
-    for path in (log, stop):                             # leave the worktree clean for the other tests
-        path.unlink(missing_ok=True)
-    assert "PROBES-DONE" in proc.stdout, proc.stdout + proc.stderr[-2000:]
-    after = [ok for when, ok in results if when >= killed_at + back]
-    assert len(after) >= 5 and all(after), results[-15:]
-    assert int(pid_file.read_text()) != old
+    with serving_http() as port:
+        with open(g.toplevel / "sandbox" / "net-allow.txt", "a") as fh:
+            fh.write(f"allowed.example:{port} private\n")
+        proc, results, back = kill9_under_request_loop(
+            lambda script: g.sbox(script, timeout=180), g.dev, f"http://allowed.example:{port}/")
+    assert_loop_healed(proc, results, back)
     status = g.inv("net.status").stdout
     assert "restarts: 1 (last: killed by SIGKILL" in status, status
