@@ -10,33 +10,16 @@ import fcntl
 import os
 import signal
 import socket
-import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
-from proxy_helpers import echo, free_port, proxy, read_head  # noqa: F401  (fixtures)
+from proxy_helpers import echo, launch_holder, proxy, read_head  # noqa: F401  (fixtures)
 
 from chtop_tasks.errors import ChtopError
 from chtop_tasks.proxy import control, control_protocol, report
-from chtop_tasks.proxy.fdpass import HANDOFF_NAME
 from chtop_tasks.proxy.logs import net_dir
 from chtop_tasks.proxy.supervise import read_state
-
-HANDOFF_SCRIPT = Path(__file__).resolve().parent.parent / "chtop_tasks" / "incontainer" / "listen_handoff.py"
-
-
-def launch_holder(ep) -> tuple[int, int]:
-    """Run listen_handoff.py as a sandbox's entry does; (its holder's pid, the listener's port)."""
-    port = free_port()
-    proc = subprocess.Popen(["/usr/bin/python3", "-I", "-S", str(HANDOFF_SCRIPT),
-                             str(ep.socket_path.with_name(HANDOFF_NAME)), str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    _, stderr = proc.communicate(timeout=30)
-    assert proc.returncode == 0, stderr
-    found = subprocess.run(["pgrep", "-s", str(proc.pid), "-x", "chtop-handoff"], capture_output=True, text=True)
-    return int(found.stdout.split()[0]), port
 
 
 def echo_once(port: int, echo_port: int, timeout: float = 3.0) -> bool:
