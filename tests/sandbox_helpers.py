@@ -366,10 +366,16 @@ def wait_good_after(log: Path, t: float, timeout: float) -> float:
     pytest.fail(f"no good request within {timeout} s of {t}; the loop's last: {loop_results(log)[-5:]}")
 
 
-def kill9_under_request_loop(run_sbox, dev: Path, url: str):
+def kill9_proxy(dev: Path) -> None:
+    """kill -9 the daemon of the group's proxy (``dev``'s grouping dir)."""
+    os.kill(int((dev.parent / ".chtop" / "net" / "proxy.pid").read_text()), signal.SIGKILL)
+
+
+def disrupted_request_loop(run_sbox, dev: Path, url: str, disrupt=kill9_proxy):
     """``run_sbox(script)`` runs a sandbox in ``dev`` whose agent loops GETs of ``url``; once they
-    work, kill -9 the group's proxy daemon.  Returns (the run, the loop's results from the kill's
-    first good one on, seconds from the kill to that one)."""
+    work, ``disrupt(dev)`` (by default: kill -9 the group's proxy daemon).  Returns (the run, the
+    loop's results from the start of ``disrupt`` on, each (seconds since that start, good), and the
+    seconds from that start to the first good one after ``disrupt`` returned)."""
     log, stop = dev / "alpha" / "loop.log", dev / "alpha" / "loop.stop"    # a repo: writable inside
     for path in (log, stop):
         path.unlink(missing_ok=True)
@@ -384,21 +390,26 @@ def kill9_under_request_loop(run_sbox, dev: Path, url: str):
             if not thread.is_alive() or time.time() > deadline:
                 pytest.fail(f"the loop never got through: {str(run)[-3000:]} {loop_results(log)[-5:]}")
             time.sleep(0.1)
-        old = int((dev.parent / ".chtop" / "net" / "proxy.pid").read_text())
         killed_at = time.time()
-        os.kill(old, signal.SIGKILL)
-        back = wait_good_after(log, killed_at + 0.05, 5)
+        disrupt(dev)
+        done = time.time()
+        back = done - killed_at + wait_good_after(log, done + 0.05, 5)
         time.sleep(1.5)
     finally:
         stop.write_text("")
         thread.join(60)
-    results = [(when, ok) for when, ok in loop_results(log) if when >= killed_at + back]
+    results = [(when - killed_at, ok) for when, ok in loop_results(log) if when >= killed_at]
     for path in (log, stop):                             # leave the worktree clean for other tests
         path.unlink(missing_ok=True)
     return run["proc"], results, back
 
 
-def assert_loop_healed(proc, results, back: float) -> None:
+def assert_loop_healed(proc, results, back: float, failures: int | None = None) -> None:
+    """Good again within 5 s of the disruption, and good since; with ``failures``, no more than
+    that many requests failed from the disruption on."""
     assert "PROBES-DONE" in proc.stdout, proc.stdout + proc.stderr[-2000:]
     assert back < 5                                      # back within 5 s, nobody did a thing
-    assert len(results) >= 5 and all(ok for _, ok in results), results[-15:]    # and it stays so
+    since = [ok for when, ok in results if when >= back]
+    assert len(since) >= 5 and all(since), results[-15:]                       # and it stays so
+    if failures is not None:
+        assert [ok for _, ok in results].count(False) <= failures, results

@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import assert_loop_healed, kill9_under_request_loop, serving_http, user_group_cm
+from sandbox_helpers import assert_loop_healed, disrupted_request_loop, serving_http, user_group_cm
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
@@ -385,8 +385,20 @@ def test_a_kill9_of_the_proxy_under_a_running_sandbox_heals_within_5s(g):
     with serving_http() as port:
         with open(g.toplevel / "sandbox" / "net-allow.txt", "a") as fh:
             fh.write(f"allowed.example:{port} private\n")
-        proc, results, back = kill9_under_request_loop(
+        proc, results, back = disrupted_request_loop(
             lambda script: g.sbox(script, timeout=180), g.dev, f"http://allowed.example:{port}/")
     assert_loop_healed(proc, results, back)
     status = g.inv("net.status").stdout
     assert "restarts: 1 (last: killed by SIGKILL" in status, status
+
+
+def test_net_restart_under_a_running_sandbox_fails_at_most_the_request_in_flight(g):
+    """``inv net.restart`` (new code, new settings) while the agent loops requests: the sandbox
+    hands its listener to the new proxy; no request fails but the one in flight, if any."""
+    with serving_http() as port:
+        with open(g.toplevel / "sandbox" / "net-allow.txt", "a") as fh:
+            fh.write(f"allowed.example:{port} private\n")
+        proc, results, back = disrupted_request_loop(
+            lambda script: g.sbox(script, timeout=180), g.dev, f"http://allowed.example:{port}/",
+            disrupt=lambda dev: g.inv("net.restart", check=True))
+    assert_loop_healed(proc, results, back, failures=1)

@@ -12,7 +12,7 @@ import pytest
 from conftest import git
 from sandbox_helpers import (
     assert_loop_healed,
-    kill9_under_request_loop,
+    disrupted_request_loop,
     rootful_podman_env,
     serving_http,
     user_group_cm,
@@ -177,7 +177,7 @@ def test_a_kill9_of_the_proxy_under_a_running_rootful_sandbox_heals_within_5s(ro
     with serving_http() as port:
         with open(g.toplevel / "sandbox" / "net-allow.txt", "a") as fh:
             fh.write(f"allowed.example:{port} private\n")
-        proc, results, back = kill9_under_request_loop(
+        proc, results, back = disrupted_request_loop(
             lambda script: g.inv(dev, "sbox.run", "--", "sh", "-c", script, env=env, check=False, timeout=180),
             dev, f"http://allowed.example:{port}/")
     assert_loop_healed(proc, results, back)
