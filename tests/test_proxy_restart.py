@@ -164,3 +164,44 @@ def test_a_clean_stop_is_not_restarted_and_a_daemon_that_cannot_start_is_not_ret
         with pytest.raises(ChtopError, match="in use"):
             proxy.start()
         assert control._our_supervisor(proxy.group) is None
+
+
+def _alive_for(pid: int, group, seconds: float) -> bool:
+    """Whether the daemon ``pid`` is still ours after ``seconds`` (watched from /proc: a control
+    request would count as use)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not control._is_our_proxy(pid, group):
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def _record(group, status: str):
+    from chtop_tasks.sessions import records
+
+    records.save(group, records.Record(
+        worktree="dev", root=str(group / "dev"), group=str(group), policy_dir="", agent="claude", args=[],
+        continue_=False, session_id="s1", tmux_socket="/nonexistent", tmux_session="chtop-dev",
+        started_at=time.time(), status=status))
+
+
+def test_idle_exit_after_the_last_sandbox_never_while_one_or_a_session_runs(proxy, echo, monkeypatch):
+    monkeypatch.setenv("CHTOP_PROXY_IDLE_EXIT", "1")
+    proxy.allow(f"echo.example.test:{echo.port} private")
+    ep = proxy.start("dev")
+    holder, port = launch_holder(ep)
+    try:
+        assert _alive_for(ep.pid, proxy.group, 3)                      # a sandbox runs: it stays
+        assert echo_once(port, echo.port)
+    finally:
+        os.kill(holder, signal.SIGKILL)                                # the last sandbox ended
+    supervisor = control._our_supervisor(proxy.group)
+    assert not _alive_for(ep.pid, proxy.group, 10)                     # then it exits by itself
+    assert control._wait_gone(supervisor, proxy.group, b"chtop_tasks.proxy.supervise", 5)   # for good
+    assert "IDLE     no sandbox" in (proxy.group / ".chtop/net/proxy.log").read_text()
+    _record(proxy.group, "running")                                     # a session runs: never idle
+    ep = proxy.start()
+    assert _alive_for(ep.pid, proxy.group, 3)
+    _record(proxy.group, "exited")
+    assert not _alive_for(ep.pid, proxy.group, 10)

@@ -85,6 +85,8 @@ class Config:
     hold_seconds: float = field(default_factory=lambda: _env_float("CHTOP_PROXY_HOLD_SECONDS", 120))
     hello_timeout: float = 30.0
     hosts_file: str | None = field(default_factory=lambda: os.environ.get("CHTOP_PROXY_HOSTS_FILE"))
+    # seconds with no sandbox, connection, watcher or running session before the proxy exits (0: never)
+    idle_exit: float = field(default_factory=lambda: _env_float("CHTOP_PROXY_IDLE_EXIT", 300))
 
 
 def source_cap(cfg: Config) -> int:
@@ -125,6 +127,7 @@ class Server:
         self._last_ended_round = -ENDED_EVERY
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stopping: asyncio.Event | None = None
+        self.last_busy = time.monotonic()     # the last sign of use (see ``_check_idle``)
 
     # ---- listening -------------------------------------------------------------
     def _listen(self, key: str, sock: socket.socket, worktree: str | None, tcp: bool, source: str | None = None,
@@ -207,6 +210,7 @@ class Server:
             if tcp:
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.active += 1
+            self.last_busy = time.monotonic()
             self.per_source[source] = mine + 1
             self.peak = max(self.peak, self.active)
             self.loop.create_task(self._handle(conn, client, worktree, source))
@@ -480,6 +484,7 @@ class Server:
         """``info``, once the queued log records are written: whoever asks first and then reads the
         log (``net.pending`` right after a refusal) sees every request answered so far."""
         self._flush_log()
+        self.last_busy = time.monotonic()      # someone asks (a launch's ensure_proxy does, first)
         return self.info()
 
     def decided(self, host: str, worktree: str | None, answer: str) -> int:
@@ -523,6 +528,30 @@ class Server:
         self.importing.wake()
 
     # ---- lifetime ------------------------------------------------------------------
+    def in_use(self) -> bool:
+        """Whether anything still needs the proxy: a sandbox's listener, an open connection, a
+        watcher, or a session of the group that says it runs (its pane may launch a sandbox)."""
+        if self.active or any(h.passed for h in self.handoffs.values()):
+            return True
+        if self.holds is not None and self.holds.watchers:
+            return True
+        from ..sessions.records import load_all
+        try:
+            return any(r.status == "running" for r in load_all(self.cfg.group_dir))
+        except Exception:             # unreadable records: keep running (never strand a session)
+            return True
+
+    def _check_idle(self) -> None:
+        """Exit (status 0: the supervisor lets it be) once unused for ``idle_exit`` seconds."""
+        if self.in_use():
+            self.last_busy = time.monotonic()
+        elif time.monotonic() - self.last_busy >= self.cfg.idle_exit:
+            self.log.note(f"IDLE     no sandbox, connection, watcher or session for "
+                          f"{self.cfg.idle_exit:g} s: exiting (the next launch starts it again)")
+            self.stopping.set()
+            return
+        self.loop.call_later(min(30.0, max(0.2, self.cfg.idle_exit / 4)), self._check_idle)
+
     async def run(self) -> int:
         self.loop = asyncio.get_running_loop()
         self.mux = Mux(self.loop)
@@ -567,6 +596,9 @@ class Server:
         from ..workspace.quarantine import ImportTimer  # agents' branches into the shared stores
         self.importing = ImportTimer(self.cfg.group_dir, lambda msg: self.loop.call_soon_threadsafe(
             lambda: (self.log.note(msg), self.log.flush())))
+        if self.cfg.idle_exit > 0:
+            self.last_busy = time.monotonic()
+            self._check_idle()
         await self.stopping.wait()
         self.importing.stop()
         control.close()
