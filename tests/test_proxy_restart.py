@@ -205,3 +205,12 @@ def test_idle_exit_after_the_last_sandbox_never_while_one_or_a_session_runs(prox
     assert _alive_for(ep.pid, proxy.group, 3)
     _record(proxy.group, "exited")
     assert not _alive_for(ep.pid, proxy.group, 10)
+
+
+def test_net_status_lists_no_socket_of_a_deleted_worktree(proxy):
+    (proxy.group / "here").mkdir()
+    here, gone = proxy.start("here"), proxy.start("gone")            # "gone" has no worktree dir (deleted)
+    text, running = report.format_status(proxy.group)
+    assert running and f"{here.socket_path}  (worktree here)" in text
+    assert str(gone.socket_path) not in text and "(worktree gone)" not in text
+    assert "1 socket(s) of deleted worktrees not shown" in text

@@ -28,8 +28,13 @@ def format_status(group_dir: Path) -> tuple[str, bool]:
         f"url:      {info['url']}",
         f"socket:   {info['socket']}",
     ]
-    for name, path in sorted(info["worktree_sockets"].items()):
-        lines.append(f"          {path}  (worktree {name})")
+    sockets = info["worktree_sockets"]
+    for name, path in sorted(sockets.items()):
+        if (Path(group_dir) / name).is_dir():
+            lines.append(f"          {path}  (worktree {name})")
+    gone = sum(1 for name in sockets if not (Path(group_dir) / name).is_dir())
+    if gone:
+        lines.append(f"          ({gone} socket(s) of deleted worktrees not shown)")
     lines += [
         f"policy:   {info['policy_dir']}  ({info['lists']['allow']} allowed, "
         f"{info['lists']['deny']} denied entries)",
