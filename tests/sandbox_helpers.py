@@ -316,9 +316,11 @@ def rootful_podman_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-class _Hello(http.server.BaseHTTPRequestHandler):
+class HelloHandler(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with 200 and a line of text."""
+
     def do_GET(self):  # noqa: N802
-        body = b"hello\n"
+        body = b"hello from the allowed domain\n"
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -331,7 +333,7 @@ class _Hello(http.server.BaseHTTPRequestHandler):
 @contextlib.contextmanager
 def serving_http():
     """A plain HTTP server on the host's loopback (allowlist it ``private``); yields its port."""
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HelloHandler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:

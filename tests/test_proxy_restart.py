@@ -65,6 +65,22 @@ class RequestLoop:
         return self.results
 
 
+def disrupted(port: int, echo_port: int, disrupt) -> tuple[list[tuple[float, bool]], float, float]:
+    """The request loop through ``port``; once it works, ``disrupt()``.  Returns (its results, when
+    the disruption began, seconds from then to the first good request after it returned)."""
+    loop = RequestLoop(port, echo_port)
+    try:
+        loop.wait_good_after(0, 10)
+        began = time.monotonic()
+        disrupt()
+        done = time.monotonic()
+        back = done - began + loop.wait_good_after(done + 0.05, 5)
+        time.sleep(1)
+    finally:
+        results = loop.stop()
+    return results, began, back
+
+
 @pytest.fixture
 def holder(proxy, echo):
     proxy.allow(f"echo.example.test:{echo.port} private")
@@ -76,16 +92,8 @@ def holder(proxy, echo):
 
 def test_kill9_of_the_daemon_a_running_sandbox_works_again_within_5s(proxy, echo, holder):
     ep, port = holder
-    loop = RequestLoop(port, echo.port)
-    try:
-        loop.wait_good_after(0, 10)
-        killed_at = time.monotonic()
-        os.kill(ep.pid, signal.SIGKILL)
-        back = loop.wait_good_after(killed_at + 0.05, 5)
-        assert back < 5                                              # back within 5 s, nobody did a thing
-        time.sleep(1)
-    finally:
-        results = loop.stop()
+    results, killed_at, back = disrupted(port, echo.port, lambda: os.kill(ep.pid, signal.SIGKILL))
+    assert back < 5                                                  # back within 5 s, nobody did a thing
     after = [ok for when, ok in results if when >= killed_at + back]
     assert len(after) > 5 and all(after), results[-10:]             # and every request since works
     new = control.proxy_status(proxy.group)
@@ -99,16 +107,10 @@ def test_kill9_of_the_daemon_a_running_sandbox_works_again_within_5s(proxy, echo
 
 def test_net_restart_under_a_request_loop_fails_at_most_the_request_in_flight(proxy, echo, holder):
     ep, port = holder
-    loop = RequestLoop(port, echo.port)
-    try:
-        loop.wait_good_after(0, 10)
-        before = time.monotonic()
-        old, new = control.restart_proxy(proxy.group, proxy.policy)
-        assert old == ep.pid and new.pid != ep.pid
-        loop.wait_good_after(time.monotonic(), 10)
-        time.sleep(0.3)
-    finally:
-        results = loop.stop()
+    replaced = {}
+    results, before, _ = disrupted(port, echo.port, lambda: replaced.update(
+        zip(("old", "new"), control.restart_proxy(proxy.group, proxy.policy), strict=True)))
+    assert replaced["old"] == ep.pid and replaced["new"].pid != ep.pid
     during = [ok for when, ok in results if when >= before - 0.1]
     assert during.count(False) <= 1, results                         # the one in flight, if any
     assert read_state(proxy.group)["restarts"] == 0                  # a restart asked for is no crash

@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import assert_loop_healed, disrupted_request_loop, serving_http, user_group_cm
+from sandbox_helpers import HelloHandler, assert_loop_healed, disrupted_request_loop, serving_http, user_group_cm
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
@@ -246,25 +246,13 @@ def test_no_direct_network_no_dns(g, host_listener):
     )
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802
-        body = b"hello from the allowed domain\n"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def tls_server(tmp_path):
     key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
                     "/CN=allowed.example", "-keyout", str(key), "-out", str(cert)],
                    check=True, capture_output=True)
-    httpd = http.server.HTTPServer(("127.0.0.1", 0), _Handler)
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), HelloHandler)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)
     httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)

@@ -166,16 +166,15 @@ def _start(group_dir: Path, policy_dir: Path) -> dict:
         start_mark = out.tell()
         subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd="/",
                        env=env, start_new_session=True, timeout=30, check=False)
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        info = status(group_dir)
-        if info:
-            return info
-        time.sleep(0.02)
+    def wrote_an_error() -> bool:     # the server wrote to its output and has no pid file: it exited
         if out_path.stat().st_size > start_mark and _read_pid(group_dir) is None:
             time.sleep(0.2)
-            if _read_pid(group_dir) is None:
-                break    # the server wrote an error and exited
+            return _read_pid(group_dir) is None
+        return False
+
+    info = _wait_for_status(group_dir, START_TIMEOUT, wrote_an_error)
+    if info:
+        return info
     supervisor = _our_supervisor(group_dir)
     if supervisor is not None:            # no daemon to keep: it would only start failing ones
         os.kill(supervisor, signal.SIGTERM)
@@ -187,13 +186,16 @@ def _start(group_dir: Path, policy_dir: Path) -> dict:
                      + "\nsandboxes will not launch without it (fail closed)")
 
 
-def _wait_for_status(group_dir: Path, timeout: float) -> dict | None:
+def _wait_for_status(group_dir: Path, timeout: float, failed=lambda: False) -> dict | None:
+    """The proxy's status once it answers; None after ``timeout`` or once ``failed()``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         info = status(group_dir)
         if info:
             return info
-        time.sleep(0.05)
+        time.sleep(0.02)
+        if failed():
+            return None
     return None
 
 
