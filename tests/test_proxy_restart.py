@@ -179,16 +179,7 @@ def _alive_for(pid: int, group, seconds: float) -> bool:
     return True
 
 
-def _record(group, status: str):
-    from chtop_tasks.sessions import records
-
-    records.save(group, records.Record(
-        worktree="dev", root=str(group / "dev"), group=str(group), policy_dir="", agent="claude", args=[],
-        continue_=False, session_id="s1", tmux_socket="/nonexistent", tmux_session="chtop-dev",
-        started_at=time.time(), status=status))
-
-
-def test_idle_exit_after_the_last_sandbox_never_while_one_or_a_session_runs(proxy, echo, monkeypatch):
+def test_idle_exit_after_the_last_sandbox_never_while_one_or_a_watcher_is_there(proxy, echo, monkeypatch):
     monkeypatch.setenv("CHTOP_PROXY_IDLE_EXIT", "1")
     proxy.allow(f"echo.example.test:{echo.port} private")
     ep = proxy.start("dev")
@@ -202,10 +193,12 @@ def test_idle_exit_after_the_last_sandbox_never_while_one_or_a_session_runs(prox
     assert not _alive_for(ep.pid, proxy.group, 10)                     # then it exits by itself
     assert control._wait_gone(supervisor, proxy.group, b"chtop_tasks.proxy.supervise", 5)   # for good
     assert "IDLE     no sandbox" in (proxy.group / ".chtop/net/proxy.log").read_text()
-    _record(proxy.group, "running")                                     # a session runs: never idle
     ep = proxy.start()
-    assert _alive_for(ep.pid, proxy.group, 3)
-    _record(proxy.group, "exited")
+    watcher, _, _ = control_protocol.attach_watcher(proxy.group)       # net.watch or dash: never idle
+    try:
+        assert _alive_for(ep.pid, proxy.group, 3)
+    finally:
+        watcher.close()
     assert not _alive_for(ep.pid, proxy.group, 10)
 
 

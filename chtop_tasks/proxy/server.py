@@ -85,7 +85,7 @@ class Config:
     hold_seconds: float = field(default_factory=lambda: _env_float("CHTOP_PROXY_HOLD_SECONDS", 120))
     hello_timeout: float = 30.0
     hosts_file: str | None = field(default_factory=lambda: os.environ.get("CHTOP_PROXY_HOSTS_FILE"))
-    # seconds with no sandbox, connection, watcher or running session before the proxy exits (0: never)
+    # seconds with no sandbox, connection or watcher before the proxy exits (0: never)
     idle_exit: float = field(default_factory=lambda: _env_float("CHTOP_PROXY_IDLE_EXIT", 300))
 
 
@@ -529,24 +529,18 @@ class Server:
 
     # ---- lifetime ------------------------------------------------------------------
     def in_use(self) -> bool:
-        """Whether anything still needs the proxy: a sandbox's listener, an open connection, a
-        watcher, or a session of the group that says it runs (its pane may launch a sandbox)."""
+        """Whether anything still needs the proxy: a sandbox's listener (a session's agent runs in
+        one), an open connection, or a watcher (``net.watch``, ``dash``)."""
         if self.active or any(h.passed for h in self.handoffs.values()):
             return True
-        if self.holds is not None and self.holds.watchers:
-            return True
-        from ..sessions.records import load_all
-        try:
-            return any(r.status == "running" for r in load_all(self.cfg.group_dir))
-        except Exception:             # unreadable records: keep running (never strand a session)
-            return True
+        return bool(self.holds is not None and self.holds.watchers)
 
     def _check_idle(self) -> None:
         """Exit (status 0: the supervisor lets it be) once unused for ``idle_exit`` seconds."""
         if self.in_use():
             self.last_busy = time.monotonic()
         elif time.monotonic() - self.last_busy >= self.cfg.idle_exit:
-            self.log.note(f"IDLE     no sandbox, connection, watcher or session for "
+            self.log.note(f"IDLE     no sandbox, connection or watcher for "
                           f"{self.cfg.idle_exit:g} s: exiting (the next launch starts it again)")
             self.stopping.set()
             return
