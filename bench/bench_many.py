@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 from bench_proxy import servers_main  # noqa: E402
 from bench_sandbox import scratch_base, stop_proxies  # noqa: E402
 
-PER_SANDBOX = ("podman", "conmon", "catatonit", "sleep")
+PER_SANDBOX = ("podman", "conmon", "catatonit")
 
 
 def kept_as(comm: str, cmd: str) -> str | None:
@@ -51,8 +51,8 @@ def kept_as(comm: str, cmd: str) -> str | None:
         return "inv (chtop's launcher)"
     if comm in ("sh", "bash") and "chtop-sbox" in cmd:
         return "bash (chtop's waiter)"
-    if comm == "sleep" and cmd.startswith("sleep infinity"):
-        return "sleep (hand-off holder)"
+    if comm == "chtop-handoff":
+        return "chtop-handoff (hand-off holder)"
     return next((k for k in PER_SANDBOX if comm.startswith(k)), None)
 
 

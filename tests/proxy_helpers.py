@@ -295,3 +295,18 @@ def hand_off(path):
 
 def fd_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+LISTEN_HANDOFF = Path(__file__).resolve().parent.parent / "chtop_tasks" / "incontainer" / "listen_handoff.py"
+
+
+def launch_holder(ep) -> tuple[int, int]:
+    """Run listen_handoff.py as a sandbox's entry does; (its holder's pid, the listener's port)."""
+    port = free_port()
+    proc = subprocess.Popen(["/usr/bin/python3", "-I", "-S", str(LISTEN_HANDOFF),
+                             str(ep.socket_path.with_name("handoff.sock")), str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    found = subprocess.run(["pgrep", "-s", str(proc.pid), "-x", "chtop-handoff"], capture_output=True, text=True)
+    return int(found.stdout.split()[0]), port

@@ -14,6 +14,7 @@ import contextlib
 import ctypes
 import fcntl
 import hashlib
+import http.server
 import os
 import pwd
 import random
@@ -23,6 +24,8 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -283,20 +286,22 @@ def user_group(remote_template):
 
 
 def stop_proxy_as(base: Path) -> None:
-    """Stop the proxies this test started: those whose command line names a path under ``base``."""
+    """Stop the proxies this test started: those whose command line names a path under ``base``
+    (their supervisors first, so that none starts its daemon again)."""
     marker = str(base).encode()
-    for proc_dir in Path("/proc").iterdir():
-        if not proc_dir.name.isdigit():
-            continue
-        try:
-            cmdline = (proc_dir / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"chtop_tasks.proxy.server" in cmdline and marker + b"/" in cmdline:
+    for module in (b"chtop_tasks.proxy.supervise", b"chtop_tasks.proxy.server"):
+        for proc_dir in Path("/proc").iterdir():
+            if not proc_dir.name.isdigit():
+                continue
             try:
-                os.kill(int(proc_dir.name), 15)
+                cmdline = (proc_dir / "cmdline").read_bytes()
             except OSError:
-                pass
+                continue
+            if module in cmdline and marker + b"/" in cmdline:
+                try:
+                    os.kill(int(proc_dir.name), 15)
+                except OSError:
+                    pass
 
 
 def rootful_podman_env(tmp_path: Path) -> dict[str, str]:
@@ -503,3 +508,104 @@ def host_shm_keys():
     yield keys
     for key in keys:
         shm_remove(key)
+
+
+class HelloHandler(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with 200 and a line of text."""
+
+    def do_GET(self):  # noqa: N802
+        body = b"hello from the allowed domain\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@contextlib.contextmanager
+def serving_http():
+    """A plain HTTP server on the host's loopback (allowlist it ``private``); yields its port."""
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HelloHandler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield httpd.server_address[1]
+    finally:
+        httpd.shutdown()
+
+
+def request_loop_script(url: str, log: str, stop: str) -> str:
+    """The agent's loop: a GET through the proxy every 0.1 s, each result and its time in ``log``."""
+    return (f"until [ -e {stop} ]; do "
+            f"code=$(curl -sS -o /dev/null -w '%{{http_code}}' --max-time 3 {url} 2>/dev/null); "
+            f"echo \"$(date +%s.%N) ${{code:-000}}\" >> {log}; sleep 0.1; done; echo PROBES-DONE")
+
+
+def loop_results(log: Path) -> list[tuple[float, bool]]:
+    try:
+        lines = log.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    return [(float(when), code == "200") for when, code in (line.split() for line in lines if " " in line)]
+
+
+def wait_good_after(log: Path, t: float, timeout: float) -> float:
+    """Seconds from ``t`` to the loop's first good request after it."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        good = [when for when, ok in loop_results(log) if ok and when > t]
+        if good:
+            return good[0] - t
+        time.sleep(0.05)
+    pytest.fail(f"no good request within {timeout} s of {t}; the loop's last: {loop_results(log)[-5:]}")
+
+
+def kill9_proxy(dev: Path) -> None:
+    """kill -9 the daemon of the group's proxy (``dev``'s grouping dir)."""
+    os.kill(int((dev.parent / ".chtop" / "net" / "proxy.pid").read_text()), signal.SIGKILL)
+
+
+def disrupted_request_loop(run_sbox, dev: Path, url: str, disrupt=kill9_proxy):
+    """``run_sbox(script)`` runs a sandbox in ``dev`` whose agent loops GETs of ``url``; once they
+    work, ``disrupt(dev)`` (by default: kill -9 the group's proxy daemon).  Returns (the run, the
+    loop's results from the start of ``disrupt`` on, each (seconds since that start, good), and the
+    seconds from that start to the first good one after ``disrupt`` returned)."""
+    log, stop = dev / "alpha" / "loop.log", dev / "alpha" / "loop.stop"    # a repo: writable inside
+    for path in (log, stop):
+        path.unlink(missing_ok=True)
+    run: dict = {}
+    thread = threading.Thread(target=lambda: run.update(proc=run_sbox(
+        request_loop_script(url, "alpha/loop.log", "alpha/loop.stop"))))
+    thread.start()
+    back, killed_at = 99.0, time.time()
+    try:
+        deadline = time.time() + 120                     # the sandbox is up and its requests work
+        while not any(ok for _, ok in loop_results(log)):
+            if not thread.is_alive() or time.time() > deadline:
+                pytest.fail(f"the loop never got through: {str(run)[-3000:]} {loop_results(log)[-5:]}")
+            time.sleep(0.1)
+        killed_at = time.time()
+        disrupt(dev)
+        done = time.time()
+        back = done - killed_at + wait_good_after(log, done + 0.05, 5)
+        time.sleep(1.5)
+    finally:
+        stop.write_text("")
+        thread.join(60)
+    results = [(when - killed_at, ok) for when, ok in loop_results(log) if when >= killed_at]
+    for path in (log, stop):                             # leave the worktree clean for other tests
+        path.unlink(missing_ok=True)
+    return run["proc"], results, back
+
+
+def assert_loop_healed(proc, results, back: float, failures: int | None = None) -> None:
+    """Good again within 5 s of the disruption, and good since; with ``failures``, no more than
+    that many requests failed from the disruption on."""
+    assert "PROBES-DONE" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    assert back < 5                                      # back within 5 s, nobody did a thing
+    since = [ok for when, ok in results if when >= back]
+    assert len(since) >= 5 and all(since), results[-15:]                       # and it stays so
+    if failures is not None:
+        assert [ok for _, ok in results].count(False) <= failures, results

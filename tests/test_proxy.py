@@ -320,8 +320,10 @@ def test_sigterm_stops_cleanly_and_kill9_recovers(proxy, echo):
     assert not (proxy.group / ".chtop/net/proxy.pid").exists()
     assert "STOP" in (proxy.group / ".chtop/net/proxy.log").read_text()
     ep2 = proxy.start()
+    supervisor = control._our_supervisor(proxy.group)
+    os.kill(supervisor, signal.SIGKILL)                             # all of it dies (a reboot, an OOM of both)
     os.kill(ep2.pid, signal.SIGKILL)
-    time.sleep(0.2)
+    assert control._wait_gone(ep2.pid, proxy.group, b"chtop_tasks.proxy.server", 5)
     assert (proxy.group / ".chtop/net/proxy.pid").exists()         # stale pid file and sockets
     assert proxy_status(proxy.group) is None
     ep3 = proxy.start()
@@ -330,6 +332,26 @@ def test_sigterm_stops_cleanly_and_kill9_recovers(proxy, echo):
     s.close()
     assert stop_proxy(proxy.group) == ep3.pid
     assert stop_proxy(proxy.group) is None
+
+
+def test_a_pid_file_naming_someone_elses_live_process_is_never_signalled(proxy, echo):
+    """A stale proxy.pid / supervisor.pid that names a live process which is not this group's proxy
+    (the pid was reused): start and stop leave it alone, and a start still works."""
+    bystander = subprocess.Popen(["sleep", "60"])
+    try:
+        net = proxy.group / ".chtop" / "net"
+        net.mkdir(parents=True, exist_ok=True)
+        for name in ("proxy.pid", "supervisor.pid"):
+            (net / name).write_text(f"{bystander.pid}\n")
+        assert stop_proxy(proxy.group) is None
+        ep = proxy.start()
+        assert ep.pid != bystander.pid
+        (net / "supervisor.pid").write_text(f"{bystander.pid}\n")
+        assert stop_proxy(proxy.group) == ep.pid
+        assert bystander.poll() is None                            # never signalled
+    finally:
+        bystander.kill()
+        bystander.wait()
 
 
 def test_unix_sockets_and_worktree_layer(proxy, echo):

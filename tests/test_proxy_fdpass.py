@@ -106,7 +106,7 @@ def test_anything_but_a_listening_tcp_socket_is_refused(proxy, what):
 
 def test_the_in_container_script_hands_off_and_holds_the_connection(proxy, echo):
     """listen_handoff.py itself (run here with this machine's python3): exits 0 once the proxy has
-    the listener, and a sleep it leaves behind keeps the hand-off alive until it is killed."""
+    the listener, and a holder it leaves behind keeps the hand-off alive until it is killed."""
     proxy.allow(f"echo.example.test:{echo.port} private")
     ep = proxy.start("dev")
     port = free_port()
@@ -116,7 +116,7 @@ def test_the_in_container_script_hands_off_and_holds_the_connection(proxy, echo)
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 0, stderr
-    holder = subprocess.run(["pgrep", "-s", str(proc.pid), "-x", "sleep"], capture_output=True, text=True)
+    holder = subprocess.run(["pgrep", "-s", str(proc.pid), "-x", "chtop-handoff"], capture_output=True, text=True)
     pid = int(holder.stdout.split()[0])
     try:
         status, s = connect_tunnel(port, f"echo.example.test:{echo.port}")

@@ -93,3 +93,46 @@ def test_net_watch_in_a_terminal(initialized, monkeypatch):
     finally:
         stop_proxy(g.grouping)
         echo.close()
+
+
+@pytest.mark.slow
+def test_net_stop_asks_for_force_while_sandboxes_run_and_net_restart_keeps_them(with_dev, monkeypatch):
+    """A sandbox's hand-off holder (the real listen_handoff.py) on the group's proxy: net.stop
+    refuses, saying how many it would strand; net.restart replaces the proxy and the holder hands
+    its listener to the new one; net.stop --force stops it anyway."""
+    import os
+    import time
+
+    from proxy_helpers import launch_holder
+
+    from chtop_tasks.proxy import control
+
+    g = with_dev
+    monkeypatch.setenv("CHTOP_PROXY_PORT", str(free_port()))
+    top = g.toplevel
+    holder = None
+    try:
+        g.inv(top, "net.start")
+        holder, port = launch_holder(control.proxy_status(g.grouping))
+        old = control.proxy_status(g.grouping).pid
+        r = g.inv(top, "net.stop", check=False)
+        assert r.returncode == 2 and "1 running sandbox(es)" in r.stderr and "--force" in r.stderr, r.stderr
+        assert control.proxy_status(g.grouping).pid == old                   # changed nothing
+        out = g.inv(top, "net.restart").stdout
+        new = control.proxy_status(g.grouping).pid
+        assert f"restarted proxy: pid {old} -> {new}" in out and new != old
+        deadline = time.monotonic() + 10
+        while control.sandboxes_served(g.grouping) != 1:                     # the holder came back
+            assert time.monotonic() < deadline, g.inv(top, "net.status").stdout
+            time.sleep(0.05)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:   # and its listener works
+            s.sendall(b"CONNECT blocked.example.org:443 HTTP/1.1\r\n\r\n")
+            assert b" 403 " in s.recv(4096)
+        assert "sandboxes: 1 hand their listener" in g.inv(top, "net.status").stdout
+        out = g.inv(top, "net.stop", "--force").stdout
+        assert f"stopped proxy pid {new} (1 running sandbox(es)" in out
+        assert control.proxy_status(g.grouping) is None
+    finally:
+        if holder is not None:
+            os.kill(holder, 9)
+        stop_proxy(g.grouping)

@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import user_group_cm
+from sandbox_helpers import HelloHandler, assert_loop_healed, disrupted_request_loop, serving_http, user_group_cm
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
@@ -246,25 +246,13 @@ def test_no_direct_network_no_dns(g, host_listener):
     )
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802
-        body = b"hello from the allowed domain\n"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def tls_server(tmp_path):
     key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
                     "/CN=allowed.example", "-keyout", str(key), "-out", str(cert)],
                    check=True, capture_output=True)
-    httpd = http.server.HTTPServer(("127.0.0.1", 0), _Handler)
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), HelloHandler)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)
     httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
@@ -370,9 +358,35 @@ def test_rootless_says_when_limits_are_not_enforced_and_leaves_no_run_files(g):
 
 def test_no_relay_process_the_proxy_accepts_on_the_sandboxs_listener(g):
     """The entry hands its 127.0.0.1:3128 listener to the proxy (SCM_RIGHTS): no socat inside,
-    only the sleep that holds the hand-off, and the agent's requests still reach the proxy."""
+    only the holder that keeps the hand-off, and the agent's requests still reach the proxy."""
     proc = g.sbox("echo COMM $(cat /proc/[0-9]*/comm | sort | tr '\\n' ' '); "
                   "curl -sS -o /dev/null -w 'proxy=%{http_code}\\n' --max-time 10 http://blocked.example/")
     comm = next(line for line in proc.stdout.splitlines() if line.startswith("COMM "))
-    assert "socat" not in comm and "sleep" in comm, comm
+    assert "socat" not in comm and "chtop-handoff" in comm, comm
     assert "proxy=403" in proc.stdout, proc.stdout + proc.stderr
+
+
+
+def test_a_kill9_of_the_proxy_under_a_running_sandbox_heals_within_5s(g):
+    """The proxy dies (kill -9) while the agent runs a loop of requests: with nobody doing a thing,
+    the loop works again within 5 s, and keeps working, in the same sandbox."""
+    with serving_http() as port:
+        with open(g.toplevel / "sandbox" / "net-allow.txt", "a") as fh:
+            fh.write(f"allowed.example:{port} private\n")
+        proc, results, back = disrupted_request_loop(
+            lambda script: g.sbox(script, timeout=180), g.dev, f"http://allowed.example:{port}/")
+    assert_loop_healed(proc, results, back)
+    status = g.inv("net.status").stdout
+    assert "restarts: 1 (last: killed by SIGKILL" in status, status
+
+
+def test_net_restart_under_a_running_sandbox_fails_at_most_the_request_in_flight(g):
+    """``inv net.restart`` (new code, new settings) while the agent loops requests: the sandbox
+    hands its listener to the new proxy; no request fails but the one in flight, if any."""
+    with serving_http() as port:
+        with open(g.toplevel / "sandbox" / "net-allow.txt", "a") as fh:
+            fh.write(f"allowed.example:{port} private\n")
+        proc, results, back = disrupted_request_loop(
+            lambda script: g.sbox(script, timeout=180), g.dev, f"http://allowed.example:{port}/",
+            disrupt=lambda dev: g.inv("net.restart", check=True))
+    assert_loop_healed(proc, results, back, failures=1)

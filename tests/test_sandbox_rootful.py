@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 import sandbox_helpers as helpers
 from conftest import git
-from sandbox_helpers import rootful_podman_env, user_group_cm
+from sandbox_helpers import (
+    assert_loop_healed,
+    disrupted_request_loop,
+    rootful_podman_env,
+    serving_http,
+    user_group_cm,
+)
 
 pytestmark = [pytest.mark.podman, pytest.mark.rootful, pytest.mark.slow]
 
@@ -196,3 +202,20 @@ def test_the_agents_id_range_is_roots_or_one_nobody_has(tmp_path):
     sub.write_text("")
     assert agent_id_base("uid", sub, []) == FREE_RANGE_START
     assert agent_id_base("uid", tmp_path / "none", []) == FREE_RANGE_START
+
+
+def test_a_kill9_of_the_proxy_under_a_running_rootful_sandbox_heals_within_5s(root_dev, root_env, tmp_path):
+    """As root: the proxy dies (kill -9) under the agent's loop of requests; within 5 s the loop
+    works again in the same sandbox, and keeps working."""
+    g = root_dev
+    dev = g.path("dev")
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 allowed.example\n")
+    env = dict(root_env, CHTOP_PROXY_HOSTS_FILE=str(hosts))
+    with serving_http() as port:
+        with open(g.toplevel / "sandbox" / "net-allow.txt", "a") as fh:
+            fh.write(f"allowed.example:{port} private\n")
+        proc, results, back = disrupted_request_loop(
+            lambda script: g.inv(dev, "sbox.run", "--", "sh", "-c", script, env=env, check=False, timeout=180),
+            dev, f"http://allowed.example:{port}/")
+    assert_loop_healed(proc, results, back)

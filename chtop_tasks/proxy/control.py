@@ -4,7 +4,9 @@ The proxy of a grouping dir is found through its pid file
 (<group_dir>/.chtop/net/proxy.pid) and its control socket
 (<runtime>/control.sock); a stale pid file or socket left by a kill -9 is
 noticed (the pid is gone or is not our proxy, the socket does not answer)
-and replaced.
+and replaced.  The daemon runs under its supervisor (supervise.py, pid file
+supervisor.pid), which starts it again when it dies; ``restart_proxy``
+replaces both (new code, new settings) while sandboxes keep running.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from .logs import net_dir
 from .policy import NetPolicy
 
 START_TIMEOUT = 15.0
+SUPERVISOR_PID = "supervisor.pid"     # supervise.py's pid file, next to proxy.pid
 # Below the kernel's ephemeral range (32768+), so an outgoing connection never holds our port.
 PORT_BASE, PORT_SPAN = 20000, 12000
 NOTIFIER_LOCK = "notify.lock"     # held by the group's running phone notifier (chtop_tasks.notify.held)
@@ -60,21 +63,39 @@ def proxy_port(group_dir: Path) -> int:
     return PORT_BASE + int(group_key(group_dir)[:8], 16) % PORT_SPAN
 
 
-def _read_pid(group_dir: Path) -> int | None:
+def _read_pid(group_dir: Path, name: str = "proxy.pid") -> int | None:
     try:
-        return int((net_dir(group_dir) / "proxy.pid").read_text().strip())
+        return int((net_dir(group_dir) / name).read_text().strip())
     except (OSError, ValueError):
         return None
 
 
-def _is_our_proxy(pid: int, group_dir: Path) -> bool:
+def _is_ours(pid: int, group_dir: Path, module: bytes) -> bool:
+    """Whether ``pid`` is a live ``python -m MODULE`` of this group (a pid file naming someone
+    else's process is never signalled)."""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return False
-    return (state != "Z" and b"chtop_tasks.proxy.server" in cmdline
-            and str(Path(group_dir).resolve()).encode() in cmdline)
+    return state != "Z" and module in cmdline and str(Path(group_dir).resolve()).encode() in cmdline
+
+
+def _is_our_proxy(pid: int, group_dir: Path) -> bool:
+    return _is_ours(pid, group_dir, b"chtop_tasks.proxy.server")
+
+
+def _our_supervisor(group_dir: Path) -> int | None:
+    """The pid of this group's live proxy supervisor, or None."""
+    pid = _read_pid(group_dir, SUPERVISOR_PID)
+    return pid if pid is not None and _is_ours(pid, group_dir, b"chtop_tasks.proxy.supervise") else None
+
+
+def _wait_gone(pid: int, group_dir: Path, module: bytes, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _is_ours(pid, group_dir, module):
+        time.sleep(0.02)
+    return not _is_ours(pid, group_dir, module)
 
 
 def status(group_dir: Path) -> dict | None:
@@ -109,7 +130,8 @@ def proxy_status(group_dir: Path) -> ProxyEndpoint | None:
 
 
 def _clean_stale(group_dir: Path) -> None:
-    for path in (net_dir(group_dir) / "proxy.pid", runtime_dir(group_dir) / "control.sock"):
+    for path in (net_dir(group_dir) / "proxy.pid", net_dir(group_dir) / SUPERVISOR_PID,
+                 runtime_dir(group_dir) / "control.sock"):
         try:
             path.unlink()
         except FileNotFoundError:
@@ -131,6 +153,12 @@ def _start(group_dir: Path, policy_dir: Path) -> dict:
     rt = runtime_dir(group_dir, create=True)
     nd = net_dir(group_dir)
     port = proxy_port(group_dir)
+    supervisor = _our_supervisor(group_dir)
+    if supervisor is not None:           # restarting its daemon right now: wait for that one
+        info = _wait_for_status(group_dir, START_TIMEOUT)
+        if info:
+            return info
+        os.kill(supervisor, signal.SIGKILL)
     old = _read_pid(group_dir)
     if old is not None and _is_our_proxy(old, group_dir):   # alive but not answering: hung
         os.kill(old, signal.SIGKILL)
@@ -138,23 +166,25 @@ def _start(group_dir: Path, policy_dir: Path) -> dict:
     _clean_stale(group_dir)
     out_path = nd / "server.out"
     env = _child_env()
-    argv = [sys.executable, "-m", "chtop_tasks.proxy.server",
+    argv = [sys.executable, "-m", "chtop_tasks.proxy.supervise",
             "--group-dir", str(Path(group_dir).resolve()), "--policy-dir", str(Path(policy_dir).resolve()),
             "--port", str(port), "--runtime-dir", str(rt), "--detach"]
     with open(out_path, "ab") as out:
         start_mark = out.tell()
         subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd="/",
                        env=env, start_new_session=True, timeout=30, check=False)
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        info = status(group_dir)
-        if info:
-            return info
-        time.sleep(0.02)
+    def wrote_an_error() -> bool:     # the server wrote to its output and has no pid file: it exited
         if out_path.stat().st_size > start_mark and _read_pid(group_dir) is None:
             time.sleep(0.2)
-            if _read_pid(group_dir) is None:
-                break    # the server wrote an error and exited
+            return _read_pid(group_dir) is None
+        return False
+
+    info = _wait_for_status(group_dir, START_TIMEOUT, wrote_an_error)
+    if info:
+        return info
+    supervisor = _our_supervisor(group_dir)
+    if supervisor is not None:            # no daemon to keep: it would only start failing ones
+        os.kill(supervisor, signal.SIGTERM)
     with open(out_path, "rb") as fh:
         fh.seek(start_mark)
         tail = fh.read().decode(errors="replace").strip().splitlines()[-5:]
@@ -187,6 +217,19 @@ def ensure_notifier(group_dir: Path, policy_dir: Path) -> None:
     with open(net_dir(group_dir) / "notify.out", "ab") as out:
         subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd="/",
                        env=env, start_new_session=True, timeout=30, check=False)
+
+
+def _wait_for_status(group_dir: Path, timeout: float, failed=lambda: False) -> dict | None:
+    """The proxy's status once it answers; None after ``timeout`` or once ``failed()``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = status(group_dir)
+        if info:
+            return info
+        time.sleep(0.02)
+        if failed():
+            return None
+    return None
 
 
 def ensure_proxy(group_dir: Path, policy_dir: Path, worktree: str | None = None) -> ProxyEndpoint:
@@ -222,17 +265,47 @@ def ensure_proxy(group_dir: Path, policy_dir: Path, worktree: str | None = None)
 
 
 def stop_proxy(group_dir: Path, timeout: float = 10.0) -> int | None:
-    """SIGTERM the group's proxy and wait for it; returns its pid, or None if none ran."""
+    """SIGTERM the group's proxy (its supervisor first, so that it does not start it again) and
+    wait for both; returns the daemon's pid, or None if none ran."""
     group_dir = Path(group_dir).resolve()
+    supervisor = _our_supervisor(group_dir)
+    if supervisor is not None:
+        os.kill(supervisor, signal.SIGTERM)       # it passes the SIGTERM on to the daemon
     pid = _read_pid(group_dir)
     if pid is None or not _is_our_proxy(pid, group_dir):
-        _clean_stale(group_dir)
-        return None
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _is_our_proxy(pid, group_dir):
-        time.sleep(0.02)
-    if _is_our_proxy(pid, group_dir):
-        os.kill(pid, signal.SIGKILL)
+        pid = None
+    else:
+        os.kill(pid, signal.SIGTERM)
+        if not _wait_gone(pid, group_dir, b"chtop_tasks.proxy.server", timeout):
+            os.kill(pid, signal.SIGKILL)
+    if supervisor is not None and not _wait_gone(supervisor, group_dir, b"chtop_tasks.proxy.supervise", 2.0):
+        os.kill(supervisor, signal.SIGKILL)
     _clean_stale(group_dir)
     return pid
+
+
+def sandboxes_served(group_dir: Path) -> int:
+    """How many running sandboxes have handed their listener to the group's proxy (0: none, or
+    it does not run)."""
+    info = status(group_dir)
+    return int(info.get("sandboxes", 0)) if info else 0
+
+
+def restart_proxy(group_dir: Path, policy_dir: Path) -> tuple[int | None, ProxyEndpoint]:
+    """Replace the group's proxy (new code, new settings): stop it, start a fresh one; each running
+    sandbox's hand-off holder hands its listener to the new one.  One restart at a time: a second
+    while one runs is refused.  Returns (the old daemon's pid or None, the new endpoint)."""
+    group_dir, policy_dir = Path(group_dir).resolve(), Path(policy_dir).resolve()
+    NetPolicy(policy_dir).require()
+    nd = net_dir(group_dir)
+    nd.mkdir(parents=True, exist_ok=True)
+    with open(nd / "restart.lock", "a") as restarting:
+        try:
+            fcntl.flock(restarting, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ChtopError("another `net.restart` of this group's proxy is under way; "
+                             "wait for it to finish (`net.status` shows the new one)", 2) from None
+        with open(nd / "start.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            old = stop_proxy(group_dir)
+            return old, _endpoint(_start(group_dir, policy_dir))

@@ -8,6 +8,7 @@ from pathlib import Path
 from ..places import command_for_group, group_and_policy_for
 from .control import status
 from .logs import HUMAN, net_dir
+from .supervise import read_state
 
 
 def locate(start: Path | None = None) -> tuple[Path, Path]:
@@ -27,8 +28,13 @@ def format_status(group_dir: Path) -> tuple[str, bool]:
         f"url:      {info['url']}",
         f"socket:   {info['socket']}",
     ]
-    for name, path in sorted(info["worktree_sockets"].items()):
-        lines.append(f"          {path}  (worktree {name})")
+    sockets = info["worktree_sockets"]
+    for name, path in sorted(sockets.items()):
+        if (Path(group_dir) / name).is_dir():
+            lines.append(f"          {path}  (worktree {name})")
+    gone = sum(1 for name in sockets if not (Path(group_dir) / name).is_dir())
+    if gone:
+        lines.append(f"          ({gone} socket(s) of deleted worktrees not shown)")
     lines += [
         f"policy:   {info['policy_dir']}  ({info['lists']['allow']} allowed, "
         f"{info['lists']['deny']} denied entries)",
@@ -42,8 +48,21 @@ def format_status(group_dir: Path) -> tuple[str, bool]:
         where = f" (worktree {hold['worktree']})" if hold.get("worktree") else ""
         lines.append(f"held:     {hold['host']}:{hold['port']}{where}, {hold['waiting']} request(s) "
                      f"for {time.time() - hold['since']:.0f}s")
+    lines += restart_lines(group_dir, info.get("sandboxes", 0))
     lines += [f"warning:  {e}" for e in info["list_errors"]]
     return "\n".join(lines), True
+
+
+def restart_lines(group_dir: Path, sandboxes: int) -> list[str]:
+    """The sandboxes served, and the supervisor's restarts of the daemon (from its state file)."""
+    lines = [f"sandboxes: {sandboxes} hand their listener to this proxy (they survive its restarts)"]
+    state = read_state(group_dir)
+    restarts = state.get("restarts")
+    if isinstance(restarts, int) and restarts > 0:
+        when = state.get("last_at")
+        ago = f", {time.time() - when:.0f}s ago" if isinstance(when, (int, float)) else ""
+        lines.append(f"restarts: {restarts} (last: {str(state.get('last_reason'))[:200]}{ago})")
+    return lines
 
 
 def log_path(group_dir: Path) -> Path:

@@ -7,7 +7,8 @@ requests and watchers (holds.py), the control socket (control_protocol.py)
 and the data path (tunnel.py).
 
 Run as ``python -m chtop_tasks.proxy.server --group-dir G --policy-dir P
---port N --runtime-dir R [--detach]``; ``control.ensure_proxy`` does that.
+--port N --runtime-dir R [--detach]``; ``control.ensure_proxy`` runs it under
+``chtop_tasks.proxy.supervise``, which starts it again when it dies.
 Listens on 127.0.0.1:N, on R/group/proxy.sock, on R/wt/<name>/proxy.sock
 for each worktree asked for, and on the control socket R/control.sock
 (status, worktree sockets, watchers, stop).
@@ -49,6 +50,7 @@ from .messages import (
     reply_bytes,
 )
 from .policy import NetPolicy, Verdict
+from .supervise import detach
 from .tunnel import Mux, Tunnel
 from .upstream import Upstreams
 
@@ -83,6 +85,8 @@ class Config:
     hold_seconds: float = field(default_factory=lambda: _env_float("CHTOP_PROXY_HOLD_SECONDS", 120))
     hello_timeout: float = 30.0
     hosts_file: str | None = field(default_factory=lambda: os.environ.get("CHTOP_PROXY_HOSTS_FILE"))
+    # seconds with no sandbox, connection or watcher before the proxy exits (0: never)
+    idle_exit: float = field(default_factory=lambda: _env_float("CHTOP_PROXY_IDLE_EXIT", 300))
 
 
 def source_cap(cfg: Config) -> int:
@@ -114,6 +118,7 @@ class Server:
         self.upstreams: Upstreams | None = None
         self.listeners: dict[str, socket.socket] = {}
         self.worktree_sockets: dict[str, Path] = {}
+        self.handoffs: dict[str, fdpass.Handoff] = {}     # one per unix socket
         self.tunnels: set[Tunnel] = set()
         self.started = time.time()
         self.importing = None           # the ImportTimer, once running
@@ -122,6 +127,7 @@ class Server:
         self._last_ended_round = -ENDED_EVERY
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stopping: asyncio.Event | None = None
+        self.last_busy = time.monotonic()     # the last sign of use (see ``_check_idle``)
 
     # ---- listening -------------------------------------------------------------
     def _listen(self, key: str, sock: socket.socket, worktree: str | None, tcp: bool, source: str | None = None,
@@ -147,7 +153,7 @@ class Server:
         sock.bind(str(path))
         os.chmod(path, 0o600)
         self._listen(key, sock, worktree, tcp=False)
-        fdpass.open_handoff(self, key, path, worktree)    # the sandbox may hand over its own listener
+        self.handoffs[key] = fdpass.open_handoff(self, key, path, worktree)   # the sandbox's own listener
 
     def open_worktree(self, name: str) -> Path:
         check_worktree_name(name)
@@ -204,6 +210,7 @@ class Server:
             if tcp:
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.active += 1
+            self.last_busy = time.monotonic()
             self.per_source[source] = mine + 1
             self.peak = max(self.peak, self.active)
             self.loop.create_task(self._handle(conn, client, worktree, source))
@@ -470,12 +477,14 @@ class Server:
             "counts": self.counts, "lists": self.policy.sizes(),
             "list_errors": self.policy.errors(), "watchers": len(self.holds.watchers) if self.holds else 0,
             "held": self.holds.held() if self.holds else [],
+            "sandboxes": sum(len(h.passed) for h in self.handoffs.values()),
         }
 
     def status(self) -> dict:
         """``info``, once the queued log records are written: whoever asks first and then reads the
         log (``net.pending`` right after a refusal) sees every request answered so far."""
         self._flush_log()
+        self.last_busy = time.monotonic()      # someone asks (a launch's ensure_proxy does, first)
         return self.info()
 
     def decided(self, host: str, worktree: str | None, answer: str) -> int:
@@ -519,6 +528,24 @@ class Server:
         self.importing.wake()
 
     # ---- lifetime ------------------------------------------------------------------
+    def in_use(self) -> bool:
+        """Whether anything still needs the proxy: a sandbox's listener (a session's agent runs in
+        one), an open connection, or a watcher (``net.watch``, ``dash``)."""
+        if self.active or any(h.passed for h in self.handoffs.values()):
+            return True
+        return bool(self.holds is not None and self.holds.watchers)
+
+    def _check_idle(self) -> None:
+        """Exit (status 0: the supervisor lets it be) once unused for ``idle_exit`` seconds."""
+        if self.in_use():
+            self.last_busy = time.monotonic()
+        elif time.monotonic() - self.last_busy >= self.cfg.idle_exit:
+            self.log.note(f"IDLE     no sandbox, connection or watcher for "
+                          f"{self.cfg.idle_exit:g} s: exiting (the next launch starts it again)")
+            self.stopping.set()
+            return
+        self.loop.call_later(min(30.0, max(0.2, self.cfg.idle_exit / 4)), self._check_idle)
+
     async def run(self) -> int:
         self.loop = asyncio.get_running_loop()
         self.mux = Mux(self.loop)
@@ -563,6 +590,9 @@ class Server:
         from ..workspace.quarantine import ImportTimer  # agents' branches into the shared stores
         self.importing = ImportTimer(self.cfg.group_dir, lambda msg: self.loop.call_soon_threadsafe(
             lambda: (self.log.note(msg), self.log.flush())))
+        if self.cfg.idle_exit > 0:
+            self.last_busy = time.monotonic()
+            self._check_idle()
         await self.stopping.wait()
         self.importing.stop()
         control.close()
@@ -594,15 +624,6 @@ def raise_nofile() -> int:
         except (ValueError, OSError):
             pass
     return soft if soft != resource.RLIM_INFINITY else 1 << 20
-
-
-def detach():
-    """Double fork so the proxy is nobody's child (no zombie for a live caller)."""
-    if os.fork():
-        os._exit(0)
-    os.setsid()
-    if os.fork():
-        os._exit(0)
 
 
 def main(argv=None) -> int:

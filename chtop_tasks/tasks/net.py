@@ -5,6 +5,7 @@ import os
 from invoke import task
 
 from ..argv import remainder_args
+from ..errors import ChtopError
 from ..term import say, warn
 from .common import lazy, reports_errors
 
@@ -22,12 +23,29 @@ def start(c):
     say(control.ensure_proxy(group, policy).url)
 
 
+@task(help={"force": "stop it even while sandboxes run (their requests wait until the next net.start)"})
+@reports_errors
+def stop(c, force=False):
+    """Stop the group's egress proxy (refused while sandboxes run, unless --force)."""
+    group = report.locate()[0]
+    served = control.sandboxes_served(group)
+    if served and not force:
+        raise ChtopError(f"{served} running sandbox(es) reach the network through this proxy; stopping "
+                         f"it strands them until the next `net.start`.\n`net.restart` replaces it "
+                         f"without stranding them; `net.stop --force` stops it anyway", 2)
+    pid = control.stop_proxy(group)
+    stranded = f" ({served} running sandbox(es) wait for the next net.start)" if served else ""
+    say((f"stopped proxy pid {pid}" if pid else "proxy was not running") + stranded)
+
+
 @task
 @reports_errors
-def stop(c):
-    """Stop the group's egress proxy (running sandboxes lose the network)."""
-    pid = control.stop_proxy(report.locate()[0])
-    say(f"stopped proxy pid {pid}" if pid else "proxy was not running")
+def restart(c):
+    """Replace the group's proxy (new code, new settings); running sandboxes hand over to the new one."""
+    group, policy = report.locate()
+    old, endpoint = control.restart_proxy(group, policy)
+    say(f"restarted proxy: pid {old} -> {endpoint.pid} {endpoint.url}" if old
+        else f"proxy was not running; started pid {endpoint.pid} {endpoint.url}")
 
 
 @task
