@@ -332,3 +332,29 @@ def test_each_dir_target_has_its_own_agent_config_dir_in_the_dir_groups_state(ho
     for t in (ta, tb):
         assert t.config_dir.parent.parent == places.user_config_dir() / ".chtop" / "agents"
         assert t.config_dir.parent.name.startswith("x-") and t.config_dir.name == "config"
+
+
+def test_two_launches_of_one_target_prepare_its_config_dir_at_once(tmp_path):
+    """A first sandbox of a worktree and its neighbour, launched together: both make the same mount
+    points; neither fails on the one the other made a moment before."""
+    import threading
+
+    from chtop_tasks.sandbox import agent_config as ac
+
+    errors = []
+
+    def launch(i: int) -> None:
+        try:
+            ac.prepare(agent_config(tmp_path / f"round{i // 8}", session="abcdef0123456789"))
+        except Exception as exc:      # noqa: BLE001 (any failure is the finding)
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=launch, args=(i,)) for i in range(64)]   # 8 rounds of 8 at once
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    for i in range(8):
+        cfg = agent_config(tmp_path / f"round{i}", session="abcdef0123456789")
+        assert (cfg.config / "settings.json").is_file() and (cfg.config / "codex").is_dir()

@@ -21,6 +21,7 @@ Nothing is ever copied from one target's config dir to another's.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -130,14 +131,21 @@ def _mount_point(path: Path, is_dir: bool, owner: tuple[int, int] | None) -> Non
         st = None
     if st is not None and (stat.S_ISDIR(st.st_mode) if is_dir else stat.S_ISREG(st.st_mode)):
         return
-    if st is not None and stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(path)
-    elif st is not None:
-        os.unlink(path)
-    if is_dir:
-        os.mkdir(path, 0o700)
-    else:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+    with contextlib.suppress(FileNotFoundError):         # another launch of this target removed it first
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(path)
+        elif st is not None:
+            os.unlink(path)
+    try:
+        if is_dir:
+            os.mkdir(path, 0o700)
+        else:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+    except FileExistsError:
+        # two launches of one target at once (a first sandbox and its neighbour): the other made it
+        st = os.lstat(path)
+        if not (stat.S_ISDIR(st.st_mode) if is_dir else stat.S_ISREG(st.st_mode)):
+            raise
     if owner is not None:
         os.lchown(path, *owner)
 
