@@ -139,10 +139,22 @@ class UserGroup:
     dev: Path
     env: dict
 
+    def as_owner(self, argv, env=None, cwd=None, *, check=False, timeout=120, input=None):
+        """``argv`` as the workspace's owner, with exactly ``env`` (default: the group's)."""
+        return as_user(self.user, argv, env or self.env, cwd or self.base, check=check, timeout=timeout,
+                       input=input)
+
+    def start(self, argv, cwd, env=None) -> subprocess.Popen:
+        """``argv`` as the owner, not waited for (a sandbox that keeps running)."""
+        full = ["runuser", "-u", self.user.pw_name, "--", "env", "-i",
+                *[f"{k}={v}" for k, v in (env or self.env).items()], *argv]
+        return subprocess.Popen(full, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
     def inv(self, *args, cwd=None, check=False, extra_env=None, timeout=120, input=None):
         env = dict(self.env, **(extra_env or {}))
-        return as_user(self.user, [str(self.venv / "bin" / "python"), "-m", "invoke", *args], env,
-                       cwd or self.dev, check=check, timeout=timeout, input=input)
+        return self.as_owner([str(self.venv / "bin" / "python"), "-m", "invoke", *args], env,
+                             cwd or self.dev, check=check, timeout=timeout, input=input)
 
     def sbox(self, script: str, *, extra_env=None, args=(), check=False, timeout=120):
         """``inv sbox.run [ARGS] -- sh -c SCRIPT`` in dev."""
@@ -150,11 +162,39 @@ class UserGroup:
                         timeout=timeout)
 
     def git(self, cwd, *args, check=True) -> str:
-        proc = as_user(self.user, ["git", *args], self.env, cwd, check=check)
+        proc = self.as_owner(["git", *args], cwd=cwd, check=check)
         return proc.stdout.strip()
 
     def run(self, argv, *, cwd=None, check=True):
-        return as_user(self.user, argv, self.env, cwd or self.base, check=check)
+        return self.as_owner(argv, cwd=cwd, check=check)
+
+
+@dataclass
+class RootGroup(UserGroup):
+    """The same workspace owned and run by root, as on a cloud GPU box: every command runs as
+    root, so each launch is rootful podman (with its storage in the test's tmp)."""
+
+    def as_owner(self, argv, env=None, cwd=None, *, check=False, timeout=120, input=None):
+        proc = subprocess.run(argv, cwd=cwd or self.base, env=env or self.env, capture_output=True,
+                              text=True, timeout=timeout, input=input,
+                              stdin=subprocess.DEVNULL if input is None else None)
+        if check and proc.returncode:
+            raise AssertionError(f"{argv} as root exited {proc.returncode}\n"
+                                 f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+        return proc
+
+    def start(self, argv, cwd, env=None) -> subprocess.Popen:
+        return subprocess.Popen(argv, cwd=cwd, env=env or self.env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def root_owned(group: UserGroup, podman_env: dict[str, str]) -> RootGroup:
+    """``group`` handed to root (``chown -R 0:0``), its env root's: the group's own (its HOME,
+    runtime dir, proxy port and test settings) plus rootful podman's storage (``rootful_podman_env``)."""
+    subprocess.run(["chown", "-R", "0:0", str(group.base)], check=True)
+    env = dict(group.env, USER="root", LOGNAME="root", PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+               **{k: podman_env[k] for k in ("CONTAINERS_STORAGE_CONF", "CONTAINERS_CONF")})
+    return RootGroup(group.user, group.venv, group.base, group.home, group.grouping, group.toplevel, group.dev, env)
 
 
 def free_proxy_port() -> int:

@@ -1,10 +1,12 @@
-"""The proxy's rules attacked from inside real rootless sandboxes (issue 20, rules 8, 12, 13):
+"""The proxy's rules attacked from inside real sandboxes (issue 20, rules 8, 12, 13, 14):
 one agent floods the proxy while another keeps working, the hand-off socket is flooded with
-hand-offs that end at once, and a tunnel's first request fronts another virtual host.
+hand-offs that end at once, a tunnel's first request fronts another virtual host, and an entry
+is asked for a port it does not name.
 
-Everything runs as the unprivileged test user (``inv sbox.run`` via runuser) in a workspace
-with the worktrees ``dev`` and ``dev2``; the upstream servers run here, on the host's loopback,
-reached through the proxy's test hosts file.
+Each test runs twice, in a workspace with the worktrees ``dev`` and ``dev2``: rootless (as the
+unprivileged test user, ``inv sbox.run`` via runuser) and rootful (the same workspace owned and
+run by root, as on a cloud GPU box; the proxy is root's then).  The upstream servers run here,
+on the host's loopback, reached through the proxy's test hosts file.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from proxy_helpers import HAND_OFF_SCRIPT
-from sandbox_helpers import as_user, free_proxy_port, user_group_cm
+from sandbox_helpers import free_proxy_port, root_owned, rootful_podman_env, user_group_cm
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
@@ -33,11 +35,15 @@ def _prepare(group):
     (group.base / "hosts").write_text("127.0.0.1 allowed.example other-site.example\n")
 
 
-@pytest.fixture(scope="module")
-def g(remote_template):
+@pytest.fixture(scope="module", params=["rootless", pytest.param("rootful", marks=pytest.mark.rootful)])
+def g(request, remote_template, tmp_path_factory):
     with user_group_cm(remote_template, extra_worktrees=("dev2",), prepare=_prepare) as group:
         group.env.update(CHTOP_PROXY_HOSTS_FILE=str(group.base / "hosts"),
                          CHTOP_PROXY_MAX_CONNS=str(MAX_CONNS), CHTOP_PROXY_HEADER_TIMEOUT="60")
+        if request.param == "rootful":
+            group = root_owned(group, rootful_podman_env(tmp_path_factory.mktemp("rootful")))
+            first = group.sbox("true")
+            assert "rootful podman with a user namespace" in first.stderr, first.stdout + first.stderr
         yield group
 
 
@@ -228,11 +234,8 @@ def test_a_flooding_worktree_does_not_starve_another(g, vhost_server):
     for name in ("flood.out", "stop-flood"):
         (g.dev / "alpha" / name).unlink(missing_ok=True)
     flood = 2 * MAX_CONNS
-    argv = ["runuser", "-u", g.user.pw_name, "--", "env", "-i", *[f"{k}={v}" for k, v in g.env.items()],
-            str(g.venv / "bin" / "python"), "-m", "invoke", "sbox.run", "--", "sh", "-c",
-            in_python(CONN_FLOOD) + f" {flood}"]
-    flooder = subprocess.Popen(argv, cwd=g.dev, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    flooder = g.start([str(g.venv / "bin" / "python"), "-m", "invoke", "sbox.run", "--", "sh", "-c",
+                       in_python(CONN_FLOOD) + f" {flood}"], g.dev)
     try:
         deadline = time.monotonic() + 90
         while not (g.dev / "alpha" / "flood.out").exists() and time.monotonic() < deadline:
@@ -287,13 +290,13 @@ print("PROBES-DONE")
 def test_one_dir_sandbox_hogging_the_shared_hand_off_socket_does_not_block_another_launch(g):
     """--dir sandboxes share the group's hand-off socket: one holds two dozen listeners and keeps
     80 connections pending there; another --dir sandbox still launches and reaches the proxy."""
-    from test_first_hour_sandbox import chtop_argv, kill_sandboxes, start_in_background
+    from test_first_hour_sandbox import chtop_argv, kill_sandboxes
 
     env = dict(g.env, CHTOP_PROXY_PORT=str(free_proxy_port()))     # the --dir group's own proxy
     hog_dir, other_dir = g.base / "hogproject", g.base / "otherproject"
     for d in (hog_dir, other_dir):
         g.run(["mkdir", "-p", str(d)])
-    hog = start_in_background(g, chtop_argv(g, "sbox.run", "--", "sh", "-c", in_python(HANDOFF_HOG)), hog_dir, env)
+    hog = g.start(chtop_argv(g, "sbox.run", "--", "sh", "-c", in_python(HANDOFF_HOG)), hog_dir, env)
     try:
         deadline = time.monotonic() + 90
         while not (hog_dir / "hog.out").exists() and time.monotonic() < deadline:
@@ -301,9 +304,9 @@ def test_one_dir_sandbox_hogging_the_shared_hand_off_socket_does_not_block_anoth
             time.sleep(0.2)
         assert (hog_dir / "hog.out").exists(), "the hog never started"
         time.sleep(1.0)                                             # its pending connections are in
-        other = as_user(g.user, chtop_argv(g, "sbox.run", "--", "sh", "-c",
-                                           "curl -sS -o /dev/null -w 'proxy=%{http_code}\\n' --max-time 10 "
-                                           "http://blocked.example/"), env, other_dir, check=False)
+        other = g.as_owner(chtop_argv(g, "sbox.run", "--", "sh", "-c",
+                                      "curl -sS -o /dev/null -w 'proxy=%{http_code}\\n' --max-time 10 "
+                                      "http://blocked.example/"), env, other_dir)
         assert other.returncode == 0 and "proxy=403" in other.stdout, other.stdout + other.stderr
     finally:
         g.run(["touch", str(hog_dir / "stop-hog")])
