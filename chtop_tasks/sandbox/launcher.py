@@ -420,21 +420,12 @@ def _check_rootful_base(base: Path) -> None:
         raise ChtopError(f"{base} is not a root-owned directory writable only by root; remove it and retry")
 
 
-# The host's ~/.bashrc runs in the sandbox's shell; its `eval "$(direnv hook bash)"` would print
-# "direnv: error .envrc is blocked" at every prompt (the allow list is the host's, not mounted).
-# direnv's hook adds itself to PROMPT_COMMAND only when ";_direnv_hook;" is not in it yet: this
-# value holds that text in a comment, so the hook stays out and nothing runs (lines that a
-# ~/.bashrc prepends still do).  DIRENV_LOG_FORMAT= does not silence that error.
-NO_DIRENV_PROMPT_COMMAND = "# chtop: no direnv inside the sandbox, .claude/env.sh sets its env (;_direnv_hook;)"
-
-
 def _structural_env(target: Target, host_env: dict[str, str], proxy_url: str | None) -> dict[str, str]:
     """The variables chtop itself sets inside (never taken from the policy or an agent)."""
     venv = target.root / ".venv"
     env = {"HOME": str(home_dir()), "PATH": f"{venv}/bin:{host_env.get('PATH', '/usr/bin:/bin')}",
            "IS_SANDBOX": "1", "PYTHONSAFEPATH": "1", "CLAUDE_CONFIG_DIR": str(target.config_dir),
-           "CHTOP_SANDBOX": target.name, "GIT_CONFIG_GLOBAL": podman_mod.GITCONFIG,
-           "PROMPT_COMMAND": NO_DIRENV_PROMPT_COMMAND}
+           "CHTOP_SANDBOX": target.name, "GIT_CONFIG_GLOBAL": podman_mod.GITCONFIG}
     if venv.is_dir():
         env["VIRTUAL_ENV"] = str(venv)
     env_file = target.root / ".claude" / "env.sh"
