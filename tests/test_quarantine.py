@@ -583,14 +583,48 @@ exit_import.main([{dev!r}])
 print("READERS-DONE")
 """
 
+# A stand-in agent (registered as data): the session's launch, its end and its import are real
+STAND_IN_AGENT = "[standin]\ncommand = ['sh', '-c', 'echo STANDIN-RAN; sleep 4', 'standin']\n"
+
+SESSION_READERS = """
+from pathlib import Path
+from chtop_tasks.dash.model import take_snapshot
+from chtop_tasks.workspace.layout import find_workspace
+snap = take_snapshot(find_workspace(Path({top!r})))          # the dashboard's own session listing
+print([(w.name, (w.session or {{}}).get("state")) for w in snap.worktrees])
+print("READERS-DONE")
+"""
+
+
+def run_a_session_to_its_end(g) -> str:
+    """``inv session.start --agent standin`` in dev, the dashboard's snapshot while it runs, then
+    ``session.list`` until it has exited; its log."""
+    config = g.home / ".config" / "chtop"
+    config.mkdir(parents=True, exist_ok=True)
+    (config / "agents.toml").write_text(STAND_IN_AGENT)
+    subprocess.run(["chown", "-R", f"{g.user.pw_uid}:{g.user.pw_gid}", str(g.home / ".config")], check=True)
+    try:
+        started = g.inv("session.start", "--agent", "standin", timeout=180)
+        assert started.returncode == 0, started.stdout + started.stderr
+        readers = as_owner_python(g, SESSION_READERS.format(top=str(g.toplevel)))
+        assert "READERS-DONE" in readers.stdout, readers.stdout + readers.stderr
+        deadline = time.monotonic() + 120
+        while "exited" not in (listed := g.inv("session.list").stdout):
+            assert time.monotonic() < deadline, listed
+            time.sleep(1)
+        return g.inv("session.log").stdout
+    finally:
+        for sock in (g.base / "run").glob("chtop-*/*/tmux.sock"):
+            g.run(["tmux", "-S", str(sock), "kill-server"], check=False)
+
 
 @pytest.mark.podman
 @pytest.mark.slow
 def test_a_nested_repo_made_inside_never_runs_its_config_in_any_host_reader(remote_template):
     """``git init alpha/sub`` inside, its fsmonitor a script there, ``git add sub`` (a gitlink, no
     .gitmodules): no host-side reader -- the dashboard's refresh and diff pane, the import at exit
-    and on the timer, git.*, worktree.list, the merge-up and rebase-down plans, ``chtop go`` --
-    starts git inside it."""
+    and on the timer, git.*, worktree.list, the merge-up and rebase-down plans, ``chtop go``, a
+    real session (its launch, the dashboard listing it, its end and import) -- starts git inside it."""
     with user_group_cm(remote_template) as g:
         mark = g.base / "nested-repo-config-ran"
         proc = g.sbox(NESTED_REPO.format(alpha=g.dev / "alpha", mark=mark))      # sbox.run imports at exit
@@ -606,6 +640,8 @@ def test_a_nested_repo_made_inside_never_runs_its_config_in_any_host_reader(remo
         go = as_user(g.user, [str(g.venv / "bin" / "python"), "-m", "chtop_tasks.cli", "go", "--print-dir", "dev"],
                      dict(g.env, PYTHONPATH=str(g.toplevel)), g.toplevel, check=False)
         assert go.stdout.strip() == str(g.dev), go.stdout + go.stderr
+        assert not mark.exists()
+        assert "STANDIN-RAN" in run_a_session_to_its_end(g)      # a real session: launch, end, import
         assert not mark.exists()
         g.run(["git", "status"], cwd=g.dev / "alpha", check=False)
         assert mark.exists()      # the control: plain git descends into the nested repo and runs it
