@@ -6,6 +6,7 @@ escape suite checks the same claims from inside a real container).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -126,10 +127,17 @@ def test_rename_proof_self_mounts_every_parent():
     assert m["/w/a"] == m["/w/a/b"] == m["/w/a/b/c"] == "rw"
 
 
+def python_prefix(prefix: Path) -> Path:
+    """A dir laid out as a Python install: ``bin/`` and the standard library's landmark."""
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "lib" / "python3.11").mkdir(parents=True)
+    (prefix / "lib" / "python3.11" / "os.py").write_text("")
+    return prefix
+
+
 def test_venv_base_interpreter_prefix_is_mounted(with_dev, tmp_path):
     dev = with_dev.path("dev")
-    prefix = tmp_path / "pyprefix"
-    (prefix / "bin").mkdir(parents=True)
+    prefix = python_prefix(tmp_path / "pyprefix")
     (dev / ".venv").mkdir()
     (dev / ".venv" / "pyvenv.cfg").write_text(f"home = {prefix}/bin\nversion = 3.11\n")
     m = modes(plan_for(dev))
@@ -140,12 +148,36 @@ def test_venv_base_interpreter_under_the_scratch_home_is_mounted(with_dev):
     """Root's pyenv lives in /root, which the sandbox covers with a scratch tmpfs: the base
     interpreter is still mounted (read-only) at its own path."""
     dev = with_dev.path("dev")
-    prefix = places.home_dir() / ".pyenv" / "versions" / "3.11.7"
-    (prefix / "bin").mkdir(parents=True)
+    prefix = python_prefix(places.home_dir() / ".pyenv" / "versions" / "3.11.7")
     (dev / ".venv").mkdir()
     (dev / ".venv" / "pyvenv.cfg").write_text(f"home = {prefix}/bin\nversion = 3.11\n")
     m = modes(plan_for(dev))
     assert m[str(places.home_dir())] == "tmpfs" and m[str(prefix)] == "ro"
+
+
+def test_a_pyvenv_cfg_naming_no_python_or_the_home_mounts_nothing(with_dev, tmp_path):
+    """The agent can write pyvenv.cfg (a --dir directory, a build inside): a dir that holds no
+    standard library, ``/``, a Python installed with prefix ~ (its prefix holds the home), a link
+    or a FIFO for the file: nothing is mounted for it."""
+    dev = with_dev.path("dev")
+    home = places.home_dir()
+    secrets = home / ".ssh"
+    (secrets / "bin").mkdir(parents=True)
+    python_prefix(home)
+    (dev / ".venv").mkdir()
+    cfg = dev / ".venv" / "pyvenv.cfg"
+    for named in (secrets / "bin", Path("/bin"), home / "bin"):
+        cfg.write_text(f"home = {named}\n")
+        m = modes(plan_for(dev))
+        assert str(secrets) not in m and m[str(home)] == "tmpfs" and "/" not in m, named
+    target = tmp_path / "real.cfg"
+    target.write_text(f"home = {secrets}/bin\n")
+    cfg.unlink()
+    cfg.symlink_to(target)
+    assert str(secrets) not in modes(plan_for(dev))
+    cfg.unlink()
+    os.mkfifo(cfg)
+    assert str(secrets) not in modes(plan_for(dev))                 # and the plan did not block
 
 
 def test_refuses_toplevel_and_outside(with_dev, tmp_path):

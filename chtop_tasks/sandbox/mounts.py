@@ -36,6 +36,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import agentfile
 from ..workspace.quarantine import PINNED_IN_ADMIN, PINNED_IN_STORE
 
 # What a host shell, direnv, nox, invoke or a host-side claude reads or runs
@@ -47,6 +48,8 @@ HOST_EXECUTED = (".git", ".envrc", ".venv", ".claude", ".nox", ".direnv", ".vsco
 # user opts in (--allow-self-edit).
 MANAGEMENT = ("tasks.py", "noxfile.py", "chtop_tasks", "invoke.yaml", "invoke.yml", "pyproject.toml",
               "dotfile_templates", "sandbox", "git_repositories.toml", "bootstrap", ".ci", "containers")
+# a venv's pyvenv.cfg is a few lines; more is not one
+PYVENV_CFG_LIMIT = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -176,20 +179,29 @@ def repo_dir_pins(plan: MountPlan, repo_dir: Path) -> None:
         pin(plan, repo_dir / name, f"host runs it: {repo_dir.name}/{name}")
 
 
-def venv_base_prefix(venv: Path) -> Path | None:
-    """The base interpreter's prefix from ``.venv/pyvenv.cfg`` (``home`` is its bin dir)."""
-    cfg = venv / "pyvenv.cfg"
-    try:
-        text = cfg.read_text()
-    except OSError:
+def venv_base_prefix(venv: Path, home: Path) -> Path | None:
+    """The base interpreter's prefix from ``.venv/pyvenv.cfg`` (``home`` is its bin dir), when it
+    is one.  The agent can write that file (a ``--dir`` directory is writable inside, so is a
+    feature worktree's ``.venv`` during a build inside): it is read as ``agentfile`` reads, and its
+    prefix is taken only when it holds a Python standard library (``lib/python3.*/os.py``, the
+    landmark CPython's own startup looks for) and is neither ``/`` nor above the user's ``home``;
+    else nothing is mounted for it (a host dir the agent names is never mounted)."""
+    if venv.is_symlink():
         return None
-    for line in text.splitlines():
+    text = agentfile.read_text(venv / "pyvenv.cfg", limit=PYVENV_CFG_LIMIT)
+    for line in (text or "").splitlines():
         key, _, value = line.partition("=")
         if key.strip() == "home" and value.strip():
-            home = Path(value.strip())
-            prefix = home.parent if home.name == "bin" else home
-            return Path(os.path.realpath(prefix))
+            bin_dir = Path(value.strip())
+            prefix = Path(os.path.realpath(bin_dir.parent if bin_dir.name == "bin" else bin_dir))
+            return prefix if _is_python_prefix(prefix, home) else None
     return None
+
+
+def _is_python_prefix(prefix: Path, home: Path) -> bool:
+    if prefix == Path("/") or is_within(Path(os.path.realpath(home)), prefix):
+        return False
+    return any(os.path.isfile(p) for p in prefix.glob("lib/python3*/os.py"))
 
 
 def _is_worktree_root(path: Path) -> bool:
@@ -295,7 +307,7 @@ def plan_mounts(ctx: MountContext, fs_rules) -> MountPlan:
         plan.add(src, dst, mode, why)
     if ctx.proxy_dir is not None:
         plan.add(ctx.proxy_dir, ctx.proxy_dir, "ro", "egress proxy socket dir")
-    prefix = venv_base_prefix(ctx.root / ".venv")
+    prefix = venv_base_prefix(ctx.root / ".venv", ctx.home)
     if prefix is not None and not is_within(prefix, Path("/usr")) and prefix.is_dir():
         # wherever it lives: under the scratch home (root's pyenv in /root) it would be hidden
         if plan.effective_mode(prefix) in (None, "tmpfs"):
