@@ -28,7 +28,8 @@ GIT_ELSEWHERE = {"demo.py"}
 AGENT_STATE_READERS = {
     "workspace/quarantine.py", "workspace/layout.py", "workspace/gitprobe.py", "workspace/gitops.py",
     "workspace/worktrees.py", "workspace/exit_import.py", "dash/model.py", "sessions/agent_state.py",
-    "sandbox/launcher.py", "jump.py",
+    "sandbox/launcher.py", "sandbox/mounts.py", "sandbox/agent_config.py", "workspace/venvstamp.py",
+    "venv/sandboxed.py", "jump.py",
 }
 # (module, function): the host-owned file its plain read reads
 HOST_OWNED_READS = {
