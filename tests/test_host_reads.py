@@ -4,7 +4,8 @@
 The launch reads the target's ``.venv/pyvenv.cfg`` to mount the venv's base interpreter.  In a
 ``--dir`` directory (all of it writable inside) the agent can make that file: naming a host dir
 as its ``home`` must not get that dir mounted into its next sandbox, and a FIFO there must not
-hang the next launch.  Rootless (the test user) and rootful (the same workspace owned and run by
+hang the next launch; a FIFO for the ``HEAD`` of its own ``.git`` must not hang the launch's one
+host git.  Rootless (the test user) and rootful (the same workspace owned and run by
 root).
 """
 
@@ -55,3 +56,21 @@ def test_a_pyvenv_cfg_planted_in_a_dir_mounts_no_host_dir_and_a_fifo_hangs_no_la
     assert "FIFO" in fifo.stdout, fifo.stdout + fifo.stderr
     after = launch_in_dir(g, other, "echo LAUNCHED", timeout=90)      # a plain open() blocks here for good
     assert "LAUNCHED" in after.stdout, after.stdout + after.stderr
+
+
+def test_a_fifo_for_head_in_a_dirs_git_store_is_refused_by_name_and_hangs_no_launch(g):
+    """A ``--dir`` directory's ``.git`` is the agent's (but its config, hooks, info, commondir):
+    its ``HEAD`` made a FIFO, the next launch's one host git (``git config``, for the identity)
+    would block on it; the launch refuses at once, naming it, and launches once it is gone."""
+    project = g.base / "gitproject"
+    g.run(["mkdir", "-p", str(project)])
+    planted = launch_in_dir(g, project, "git init -q . && rm .git/HEAD && mkfifo .git/HEAD && echo FIFO")
+    assert "FIFO" in planted.stdout, planted.stdout + planted.stderr
+    refused = launch_in_dir(g, project, "echo LAUNCHED", timeout=90)
+    assert "timed out" not in refused.stderr, refused.stderr    # before: git blocked until its 10 s ran out
+    head = project / ".git" / "HEAD"
+    assert refused.returncode == 3 and "LAUNCHED" not in refused.stdout, refused.stdout + refused.stderr
+    assert f"{head} is a FIFO" in refused.stderr and f"rm {head}" in refused.stderr, refused.stderr
+    g.run(["sh", "-c", f"rm {head} && echo 'ref: refs/heads/main' > {head}"])
+    again = launch_in_dir(g, project, "echo LAUNCHED")
+    assert "LAUNCHED" in again.stdout, again.stdout + again.stderr

@@ -18,7 +18,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ChtopError, CommandFailed, UsageError
+from .. import agentfile
+from ..errors import ChtopError, CommandFailed, Refused, UsageError
 from ..places import Target, ensure_private_dir, group_id, home_dir, is_mine_or_missing
 from ..runner import format_command
 from ..term import warn
@@ -141,8 +142,27 @@ IDENTITY_VARS = {f"GIT_{role}_{field_}": key for role in ("AUTHOR", "COMMITTER")
                  for field_, key in (("NAME", "user.name"), ("EMAIL", "user.email"))}
 
 
+# what git opens by itself at the top of a git dir when it starts in a repo (``git config`` included)
+GIT_OPENS_AT_START = ("HEAD", "config", "config.worktree", "commondir")
+
+
+def check_dir_git_store(root: Path) -> None:
+    """A ``--dir`` directory's own ``.git`` is the agent's (all but its pinned config, hooks, info,
+    commondir): a FIFO (or a link, a socket) there that git opens at its start would block the
+    launch's git; refused by name before git runs."""
+    dot_git = root / ".git"
+    if not dot_git.is_dir() or dot_git.is_symlink():
+        return
+    for name in GIT_OPENS_AT_START:
+        what = agentfile.non_regular(dot_git / name)
+        if what is not None:
+            raise Refused(f"{dot_git / name} is {what}, not a file (the sandbox can write {dot_git}): git "
+                          f"would block on it or read elsewhere; remove it (rm {dot_git / name}), then retry")
+
+
 def _host_git_config(root: Path) -> dict[str, str]:
     """The host's values of the keys the sandbox's git config copies (one ``git config`` call)."""
+    check_dir_git_store(root)
     config: dict[str, str] = {}
     found = gitrun.git(root, ["config", "--get-regexp", COPIED_KEYS_RE], check=False, timeout=10)
     for line in found.stdout.splitlines():
