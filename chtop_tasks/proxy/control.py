@@ -168,11 +168,13 @@ def _start(group_dir: Path, policy_dir: Path) -> dict:
     nd = net_dir(group_dir)
     port = proxy_port(group_dir)
     supervisor = _our_supervisor(group_dir)
-    if supervisor is not None:           # restarting its daemon right now: wait for that one
-        info = _wait_for_status(group_dir, START_TIMEOUT)
+    if supervisor is not None:           # restarting its daemon right now: wait for that one,
+        info = _wait_for_status(group_dir, START_TIMEOUT,      # unless it is on its way out (a clean stop)
+                                lambda: not _is_ours(supervisor, group_dir, b"chtop_tasks.proxy.supervise"))
         if info:
             return info
-        os.kill(supervisor, signal.SIGKILL)
+        if _is_ours(supervisor, group_dir, b"chtop_tasks.proxy.supervise"):
+            os.kill(supervisor, signal.SIGKILL)
     old = _read_pid(group_dir)
     if old is not None and _is_our_proxy(old, group_dir):   # alive but not answering: hung
         os.kill(old, signal.SIGKILL)
