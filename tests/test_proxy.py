@@ -668,3 +668,41 @@ def test_an_entry_allows_443_and_80_unless_it_names_ports(proxy, echo):
     proxy.deny("echo.example.test")                                # a deny without ports: every port
     assert raw_request(proxy, f"CONNECT echo.example.test:{echo.port} HTTP/1.1\r\n\r\n".encode())[0] == 403
     assert proxy.wait_record(lambda r: r.get("decision") == "denied")["port"] == echo.port
+
+
+def test_coarse_deadlines_time_out_late_by_at_most_a_tick_and_leave_the_rest_alone():
+    """aio.Deadlines (the request head's and the first ClientHello's timeouts): a wait past its
+    time ends with TimeoutError within a tick of it; a wait that finishes in time leaves its task
+    uncancelled afterwards; a cancel from elsewhere (the proxy stopping) stays a cancel."""
+    import asyncio
+
+    from chtop_tasks.proxy.aio import Deadlines
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        deadlines = Deadlines(loop, tick=0.1)
+        began = loop.time()
+        with pytest.raises(TimeoutError):
+            with deadlines.within(0.3):
+                await loop.create_future()                  # never answered
+        waited = loop.time() - began
+        with deadlines.within(5):
+            await asyncio.sleep(0.05)                       # in time
+        await asyncio.sleep(0.3)                            # no late cancel lands here
+        stopped = asyncio.ensure_future(_wait_within(deadlines))
+        await asyncio.sleep(0.05)
+        stopped.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stopped
+        return waited, deadlines.due, deadlines.fired
+
+    waited, due, fired = asyncio.run(scenario())
+    assert 0.3 <= waited < 0.3 + 0.1 + 0.1                  # one tick late at most (plus scheduling)
+    assert not due and not fired
+
+
+async def _wait_within(deadlines):
+    import asyncio
+
+    with deadlines.within(5):
+        await asyncio.sleep(10)

@@ -198,6 +198,7 @@ def _start(group_dir: Path, policy_dir: Path) -> dict:
     supervisor = _our_supervisor(group_dir)
     if supervisor is not None:            # no daemon to keep: it would only start failing ones
         os.kill(supervisor, signal.SIGTERM)
+        _wait_gone(supervisor, group_dir, b"chtop_tasks.proxy.supervise", 5.0)   # gone when we say so
     with open(out_path, "rb") as fh:
         fh.seek(start_mark)
         tail = fh.read().decode(errors="replace").strip().splitlines()[-5:]

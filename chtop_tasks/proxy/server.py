@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ..places import check_worktree_name, command_for_group
 from . import fdpass
-from .aio import TIMEOUTS, timeout
+from .aio import TIMEOUTS, Deadlines
 from .control import session_runs, worktree_socket
 from .control_protocol import ControlService
 from .holds import Holds
@@ -264,7 +264,7 @@ class Server:
         st: dict = {"source": source}
         try:
             try:
-                async with timeout(self.cfg.header_timeout):
+                with self.deadlines.within(self.cfg.header_timeout):
                     head, rest = await self._read_head(conn)
             except TIMEOUTS:
                 raise Refusal(408, "bad-request", "request head not sent in time") from None
@@ -410,7 +410,7 @@ class Server:
     async def _client_hello(self, conn, data: bytes, host: str, port: int) -> bytes | None:
         """The client's first bytes, once ``inspect_first`` is satisfied with them."""
         try:
-            async with timeout(self.cfg.hello_timeout):
+            with self.deadlines.within(self.cfg.hello_timeout):
                 while not data or not inspect_first(data, host, port, self.cfg.max_header):
                     chunk = await self.loop.sock_recv(conn, 65536)
                     if not chunk:
@@ -552,6 +552,7 @@ class Server:
     async def run(self) -> int:
         self.loop = asyncio.get_running_loop()
         self.mux = Mux(self.loop)
+        self.deadlines = Deadlines(self.loop)
         self.holds = Holds(self.loop, self.cfg.hold_seconds, self.cfg.max_held_per_source,
                            self.cfg.max_prompts_per_source)
         self.upstreams = Upstreams(self.loop, self.cfg.connect_timeout, self.cfg.hosts_file)
