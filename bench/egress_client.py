@@ -1,13 +1,17 @@
 """The egress benchmarks' client: run on the host or inside a sandbox (standard library only).
 
     python3 egress_client.py ROUTE ECHO SINK SOURCE --mib N --setups N --conc N --seconds S
-    python3 egress_client.py loop ROUTE ECHO --seconds S --go FILE
+    python3 egress_client.py loop ROUTE ECHO --seconds S --go FILE [--heal FILE]
 
 ROUTE is ``direct`` or ``HOST:PORT`` of an HTTP CONNECT proxy (127.0.0.1:3128
 inside a sandbox).  Prints one JSON line: one-stream MiB/s each way, tunnel
 setup medians, and the concurrent tunnels' errors and round trips/s; or, for
 ``loop``, READY, then (once FILE exists) new tunnels opened and errors in S
-seconds, one CONNECT + echo + close after another.
+seconds, one CONNECT + echo + close after another.  With ``--heal FILE``
+it then prints that RESULT and HEALING, and goes on with one such request
+every 50 ms until FILE (the time of the proxy's kill -9, written by the
+bench) exists and a request begun after that time has been echoed: HEALED
+with that request's end (the clock inside is the host's) and the failures.
 """
 
 from __future__ import annotations
@@ -65,16 +69,43 @@ def loop(argv: list[str]) -> dict:
     opened = errors = 0
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
-        try:
-            s, _ = route.open(echo, timeout=10)
-            s.sendall(b"\x01")              # not a bare token (that waits for a request line)
-            if s.recv(1) != b"\x01":
-                errors += 1
-            s.close()
+        if echoed(route, echo, timeout=10):
             opened += 1
-        except OSError:
+        else:
             errors += 1
     return {"opened": opened, "errors": errors, "seconds": seconds}
+
+
+def echoed(route: Route, echo: int, timeout: float) -> bool:
+    """One CONNECT + echo + close: did the byte come back?  (One byte, not a bare token: that
+    waits for a request line.)"""
+    try:
+        s, _ = route.open(echo, timeout=timeout)
+        with s:
+            s.sendall(b"\x01")
+            return s.recv(1) == b"\x01"
+    except OSError:
+        return False
+
+
+def heal(route: Route, echo: int, killed: str, give_up: float = 60.0) -> dict:
+    """Requests every 50 ms until one begun after the kill written in ``killed`` is echoed."""
+    print("HEALING", flush=True)
+    failures, end = 0, time.time() + give_up
+    while time.time() < end:
+        began = time.time()
+        ok = echoed(route, echo, timeout=15)      # one made in the gap waits in the listener's backlog
+        done = time.time()
+        failures += not ok
+        try:
+            with open(killed) as fh:
+                kill_at = float(fh.read() or "inf")
+        except (OSError, ValueError):
+            kill_at = float("inf")
+        if ok and began >= kill_at:
+            return {"healed_at": done, "kill_at": kill_at, "failures": failures}
+        time.sleep(max(0.0, 0.05 - (done - began)))
+    return {"healed_at": None, "failures": failures}
 
 
 def main() -> int:
@@ -82,6 +113,9 @@ def main() -> int:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     out = loop(sys.argv[2:]) if sys.argv[1] == "loop" else measure(sys.argv[1:])
     print("RESULT " + json.dumps(out), flush=True)
+    if sys.argv[1] == "loop" and "--heal" in sys.argv:
+        killed = sys.argv[sys.argv.index("--heal") + 1]
+        print("HEALED " + json.dumps(heal(route_for(sys.argv[2]), int(sys.argv[3]), killed)), flush=True)
     return 0
 
 

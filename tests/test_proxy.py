@@ -32,6 +32,7 @@ from proxy_helpers import (  # noqa: F401  (fixtures)
 from chtop_tasks.errors import ChtopError
 from chtop_tasks.proxy import control, proxy_status, stop_proxy
 from chtop_tasks.proxy.approvals import format_pending
+from chtop_tasks.proxy.logs import read_records
 from chtop_tasks.proxy.report import format_status
 
 REPO = Path(__file__).resolve().parents[1]
@@ -306,6 +307,36 @@ def test_no_fd_leak_after_thousands_of_connections(proxy, echo):
     after = fds()
     assert len(after) <= len(before), f"new fds: {sorted(set(after) - set(before))} (before {len(before)})"
     assert proxy_status(proxy.group) is not None
+
+
+def test_a_bulk_tunnel_carries_every_byte_both_ways_as_its_pipes_grow(proxy, echo):
+    """32 MiB up and back through one tunnel: past the first 64 KiB read each pump's pipe grows to
+    1 MiB mid-stream (tunnel.Pump._grow_pipe), with data in it; nothing is lost or reordered."""
+    import hashlib
+    import threading
+
+    proxy.allow(f"echo.example.test:{echo.port} private")
+    proxy.start()
+    data = b"\x01" + os.urandom(32 * 2**20 - 1)          # not a bare token: no request line awaited
+    s = tunnel(proxy, f"echo.example.test:{echo.port}", timeout=60)
+
+    def send():
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    got = hashlib.sha256()
+    size = 0
+    while chunk := s.recv(1 << 20):
+        got.update(chunk)
+        size += len(chunk)
+    sender.join(30)
+    s.close()
+    assert size == len(data) and got.digest() == hashlib.sha256(data).digest()
+    record = eventually(lambda: next((r for r in reversed(list(read_records(proxy.group)))
+                                      if r.get("bytes_down")), None), "the tunnel's log record", 10)
+    assert record["bytes_up"] == record["bytes_down"] == len(data)
 
 
 def test_sigterm_stops_cleanly_and_kill9_recovers(proxy, echo):
@@ -637,3 +668,41 @@ def test_an_entry_allows_443_and_80_unless_it_names_ports(proxy, echo):
     proxy.deny("echo.example.test")                                # a deny without ports: every port
     assert raw_request(proxy, f"CONNECT echo.example.test:{echo.port} HTTP/1.1\r\n\r\n".encode())[0] == 403
     assert proxy.wait_record(lambda r: r.get("decision") == "denied")["port"] == echo.port
+
+
+def test_coarse_deadlines_time_out_late_by_at_most_a_tick_and_leave_the_rest_alone():
+    """aio.Deadlines (the request head's and the first ClientHello's timeouts): a wait past its
+    time ends with TimeoutError within a tick of it; a wait that finishes in time leaves its task
+    uncancelled afterwards; a cancel from elsewhere (the proxy stopping) stays a cancel."""
+    import asyncio
+
+    from chtop_tasks.proxy.aio import Deadlines
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        deadlines = Deadlines(loop, tick=0.1)
+        began = loop.time()
+        with pytest.raises(TimeoutError):
+            with deadlines.within(0.3):
+                await loop.create_future()                  # never answered
+        waited = loop.time() - began
+        with deadlines.within(5):
+            await asyncio.sleep(0.05)                       # in time
+        await asyncio.sleep(0.3)                            # no late cancel lands here
+        stopped = asyncio.ensure_future(_wait_within(deadlines))
+        await asyncio.sleep(0.05)
+        stopped.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stopped
+        return waited, deadlines.due, deadlines.fired
+
+    waited, due, fired = asyncio.run(scenario())
+    assert 0.3 <= waited < 0.3 + 0.1 + 0.1                  # one tick late at most (plus scheduling)
+    assert not due and not fired
+
+
+async def _wait_within(deadlines):
+    import asyncio
+
+    with deadlines.within(5):
+        await asyncio.sleep(10)

@@ -10,6 +10,8 @@ import fcntl
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -200,6 +202,40 @@ def test_idle_exit_after_the_last_sandbox_never_while_one_or_a_watcher_is_there(
     finally:
         watcher.close()
     assert not _alive_for(ep.pid, proxy.group, 10)
+
+
+def _pane_between_sandboxes(group):
+    """The real pane process of a session of worktree dev, stopped before its first sandbox: the
+    environment session.start hands it over is a FIFO no one writes to yet, so it waits there."""
+    from chtop_tasks.sessions import records
+
+    record = records.Record(
+        worktree="dev", root=str(group / "dev"), group=str(group), policy_dir=str(group / "top" / "sandbox"),
+        agent="claude", args=[], continue_=False, session_id="s1", tmux_socket=str(group / "no-tmux.sock"),
+        tmux_session="chtop-dev", started_at=time.time())
+    records.save(group, record)
+    os.mkfifo(records.env_path(group, "dev"), 0o600)
+    return subprocess.Popen([sys.executable, "-m", "chtop_tasks.sessions.pane", str(group), "dev", "s1"],
+                            cwd="/", env=control._child_env(), stdin=subprocess.DEVNULL)
+
+
+def test_idle_exit_never_while_a_session_runs_even_between_its_sandboxes(proxy, monkeypatch):
+    monkeypatch.setenv("CHTOP_PROXY_IDLE_EXIT", "1")
+    pane = _pane_between_sandboxes(proxy.group)
+    try:
+        deadline = time.monotonic() + 20
+        while not control.session_runs(proxy.group):                   # the pane holds the lease
+            assert pane.poll() is None and time.monotonic() < deadline, "the pane took no session lease"
+            time.sleep(0.05)
+        ep = proxy.start()
+        assert _alive_for(ep.pid, proxy.group, 4)                      # no sandbox, but a session runs
+    finally:
+        pane.kill()                                                    # the pane dies (kill -9, no clean-up)
+        pane.wait()
+    assert not control.session_runs(proxy.group)                       # the kernel let go of the lease
+    assert not _alive_for(ep.pid, proxy.group, 10)                     # so the proxy exits by itself
+    assert "IDLE     no sandbox, connection, watcher or session" in (
+        proxy.group / ".chtop/net/proxy.log").read_text()
 
 
 def test_net_status_lists_no_socket_of_a_deleted_worktree(proxy):

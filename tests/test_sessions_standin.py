@@ -15,6 +15,8 @@ import pexpect
 import pytest
 from sandbox_helpers import as_user, user_group  # noqa: F401
 
+from chtop_tasks.proxy import control
+
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
 # Prints its argv one [..] each, asks the proxy for a host it blocks (one approval pending), keeps
@@ -79,9 +81,14 @@ def test_an_agent_without_hooks_goes_working_idle_exited_with_its_status(g):
     proc = g.inv("session.start", "--agent", "standin", "--continue", "--", "two words", "it's", "")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     wait_for(g, "working", 20)
+    assert control.session_runs(g.grouping)          # the pane holds the lease: the proxy never idles out
     wait_for(g, "idle", 40)
     done = wait_for(g, "exited", 40)
     assert done["exit_status"] == 5
+    deadline = time.monotonic() + 10
+    while control.session_runs(g.grouping):          # the pane has ended: the lease is let go
+        assert time.monotonic() < deadline, "the session lease outlived its pane process"
+        time.sleep(0.2)
     assert done["pending"] == 1                      # blocked.example awaits approval for dev
     listed = g.inv("session.list").stdout
     assert "exited (5)" in listed and "1 pending approval(s)" in listed, listed

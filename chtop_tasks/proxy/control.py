@@ -32,6 +32,7 @@ SUPERVISOR_PID = "supervisor.pid"     # supervise.py's pid file, next to proxy.p
 # Below the kernel's ephemeral range (32768+), so an outgoing connection never holds our port.
 PORT_BASE, PORT_SPAN = 20000, 12000
 NOTIFIER_LOCK = "notify.lock"     # held by the group's running phone notifier (chtop_tasks.notify.held)
+SESSION_LEASE = "sessions.lease"  # held (shared) by each running session's pane process
 
 
 @dataclass(frozen=True)
@@ -149,30 +150,42 @@ def _child_env() -> dict:
     return env
 
 
+def start_detached(out_path: Path, module: str, *args: str) -> int:
+    """Run ``python -m MODULE ARGS --detach`` (this checkout first on PYTHONPATH, from /, stdin
+    closed, in a session of its own), its output appended to ``out_path``; returns once the
+    module's detaching parent has, with the offset in ``out_path`` where this start's output begins.
+    The group's daemons (the proxy's supervisor, the phone notifier) are started this one way."""
+    argv = [sys.executable, "-m", module, *args, "--detach"]
+    with open(out_path, "ab") as out:
+        start_mark = out.tell()
+        subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd="/",
+                       env=_child_env(), start_new_session=True, timeout=30, check=False)
+    return start_mark
+
+
 def _start(group_dir: Path, policy_dir: Path) -> dict:
     rt = runtime_dir(group_dir, create=True)
     nd = net_dir(group_dir)
     port = proxy_port(group_dir)
     supervisor = _our_supervisor(group_dir)
-    if supervisor is not None:           # restarting its daemon right now: wait for that one
-        info = _wait_for_status(group_dir, START_TIMEOUT)
+    if supervisor is not None:           # restarting its daemon right now: wait for that one,
+        info = _wait_for_status(group_dir, START_TIMEOUT,      # unless it is on its way out (a clean stop)
+                                lambda: not _is_ours(supervisor, group_dir, b"chtop_tasks.proxy.supervise"))
         if info:
             return info
-        os.kill(supervisor, signal.SIGKILL)
+        if _is_ours(supervisor, group_dir, b"chtop_tasks.proxy.supervise"):
+            os.kill(supervisor, signal.SIGKILL)
     old = _read_pid(group_dir)
     if old is not None and _is_our_proxy(old, group_dir):   # alive but not answering: hung
         os.kill(old, signal.SIGKILL)
         time.sleep(0.1)
     _clean_stale(group_dir)
     out_path = nd / "server.out"
-    env = _child_env()
-    argv = [sys.executable, "-m", "chtop_tasks.proxy.supervise",
-            "--group-dir", str(Path(group_dir).resolve()), "--policy-dir", str(Path(policy_dir).resolve()),
-            "--port", str(port), "--runtime-dir", str(rt), "--detach"]
-    with open(out_path, "ab") as out:
-        start_mark = out.tell()
-        subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd="/",
-                       env=env, start_new_session=True, timeout=30, check=False)
+    start_mark = start_detached(out_path, "chtop_tasks.proxy.supervise",
+                                "--group-dir", str(Path(group_dir).resolve()),
+                                "--policy-dir", str(Path(policy_dir).resolve()),
+                                "--port", str(port), "--runtime-dir", str(rt))
+
     def wrote_an_error() -> bool:     # the server wrote to its output and has no pid file: it exited
         if out_path.stat().st_size > start_mark and _read_pid(group_dir) is None:
             time.sleep(0.2)
@@ -185,6 +198,7 @@ def _start(group_dir: Path, policy_dir: Path) -> dict:
     supervisor = _our_supervisor(group_dir)
     if supervisor is not None:            # no daemon to keep: it would only start failing ones
         os.kill(supervisor, signal.SIGTERM)
+        _wait_gone(supervisor, group_dir, b"chtop_tasks.proxy.supervise", 5.0)   # gone when we say so
     with open(out_path, "rb") as fh:
         fh.seek(start_mark)
         tail = fh.read().decode(errors="replace").strip().splitlines()[-5:]
@@ -193,12 +207,13 @@ def _start(group_dir: Path, policy_dir: Path) -> dict:
                      + "\nsandboxes will not launch without it (fail closed)")
 
 
-def notifier_running(group_dir: Path) -> bool:
-    """Does a process hold the group's notifier lock?"""
+def _locked_by_another(path: Path, how: int) -> bool:
+    """Does another process hold a lock on ``path`` that conflicts with ``how`` (LOCK_SH: an
+    exclusive one; LOCK_EX: any)?  Taken and let go at once when none does."""
     try:
-        with open(net_dir(group_dir) / NOTIFIER_LOCK, "rb") as fh:
+        with open(path, "rb") as fh:
             try:
-                fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                fcntl.flock(fh, how | fcntl.LOCK_NB)
             except BlockingIOError:
                 return True
     except FileNotFoundError:
@@ -206,17 +221,34 @@ def notifier_running(group_dir: Path) -> bool:
     return False
 
 
+def notifier_running(group_dir: Path) -> bool:
+    """Does a process hold the group's notifier lock?"""
+    return _locked_by_another(net_dir(group_dir) / NOTIFIER_LOCK, fcntl.LOCK_SH)
+
+
+def hold_session_lease(group_dir: Path):
+    """The group's session lease, held (a shared lock) by the open file returned: a session's pane
+    process holds it for its whole life, its agent in a sandbox or between sandboxes, and the
+    kernel lets go when that process ends, however it ends (no record to go stale)."""
+    nd = net_dir(group_dir)
+    nd.mkdir(parents=True, exist_ok=True)
+    fh = open(nd / SESSION_LEASE, "ab")
+    fcntl.flock(fh, fcntl.LOCK_SH)
+    return fh
+
+
+def session_runs(group_dir: Path) -> bool:
+    """Does a session of the group run (does any process hold its session lease)?"""
+    return _locked_by_another(net_dir(group_dir) / SESSION_LEASE, fcntl.LOCK_EX)
+
+
 def ensure_notifier(group_dir: Path, policy_dir: Path) -> None:
     """Start the group's phone notifier (chtop_tasks.notify.held, a host-side watcher of the control
     socket) when the user has a notify.toml; it takes a lock, so one that runs makes this a no-op."""
     if not notify_config_path().exists() or notifier_running(group_dir):
         return
-    env = _child_env()
-    argv = [sys.executable, "-m", "chtop_tasks.notify.held", "--group-dir", str(group_dir),
-            "--policy-dir", str(policy_dir), "--detach"]
-    with open(net_dir(group_dir) / "notify.out", "ab") as out:
-        subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd="/",
-                       env=env, start_new_session=True, timeout=30, check=False)
+    start_detached(net_dir(group_dir) / "notify.out", "chtop_tasks.notify.held",
+                   "--group-dir", str(group_dir), "--policy-dir", str(policy_dir))
 
 
 def _wait_for_status(group_dir: Path, timeout: float, failed=lambda: False) -> dict | None:

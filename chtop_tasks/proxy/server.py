@@ -31,8 +31,8 @@ from pathlib import Path
 
 from ..places import check_worktree_name, command_for_group
 from . import fdpass
-from .aio import TIMEOUTS, timeout
-from .control import worktree_socket
+from .aio import TIMEOUTS, Deadlines
+from .control import session_runs, worktree_socket
 from .control_protocol import ControlService
 from .holds import Holds
 from .hostmatch import BadHost, Entry, canonical_host, is_ip, parse_authority
@@ -85,7 +85,7 @@ class Config:
     hold_seconds: float = field(default_factory=lambda: _env_float("CHTOP_PROXY_HOLD_SECONDS", 120))
     hello_timeout: float = 30.0
     hosts_file: str | None = field(default_factory=lambda: os.environ.get("CHTOP_PROXY_HOSTS_FILE"))
-    # seconds with no sandbox, connection or watcher before the proxy exits (0: never)
+    # seconds with no sandbox, connection, watcher or session before the proxy exits (0: never)
     idle_exit: float = field(default_factory=lambda: _env_float("CHTOP_PROXY_IDLE_EXIT", 300))
 
 
@@ -264,7 +264,7 @@ class Server:
         st: dict = {"source": source}
         try:
             try:
-                async with timeout(self.cfg.header_timeout):
+                with self.deadlines.within(self.cfg.header_timeout):
                     head, rest = await self._read_head(conn)
             except TIMEOUTS:
                 raise Refusal(408, "bad-request", "request head not sent in time") from None
@@ -410,7 +410,7 @@ class Server:
     async def _client_hello(self, conn, data: bytes, host: str, port: int) -> bytes | None:
         """The client's first bytes, once ``inspect_first`` is satisfied with them."""
         try:
-            async with timeout(self.cfg.hello_timeout):
+            with self.deadlines.within(self.cfg.hello_timeout):
                 while not data or not inspect_first(data, host, port, self.cfg.max_header):
                     chunk = await self.loop.sock_recv(conn, 65536)
                     if not chunk:
@@ -529,18 +529,21 @@ class Server:
 
     # ---- lifetime ------------------------------------------------------------------
     def in_use(self) -> bool:
-        """Whether anything still needs the proxy: a sandbox's listener (a session's agent runs in
-        one), an open connection, or a watcher (``net.watch``, ``dash``)."""
+        """Whether anything still needs the proxy: a sandbox's listener, an open connection, a
+        watcher (``net.watch``, ``dash``), or a running session of the group, its agent between
+        sandboxes too (its pane process holds the session lease; no session code is read)."""
         if self.active or any(h.passed for h in self.handoffs.values()):
             return True
-        return bool(self.holds is not None and self.holds.watchers)
+        if self.holds is not None and self.holds.watchers:
+            return True
+        return session_runs(self.cfg.group_dir)
 
     def _check_idle(self) -> None:
         """Exit (status 0: the supervisor lets it be) once unused for ``idle_exit`` seconds."""
         if self.in_use():
             self.last_busy = time.monotonic()
         elif time.monotonic() - self.last_busy >= self.cfg.idle_exit:
-            self.log.note(f"IDLE     no sandbox, connection or watcher for "
+            self.log.note(f"IDLE     no sandbox, connection, watcher or session for "
                           f"{self.cfg.idle_exit:g} s: exiting (the next launch starts it again)")
             self.stopping.set()
             return
@@ -549,6 +552,7 @@ class Server:
     async def run(self) -> int:
         self.loop = asyncio.get_running_loop()
         self.mux = Mux(self.loop)
+        self.deadlines = Deadlines(self.loop)
         self.holds = Holds(self.loop, self.cfg.hold_seconds, self.cfg.max_held_per_source,
                            self.cfg.max_prompts_per_source)
         self.upstreams = Upstreams(self.loop, self.cfg.connect_timeout, self.cfg.hosts_file)

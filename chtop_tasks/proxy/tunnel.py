@@ -91,6 +91,7 @@ class Pump:
         self.src, self.dst = src.fileno(), dst.fileno()
         self.dst_sock = dst
         self.pr = self.pw = -1          # the pipe is made on first data (cheap short tunnels)
+        self.grown = False              # and grown to PIPE_SIZE on the first bulk read
         self.buffered = 0
         self.bytes = 0
         self.eof = False
@@ -113,6 +114,11 @@ class Pump:
 
     def _make_pipe(self):
         self.pr, self.pw = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def _grow_pipe(self):
+        """Bulk data: the pipe grows from the kernel's 64 KiB to PIPE_SIZE (only then: most
+        tunnels move a few small messages, and the fcntl cost each of them a share of its setup)."""
+        self.grown = True
         try:
             fcntl.fcntl(self.pw, F_SETPIPE_SZ, PIPE_SIZE)
         except OSError:
@@ -138,6 +144,8 @@ class Pump:
             self.bytes += n
             if not self._flush() or n < BULK_READ:
                 return
+            if not self.grown:
+                self._grow_pipe()
 
     def _flush(self) -> bool:
         while self.buffered:

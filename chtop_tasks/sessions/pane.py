@@ -24,6 +24,7 @@ from pathlib import Path
 from ..atomic import write_atomic
 from ..errors import ChtopError
 from ..notify import waiting
+from ..proxy.control import hold_session_lease
 from ..sandbox.agent_settings import HOOKED_AGENTS
 from . import agent_state, notify, records, tmux
 
@@ -147,7 +148,8 @@ def main(argv: list[str]) -> int:
     if len(argv) != 3:
         print("usage: python -m chtop_tasks.sessions.pane GROUP WORKTREE SESSION_ID", file=sys.stderr)
         return 2
-    return run(Path(argv[0]), argv[1], argv[2])
+    with hold_session_lease(Path(argv[0])):    # the group's proxy stays up while this runs
+        return run(Path(argv[0]), argv[1], argv[2])
 
 
 if __name__ == "__main__":
