@@ -10,13 +10,19 @@ gitops = lazy("workspace.gitops")
 dotfiles = lazy("workspace.dotfiles")
 layout = lazy("workspace.layout")
 remotes = lazy("workspace.remotes")
+fleet = lazy("hosts.fleet")
 
 
 @task
 @reports_errors
 def status(c):
     """git status in every repo, then how each branch relates to integration (-- ARGS pass through)."""
-    return gitops.git_status(layout.find_workspace(), remainder_args())
+    ws = layout.find_workspace()
+    code = gitops.git_status(ws, remainder_args())
+    if ws.is_toplevel:                   # the whole group: every host's worktrees too
+        for line in fleet.status_lines():
+            say(line)
+    return code
 
 
 @task(help={"integration": "each repo against its own integration branch (git diff --merge-base BRANCH)"})

@@ -67,23 +67,35 @@ def attach(c, name=None):
     os.execvp(argv[0], argv)
 
 
-@task(name="list", help={"json": "print a JSON list of objects (worktree, agent, state, since, ...)"})
+@task(name="list", help={"json": "print this machine's sessions as a JSON list of objects (worktree, agent, state, since, ...)"})
 @reports_errors
 def list_(c, json=False):
-    """Every session of this group: worktree, agent, state, since when, pending egress approvals."""
+    """Every session of this group (and of every host): worktree, agent, state, since, pending approvals."""
+    from ..hosts.fleet import session_states
     from ..sessions import list_sessions
     from ..sessions.listing import rows_as_json
 
     rows = list_sessions(_workspace().grouping)
-    if json:
+    if json:                             # this machine's only: what another host's chtop asks
         say(rows_as_json(rows))
         return
-    if not rows:
+    hosts = session_states()
+    if not rows and not hosts:
         say("no sessions (start one in a worktree: inv session.start)")
+    column = f"{'local':16} " if hosts else ""
     for row in rows:
-        state = f"exited ({row['exit_status']})" if row["state"] == "exited" else row["state"]
-        pending = f"{row['pending']} pending approval(s)" if row["pending"] else ""
-        say(f"{row['worktree']:16} {row['agent']:8} {state:12} {_age(row['since']):10} {pending}".rstrip())
+        say(column + _session_line(row))
+    for state in hosts:
+        if not state.reachable:
+            say(f"{state.host.name:16} unreachable: {state.error}")
+        for row in state.sessions:
+            say(f"{state.host.name:16} " + _session_line(row))
+
+
+def _session_line(row: dict) -> str:
+    state = f"exited ({row['exit_status']})" if row["state"] == "exited" else row["state"]
+    pending = f"{row['pending']} pending approval(s)" if row["pending"] else ""
+    return f"{row['worktree']:16} {row['agent']:8} {state:12} {_age(row['since']):10} {pending}".rstrip()
 
 
 @task(help={"name": "the worktree whose session to stop (default: this one)", "all": "stop every session of the group",
