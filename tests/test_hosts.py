@@ -180,6 +180,14 @@ def test_fleet_loop_add_list_create_commit_status_remove_update_unreachable(init
         assert refused.returncode == 3, refused.stderr
         assert "dev/alpha: 1 commit(s) not merged up" in refused.stderr
         assert "gpu1" in records.load_hosts()
+        refused = g.inv(top, "worktree.delete", "--name", "dev", "--host", "gpu1", check=False)
+        assert refused.returncode == 3, refused                  # the host's own delete refuses, as here
+        assert "not merged" in refused.stderr + refused.stdout
+        assert sshd.ssh(f"test -d {remote_base}/grp/dev").returncode == 0
+
+        no_session = g.inv(top, "session.attach", "--host", "gpu1", "--name", "dev", check=False)
+        assert no_session.returncode == 3, no_session            # ssh -t ran the host's own session.attach
+        assert "no session for worktree dev" in no_session.stderr, no_session
 
         g.commit(top, "NEWS", "new chtop commit\n", "chtop: a new commit here")
         behind = g.inv(top, "host.list").stdout
@@ -195,13 +203,23 @@ def test_fleet_loop_add_list_create_commit_status_remove_update_unreachable(init
         sessions = g.inv(top, "session.list").stdout
         assert "unreachable" not in sessions
 
+        g.inv(top, "worktree.delete", "--name", "dev", "--host", "gpu1", "--force")
+        assert sshd.ssh(f"test -e {remote_base}/grp/dev", check=False).returncode == 1
+        assert sshd.ssh(f"git -C {remote_top}/alpha log -1 --format=%s dev").stdout.strip() == "made on gpu1"
+        host = records.get_host("gpu1")
+        assert "removed host gpu1" in g.inv(top, "host.remove", "gpu1").stdout
+        assert "gpu1" not in records.load_hosts()
+        records.record_host(host)                      # again, for the frozen host below
+        assert "unreachable" not in g.inv(top, "session.list").stdout   # its shared connection open again
+
         sshd.freeze()                                  # a host that answers nothing at all
         started = time.monotonic()
         frozen = g.inv(top, "session.list", timeout=120)
         took = time.monotonic() - started
         assert "gpu1             unreachable: host gpu1 (gpu1) did not answer within 20s" in frozen.stdout, frozen
         assert took < 60, f"session.list took {took:.0f}s against a frozen host"
-        assert "unreachable" in g.inv(top, "host.list", timeout=120).stdout
+        assert "gpu1         gpu1                 unreachable: host gpu1 (gpu1)" in \
+            g.inv(top, "host.list", timeout=120).stdout    # a new connection: ConnectTimeout, or the bound
     finally:
         sshd.stop()
         close_masters(g, sshd)

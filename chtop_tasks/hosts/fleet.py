@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from ..errors import ChtopError, Refused, UsageError
 from ..fanout import fan_out
 from ..places import check_worktree_name
+from ..term import say
 from ..workspace.gitprobe import rev
 from ..workspace.layout import Workspace
 from . import answers, install
 from .records import LOCAL, Host, check_host, forget_host, get_host, load_hosts, record_host, target_problem
-from .ssh import LONG_TIMEOUT, Unreachable, close_connection
+from .ssh import LONG_TIMEOUT, Unreachable, close_connection, run_on, ssh_argv
 
 
 @dataclass
@@ -160,8 +161,10 @@ def host_lines(ws: Workspace) -> list[str]:
             continue
         version = "same chtop as here" if state.version == here else \
             f"behind: chtop {state.version[:12]}, here {here[:12]} (inv host.update --name {host.name})"
+        pending = sum(row["pending"] for row in state.sessions)
         lines.append(f"{host.name:12} {host.target:20} reachable, {version}, "
-                     f"{len(state.worktrees)} worktree(s), {len(state.sessions)} session(s)")
+                     f"{len(state.worktrees)} worktree(s), {len(state.sessions)} session(s), "
+                     f"{pending} pending approval(s)")
         for wt in state.worktrees:
             session = next((s for s in state.sessions if s["worktree"] == wt["name"]), None)
             lines.append(f"  {wt['name']:16} " + (f"session {session['state']}" if session else "no session"))
@@ -170,7 +173,7 @@ def host_lines(ws: Workspace) -> list[str]:
 
 # -- the --host hooks of worktree.*, git.status, session.list -----------------------------------
 
-def create_remote_worktree(ws: Workspace, host_name: str, name: str, no_venv: bool = False) -> str:
+def create_remote_worktree(ws: Workspace, host_name: str, name: str, no_venv: bool = False) -> int:
     """``worktree.create`` in the host's toplevel, which must run this toplevel's commit."""
     check_worktree_name(name)
     host = get_host(host_name)
@@ -178,9 +181,34 @@ def create_remote_worktree(ws: Workspace, host_name: str, name: str, no_venv: bo
     if there != here:
         raise Refused(f"host {host_name} runs chtop {there[:12]}, this toplevel {here[:12]}: "
                       f"inv host.update --name {host_name} first (its worktree would fork from another commit)")
-    install.remote_inv(host, "worktree.create", "--name", name, *(["--no-venv"] if no_venv else []),
-                       shown=True, timeout=LONG_TIMEOUT)
-    return f"created worktree {name} on host {host_name} ({host.target}:{host.toplevel.rsplit('/', 1)[0]}/{name})"
+    code = task_there(host_name, "worktree.create", "--name", name, *(["--no-venv"] if no_venv else []))
+    if code == 0:
+        say(f"created worktree {name} on host {host_name} ({host.target}:{worktree_dir_there(host, name)})")
+    return code
+
+
+def worktree_dir_there(host: Host, name: str) -> str:
+    """A worktree's dir on the host: beside its toplevel, as here."""
+    return f"{host.toplevel.rsplit('/', 1)[0]}/{name}" if "/" in host.toplevel else name
+
+
+def task_there(host_name: str, *args: str, worktree: str = "") -> int:
+    """A chtop task run by the host's own chtop, in its toplevel (or in ``worktree`` there), its
+    output shown as it comes (inert); the task's exit status there, passed through."""
+    host = get_host(host_name)
+    cwd = worktree_dir_there(host, check_worktree_name(worktree)) if worktree else host.toplevel
+    # in a worktree, tasks.py is looked for at its root only (as chtop's inv does), never in a dir below
+    search = ["--search-root", cwd] if worktree else []
+    result = run_on(host, [host.python, "-m", "invoke", *search, *args], cwd, shown=True, check=False,
+                    timeout=LONG_TIMEOUT)
+    return result.returncode
+
+
+def attach_argv_there(host_name: str, name: str) -> list[str]:
+    """``ssh -t`` into the host's ``session.attach --name NAME`` (its tmux; detaching returns here)."""
+    host = get_host(host_name)
+    return ssh_argv(host, [host.python, "-m", "invoke", "session.attach", "--name", check_worktree_name(name)],
+                    host.toplevel, tty=True)
 
 
 def worktree_lines() -> list[str]:
@@ -235,4 +263,5 @@ def session_states() -> list[HostState]:
 
 
 __all__ = ["LOCAL", "Unreachable", "add_host", "update_hosts", "remove_host", "host_lines",
-           "create_remote_worktree", "worktree_lines", "status_lines", "session_states"]
+           "create_remote_worktree", "task_there", "attach_argv_there", "worktree_lines", "status_lines",
+           "session_states"]

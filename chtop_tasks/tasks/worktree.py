@@ -24,19 +24,21 @@ def create(c, name="", no_venv=False, host=""):
     """Make ../NAME: a worktree of every repo on a new branch NAME, dotfiles, venv."""
     required_name(name, "create")
     if host:
-        say(fleet.create_remote_worktree(layout.find_workspace(), host, name, no_venv))
-        return
+        return fleet.create_remote_worktree(layout.find_workspace(), host, name, no_venv)
     new_ws = worktrees.create_worktree(layout.find_workspace(), name, venv_builder(not no_venv))
     say(worktrees.closing_hints(new_ws))
 
 
 @task(help={"name": "the worktree to delete (required)",
             "force": "delete despite uncommitted changes or untracked files (LOSES them); "
-                     "unmerged branches, and commits only its private stores hold, are still kept"})
+                     "unmerged branches, and commits only its private stores hold, are still kept",
+            "host": "delete it on this recorded host (its own chtop checks and keeps, as here)"})
 @reports_errors
-def delete(c, name="", force=False):
+def delete(c, name="", force=False, host=""):
     """Delete ../NAME after checking nothing would be lost (branches kept if unmerged)."""
     required_name(name, "delete")
+    if host:
+        return fleet.task_there(host, "worktree.delete", "--name", name, *(["--force"] if force else []))
     from ..sessions import refuse_while_in_use
 
     kept = worktrees.delete_worktree(layout.find_workspace(), name, force=force, refuse_if_busy=refuse_while_in_use)
