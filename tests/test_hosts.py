@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -185,6 +186,11 @@ def test_fleet_loop_add_list_create_commit_status_remove_update_unreachable(init
         assert "not merged" in refused.stderr + refused.stdout
         assert sshd.ssh(f"test -d {remote_base}/grp/dev").returncode == 0
 
+        chtop = [sys.executable, "-m", "chtop_tasks.cli", "go", "dev", "--host", "gpu1"]
+        went = subprocess.run(chtop, cwd=top, input="pwd\n", capture_output=True, text=True, timeout=120,
+                              env=dict(os.environ, PYTHONPATH=str(top)))
+        assert went.returncode == 0, went
+        assert went.stdout.splitlines()[-1] == f"{remote_base}/grp/dev"     # a shell there, in the worktree
         no_session = g.inv(top, "session.attach", "--host", "gpu1", "--name", "dev", check=False)
         assert no_session.returncode == 3, no_session            # ssh -t ran the host's own session.attach
         assert "no session for worktree dev" in no_session.stderr, no_session

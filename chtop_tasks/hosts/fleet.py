@@ -204,6 +204,16 @@ def task_there(host_name: str, *args: str, worktree: str = "") -> int:
     return result.returncode
 
 
+def go_argv_there(host_name: str, name: str, agent: bool = False) -> list[str]:
+    """``chtop go NAME --host HOST``: ``ssh -t`` into a login shell in the worktree there (with
+    ``agent``: its agent session, as ``session.attach --host``)."""
+    if agent:
+        return attach_argv_there(host_name, name)
+    host = get_host(host_name)
+    return ssh_argv(host, ["sh", "-c", 'exec "${SHELL:-/bin/sh}" -l'],
+                    worktree_dir_there(host, check_worktree_name(name)), tty=True)
+
+
 def attach_argv_there(host_name: str, name: str) -> list[str]:
     """``ssh -t`` into the host's ``session.attach --name NAME`` (its tmux; detaching returns here)."""
     host = get_host(host_name)
@@ -263,5 +273,5 @@ def session_states() -> list[HostState]:
 
 
 __all__ = ["LOCAL", "Unreachable", "add_host", "update_hosts", "remove_host", "host_lines",
-           "create_remote_worktree", "task_there", "attach_argv_there", "worktree_lines", "status_lines",
+           "create_remote_worktree", "task_there", "attach_argv_there", "go_argv_there", "worktree_lines", "status_lines",
            "session_states"]
