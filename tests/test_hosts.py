@@ -83,7 +83,7 @@ def test_host_records_round_trip_and_bad_fields_are_refused_changing_nothing():
     before = records.hosts_path().read_text()
     for bad in (records.Host("-x", "gpu1", "ch/top", "python3"), records.Host("gpu2", "-oProxyCommand=x", "ch", "p"),
                 records.Host("gpu2", "gpu2", "../etc", "python3"), records.Host("local", "h", "ch/top", "p"),
-                records.Host("gpu2", "gpu2", "ch/top", "py; rm -rf ~")):
+                records.Host("gpu2", "gpu2", "ch/top", "py; rm -rf ~"), records.Host("gpu2", "gpu2", "~/ch/top", "p")):
         with pytest.raises(UsageError, match="bad"):
             records.record_host(bad)
     assert records.hosts_path().read_text() == before
@@ -226,6 +226,8 @@ def test_fleet_loop_add_list_create_commit_status_remove_update_unreachable(init
         assert took < 60, f"session.list took {took:.0f}s against a frozen host"
         assert "gpu1         gpu1                 unreachable: host gpu1 (gpu1)" in \
             g.inv(top, "host.list", timeout=120).stdout    # a new connection: ConnectTimeout, or the bound
+        not_updated = g.inv(top, "host.update", "--all", check=False, timeout=120)
+        assert not_updated.returncode == 1 and "gpu1: not updated: host gpu1 (gpu1)" in not_updated.stdout
     finally:
         sshd.stop()
         close_masters(g, sshd)

@@ -78,6 +78,7 @@ def add_host(ws: Workspace, name: str, target: str, group: str = "ch", python: s
                          f"or inv host.remove {name} first)")
     if target_problem(target):
         raise UsageError(f"bad ssh target {target!r}: {target_problem(target)}")
+    group = group[2:] if group.startswith("~/") else group       # the login dir there is its home
     host = check_host(Host(name, target, f"{group.rstrip('/')}/{ws.toplevel.name}", python or "python3"))
     notes = install.refuse_missing_tools(host, install.probe_tools(host))
     install.push_checkouts(ws, host)
@@ -99,22 +100,30 @@ def check_installed(ws: Workspace, host: Host) -> list[str]:
     return []
 
 
-def update_hosts(ws: Workspace, name: str = "", every: bool = False) -> list[str]:
-    """Mirror this toplevel's commits to one host (or all), one at a time; what each was and is."""
+def update_hosts(ws: Workspace, name: str = "", every: bool = False) -> tuple[list[str], int]:
+    """Mirror this toplevel's commits to one host (or all), one at a time: (what each was and is,
+    how many could not be updated; the others are updated all the same)."""
     if bool(name) == every:
         raise UsageError("host.update needs --name NAME or --all (not both)")
     hosts = list(load_hosts().values()) if every else [get_host(name)]
-    lines, here = [], local_version(ws)
+    lines, failed, here = [], 0, local_version(ws)
     for host in hosts:
-        before = install.remote_version(host)
-        if before == here:
-            lines.append(f"{host.name}: up to date (chtop {here[:12]})")
-            continue
-        install.push_checkouts(ws, host)
-        install.init_there(host)
-        check_installed(ws, host)
-        lines.append(f"{host.name}: updated chtop {before[:12]} -> {here[:12]}")
-    return lines
+        try:
+            lines.append(update_host(ws, host, here))
+        except ChtopError as exc:
+            failed += 1
+            lines.append(f"{host.name}: not updated: {exc}")
+    return lines, failed
+
+
+def update_host(ws: Workspace, host: Host, here: str) -> str:
+    before = install.remote_version(host)
+    if before == here:
+        return f"{host.name}: up to date (chtop {here[:12]})"
+    install.push_checkouts(ws, host)
+    install.init_there(host)
+    check_installed(ws, host)
+    return f"{host.name}: updated chtop {before[:12]} -> {here[:12]}"
 
 
 def unlanded(state: HostState) -> list[str]:
@@ -221,36 +230,37 @@ def attach_argv_there(host_name: str, name: str) -> list[str]:
                     host.toplevel, tty=True)
 
 
+def lines_per_worktree(render) -> list[str]:
+    """``render(host name, host, worktree)``'s lines for every worktree of every host, and one
+    line for each host that did not answer."""
+    lines = []
+    for state in every_host_state(("worktrees",)):
+        if not state.reachable:
+            lines.append(f"{state.host.name}: unreachable: {state.error}")
+            continue
+        for wt in state.worktrees:
+            lines += render(state.host.name, state.host, wt)
+    return lines
+
+
 def worktree_lines() -> list[str]:
     """``worktree.list``'s lines for every host's worktrees: ``HOST:NAME`` (the host column)."""
     from ..workspace.worktrees import describe_record
 
-    lines = []
-    for state in every_host_state(("worktrees",)):
-        name = state.host.name
-        if not state.reachable:
-            lines.append(f"{name}: unreachable: {state.error}")
-            continue
-        for wt in state.worktrees:
-            lines.append(f"{name}:{wt['name']}  ({state.host.target}:{wt['root']})"
-                         + (f"  {wt['problem']}" if wt["problem"] else ""))
-            lines += [describe_record(repo) for repo in wt["repos"]]
-    return lines
+    def render(name, host, wt):
+        head = f"{name}:{wt['name']}  ({host.target}:{wt['root']})" + (f"  {wt['problem']}" if wt["problem"] else "")
+        return [head, *(describe_record(repo) for repo in wt["repos"])]
+
+    return lines_per_worktree(render)
 
 
 def status_lines() -> list[str]:
     """``git.status``'s relations for every host's worktrees, as the toplevel shows its own."""
-    lines = []
-    for state in every_host_state(("worktrees",)):
-        name = state.host.name
-        if not state.reachable:
-            lines.append(f"{name}: unreachable: {state.error}")
-            continue
-        for wt in state.worktrees:
-            said = [relation_line(name, wt["name"], repo) for repo in wt["repos"]]
-            said = [line for line in said if line]
-            lines += said or [f"{name}:{wt['name']} is up to date with its integration branches"]
-    return lines
+    def render(name, host, wt):
+        said = [line for line in (relation_line(name, wt["name"], repo) for repo in wt["repos"]) if line]
+        return said or [f"{name}:{wt['name']} is up to date with its integration branches"]
+
+    return lines_per_worktree(render)
 
 
 def relation_line(host: str, worktree: str, repo: dict) -> str:

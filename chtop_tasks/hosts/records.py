@@ -23,7 +23,7 @@ HOSTS_NAME = "hosts.toml"
 LOCAL = "local"                      # the host column's name for this machine: no host may take it
 _HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
 _TARGET = re.compile(r"^[A-Za-z0-9_.@%\[\]:-]{1,255}$")
-_PATH = re.compile(r"^[A-Za-z0-9_.~/+-]{1,255}$")
+_PATH = re.compile(r"^[A-Za-z0-9_./+-]{1,255}$")
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,8 @@ def target_problem(target) -> str | None:
 def path_problem(path) -> str | None:
     if not isinstance(path, str) or not _PATH.match(path) or path.startswith("-") \
             or ".." in path.split("/"):
-        return "must be a path of letters, digits and . _ - / ~ + (no '..', not starting with '-')"
+        return ("must be a path of letters, digits and . _ - / + (no '..', not starting with '-'; "
+                "relative paths are in the login dir there)")
     return None
 
 

@@ -11,6 +11,7 @@ things costs one login.  ``ssh_config = "PATH"`` in ``config.toml`` is passed as
 
 from __future__ import annotations
 
+import os
 import shlex
 
 from .. import runner
@@ -46,7 +47,7 @@ def ssh_options() -> list[str]:
     _, config = read_user_config()
     argv = ["ssh"]
     if isinstance(config.get("ssh_config"), str):
-        argv += ["-F", config["ssh_config"]]
+        argv += ["-F", os.path.expanduser(config["ssh_config"])]
     for option in ("BatchMode=yes", f"ConnectTimeout={CONNECT_TIMEOUT}", "ControlMaster=auto",
                    f"ControlPath={control_dir()}/ssh-%C", f"ControlPersist={CONTROL_PERSIST}",
                    "ServerAliveInterval=5", "ServerAliveCountMax=3"):

@@ -9,7 +9,9 @@ fleet = lazy("hosts.fleet")
 layout = lazy("workspace.layout")
 
 
-@task(help={"group": "the grouping dir on the host (default ch, in the login dir); its toplevel is "
+@task(help={"name": "the host's name here (letters, digits, _ -; not 'local')",
+            "ssh_target": "anything ssh accepts: an alias of ~/.ssh/config, user@host, ...",
+            "group": "the grouping dir on the host (default ch, in the login dir); its toplevel is "
                      "GROUP/<this toplevel's dir name>",
             "python": "a python on the host that already has chtop's deps: use it and skip ./bootstrap there"})
 @reports_errors
@@ -31,11 +33,14 @@ def list_(c):
 @reports_errors
 def update(c, name="", all=False):  # noqa: A002 - --all is the flag's name
     """Bring chtop on a host (or --all) to this toplevel's commit and integration branches."""
-    for line in fleet.update_hosts(layout.find_workspace(), name, all):
+    lines, failed = fleet.update_hosts(layout.find_workspace(), name, all)
+    for line in lines:
         say(line)
+    return 1 if failed else 0
 
 
-@task(help={"force": "forget the host even when it cannot be checked or holds unlanded work "
+@task(help={"name": "the host to forget",
+            "force": "forget the host even when it cannot be checked or holds unlanded work "
                      "(nothing on it is deleted; that work stays only there)"})
 @reports_errors
 def remove(c, name, force=False):
