@@ -195,7 +195,11 @@ def test_fleet_loop_add_list_create_commit_status_remove_update_unreachable(init
         assert no_session.returncode == 3, no_session            # ssh -t ran the host's own session.attach
         assert "no session for worktree dev" in no_session.stderr, no_session
 
+        diff = g.inv(top, "git.diff", "--integration", "--host", "gpu1", "--name", "dev")
+        assert "+remote" in diff.stdout and "remote.txt" in diff.stdout
+
         g.commit(top, "NEWS", "new chtop commit\n", "chtop: a new commit here")
+        g.push_upstream_commit("alpha", "upstream.txt", "moved here\n")
         behind = g.inv(top, "host.list").stdout
         assert "behind: chtop " + here[:12] in behind and "inv host.update --name gpu1" in behind
         refused = g.inv(top, "worktree.create", "--name", "dev2", "--host", "gpu1", "--no-venv", check=False)
@@ -204,6 +208,10 @@ def test_fleet_loop_add_list_create_commit_status_remove_update_unreachable(init
         assert f"updated chtop {here[:12]} -> {git(top, 'rev-parse', 'HEAD')[:12]}" in updated
         assert sshd.ssh(f"cat {remote_top}/NEWS").stdout == "new chtop commit\n"
         assert "same chtop as here" in g.inv(top, "host.list").stdout
+        assert "gpu1:dev/alpha: 1 commit(s) ahead of, 1 behind main" in g.inv(top, "git.status").stdout
+        g.inv(top, "git.rebase-down", "--host", "gpu1", "--name", "dev")
+        rebased = g.inv(top, "git.status").stdout
+        assert "gpu1:dev/alpha: 1 commit(s) ahead of, 0 behind main" in rebased, rebased
         assert "up to date" in g.inv(top, "host.update", "--all").stdout
 
         sessions = g.inv(top, "session.list").stdout
