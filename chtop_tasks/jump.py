@@ -33,6 +33,9 @@ SHELL_FUNCTION = r"""# chtop shell integration ({shell}): eval "$(chtop shell-in
 chtop() {{
   if [ "$1" = go ]; then
     shift
+    case " $* " in
+      *" --host "*) command chtop go "$@"; return $? ;;
+    esac
     local __chtop_dir
     __chtop_dir="$(command chtop go --print-dir "$@")" || return $?
     [ -n "$__chtop_dir" ] || return 1
@@ -169,6 +172,8 @@ def parse_go(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("name")
     ap.add_argument("--agent", action="store_true", help="attach its agent session (start one if none)")
     ap.add_argument("--no-venv", action="store_true", help="when creating it, skip building its .venv")
+    ap.add_argument("--host", default="", help="the worktree on this recorded host (inv host.list): "
+                                                "a shell there over ssh -t (or its agent session, --agent)")
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--print-dir", action="store_true", help=argparse.SUPPRESS)
     mode.add_argument("--attach", action="store_true", help=argparse.SUPPRESS)
@@ -177,6 +182,14 @@ def parse_go(argv: list[str]) -> argparse.Namespace:
 
 def go(argv: list[str]) -> int:
     args = parse_go(argv)
+    if args.host:
+        from .hosts.fleet import go_argv_there
+        from .runner import echo
+
+        argv = go_argv_there(args.host, args.name, args.agent)
+        echo(argv)
+        sys.stdout.flush()
+        os.execvp(argv[0], argv)
     if args.attach:
         return attach_or_start(existing_or_fail(args.name))
     if args.print_dir:

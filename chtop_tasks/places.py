@@ -62,16 +62,22 @@ def user_config_dir(home: Path | None = None) -> Path:
 def read_user_config() -> tuple[Path, dict]:
     """(``<config>/config.toml``, its table; empty when there is none): the user's chtop settings
     (``group``, ``python``)."""
+    path = user_config_dir() / "config.toml"
+    return path, read_toml(path)
+
+
+def read_toml(path: Path) -> dict:
+    """A TOML file of the user's config dir as a table (empty when there is none); unreadable or
+    invalid is a usage error naming the file."""
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib
 
-    path = user_config_dir() / "config.toml"
     try:
-        return path, tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return path, {}
+        return {}
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise UsageError(f"{path}: cannot read it: {exc}") from None
 

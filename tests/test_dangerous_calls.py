@@ -20,6 +20,7 @@ GIT_RUNNER = "workspace/gitrun.py"
 UNGUARDED_GIT_ARGV = {
     ("workspace/gitops.py", "plan_merge_up"): "the toplevel's own checkout (host-owned), as the user types it",
     ("workspace/gitops.py", "run_in_checkout"): "the header names the command as asked (it runs through gitrun)",
+    ("hosts/install.py", "remote_version"): "run on another host (over ssh), in its toplevel's own checkout",
 }
 # modules whose git is not on any workspace (the demo's own sample repos, made and run by it)
 GIT_ELSEWHERE = {"demo.py"}

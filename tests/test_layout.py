@@ -19,6 +19,7 @@ ALLOWED = {
     "notify": {"places", "proxy"},      # host side: the phone notifier watches the proxy
     "sessions": {"places", "workspace", "sandbox", "agents", "proxy", "notify"},
     "incontainer": set(),
+    "hosts": {"places", "workspace"},   # a host's chtop is asked for its worktrees, rendered as ours
 }
 ENTRY_POINTS = {"tasks", "nox_sessions", "cli", "inv", "demo", "__init__", "jump", "dash"}
 

@@ -3,6 +3,7 @@
 from invoke import task
 
 from ..argv import remainder_args
+from ..errors import UsageError
 from ..term import say
 from .common import lazy, reports_errors
 
@@ -10,19 +11,37 @@ gitops = lazy("workspace.gitops")
 dotfiles = lazy("workspace.dotfiles")
 layout = lazy("workspace.layout")
 remotes = lazy("workspace.remotes")
+fleet = lazy("hosts.fleet")
 
 
 @task
 @reports_errors
 def status(c):
     """git status in every repo, then how each branch relates to integration (-- ARGS pass through)."""
-    return gitops.git_status(layout.find_workspace(), remainder_args())
+    ws = layout.find_workspace()
+    code = gitops.git_status(ws, remainder_args())
+    if ws.is_toplevel:                   # the whole group: every host's worktrees too
+        for line in fleet.status_lines():
+            say(line)
+    return code
 
 
-@task(help={"integration": "each repo against its own integration branch (git diff --merge-base BRANCH)"})
+def on_host(host: str, name: str, *args: str) -> int:
+    """The host's own task, run in its worktree ``name`` (--host needs --name)."""
+    if not name:
+        raise UsageError(f"{args[0]} --host HOST needs --name NAME (the worktree there)")
+    return fleet.task_there(host, *args, worktree=name)
+
+
+@task(help={"integration": "each repo against its own integration branch (git diff --merge-base BRANCH)",
+            "host": "the diff of worktree --name on this recorded host (its output inert)",
+            "name": "with --host: the worktree there"})
 @reports_errors
-def diff(c, integration=False):
+def diff(c, integration=False, host="", name=""):
     """git diff in every repo (-- ARGS pass through, e.g. -- --stat)."""
+    if host:
+        return on_host(host, name, "git.diff", *(["--integration"] if integration else []),
+                       *(["--", *remainder_args()] if remainder_args() else []))
     if integration:
         return gitops.git_diff_integration(layout.find_workspace(), remainder_args())
     return gitops.git_diff(layout.find_workspace(), remainder_args())
@@ -34,10 +53,16 @@ def sandbox_names(ws) -> list[str]:
     return [row["name"] for row in sandboxes_in(ws.grouping, ws.root)]
 
 
-@task(name="rebase-down", help={"dry_run": "print what would run, change nothing"})
+@task(name="rebase-down", help={"dry_run": "print what would run, change nothing",
+                                "host": "rebase worktree --name on this recorded host (its own checks; "
+                                        "inv host.update first brings it this toplevel's integration branches)",
+                                "name": "with --host: the worktree there"})
 @reports_errors
-def rebase_down(c, dry_run=False):
+def rebase_down(c, dry_run=False, host="", name=""):
     """In a worktree: rebase each repo's feature branch onto its integration branch."""
+    if host:
+        return on_host(host, name, "git.rebase-down", *(["--dry-run"] if dry_run else []),
+                       *(["--", *remainder_args()] if remainder_args() else []))
     ws = layout.find_workspace()
     code = gitops.rebase_down(ws, remainder_args(), dry_run=dry_run, running_sandboxes=sandbox_names)
     if not dry_run:

@@ -8,6 +8,7 @@ from .common import lazy, reports_errors, venv_builder
 
 worktrees = lazy("workspace.worktrees")
 layout = lazy("workspace.layout")
+fleet = lazy("hosts.fleet")
 
 
 def required_name(name: str, verb: str) -> None:
@@ -16,22 +17,28 @@ def required_name(name: str, verb: str) -> None:
         raise UsageError(f"worktree.{verb} needs --name NAME (e.g. inv worktree.{verb} --name dev)")
 
 
-@task(help={"name": "worktree and branch name (required; makes ../NAME)", "no_venv": "skip building its .venv"})
+@task(help={"name": "worktree and branch name (required; makes ../NAME)", "no_venv": "skip building its .venv",
+            "host": "make it on this recorded host (inv host.list), in the toplevel there"})
 @reports_errors
-def create(c, name="", no_venv=False):
+def create(c, name="", no_venv=False, host=""):
     """Make ../NAME: a worktree of every repo on a new branch NAME, dotfiles, venv."""
     required_name(name, "create")
+    if host:
+        return fleet.create_remote_worktree(layout.find_workspace(), host, name, no_venv)
     new_ws = worktrees.create_worktree(layout.find_workspace(), name, venv_builder(not no_venv))
     say(worktrees.closing_hints(new_ws))
 
 
 @task(help={"name": "the worktree to delete (required)",
             "force": "delete despite uncommitted changes or untracked files (LOSES them); "
-                     "unmerged branches, and commits only its private stores hold, are still kept"})
+                     "unmerged branches, and commits only its private stores hold, are still kept",
+            "host": "delete it on this recorded host (its own chtop checks and keeps, as here)"})
 @reports_errors
-def delete(c, name="", force=False):
+def delete(c, name="", force=False, host=""):
     """Delete ../NAME after checking nothing would be lost (branches kept if unmerged)."""
     required_name(name, "delete")
+    if host:
+        return fleet.task_there(host, "worktree.delete", "--name", name, *(["--force"] if force else []))
     from ..sessions import refuse_while_in_use
 
     kept = worktrees.delete_worktree(layout.find_workspace(), name, force=force, refuse_if_busy=refuse_while_in_use)
@@ -40,9 +47,17 @@ def delete(c, name="", force=False):
         warn(f"kept {line}")
 
 
-@task
+@task(help={"json": "print this machine's worktrees as a JSON list (name, root, venv, repos: branch, ahead, ...)"})
 @reports_errors
-def list(c):  # noqa: A001 - the task's name is the interface
-    """Every worktree of the group: each repo's branch, ahead/behind, dirty or clean."""
-    for line in worktrees.list_worktrees(layout.find_workspace()):
+def list(c, json=False):  # noqa: A001 - the task's name is the interface
+    """Every worktree of the group: each repo's branch, ahead/behind, dirty or clean (and every host's)."""
+    ws = layout.find_workspace()
+    if json:
+        import json as json_
+
+        say(json_.dumps(worktrees.worktree_records(ws), indent=1))
+        return
+    for line in worktrees.list_worktrees(ws):
+        say(line)
+    for line in fleet.worktree_lines():
         say(line)

@@ -466,26 +466,38 @@ def worktree_roots(ws: Workspace) -> list[Path]:
     return sorted(roots)
 
 
-def describe_checkout(wt: Workspace, checkout: Checkout) -> str:
-    here = checkout.label
+def checkout_record(wt: Workspace, checkout: Checkout) -> dict:
+    """One repo of a worktree as data: ``repo``, ``branch`` (None: detached), ``integration``,
+    ``ahead``, ``behind``, ``dirty``, ``problem`` (None, ``missing``, or why git failed there)."""
+    record = {"repo": checkout.label, "branch": None, "integration": wt.integration_branch(checkout),
+              "ahead": 0, "behind": 0, "dirty": False, "problem": None}
     if not checkout.path.exists():
-        return f"  {here:<16} missing"
-    branch = head_branch(checkout.path)
-    integ = wt.integration_branch(checkout)
-    state = "dirty" if dirty_paths(checkout.path) else "clean"
+        return dict(record, problem="missing")
+    try:
+        record["branch"] = branch = head_branch(checkout.path)
+        record["dirty"] = bool(dirty_paths(checkout.path))
+        if branch is not None:
+            record["ahead"], record["behind"] = ahead_behind(checkout.path, record["integration"], branch)
+    except ChtopError as exc:        # a junk ref the agent wrote fails that repo's line, never the list
+        record["problem"] = "! " + str(exc).splitlines()[0]
+    return record
+
+
+def describe_record(record: dict) -> str:
+    """A ``checkout_record`` as ``worktree.list`` prints it."""
+    here, branch, integ = record["repo"], record["branch"], record["integration"]
+    if record["problem"]:
+        return f"  {here:<16} {record['problem']}"
+    state = "dirty" if record["dirty"] else "clean"
     if branch is None:
         return f"  {here:<16} (detached)  {state}"
-    ahead, behind = ahead_behind(checkout.path, integ, branch)
-    return f"  {here:<16} {branch:<16} +{ahead}/-{behind} vs {integ:<10} {state}"
+    return f"  {here:<16} {branch:<16} +{record['ahead']}/-{record['behind']} vs {integ:<10} {state}"
 
 
-def describe_or_say_why_not(wt: Workspace, checkout: Checkout) -> str:
-    """``describe_checkout``, or the line saying why git failed there (a junk ref the agent wrote
-    fails that repo's line, never the whole list)."""
-    try:
-        return describe_checkout(wt, checkout)
-    except ChtopError as exc:
-        return f"  {checkout.label:<16} ! {str(exc).splitlines()[0]}"
+def describe_checkout(wt: Workspace, checkout: Checkout) -> str:
+    return describe_record(checkout_record(wt, checkout))
+
+
 
 
 def venv_note(wt: Workspace) -> str:
@@ -508,5 +520,25 @@ def list_worktrees(ws: Workspace) -> list[str]:
             lines.append(f"{root.name}: {exc}")
             continue
         lines.append(f"{root.name}  ({root}){venv_note(wt)}")
-        lines.extend(fan_out(lambda c, wt=wt: describe_or_say_why_not(wt, c), wt.checkouts()))
+        lines.extend(describe_record(r) for r in fan_out(lambda c, wt=wt: checkout_record(wt, c), wt.checkouts()))
     return lines or [f"no feature worktrees in {ws.grouping} (make one: inv worktree.create --name NAME)"]
+
+
+def worktree_records(ws: Workspace) -> list[dict]:
+    """Every feature worktree as data (``worktree.list --json``): ``name``, ``root``, ``venv``
+    (complete, incomplete, missing), ``problem`` (why it could not be read, or None), ``repos``
+    (``checkout_record`` each)."""
+    records = []
+    for root in worktree_roots(ws):
+        record = {"name": root.name, "root": str(root), "venv": "missing", "problem": None, "repos": []}
+        try:
+            wt = find_workspace(root)
+            sync_worktree(wt)
+            verify_git_dirs(wt)
+        except (ChtopError, OSError) as exc:
+            records.append(dict(record, problem=str(exc)))
+            continue
+        record["venv"] = venv_state(wt.venv_dir)
+        record["repos"] = fan_out(lambda c, wt=wt: checkout_record(wt, c), wt.checkouts())
+        records.append(record)
+    return records

@@ -1,0 +1,287 @@
+"""The fleet's plain functions, which the ``host.*`` tasks and the ``--host`` hooks call.
+
+A host is a place: what it has is asked of its own chtop (``worktree.list --json``,
+``session.list --json`` in its toplevel) and read back through ``answers``; nothing of the
+workspace model is implemented twice.  Read-only questions to several hosts run at once, each
+bounded (an unreachable host is a line that says so, never a hang).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import ChtopError, Refused, UsageError
+from ..fanout import fan_out
+from ..places import check_worktree_name
+from ..term import say
+from ..workspace.gitprobe import rev
+from ..workspace.layout import Workspace
+from . import answers, install
+from .records import LOCAL, Host, check_host, forget_host, get_host, load_hosts, record_host, target_problem
+from .ssh import LONG_TIMEOUT, Unreachable, close_connection, run_on, ssh_argv
+
+
+@dataclass
+class HostState:
+    """What one host answered (``error`` set instead when it did not, or answered nonsense)."""
+    host: Host
+    error: str | None = None
+    version: str | None = None
+    worktrees: list = field(default_factory=list)
+    sessions: list = field(default_factory=list)
+
+    @property
+    def reachable(self) -> bool:
+        return self.error is None
+
+
+def local_version(ws: Workspace) -> str:
+    return rev(ws.toplevel, "HEAD")
+
+
+def ask_worktrees(host: Host) -> list[dict]:
+    out = install.remote_inv(host, "worktree.list", "--json").stdout
+    return answers.parse_answer(out, answers.WORKTREES, f"host {host.name}: worktree.list")
+
+
+def ask_sessions(host: Host) -> list[dict]:
+    out = install.remote_inv(host, "session.list", "--json").stdout
+    return answers.parse_answer(out, answers.SESSIONS, f"host {host.name}: session.list")
+
+
+def host_state(host: Host, what=("version", "worktrees", "sessions")) -> HostState:
+    state = HostState(host)
+    try:
+        if "version" in what:
+            state.version = install.remote_version(host)
+        if "worktrees" in what:
+            state.worktrees = ask_worktrees(host)
+        if "sessions" in what:
+            state.sessions = ask_sessions(host)
+    except ChtopError as exc:          # Unreachable, BadAnswer, a failed command there
+        state.error = str(exc).splitlines()[0]
+    return state
+
+
+def every_host_state(what=("version", "worktrees", "sessions")) -> list[HostState]:
+    return fan_out(lambda host: host_state(host, what), load_hosts().values())
+
+
+# -- host.add / update / remove / list ----------------------------------------------------------
+
+def add_host(ws: Workspace, name: str, target: str, group: str = "ch", python: str = "") -> list[str]:
+    """Check the host, mirror this toplevel there, bootstrap it (unless ``python`` names one that
+    already has chtop's deps), check its chtop answers, then record it.  Nothing is recorded when a
+    step fails; running it again continues where it stopped."""
+    if name in load_hosts():
+        raise UsageError(f"host {name!r} is already recorded (update it: inv host.update --name {name}; "
+                         f"or inv host.remove {name} first)")
+    if target_problem(target):
+        raise UsageError(f"bad ssh target {target!r}: {target_problem(target)}")
+    group = group[2:] if group.startswith("~/") else group       # the login dir there is its home
+    host = check_host(Host(name, target, f"{group.rstrip('/')}/{ws.toplevel.name}", python or "python3"))
+    notes = install.refuse_missing_tools(host, install.probe_tools(host))
+    install.push_checkouts(ws, host)
+    if not python:
+        host = Host(host.name, host.target, host.toplevel, install.run_bootstrap(host))
+    install.init_there(host)
+    notes += check_installed(ws, host)
+    record_host(host)
+    return notes + [f"added host {name}: chtop {local_version(ws)[:12]} in {target}:{host.toplevel} "
+                    f"(python {host.python})"]
+
+
+def check_installed(ws: Workspace, host: Host) -> list[str]:
+    """The host runs this toplevel's commit and its chtop answers; else an error saying which."""
+    there, here = install.remote_version(host), local_version(ws)
+    if there != here:
+        raise ChtopError(f"host {host.name}: its toplevel is at {there[:12]}, not this one's {here[:12]}")
+    ask_worktrees(host)
+    return []
+
+
+def update_hosts(ws: Workspace, name: str = "", every: bool = False) -> tuple[list[str], int]:
+    """Mirror this toplevel's commits to one host (or all), one at a time: (what each was and is,
+    how many could not be updated; the others are updated all the same)."""
+    if bool(name) == every:
+        raise UsageError("host.update needs --name NAME or --all (not both)")
+    hosts = list(load_hosts().values()) if every else [get_host(name)]
+    lines, failed, here = [], 0, local_version(ws)
+    for host in hosts:
+        try:
+            lines.append(update_host(ws, host, here))
+        except ChtopError as exc:
+            failed += 1
+            lines.append(f"{host.name}: not updated: {exc}")
+    return lines, failed
+
+
+def update_host(ws: Workspace, host: Host, here: str) -> str:
+    before = install.remote_version(host)
+    if before == here:
+        return f"{host.name}: up to date (chtop {here[:12]})"
+    install.push_checkouts(ws, host)
+    install.init_there(host)
+    check_installed(ws, host)
+    return f"{host.name}: updated chtop {before[:12]} -> {here[:12]}"
+
+
+def unlanded(state: HostState) -> list[str]:
+    """Each worktree repo there with commits not merged up, uncommitted changes, or that chtop could not read."""
+    out = []
+    for wt in state.worktrees:
+        if wt["problem"]:
+            out.append(f"{wt['name']}: {wt['problem']}")
+        for repo in wt["repos"]:
+            why = [f"{repo['ahead']} commit(s) not merged up" if repo["ahead"] else "",
+                   "uncommitted changes" if repo["dirty"] else "", repo["problem"] or ""]
+            if any(why):
+                out.append(f"{wt['name']}/{repo['repo']}: " + ", ".join(w for w in why if w))
+    return out
+
+
+def remove_host(name: str, force: bool = False) -> str:
+    """Forget a host (its files there stay); refused while its worktrees hold unlanded work, or
+    while it cannot be asked (``force``: forget it anyway)."""
+    host = get_host(name)
+    state = host_state(host, ("worktrees",))
+    if not force:
+        if not state.reachable:
+            raise Refused(f"cannot check host {name} for unlanded work: {state.error}\n"
+                          f"Forget it anyway (its worktrees there stay as they are): inv host.remove {name} --force")
+        problems = unlanded(state)
+        if problems:
+            raise Refused(f"host {name} holds worktrees with unlanded work:\n  " + "\n  ".join(problems)
+                          + f"\nMerge them up (or delete them there), then inv host.remove {name} again")
+    forget_host(name)
+    close_connection(host)
+    return f"removed host {name} (nothing on {host.target} was changed; its toplevel {host.toplevel} stays there)"
+
+
+def host_lines(ws: Workspace) -> list[str]:
+    """``host.list``: each host, reachable or why not, its chtop version against this one's,
+    its worktrees and sessions."""
+    here = local_version(ws)
+    lines = []
+    for state in every_host_state():
+        host = state.host
+        if not state.reachable:
+            lines.append(f"{host.name:12} {host.target:20} unreachable: {state.error}")
+            continue
+        version = "same chtop as here" if state.version == here else \
+            f"behind: chtop {state.version[:12]}, here {here[:12]} (inv host.update --name {host.name})"
+        pending = sum(row["pending"] for row in state.sessions)
+        lines.append(f"{host.name:12} {host.target:20} reachable, {version}, "
+                     f"{len(state.worktrees)} worktree(s), {len(state.sessions)} session(s), "
+                     f"{pending} pending approval(s)")
+        for wt in state.worktrees:
+            session = next((s for s in state.sessions if s["worktree"] == wt["name"]), None)
+            lines.append(f"  {wt['name']:16} " + (f"session {session['state']}" if session else "no session"))
+    return lines or ["no hosts (add one: inv host.add NAME SSH_TARGET)"]
+
+
+# -- the --host hooks of worktree.*, git.status, session.list -----------------------------------
+
+def create_remote_worktree(ws: Workspace, host_name: str, name: str, no_venv: bool = False) -> int:
+    """``worktree.create`` in the host's toplevel, which must run this toplevel's commit."""
+    check_worktree_name(name)
+    host = get_host(host_name)
+    there, here = install.remote_version(host), local_version(ws)
+    if there != here:
+        raise Refused(f"host {host_name} runs chtop {there[:12]}, this toplevel {here[:12]}: "
+                      f"inv host.update --name {host_name} first (its worktree would fork from another commit)")
+    code = task_there(host_name, "worktree.create", "--name", name, *(["--no-venv"] if no_venv else []))
+    if code == 0:
+        say(f"created worktree {name} on host {host_name} ({host.target}:{worktree_dir_there(host, name)})")
+    return code
+
+
+def worktree_dir_there(host: Host, name: str) -> str:
+    """A worktree's dir on the host: beside its toplevel, as here."""
+    return f"{host.toplevel.rsplit('/', 1)[0]}/{name}" if "/" in host.toplevel else name
+
+
+def task_there(host_name: str, *args: str, worktree: str = "") -> int:
+    """A chtop task run by the host's own chtop, in its toplevel (or in ``worktree`` there), its
+    output shown as it comes (inert); the task's exit status there, passed through."""
+    host = get_host(host_name)
+    cwd = worktree_dir_there(host, check_worktree_name(worktree)) if worktree else host.toplevel
+    # in a worktree, tasks.py is looked for at its root only (as chtop's inv does), never in a dir below
+    search = ["--search-root", cwd] if worktree else []
+    result = run_on(host, [host.python, "-m", "invoke", *search, *args], cwd, shown=True, check=False,
+                    timeout=LONG_TIMEOUT)
+    return result.returncode
+
+
+def go_argv_there(host_name: str, name: str, agent: bool = False) -> list[str]:
+    """``chtop go NAME --host HOST``: ``ssh -t`` into a login shell in the worktree there (with
+    ``agent``: its agent session, as ``session.attach --host``)."""
+    if agent:
+        return attach_argv_there(host_name, name)
+    host = get_host(host_name)
+    return ssh_argv(host, ["sh", "-c", 'exec "${SHELL:-/bin/sh}" -l'],
+                    worktree_dir_there(host, check_worktree_name(name)), tty=True)
+
+
+def attach_argv_there(host_name: str, name: str) -> list[str]:
+    """``ssh -t`` into the host's ``session.attach --name NAME`` (its tmux; detaching returns here)."""
+    host = get_host(host_name)
+    return ssh_argv(host, [host.python, "-m", "invoke", "session.attach", "--name", check_worktree_name(name)],
+                    host.toplevel, tty=True)
+
+
+def lines_per_worktree(render) -> list[str]:
+    """``render(host name, host, worktree)``'s lines for every worktree of every host, and one
+    line for each host that did not answer."""
+    lines = []
+    for state in every_host_state(("worktrees",)):
+        if not state.reachable:
+            lines.append(f"{state.host.name}: unreachable: {state.error}")
+            continue
+        for wt in state.worktrees:
+            lines += render(state.host.name, state.host, wt)
+    return lines
+
+
+def worktree_lines() -> list[str]:
+    """``worktree.list``'s lines for every host's worktrees: ``HOST:NAME`` (the host column)."""
+    from ..workspace.worktrees import describe_record
+
+    def render(name, host, wt):
+        head = f"{name}:{wt['name']}  ({host.target}:{wt['root']})" + (f"  {wt['problem']}" if wt["problem"] else "")
+        return [head, *(describe_record(repo) for repo in wt["repos"])]
+
+    return lines_per_worktree(render)
+
+
+def status_lines() -> list[str]:
+    """``git.status``'s relations for every host's worktrees, as the toplevel shows its own."""
+    def render(name, host, wt):
+        said = [line for line in (relation_line(name, wt["name"], repo) for repo in wt["repos"]) if line]
+        return said or [f"{name}:{wt['name']} is up to date with its integration branches"]
+
+    return lines_per_worktree(render)
+
+
+def relation_line(host: str, worktree: str, repo: dict) -> str:
+    where = f"{host}:{worktree}/{repo['repo']}"
+    if repo["problem"]:
+        return f"{where}: {repo['problem']}"
+    parts = []
+    if repo["branch"] != worktree:
+        parts.append(f"on branch {repo['branch'] or '(detached)'}, not {worktree}")
+    if repo["ahead"] or repo["behind"]:
+        parts.append(f"{repo['ahead']} commit(s) ahead of, {repo['behind']} behind {repo['integration']}")
+    if repo["dirty"]:
+        parts.append("uncommitted changes")
+    return f"{where}: " + "; ".join(parts) if parts else ""
+
+
+def session_states() -> list[HostState]:
+    """Every host's sessions (``session.list``), asked at once, each within its bound."""
+    return every_host_state(("sessions",))
+
+
+__all__ = ["LOCAL", "Unreachable", "add_host", "update_hosts", "remove_host", "host_lines",
+           "create_remote_worktree", "task_there", "attach_argv_there", "go_argv_there", "worktree_lines", "status_lines",
+           "session_states"]

@@ -1,0 +1,286 @@
+"""The fleet: hosts over SSH, with a real second host (sshd started by the test, tests/ssh_helpers.py).
+
+The unit tests check the parts that take a host's word (the answer schema, the host records) with
+no processes; the rest run the real loop through the test's sshd: host.add installs chtop from the
+test's toplevel with git over SSH, host.list / worktree.create --host / git.status / host.remove
+ask the chtop there, and a frozen sshd is reported unreachable within the bound, never a hang.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import git
+from ssh_helpers import remote_group_dir, remote_python, start_sshd
+
+from chtop_tasks.errors import UsageError
+from chtop_tasks.hosts import answers, records
+from chtop_tasks.hosts.answers import BadAnswer, parse_answer
+from chtop_tasks.hosts.ssh import remote_line
+
+ESC = "\x1b"
+
+
+# -- a host's answers: parsed against a schema, strings inert --------------------------------------
+
+def worktree_answer(**overrides):
+    repo = {"repo": "alpha", "branch": "dev", "integration": "main", "ahead": 1, "behind": 0, "dirty": False,
+            "problem": None}
+    wt = {"name": "dev", "root": "/x/dev", "venv": "missing", "problem": None, "repos": [repo]}
+    wt.update(overrides)
+    return [wt]
+
+
+def test_an_answer_keeps_only_the_schema_fields_and_every_string_is_inert():
+    hostile = worktree_answer(root=f"/x/{ESC}]52;c;cm0gLXJmIH4={ESC}\\dev\n$ rm -rf ~", extra="dropped")
+    hostile[0]["repos"][0]["problem"] = f"{ESC}[2J\u202egnp.exe"
+    parsed = parse_answer(json.dumps(hostile), answers.WORKTREES, "test")
+    assert "extra" not in parsed[0]
+    assert ESC not in parsed[0]["root"] and "^[]52" in parsed[0]["root"]
+    assert "\n" not in parsed[0]["root"] and "^J" in parsed[0]["root"]
+    assert parsed[0]["repos"][0]["problem"] == "^[[2J<U+202E>gnp.exe"
+
+
+@pytest.mark.parametrize("answer, why", [
+    ("not json", "not JSON"),
+    (json.dumps({"name": "dev"}), "expected a list"),
+    (json.dumps(worktree_answer(name="../../etc")), "not a worktree name"),
+    (json.dumps(worktree_answer(name=f"dev{ESC}[2J")), "not a worktree name"),
+    (json.dumps(worktree_answer(repos=[{"repo": "a"}])), "is missing"),
+    (json.dumps(worktree_answer(repos="alpha")), "expected a list"),
+    (json.dumps(worktree_answer(venv=3)), "expected str"),
+])
+def test_an_answer_that_is_not_what_was_asked_is_refused_naming_the_field(answer, why):
+    with pytest.raises(BadAnswer, match=why):
+        parse_answer(answer, answers.WORKTREES, "host gpu1: worktree.list")
+
+
+def test_a_count_that_is_a_boolean_or_huge_is_refused():
+    for bad in (True, 10**30):
+        wt = worktree_answer()
+        wt[0]["repos"][0]["ahead"] = bad
+        with pytest.raises(BadAnswer):
+            parse_answer(json.dumps(wt), answers.WORKTREES, "test")
+
+
+def test_an_answer_larger_than_the_cap_is_refused(monkeypatch):
+    monkeypatch.setattr(answers, "MAX_ANSWER", 100)
+    with pytest.raises(BadAnswer, match="larger than"):
+        parse_answer(json.dumps(worktree_answer(root="x" * 200)), answers.WORKTREES, "test")
+
+
+# -- host records ---------------------------------------------------------------------------------
+
+def test_host_records_round_trip_and_bad_fields_are_refused_changing_nothing():
+    records.record_host(records.Host("gpu1", "me@gpu1.example", "ch/top", "/usr/bin/python3"))
+    before = records.hosts_path().read_text()
+    for bad in (records.Host("-x", "gpu1", "ch/top", "python3"), records.Host("gpu2", "-oProxyCommand=x", "ch", "p"),
+                records.Host("gpu2", "gpu2", "../etc", "python3"), records.Host("local", "h", "ch/top", "p"),
+                records.Host("gpu2", "gpu2", "ch/top", "py; rm -rf ~"), records.Host("gpu2", "gpu2", "~/ch/top", "p")):
+        with pytest.raises(UsageError, match="bad"):
+            records.record_host(bad)
+    assert records.hosts_path().read_text() == before
+    assert records.load_hosts() == {"gpu1": records.Host("gpu1", "me@gpu1.example", "ch/top", "/usr/bin/python3")}
+    with pytest.raises(UsageError, match="no host 'gpu3'.*hosts: gpu1"):
+        records.get_host("gpu3")
+
+
+def test_the_remote_command_line_is_the_argv_quoted_for_the_remote_shell():
+    argv = ["printf", "%s\\n", "$(id)", "a b;c", "`x`", "'"]
+    line = remote_line(argv, "/tmp/dir with space")
+    import shlex
+    assert shlex.split(line) == ["cd", "/tmp/dir with space", "&&", *argv]
+
+
+# -- the real loop, through the test's sshd -------------------------------------------------------
+
+@pytest.fixture
+def sshd():
+    host = start_sshd()
+    yield host
+    host.stop()
+    shutil.rmtree(host.base, ignore_errors=True)
+
+
+@pytest.fixture
+def fleet_config(sshd):
+    """This side's chtop config: ssh -F the test's client config; a short bound for a question."""
+    config = Path(os.environ["XDG_CONFIG_HOME"]) / "chtop"
+    config.mkdir(parents=True, exist_ok=True)
+    (config / "config.toml").write_text(f'ssh_config = "{sshd.config}"\nhost_timeout = 20\n')
+    return sshd
+
+
+@pytest.fixture
+def remote_base(sshd):
+    base = remote_group_dir(sshd.user)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def close_masters(group, sshd) -> None:
+    subprocess.run(["ssh", "-F", str(sshd.config), "-O", "exit", sshd.alias], capture_output=True,
+                   stdin=subprocess.DEVNULL)
+
+
+def test_the_remote_shell_runs_exactly_the_argv(fleet_config, remote_base):
+    from chtop_tasks.hosts.ssh import run_on
+
+    host = records.Host("gpu1", fleet_config.alias, str(remote_base), "python3")
+    argv = ["printf", "%s\\n", "$(id -u)", "a b;c", "`whoami`", "'", "--"]
+    try:
+        out = run_on(host, argv).stdout
+    finally:
+        close_masters(None, fleet_config)
+    assert out.splitlines() == argv[2:]
+
+
+@pytest.mark.slow
+def test_fleet_loop_add_list_create_commit_status_remove_update_unreachable(initialized, fleet_config, remote_base):
+    g, sshd = initialized, fleet_config
+    top = g.toplevel
+    remote_top = remote_base / "grp" / "top"
+    try:
+        added = g.inv(top, "host.add", "gpu1", sshd.alias, "--group", str(remote_base / "grp"),
+                      "--python", str(remote_python()))
+        assert "added host gpu1" in added.stdout
+        assert "$ ssh " in added.stderr and "ControlMaster=auto" in added.stderr     # every command echoed
+        here = git(top, "rev-parse", "HEAD")
+        assert sshd.ssh(f"git -C {remote_top} rev-parse HEAD").stdout.strip() == here
+        assert sshd.ssh(f"git -C {remote_top}/alpha rev-parse main").stdout.strip() == git(top / "alpha",
+                                                                                         "rev-parse", "main")
+        assert 'target = "gpu1"' in records.hosts_path().read_text()
+
+        listed = g.inv(top, "host.list").stdout
+        assert "gpu1" in listed and "reachable, same chtop as here, 0 worktree(s)" in listed
+
+        again = g.inv(top, "host.add", "gpu1", sshd.alias, check=False)
+        assert again.returncode == 2 and "already recorded" in again.stderr
+
+        g.inv(top, "worktree.create", "--name", "dev", "--host", "gpu1", "--no-venv")
+        assert not (g.grouping / "dev").exists()                  # made there, not here
+        assert sshd.ssh(f"test -d {remote_base}/grp/dev/alpha && git -C {remote_base}/grp/dev/alpha "
+                        "symbolic-ref --short HEAD").stdout.strip() == "dev"
+        listing = g.inv(top, "worktree.list").stdout
+        assert "gpu1:dev" in listing and "+0/-0 vs main" in listing
+
+        sshd.ssh(f"cd {remote_base}/grp/dev/alpha && echo remote > remote.txt && git add remote.txt && "
+                 "git commit -q -m 'made on gpu1'")
+        status = g.inv(top, "git.status").stdout
+        assert "gpu1:dev/alpha: 1 commit(s) ahead of, 0 behind main" in status
+        assert "gpu1:dev/beta" not in status
+
+        refused = g.inv(top, "host.remove", "gpu1", check=False)
+        assert refused.returncode == 3, refused.stderr
+        assert "dev/alpha: 1 commit(s) not merged up" in refused.stderr
+        assert "gpu1" in records.load_hosts()
+        refused = g.inv(top, "worktree.delete", "--name", "dev", "--host", "gpu1", check=False)
+        assert refused.returncode == 3, refused                  # the host's own delete refuses, as here
+        assert "not merged" in refused.stderr + refused.stdout
+        assert sshd.ssh(f"test -d {remote_base}/grp/dev").returncode == 0
+
+        chtop = [sys.executable, "-m", "chtop_tasks.cli", "go", "dev", "--host", "gpu1"]
+        went = subprocess.run(chtop, cwd=top, input="pwd\n", capture_output=True, text=True, timeout=120,
+                              env=dict(os.environ, PYTHONPATH=str(top)))
+        assert went.returncode == 0, went
+        assert went.stdout.splitlines()[-1] == f"{remote_base}/grp/dev"     # a shell there, in the worktree
+        no_session = g.inv(top, "session.attach", "--host", "gpu1", "--name", "dev", check=False)
+        assert no_session.returncode == 3, no_session            # ssh -t ran the host's own session.attach
+        assert "no session for worktree dev" in no_session.stderr, no_session
+
+        diff = g.inv(top, "git.diff", "--integration", "--host", "gpu1", "--name", "dev")
+        assert "+remote" in diff.stdout and "remote.txt" in diff.stdout
+
+        g.commit(top, "NEWS", "new chtop commit\n", "chtop: a new commit here")
+        g.push_upstream_commit("alpha", "upstream.txt", "moved here\n")
+        behind = g.inv(top, "host.list").stdout
+        assert "behind: chtop " + here[:12] in behind and "inv host.update --name gpu1" in behind
+        refused = g.inv(top, "worktree.create", "--name", "dev2", "--host", "gpu1", "--no-venv", check=False)
+        assert refused.returncode == 3 and "inv host.update --name gpu1 first" in refused.stderr
+        updated = g.inv(top, "host.update", "--name", "gpu1").stdout
+        assert f"updated chtop {here[:12]} -> {git(top, 'rev-parse', 'HEAD')[:12]}" in updated
+        assert sshd.ssh(f"cat {remote_top}/NEWS").stdout == "new chtop commit\n"
+        assert "same chtop as here" in g.inv(top, "host.list").stdout
+        assert "gpu1:dev/alpha: 1 commit(s) ahead of, 1 behind main" in g.inv(top, "git.status").stdout
+        g.inv(top, "git.rebase-down", "--host", "gpu1", "--name", "dev")
+        rebased = g.inv(top, "git.status").stdout
+        assert "gpu1:dev/alpha: 1 commit(s) ahead of, 0 behind main" in rebased, rebased
+        assert "up to date" in g.inv(top, "host.update", "--all").stdout
+
+        sessions = g.inv(top, "session.list").stdout
+        assert "unreachable" not in sessions
+
+        g.inv(top, "worktree.delete", "--name", "dev", "--host", "gpu1", "--force")
+        assert sshd.ssh(f"test -e {remote_base}/grp/dev", check=False).returncode == 1
+        assert sshd.ssh(f"git -C {remote_top}/alpha log -1 --format=%s dev").stdout.strip() == "made on gpu1"
+        host = records.get_host("gpu1")
+        assert "removed host gpu1" in g.inv(top, "host.remove", "gpu1").stdout
+        assert "gpu1" not in records.load_hosts()
+        records.record_host(host)                      # again, for the frozen host below
+        assert "unreachable" not in g.inv(top, "session.list").stdout   # its shared connection open again
+
+        sshd.freeze()                                  # a host that answers nothing at all
+        started = time.monotonic()
+        frozen = g.inv(top, "session.list", timeout=120)
+        took = time.monotonic() - started
+        assert "gpu1             unreachable: host gpu1 (gpu1) did not answer within 20s" in frozen.stdout, frozen
+        assert took < 60, f"session.list took {took:.0f}s against a frozen host"
+        assert "gpu1         gpu1                 unreachable: host gpu1 (gpu1)" in \
+            g.inv(top, "host.list", timeout=120).stdout    # a new connection: ConnectTimeout, or the bound
+        not_updated = g.inv(top, "host.update", "--all", check=False, timeout=120)
+        assert not_updated.returncode == 1 and "gpu1: not updated: host gpu1 (gpu1)" in not_updated.stdout
+    finally:
+        sshd.stop()
+        close_masters(g, sshd)
+
+
+EVIL_PYTHON = """#!/bin/sh
+# a host whose chtop an agent has rewritten: every answer carries terminal control sequences
+case "$3" in
+  worktree.list) cat <<'END'
+{worktrees}
+END
+  ;;
+  session.list) cat <<'END'
+{sessions}
+END
+  ;;
+esac
+"""
+
+
+def test_a_hostile_hosts_answers_reach_the_terminal_inert(initialized, fleet_config, remote_base):
+    """The attack: the host's chtop (changed by one of its agents) answers with OSC 52 (write the
+    clipboard), a title change and a screen clear in every string chtop prints from it."""
+    g, sshd = initialized, fleet_config
+    osc = "\x1b]52;c;ZWNobyBwd25lZA==\x07\x1b]2;pwned\x07\x1b[2J"
+    worktrees = worktree_answer(root=f"/r/dev{osc}\ngpu1:prod  (gpu1:/forged)")
+    worktrees[0]["repos"][0].update(repo=f"alpha{osc}", integration=f"main{osc}")
+    sessions = [{"worktree": "dev", "agent": f"claude{osc}", "state": f"working{osc}", "since": 0, "pending": 0}]
+    script = remote_base / "evil-python"
+    script.write_text(EVIL_PYTHON.replace("{worktrees}", json.dumps(worktrees))
+                      .replace("{sessions}", json.dumps(sessions)))
+    script.chmod(0o755)
+    (remote_base / "top").mkdir()
+    git(remote_base / "top", "init", "-q")
+    subprocess.run(["chown", "-R", f"{sshd.user.pw_uid}:{sshd.user.pw_gid}", str(remote_base)], check=True)
+    records.record_host(records.Host("gpu1", sshd.alias, f"{remote_base}/top", str(script)))
+    try:
+        listing = g.inv(g.toplevel, "worktree.list")
+        sessions_out = g.inv(g.toplevel, "session.list")
+    finally:
+        close_masters(g, sshd)
+    for out in (listing.stdout, sessions_out.stdout):
+        assert "\x1b" not in out and "\x07" not in out
+    assert "gpu1:dev  (gpu1:/r/dev^[]52;c;ZWNobyBwd25lZA==^G^[]2;pwned^G^[[2J^Jgpu1:prod  (gpu1:/forged))" \
+        in listing.stdout
+    assert not any(line.startswith("gpu1:prod") for line in listing.stdout.splitlines())   # no forged line
+    assert "alpha^[]52" in listing.stdout
+    assert "gpu1             dev              claude^[]52" in sessions_out.stdout
