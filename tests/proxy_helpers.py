@@ -33,11 +33,11 @@ def free_port() -> int:
 
 
 class EchoServer:
-    """Threaded TCP echo server on 127.0.0.1; counts the connections it accepted."""
+    """Threaded TCP echo server on 127.0.0.1 (or ``address``); counts the connections it accepted."""
 
-    def __init__(self):
+    def __init__(self, address: str = "127.0.0.1"):
         self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock.bind((address, 0))
         self.sock.listen(1024)
         self.port = self.sock.getsockname()[1]
         self.accepted = 0

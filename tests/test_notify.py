@@ -4,8 +4,10 @@ stand-in of ntfy's HTTP API, and the notifier beside the real proxy answering he
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from ntfy_standin import NtfyStandin
-from proxy_helpers import connect_in_thread, echo, proxy  # noqa: F401
+from proxy_helpers import EchoServer, connect_in_thread, echo, proxy  # noqa: F401
 from test_approvals import wait_held
 
 from chtop_tasks.errors import PolicyError, UsageError
@@ -31,6 +33,42 @@ def standin():
     server = NtfyStandin()
     yield server
     server.stop()
+
+
+CLONE_NEWNET = 0x40000000
+GLOBAL_ADDRESS = "1.2.3.4"       # a public address; it exists only inside the test's own network namespace
+
+
+@pytest.fixture
+def own_network():
+    """This test's thread (and all it starts: proxy, notifier, stand-in, clients) in a network
+    namespace of its own whose loopback also carries GLOBAL_ADDRESS.  The proxy refuses to
+    connect to non-public addresses unless the allow entry says ``private``, which the phone
+    never writes: this lets a real upstream be reached at a public address, with the proxy's
+    check untouched.  Skipped where a network namespace cannot be made (not root)."""
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.skip("needs root and iproute2 to make a network namespace")
+    libc = ctypes.CDLL(None, use_errno=True)
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    if libc.unshare(CLONE_NEWNET) != 0:
+        os.close(home)
+        pytest.skip(f"cannot make a network namespace: {os.strerror(ctypes.get_errno())}")
+    try:
+        subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+        subprocess.run(["ip", "addr", "add", f"{GLOBAL_ADDRESS}/32", "dev", "lo"], check=True)
+        yield GLOBAL_ADDRESS
+    finally:
+        assert libc.setns(home, CLONE_NEWNET) == 0, os.strerror(ctypes.get_errno())
+        os.close(home)
+
+
+@pytest.fixture
+def public_echo(own_network, proxy):
+    """An echo server at a public address, which the proxy's test hosts file names echo.example.test."""
+    server = EchoServer(own_network)
+    proxy.hosts_file.write_text(f"{own_network} echo.example.test\n")
+    yield server
+    server.close()
 
 
 def _cfg(standin) -> config.NotifyConfig:
@@ -224,9 +262,9 @@ def _post(standin, cfg, body: str) -> None:
 
 @pytest.mark.slow
 def test_allow_once_from_the_phone_releases_the_held_request_and_the_next_is_held_again(
-        proxy, echo, standin, monkeypatch):
+        public_echo, proxy, standin, monkeypatch):
     cfg = _start(proxy, standin, monkeypatch, hold=30)
-    target = f"echo.example.test:{echo.port}"
+    target = f"echo.example.test:{public_echo.port}"
     t, result = connect_in_thread(proxy, target)
     [msg] = standin.wait_published(cfg.topic, 1)
     assert msg["title"] == "a sandbox wants echo.example.test"
@@ -236,11 +274,11 @@ def test_allow_once_from_the_phone_releases_the_held_request_and_the_next_is_hel
     once = _button(msg, "Allow once")
     standin.tap(once)
     t.join(20)
-    # released as "allowed once"; then refused only because the test name resolves to 127.0.0.1
-    # (the phone never marks a domain `private`)
+    # released as "allowed once": it goes through to the upstream, and is echoed
+    assert result == {"status": 200, "echo": b"ping\n"}
     rec = proxy.wait_record(lambda r: r.get("host") == "echo.example.test")
-    assert rec["rule"].startswith("allowed once") and "non-public address" in rec["reason"]
-    assert result["status"] == 403
+    assert rec["rule"].startswith("allowed once") and rec["upstream"] == GLOBAL_ADDRESS
+    assert public_echo.accepted == 1
     assert [(d["scope"], d["via"], d["domain"]) for d in approvals.read_decisions(proxy.group)] == [
         ("once", "phone", target)]
     assert "echo.example.test" not in (proxy.policy / "net-allow.txt").read_text()
