@@ -108,7 +108,8 @@ def test_a_config_others_may_read_or_a_link_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("line, error", [
-    ('buttons = ["once", "1h", "always", "deny"]', "buttons must list 1 to 3"),
+    ('buttons = ["once", "deny", "once"]', "each once"),
+    ('buttons = []', "buttons must list"),
     ('buttons = ["sudo"]', "buttons must list"),
     ('topic = "has space"', "topic must be"),
     ('held_after = -1', "held_after must be"),
@@ -122,6 +123,13 @@ def test_a_bad_setting_is_named(line, error):
     path.write_text(text + line + "\n")
     with pytest.raises(PolicyError, match=error):
         config.load()
+
+
+def test_up_to_three_buttons_fit_one_message_and_all_four_show_two_and_more():
+    """ntfy takes three action buttons a message: the fourth choice comes behind "More…"."""
+    assert config.button_layout(("once", "1h", "deny")) == (("once", "1h", "deny"), ())
+    assert config.button_layout(config.DEFAULT_BUTTONS) == (("once", "deny"), ("1h", "always"))
+    assert set(config.DEFAULT_BUTTONS) == set(config.BUTTONS)
 
 
 def test_setup_refuses_a_bad_server_and_writes_nothing():
@@ -148,6 +156,13 @@ def test_a_code_stands_for_its_offer_and_decision_once_and_until_its_expiry():
             offers.redeem(code, now)
     with pytest.raises(codes.Refusal, match="expired"):
         offers.redeem(other.codes["once"], now + 61)
+    # "More…" asks for the other choices once, and decides nothing: the offer stays open
+    fourth = offers.make("more.example", "dev", ("once", "deny", "1h", "always", codes.MORE), now + 60)
+    assert offers.redeem(fourth.codes[codes.MORE], now) == (fourth, codes.MORE)
+    with pytest.raises(codes.Refusal, match="reused"):
+        offers.redeem(fourth.codes[codes.MORE], now)
+    assert offers.live("more.example", "dev", now) is fourth
+    assert offers.redeem(fourth.codes["always"], now) == (fourth, "always")
     third = offers.make("files.example", "dev", ("once", "deny"), now + 60)
     assert offers.live("files.example", "dev", now) is third
     offers.end("files.example", "dev")                       # the proxy says its hold ended
@@ -243,9 +258,9 @@ def _notify_log(proxy) -> str:
     return path.read_text() if path.exists() else ""
 
 
-def _wait_log(proxy, text: str, timeout: float = 20.0) -> str:
+def _wait_log(proxy, text: str, timeout: float = 20.0, count: int = 1) -> str:
     deadline = time.monotonic() + timeout
-    while text not in _notify_log(proxy):
+    while _notify_log(proxy).count(text) < count:
         assert time.monotonic() < deadline, f"{text!r} not in notify.log:\n{_notify_log(proxy)}"
         time.sleep(0.05)
     return _notify_log(proxy)
@@ -268,7 +283,7 @@ def test_allow_once_from_the_phone_releases_the_held_request_and_the_next_is_hel
     t, result = connect_in_thread(proxy, target)
     [msg] = standin.wait_published(cfg.topic, 1)
     assert msg["title"] == "a sandbox wants echo.example.test"
-    assert [a["label"] for a in msg["actions"]] == ["Allow once", "Allow 1h", "Deny"]
+    assert [a["label"] for a in msg["actions"]] == ["Allow once", "Deny", "More…"]
     assert cfg.secret not in json.dumps(msg)
     assert {a["url"] for a in msg["actions"]} == {f"{standin.url}/{cfg.reply_topic}"}
     once = _button(msg, "Allow once")
@@ -318,8 +333,11 @@ def test_an_expired_code_changes_nothing(proxy, echo, standin, monkeypatch):
     t.join(20)
     assert result["status"] == 403                       # the hold ran out
     _wait_log(proxy, "hold ended: echo.example.test [dev] (its time ran out)")
-    standin.tap(_button(msg, "Allow 1h"))
+    standin.tap(_button(msg, "More…"))
     _wait_log(proxy, "ignored a reply: expired")
+    standin.tap(_button(msg, "Allow once"))
+    _wait_log(proxy, "ignored a reply: expired", count=2)
+    assert len(standin.published(cfg.topic)) == 1          # no other choices pushed for it
     assert approvals.read_decisions(proxy.group) == []
     assert not (proxy.group / ".chtop" / "net" / "allow-timed.jsonl").exists() or \
         "echo.example.test" not in (proxy.group / ".chtop" / "net" / "allow-timed.jsonl").read_text()
@@ -338,8 +356,16 @@ def test_the_notifier_survives_the_server_going_away_and_coming_back(proxy, echo
     standin.wait_subscribed(cfg.reply_topic, timeout=40)     # reconnected (with backoff)
     t, result = connect_in_thread(proxy, f"echo.example.test:{echo.port}")
     [msg] = standin.wait_published(cfg.topic, 1)
-    standin.tap(_button(msg, "Allow 1h"))
+    standin.tap(_button(msg, "More…"))                 # all four choices: the other two come next
+    more = standin.wait_published(cfg.topic, 2)[1]
+    assert more["title"] == msg["title"] and [a["label"] for a in more["actions"]] == ["Allow 1h", "Allow"]
+    assert _button(msg, "More…")["clear"] is False and _button(more, "Allow")["clear"] is True
+    standin.tap(_button(msg, "More…"))                 # asked once
+    _wait_log(proxy, "ignored a reply: reused")
+    standin.tap(_button(more, "Allow 1h"))
     t.join(20)
+    standin.tap(_button(msg, "Deny"))                  # answered: the first message's buttons are spent
+    _wait_log(proxy, "ignored a reply: reused", count=2)
     assert [(d["scope"], d["ttl"], d["via"]) for d in approvals.read_decisions(proxy.group)] == [
         ("for", 3600.0, "phone")]
     assert result["status"] == 403                  # allowed for 1h; refused only for the 127.0.0.1 address
