@@ -324,6 +324,26 @@ def test_allow_once_from_the_phone_releases_the_held_request_and_the_next_is_hel
 
 
 @pytest.mark.slow
+def test_allow_behind_more_lets_this_request_and_the_next_through(public_echo, proxy, standin, monkeypatch):
+    cfg = _start(proxy, standin, monkeypatch, hold=30)
+    target = f"echo.example.test:{public_echo.port}"
+    t, result = connect_in_thread(proxy, target)
+    [msg] = standin.wait_published(cfg.topic, 1)
+    standin.tap(_button(msg, "More…"))
+    more = standin.wait_published(cfg.topic, 2)[1]
+    standin.tap(_button(more, "Allow"))
+    t.join(20)
+    assert result == {"status": 200, "echo": b"ping\n"}
+    # allowed for good, as `inv net.allow echo.example.test:PORT` writes it (never `private`)
+    assert f"\n{target}\n" in (proxy.policy / "net-allow.txt").read_text()
+    assert [(d["scope"], d["via"], d["domain"], d["private"]) for d in approvals.read_decisions(proxy.group)] == [
+        ("group", "phone", target, False)]
+    t, result = connect_in_thread(proxy, target)           # the next one is not held: it is allowed
+    t.join(20)
+    assert result == {"status": 200, "echo": b"ping\n"} and len(standin.published(cfg.topic)) == 2
+
+
+@pytest.mark.slow
 def test_an_expired_code_changes_nothing(proxy, echo, standin, monkeypatch):
     cfg = _start(proxy, standin, monkeypatch, hold=2)
     dev = proxy.start("dev")                              # worktree dev's own socket
