@@ -224,13 +224,14 @@ def read_head(s: socket.socket) -> tuple[int, bytes]:
     return status, rest
 
 
-def connect_in_thread(via, target: str, payload: bytes = b"ping\n") -> tuple[threading.Thread, dict]:
+def connect_in_thread(via, target: str, payload: bytes = b"ping\n",
+                      timeout: float = 30.0) -> tuple[threading.Thread, dict]:
     """CONNECT ``target`` through ``via`` in a thread (it may be held for an answer); on a 200,
     send ``payload`` and read its echo.  The thread's ``result``: ``status`` and ``echo``."""
     result = {}
 
     def go():
-        with connect_proxy(via, timeout=30) as s:
+        with connect_proxy(via, timeout=timeout) as s:
             s.sendall(f"CONNECT {target} HTTP/1.1\r\n\r\n".encode())
             result["status"], _ = read_head(s)
             if result["status"] == 200:

@@ -396,14 +396,14 @@ def test_the_notifier_survives_the_server_going_away_and_coming_back(proxy, echo
 @pytest.mark.slow
 def test_a_tap_that_reached_the_server_while_the_notifier_was_cut_off_is_caught_up_once(
         public_echo, proxy, standin, monkeypatch):
-    cfg = _start(proxy, standin, monkeypatch, hold=30)
-    t, result = connect_in_thread(proxy, f"echo.example.test:{public_echo.port}")
+    cfg = _start(proxy, standin, monkeypatch, hold=90)       # time enough for the reconnect's backoff under load
+    t, result = connect_in_thread(proxy, f"echo.example.test:{public_echo.port}", timeout=100)
     [msg] = standin.wait_published(cfg.topic, 1)
     standin.stop()                                     # the notifier's stream is cut ...
     _wait_log(proxy, "reply stream")
     standin.broker.publish(cfg.reply_topic, {"message": _button(msg, "Allow once")["body"]})   # ... the tap lands
     standin.start()
-    t.join(40)                                         # reconnected, caught up from the last message seen
+    t.join(100)                                        # reconnected, caught up from the last message seen
     assert result == {"status": 200, "echo": b"ping\n"}
     assert [(d["scope"], d["via"]) for d in approvals.read_decisions(proxy.group)] == [("once", "phone")]
     standin.stop()                                     # again: nothing is applied twice on catching up
