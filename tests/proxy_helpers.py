@@ -33,11 +33,11 @@ def free_port() -> int:
 
 
 class EchoServer:
-    """Threaded TCP echo server on 127.0.0.1; counts the connections it accepted."""
+    """Threaded TCP echo server on 127.0.0.1 (or ``address``); counts the connections it accepted."""
 
-    def __init__(self):
+    def __init__(self, address: str = "127.0.0.1"):
         self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock.bind((address, 0))
         self.sock.listen(1024)
         self.port = self.sock.getsockname()[1]
         self.accepted = 0
@@ -224,13 +224,14 @@ def read_head(s: socket.socket) -> tuple[int, bytes]:
     return status, rest
 
 
-def connect_in_thread(via, target: str, payload: bytes = b"ping\n") -> tuple[threading.Thread, dict]:
+def connect_in_thread(via, target: str, payload: bytes = b"ping\n",
+                      timeout: float = 30.0) -> tuple[threading.Thread, dict]:
     """CONNECT ``target`` through ``via`` in a thread (it may be held for an answer); on a 200,
     send ``payload`` and read its echo.  The thread's ``result``: ``status`` and ``echo``."""
     result = {}
 
     def go():
-        with connect_proxy(via, timeout=30) as s:
+        with connect_proxy(via, timeout=timeout) as s:
             s.sendall(f"CONNECT {target} HTTP/1.1\r\n\r\n".encode())
             result["status"], _ = read_head(s)
             if result["status"] == 200:

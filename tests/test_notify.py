@@ -4,8 +4,10 @@ stand-in of ntfy's HTTP API, and the notifier beside the real proxy answering he
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from ntfy_standin import NtfyStandin
-from proxy_helpers import connect_in_thread, echo, proxy  # noqa: F401
+from proxy_helpers import EchoServer, connect_in_thread, echo, proxy  # noqa: F401
 from test_approvals import wait_held
 
 from chtop_tasks.errors import PolicyError, UsageError
@@ -31,6 +33,42 @@ def standin():
     server = NtfyStandin()
     yield server
     server.stop()
+
+
+CLONE_NEWNET = 0x40000000
+GLOBAL_ADDRESS = "1.2.3.4"       # a public address; it exists only inside the test's own network namespace
+
+
+@pytest.fixture
+def own_network():
+    """This test's thread (and all it starts: proxy, notifier, stand-in, clients) in a network
+    namespace of its own whose loopback also carries GLOBAL_ADDRESS.  The proxy refuses to
+    connect to non-public addresses unless the allow entry says ``private``, which the phone
+    never writes: this lets a real upstream be reached at a public address, with the proxy's
+    check untouched.  Skipped where a network namespace cannot be made (not root)."""
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.skip("needs root and iproute2 to make a network namespace")
+    libc = ctypes.CDLL(None, use_errno=True)
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    if libc.unshare(CLONE_NEWNET) != 0:
+        os.close(home)
+        pytest.skip(f"cannot make a network namespace: {os.strerror(ctypes.get_errno())}")
+    try:
+        subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+        subprocess.run(["ip", "addr", "add", f"{GLOBAL_ADDRESS}/32", "dev", "lo"], check=True)
+        yield GLOBAL_ADDRESS
+    finally:
+        assert libc.setns(home, CLONE_NEWNET) == 0, os.strerror(ctypes.get_errno())
+        os.close(home)
+
+
+@pytest.fixture
+def public_echo(own_network, proxy):
+    """An echo server at a public address, which the proxy's test hosts file names echo.example.test."""
+    server = EchoServer(own_network)
+    proxy.hosts_file.write_text(f"{own_network} echo.example.test\n")
+    yield server
+    server.close()
 
 
 def _cfg(standin) -> config.NotifyConfig:
@@ -70,7 +108,8 @@ def test_a_config_others_may_read_or_a_link_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("line, error", [
-    ('buttons = ["once", "1h", "always", "deny"]', "buttons must list 1 to 3"),
+    ('buttons = ["once", "deny", "once"]', "each once"),
+    ('buttons = []', "buttons must list"),
     ('buttons = ["sudo"]', "buttons must list"),
     ('topic = "has space"', "topic must be"),
     ('held_after = -1', "held_after must be"),
@@ -84,6 +123,13 @@ def test_a_bad_setting_is_named(line, error):
     path.write_text(text + line + "\n")
     with pytest.raises(PolicyError, match=error):
         config.load()
+
+
+def test_up_to_three_buttons_fit_one_message_and_all_four_show_two_and_more():
+    """ntfy takes three action buttons a message: the fourth choice comes behind "More…"."""
+    assert config.button_layout(("once", "1h", "deny")) == (("once", "1h", "deny"), ())
+    assert config.button_layout(config.DEFAULT_BUTTONS) == (("once", "deny"), ("1h", "always"))
+    assert set(config.DEFAULT_BUTTONS) == set(config.BUTTONS)
 
 
 def test_setup_refuses_a_bad_server_and_writes_nothing():
@@ -110,6 +156,13 @@ def test_a_code_stands_for_its_offer_and_decision_once_and_until_its_expiry():
             offers.redeem(code, now)
     with pytest.raises(codes.Refusal, match="expired"):
         offers.redeem(other.codes["once"], now + 61)
+    # "More…" asks for the other choices once, and decides nothing: the offer stays open
+    fourth = offers.make("more.example", "dev", ("once", "deny", "1h", "always", codes.MORE), now + 60)
+    assert offers.redeem(fourth.codes[codes.MORE], now) == (fourth, codes.MORE)
+    with pytest.raises(codes.Refusal, match="reused"):
+        offers.redeem(fourth.codes[codes.MORE], now)
+    assert offers.live("more.example", "dev", now) is fourth
+    assert offers.redeem(fourth.codes["always"], now) == (fourth, "always")
     third = offers.make("files.example", "dev", ("once", "deny"), now + 60)
     assert offers.live("files.example", "dev", now) is third
     offers.end("files.example", "dev")                       # the proxy says its hold ended
@@ -205,9 +258,9 @@ def _notify_log(proxy) -> str:
     return path.read_text() if path.exists() else ""
 
 
-def _wait_log(proxy, text: str, timeout: float = 20.0) -> str:
+def _wait_log(proxy, text: str, timeout: float = 20.0, count: int = 1) -> str:
     deadline = time.monotonic() + timeout
-    while text not in _notify_log(proxy):
+    while _notify_log(proxy).count(text) < count:
         assert time.monotonic() < deadline, f"{text!r} not in notify.log:\n{_notify_log(proxy)}"
         time.sleep(0.05)
     return _notify_log(proxy)
@@ -224,23 +277,23 @@ def _post(standin, cfg, body: str) -> None:
 
 @pytest.mark.slow
 def test_allow_once_from_the_phone_releases_the_held_request_and_the_next_is_held_again(
-        proxy, echo, standin, monkeypatch):
+        public_echo, proxy, standin, monkeypatch):
     cfg = _start(proxy, standin, monkeypatch, hold=30)
-    target = f"echo.example.test:{echo.port}"
+    target = f"echo.example.test:{public_echo.port}"
     t, result = connect_in_thread(proxy, target)
     [msg] = standin.wait_published(cfg.topic, 1)
     assert msg["title"] == "a sandbox wants echo.example.test"
-    assert [a["label"] for a in msg["actions"]] == ["Allow once", "Allow 1h", "Deny"]
+    assert [a["label"] for a in msg["actions"]] == ["Allow once", "Deny", "More…"]
     assert cfg.secret not in json.dumps(msg)
     assert {a["url"] for a in msg["actions"]} == {f"{standin.url}/{cfg.reply_topic}"}
     once = _button(msg, "Allow once")
     standin.tap(once)
     t.join(20)
-    # released as "allowed once"; then refused only because the test name resolves to 127.0.0.1
-    # (the phone never marks a domain `private`)
+    # released as "allowed once": it goes through to the upstream, and is echoed
+    assert result == {"status": 200, "echo": b"ping\n"}
     rec = proxy.wait_record(lambda r: r.get("host") == "echo.example.test")
-    assert rec["rule"].startswith("allowed once") and "non-public address" in rec["reason"]
-    assert result["status"] == 403
+    assert rec["rule"].startswith("allowed once") and rec["upstream"] == GLOBAL_ADDRESS
+    assert public_echo.accepted == 1
     assert [(d["scope"], d["via"], d["domain"]) for d in approvals.read_decisions(proxy.group)] == [
         ("once", "phone", target)]
     assert "echo.example.test" not in (proxy.policy / "net-allow.txt").read_text()
@@ -271,6 +324,26 @@ def test_allow_once_from_the_phone_releases_the_held_request_and_the_next_is_hel
 
 
 @pytest.mark.slow
+def test_allow_behind_more_lets_this_request_and_the_next_through(public_echo, proxy, standin, monkeypatch):
+    cfg = _start(proxy, standin, monkeypatch, hold=30)
+    target = f"echo.example.test:{public_echo.port}"
+    t, result = connect_in_thread(proxy, target)
+    [msg] = standin.wait_published(cfg.topic, 1)
+    standin.tap(_button(msg, "More…"))
+    more = standin.wait_published(cfg.topic, 2)[1]
+    standin.tap(_button(more, "Allow"))
+    t.join(20)
+    assert result == {"status": 200, "echo": b"ping\n"}
+    # allowed for good, as `inv net.allow echo.example.test:PORT` writes it (never `private`)
+    assert f"\n{target}\n" in (proxy.policy / "net-allow.txt").read_text()
+    assert [(d["scope"], d["via"], d["domain"], d["private"]) for d in approvals.read_decisions(proxy.group)] == [
+        ("group", "phone", target, False)]
+    t, result = connect_in_thread(proxy, target)           # the next one is not held: it is allowed
+    t.join(20)
+    assert result == {"status": 200, "echo": b"ping\n"} and len(standin.published(cfg.topic)) == 2
+
+
+@pytest.mark.slow
 def test_an_expired_code_changes_nothing(proxy, echo, standin, monkeypatch):
     cfg = _start(proxy, standin, monkeypatch, hold=2)
     dev = proxy.start("dev")                              # worktree dev's own socket
@@ -280,8 +353,11 @@ def test_an_expired_code_changes_nothing(proxy, echo, standin, monkeypatch):
     t.join(20)
     assert result["status"] == 403                       # the hold ran out
     _wait_log(proxy, "hold ended: echo.example.test [dev] (its time ran out)")
-    standin.tap(_button(msg, "Allow 1h"))
+    standin.tap(_button(msg, "More…"))
     _wait_log(proxy, "ignored a reply: expired")
+    standin.tap(_button(msg, "Allow once"))
+    _wait_log(proxy, "ignored a reply: expired", count=2)
+    assert len(standin.published(cfg.topic)) == 1          # no other choices pushed for it
     assert approvals.read_decisions(proxy.group) == []
     assert not (proxy.group / ".chtop" / "net" / "allow-timed.jsonl").exists() or \
         "echo.example.test" not in (proxy.group / ".chtop" / "net" / "allow-timed.jsonl").read_text()
@@ -300,13 +376,43 @@ def test_the_notifier_survives_the_server_going_away_and_coming_back(proxy, echo
     standin.wait_subscribed(cfg.reply_topic, timeout=40)     # reconnected (with backoff)
     t, result = connect_in_thread(proxy, f"echo.example.test:{echo.port}")
     [msg] = standin.wait_published(cfg.topic, 1)
-    standin.tap(_button(msg, "Allow 1h"))
+    standin.tap(_button(msg, "More…"))                 # all four choices: the other two come next
+    more = standin.wait_published(cfg.topic, 2)[1]
+    assert more["title"] == msg["title"] and [a["label"] for a in more["actions"]] == ["Allow 1h", "Allow"]
+    assert _button(msg, "More…")["clear"] is False and _button(more, "Allow")["clear"] is True
+    standin.tap(_button(msg, "More…"))                 # asked once
+    _wait_log(proxy, "ignored a reply: reused")
+    standin.tap(_button(more, "Allow 1h"))
     t.join(20)
+    standin.tap(_button(msg, "Deny"))                  # answered: the first message's buttons are spent
+    _wait_log(proxy, "ignored a reply: reused", count=2)
     assert [(d["scope"], d["ttl"], d["via"]) for d in approvals.read_decisions(proxy.group)] == [
         ("for", 3600.0, "phone")]
     assert result["status"] == 403                  # allowed for 1h; refused only for the 127.0.0.1 address
     rec = proxy.wait_record(lambda r: r.get("host") == "echo.example.test" and "allowed for a while" in r["rule"])
     assert "non-public address" in rec["reason"]
+
+
+@pytest.mark.slow
+def test_a_tap_that_reached_the_server_while_the_notifier_was_cut_off_is_caught_up_once(
+        public_echo, proxy, standin, monkeypatch):
+    cfg = _start(proxy, standin, monkeypatch, hold=90)       # time enough for the reconnect's backoff under load
+    t, result = connect_in_thread(proxy, f"echo.example.test:{public_echo.port}", timeout=100)
+    [msg] = standin.wait_published(cfg.topic, 1)
+    standin.stop()                                     # the notifier's stream is cut ...
+    _wait_log(proxy, "reply stream")
+    standin.broker.publish(cfg.reply_topic, {"message": _button(msg, "Allow once")["body"]})   # ... the tap lands
+    standin.start()
+    t.join(100)                                        # reconnected, caught up from the last message seen
+    assert result == {"status": 200, "echo": b"ping\n"}
+    assert [(d["scope"], d["via"]) for d in approvals.read_decisions(proxy.group)] == [("once", "phone")]
+    standin.stop()                                     # again: nothing is applied twice on catching up
+    standin.start()
+    standin.wait_subscribed(cfg.reply_topic, timeout=40)
+    standin.tap(_button(msg, "Deny"))
+    log = _wait_log(proxy, "ignored a reply: reused")
+    assert log.count("phone: Allow once") == 1 and log.count("ignored a reply") == 1     # the Deny alone
+    assert len(approvals.read_decisions(proxy.group)) == 1
 
 
 @pytest.mark.slow
@@ -459,5 +565,7 @@ def test_an_agent_asking_for_many_domains_does_not_flood_the_phone(proxy, standi
         assert _notify_log(proxy).count("not pushed:") == 2
     finally:
         watcher.close()
+        control.stop_proxy(proxy.group)       # the held requests' connections close (not a client timeout)
     for t in threads:
-        t.join(60)
+        t.join(30)
+    assert not any(t.is_alive() for t in threads)

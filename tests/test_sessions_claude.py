@@ -8,6 +8,7 @@ Rootless as the unprivileged test user; the same life cycle as root (rootful pod
 from __future__ import annotations
 
 import json
+import secrets
 import shutil
 import subprocess
 import sys
@@ -17,7 +18,10 @@ from pathlib import Path
 import pexpect
 import pytest
 from fake_anthropic import FakeAnthropic, bash, text
+from ntfy_standin import NtfyStandin
 from sandbox_helpers import IN_CI, as_user, rootful_podman_env, user_group_cm
+
+from chtop_tasks.notify import config as notify_config
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
@@ -234,8 +238,21 @@ def test_session_life_cycle_with_the_real_claude(sess, api):
     assert rows(g, inv) == {}
 
 
+def phone_setup(g, standin: NtfyStandin) -> tuple[notify_config.NotifyConfig, Path]:
+    """The test user's notify.toml, pushing to the stand-in of ntfy: agents after 3 s waiting."""
+    cfg = notify_config.NotifyConfig(standin.url, notify_config.random_topic(), notify_config.random_topic(),
+                       secrets.token_hex(32), held_after=600, waiting_after=3)
+    path = notify_config.save(cfg, g.home / ".config" / "chtop" / "notify.toml")
+    subprocess.run(["chown", f"{g.user.pw_uid}:{g.user.pw_gid}", str(path)], check=True)
+    return cfg, path
+
+
 def test_a_first_run_question_is_waiting_and_notifies_the_user(sess):
+    """Waiting on claude's bypass-mode question: the user's notify command runs, and the phone
+    (a stand-in of ntfy) gets exactly one message with the worktree, the agent and the screen."""
     g, inv = sess, user_inv(sess)
+    standin = NtfyStandin()
+    phone, phone_toml = phone_setup(g, standin)
     settings = g.grouping / "claude" / "settings.json"
     saved = settings.read_text()
     data = json.loads(saved)
@@ -255,8 +272,17 @@ def test_a_first_run_question_is_waiting_and_notifies_the_user(sess):
         while "dev waiting" not in (out.read_text() if out.exists() else ""):
             assert time.monotonic() < deadline, "the notify command never ran"
             time.sleep(0.5)
-        # accepting it: claude cannot record the answer in its read-only settings.json, and goes on
         run, socket = user_run(g), socket_of(g, inv)
+        [msg] = standin.wait_published(phone.topic, 1, timeout=30)
+        assert msg["title"] == "dev: claude waits for you" and "actions" not in msg
+        body = msg["message"]
+        assert "\x1b" not in body and len(body) < 1000 and body.endswith("inv session.attach --name dev")
+        screen = run(["tmux", "-S", str(socket), "capture-pane", "-p", "-t", "=chtop-dev:"]).stdout
+        shown = [line for line in body.splitlines()[:-2] if line.strip()]
+        assert shown and all(line in screen for line in shown), (body, screen)
+        time.sleep(3 * phone.waiting_after)              # still waiting, polled every second: no second one
+        assert rows(g, inv)["dev"]["state"] == "waiting" and len(standin.published(phone.topic)) == 1
+        # accepting it: claude cannot record the answer in its read-only settings.json, and goes on
         run(["tmux", "-S", str(socket), "send-keys", "-t", "=chtop-dev:", "2"])
         time.sleep(2)
         run(["tmux", "-S", str(socket), "send-keys", "-t", "=chtop-dev:", "Enter"])
@@ -272,6 +298,8 @@ def test_a_first_run_question_is_waiting_and_notifies_the_user(sess):
         assert inv("session.stop", "--name", "dev", cwd=g.toplevel).returncode == 0
         settings.write_text(saved)
         config.unlink()
+        phone_toml.unlink()
+        standin.stop()
 
 
 def test_session_tasks_refuse_in_the_toplevel(sess):

@@ -4,7 +4,9 @@ Each button's code is an HMAC-SHA256 (the host's secret) over the offer's id,
 domain, worktree, the button's decision and the expiry.  The reply carries
 only the code: the decision applied is looked up from the offer that made
 it, never read from the reply.  An offer is answered once; its other codes
-are then spent too.  A code that is unknown, spent or past its expiry is
+are then spent too.  Its ``more`` code (the "More…" button, when the
+choices do not fit on one message) answers nothing: it asks, once, for the
+other choices, whose codes the offer already holds.  A code that is unknown, spent or past its expiry is
 refused with the reason (the caller logs it), and changes nothing.
 """
 
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 
 CODE_BYTES = 16             # 128 bits of the HMAC
 FORGET_AFTER = 86400.0      # an answered or expired offer is remembered this long (to say "reused"/"expired")
+MORE = "more"               # the code that asks for the other choices; it decides nothing
 
 
 def sign(secret: str, offer_id: str, domain: str, worktree: str | None, decision: str, expires: float) -> str:
@@ -36,6 +39,7 @@ class Offer:
     expires: float
     codes: dict[str, str] = field(default_factory=dict)      # decision -> code
     answered: bool = False
+    more_asked: bool = False    # its "More…" code was used
     ended: bool = False         # the hold ended before its expiry (the proxy said so): expired
     port: int | None = None     # the held request's port: an allow names it when it is not 443/80
 
@@ -96,11 +100,14 @@ class Offers:
             if not hmac.compare_digest(code, sign(self.secret, offer.offer_id, offer.domain, offer.worktree,
                                                   decision, offer.expires)):
                 break
-            if offer.answered:
+            if offer.answered or (decision == MORE and offer.more_asked):
                 raise Refusal("reused")
             if offer.ended or offer.expires <= now:
                 raise Refusal("expired")
-            offer.answered = True
+            if decision == MORE:
+                offer.more_asked = True
+            else:
+                offer.answered = True
             return offer, decision
         raise Refusal("unknown")
 

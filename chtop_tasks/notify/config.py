@@ -29,8 +29,17 @@ from ..places import notify_config_path
 
 DEFAULT_SERVER = "https://ntfy.sh"
 BUTTONS = ("once", "1h", "always", "deny")     # what an action button may decide
-DEFAULT_BUTTONS = ("once", "1h", "deny")       # ntfy shows at most three buttons
-MAX_BUTTONS = 3
+DEFAULT_BUTTONS = ("once", "deny", "1h", "always")
+MAX_ACTIONS = 3         # ntfy takes at most three action buttons a message
+
+
+def button_layout(buttons: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The buttons of a held request's notification, and those a tap on "More…" pushes next.
+
+    Up to three fit on one message; with four, the message carries the first two and "More…"."""
+    if len(buttons) <= MAX_ACTIONS:
+        return tuple(buttons), ()
+    return tuple(buttons[:MAX_ACTIONS - 1]), tuple(buttons[MAX_ACTIONS - 1:])
 _TOPIC = re.compile(r"^[-_A-Za-z0-9]{1,64}$")
 _SECRET = re.compile(r"^[0-9a-f]{64}$")
 
@@ -91,10 +100,10 @@ def parse(data: dict, path: Path) -> NotifyConfig:
     if not isinstance(token, str) or any(c.isspace() or ord(c) < 32 for c in token):
         raise PolicyError(f"{path}: token must be a string without spaces")
     buttons = data.get("buttons", list(DEFAULT_BUTTONS))
-    if not isinstance(buttons, list) or not 1 <= len(buttons) <= MAX_BUTTONS \
-            or any(b not in BUTTONS for b in buttons) or len(set(buttons)) != len(buttons):
-        raise PolicyError(f"{path}: buttons must list 1 to {MAX_BUTTONS} of {', '.join(BUTTONS)} "
-                          "(ntfy shows at most three)")
+    if not isinstance(buttons, list) or not buttons or any(b not in BUTTONS for b in buttons) \
+            or len(set(buttons)) != len(buttons):
+        raise PolicyError(f"{path}: buttons must list some of {', '.join(BUTTONS)}, each once "
+                          "(with all four, the first two show and \"More…\" brings the others)")
     try:
         server = check_server(data.get("server", DEFAULT_SERVER))
     except UsageError as exc:
@@ -146,7 +155,8 @@ def render(cfg: NotifyConfig) -> str:
             f"# seconds a held request waits for an answer at a terminal before it is pushed (0: at once)\n"
             f"held_after = {cfg.held_after:g}\n"
             f"# seconds an agent waits for you before its session is pushed\nwaiting_after = {cfg.waiting_after:g}\n"
-            f"# up to three of {', '.join(BUTTONS)}\nbuttons = {q(list(cfg.buttons))}\n")
+            f"# some of {', '.join(BUTTONS)}; with all four the first two show, \"More...\" the others\n"
+            f"buttons = {q(list(cfg.buttons))}\n")
 
 
 def save(cfg: NotifyConfig, path: Path | None = None) -> Path:

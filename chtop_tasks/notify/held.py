@@ -8,7 +8,9 @@ and is a host process: nothing of it is reachable from a sandbox.
 
 - A request held ``held_after`` seconds and still held (no one answered at
   a terminal) is pushed once per domain and worktree, with one button per
-  configured decision, each carrying its one-time code (``codes``).
+  configured decision, each carrying its one-time code (``codes``).  ntfy
+  takes three buttons a message: with all four decisions the message has the
+  first two and "More…", whose tap pushes a second message with the others.
 - The reply topic is read over one long-lived outbound connection
   (reconnecting with backoff, catching up from the last message seen); a
   reply's code names the offer and the decision, which is applied exactly as
@@ -40,7 +42,7 @@ from ..term import visible
 from . import codes, config, ntfy
 
 LOG_NAME = "notify.log"
-LABELS = {"once": "Allow once", "1h": "Allow 1h", "always": "Allow", "deny": "Deny"}
+LABELS = {"once": "Allow once", "1h": "Allow 1h", "always": "Allow", "deny": "Deny", codes.MORE: "More…"}
 ONE_HOUR = 3600.0
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 60.0
 MAX_REPLY = 200          # longer replies are no code of ours
@@ -60,13 +62,16 @@ def plan_for_button(domain: str, worktree: str | None, button: str, port: int | 
     return approvals.plan_decision(spec)
 
 
+def held_title(host: str, worktree: str | None) -> str:
+    return visible(f"{worktree or 'a sandbox'} wants {host}")[:200]
+
+
 def held_message(event: dict) -> tuple[str, str]:
     """The title and text of a held-request notification: the worktree, the domain, a short line."""
     who = event.get("worktree") or "a sandbox"
-    title = f"{who} wants {event['host']}"
     text = (f"chtop: {who} asks to reach {event['host']}:{event['port']}; "
             f"the request is held up to {event['hold']:g}s")
-    return visible(title)[:200], visible(text)[:400]
+    return held_title(event["host"], event.get("worktree")), visible(text)[:400]
 
 
 class Notifier:
@@ -114,7 +119,9 @@ class Notifier:
                 if self.offers.live_count(now) >= MAX_UNANSWERED:
                     self.log(f"not pushed: {key[0]} ({MAX_UNANSWERED} notifications await an answer already)")
                     continue
-                offer = self.offers.make(key[0], key[1], self.cfg.buttons, since + float(event["hold"]))
+                first, more = config.button_layout(self.cfg.buttons)
+                decisions = first + more + ((codes.MORE,) if more else ())
+                offer = self.offers.make(key[0], key[1], decisions, since + float(event["hold"]))
                 offer.port = event.get("port") if isinstance(event.get("port"), int) else None
             self.push(event, offer)
 
@@ -125,9 +132,14 @@ class Notifier:
             return set()
         return {(h["host"], h["worktree"]) for h in info.get("held", [])}
 
+    def actions(self, offer: codes.Offer, buttons: tuple[str, ...]) -> list[dict]:
+        """The buttons' actions; "More…" leaves the notification up (its buttons stay usable)."""
+        return [ntfy.http_action(self.cfg, LABELS[b], offer.codes[b], clear=(b != codes.MORE)) for b in buttons]
+
     def push(self, event: dict, offer: codes.Offer) -> None:
         title, text = held_message(event)
-        actions = [ntfy.http_action(self.cfg, LABELS[b], code) for b, code in offer.codes.items()]
+        first, more = config.button_layout(self.cfg.buttons)
+        actions = self.actions(offer, first + ((codes.MORE,) if more else ()))
         try:
             ntfy.publish(self.cfg, title, text, actions, tags=["lock"])
         except ntfy.NtfyError as exc:
@@ -149,6 +161,8 @@ class Notifier:
             except codes.Refusal as why:
                 self.log(f"ignored a reply: {why} code {body.strip()[:40]!r}")
                 return None
+        if button == codes.MORE:
+            return self.push_more(offer)
         where = f" [{offer.worktree}]" if offer.worktree else ""
         try:
             decision = plan_for_button(offer.domain, offer.worktree, button, offer.port)
@@ -159,6 +173,22 @@ class Notifier:
             return None
         self.log(f"phone: {LABELS[button]} {offer.domain}{where}: " + "; ".join(line.strip() for line in lines))
         return lines
+
+    def push_more(self, offer: codes.Offer) -> list[str] | None:
+        """The second message of an offer: the choices past the first message's, same codes."""
+        title = held_title(offer.domain, offer.worktree)
+        _, more = config.button_layout(self.cfg.buttons)
+        text = visible(f"chtop: more choices for {offer.domain}" + (f":{offer.port}" if offer.port else ""))
+        try:
+            ntfy.publish(self.cfg, title, text, self.actions(offer, more), tags=["lock"])
+        except ntfy.NtfyError as exc:
+            with self.lock:
+                offer.more_asked = False       # not delivered: another tap on "More…" tries again
+            self.log(f"could not push the other choices for {title}: {exc}")
+            return None
+        line = f"pushed the other choices: {title} (offer {offer.offer_id}, {', '.join(more)})"
+        self.log(line)
+        return [line]
 
     def listen(self) -> None:
         """Read the reply topic until stopped, reconnecting with backoff."""

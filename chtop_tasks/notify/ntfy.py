@@ -53,10 +53,11 @@ def _open(req: urllib.request.Request, timeout: float):
         raise NtfyError(f"{req.full_url}: {getattr(exc, 'reason', exc)}") from None
 
 
-def http_action(cfg: NotifyConfig, label: str, body: str) -> dict:
-    """A button that, tapped, POSTs ``body`` to the reply topic (the phone makes the request)."""
+def http_action(cfg: NotifyConfig, label: str, body: str, clear: bool = True) -> dict:
+    """A button that, tapped, POSTs ``body`` to the reply topic (the phone makes the request);
+    ``clear``: the tap also clears the notification."""
     action = {"action": "http", "label": label, "url": cfg.reply_url, "method": "POST", "body": body,
-              "clear": True}
+              "clear": clear}
     if cfg.token:
         action["headers"] = _headers(cfg)
     return action
