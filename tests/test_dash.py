@@ -158,7 +158,7 @@ def test_pending_pane_allow_once_lets_the_held_request_through(busy_group, monke
             pending = app.query_one("#pending")
             await wait_for(pilot, lambda: pending.row_count == 1 and "HELD" in cell_texts(pending)[0],
                            what="the held request in the pending pane")
-            assert cell_texts(pending)[0][:2] == ["echo.example.test", "(group)"]
+            assert cell_texts(pending)[0][:2] == [f"echo.example.test:{echo.port}", "(group)"]
             await pilot.press("p", "o")
             await first
             assert results == [(200, b"ping\n")]
@@ -173,7 +173,7 @@ def test_pending_pane_allow_once_lets_the_held_request_through(busy_group, monke
         echo.close()
     recs = approvals.read_decisions(g.grouping)
     assert [(r["domain"], r["scope"], r["via"], r["private"]) for r in recs] == [
-        ("echo.example.test", "once", "dash", True)]
+        (f"echo.example.test:{echo.port}", "once", "dash", True)]             # as net.watch audits it
 
 
 def test_blocked_tail_reads_only_new_lines_and_follows_a_rotation(tmp_path):
@@ -198,6 +198,19 @@ def test_blocked_tail_reads_only_new_lines_and_follows_a_rotation(tmp_path):
     log.rename(log.with_name(JSONL + ".1"))                                       # the proxy rotates
     log.write_text(rec("d.example.org", 6))
     assert sorted(i["host"] for i in tail.read()) == ["a.example.org", "c.example.org", "d.example.org"]
+
+
+def test_blocked_tail_keeps_one_item_per_host_and_port(tmp_path):
+    """An allow entry allows 443 and 80 unless it names a port: example.org on 8443 is its own request."""
+    from chtop_tasks.proxy.logs import JSONL, net_dir
+
+    log = net_dir(tmp_path) / JSONL
+    log.parent.mkdir(parents=True)
+    log.write_text("".join('{"time": %d, "host": "a.example.org", "port": %d, "worktree": null, '
+                           '"decision": "blocked"}\n' % (t, port) for t, port in enumerate((443, 8443, 80, 8443))))
+    items = sorted(model.BlockedTail(tmp_path).read(), key=lambda i: i["spec"])
+    assert [(i["spec"], i["count"]) for i in items] == [("a.example.org", 2),        # 443 and 80: one entry
+                                                        ("a.example.org:8443", 2)]
 
 
 @pytest.mark.slow
@@ -246,6 +259,45 @@ def test_pending_pane_keys_allow_for_a_worktree_for_a_while_and_deny(busy_group,
         ("wt.example.test", "worktree", "dev", None, "dash"),
         ("timed.example.test", "for", None, 7200.0, "dash"),
         ("bad.example.test", "deny", None, None, "dash")]
+
+
+@pytest.mark.slow
+def test_pending_pane_keeps_ports_apart_and_allows_the_selected_port(busy_group, monkeypatch):
+    """Blocked on 443 and on 8443: two rows; w on the 8443 one allows exactly host:8443 for dev."""
+    g = busy_group
+    hosts = g.base / "hosts"
+    hosts.write_text("127.0.0.1 ports.example.test\n")
+    monkeypatch.setenv("CHTOP_PROXY_PORT", str(free_port()))
+    monkeypatch.setenv("CHTOP_PROXY_HOSTS_FILE", str(hosts))
+    control.ensure_proxy(g.grouping, g.toplevel / "sandbox")
+    dev_socket = control.ensure_proxy(g.grouping, g.toplevel / "sandbox", "dev").socket_path
+    for port in (443, 8443):                                 # newest first in the pane: 8443, 443
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(dev_socket))
+            s.sendall(f"CONNECT ports.example.test:{port} HTTP/1.1\r\n\r\n".encode())
+            assert read_head(s)[0] == 403
+        time.sleep(0.05)
+
+    async def scenario():
+        app = DashApp(top_of(g), sessions=FakeSessions([]), refresh_seconds=0.3, hold_requests=False,
+                      sandbox_load=False)
+        async with app.run_test(size=(180, 45)) as pilot:
+            pending = app.query_one("#pending")
+            await wait_for(pilot, lambda: pending.row_count == 2, what="two pending rows")
+            assert [r[:3] for r in cell_texts(pending)] == [["ports.example.test:8443", "dev", "1"],
+                                                            ["ports.example.test", "dev", "1"]]
+            await pilot.press("w")
+            await wait_for(pilot, lambda: pending.row_count == 1, what="8443 allowed for dev")
+            assert cell_texts(pending)[0][0] == "ports.example.test"          # 443 still waits
+    try:
+        asyncio.run(scenario())
+    finally:
+        control.stop_proxy(g.grouping)
+    assert (g.toplevel / "sandbox" / "worktrees" / "dev" / "net-allow.txt").read_text() == \
+        "ports.example.test:8443\n"
+    policy = approvals.policy_for(g.grouping, g.toplevel / "sandbox")
+    assert [policy.judge("ports.example.test", "dev", port).decision for port in (8443, 443)] == [
+        "allowed", "blocked"]
 
 
 def test_dash_needs_a_terminal(with_dev):

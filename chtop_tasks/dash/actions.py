@@ -25,7 +25,8 @@ KEY_SCOPES = {"group": "allow for the group", "worktree": "allow for this worktr
 
 
 def decide(top: Workspace, item: dict, scope: str, ttl: str | None = None, private: bool = False) -> list[str]:
-    """Carry out a decision on one pending request (a row of the pending pane)."""
+    """Carry out a decision on one pending request (a row of the pending pane).  An allow names its
+    port when it is not 443 or 80 (``spec``: ``example.org:8443``); a deny denies the host on every port."""
     host, worktree = item["host"], item.get("worktree")
     if scope == "worktree" and not worktree:
         raise UsageError(f"{host} was asked for on the group socket, not a worktree's: allow it for the "
@@ -39,7 +40,7 @@ def decide(top: Workspace, item: dict, scope: str, ttl: str | None = None, priva
         flags["ttl"] = ttl or ALLOW_FOR_DEFAULT
     elif scope == "deny":
         flags = {"deny": True}
-    d = approvals.plan_decision(host, **flags)
+    d = approvals.plan_decision(host if scope == "deny" else item.get("spec", host), **flags)
     return approvals.apply_decision(top.grouping, top.policy_dir, d, "dash")
 
 

@@ -222,7 +222,7 @@ class DashApp(App):
         pending = []
         for item in snap.pending:
             when = time.strftime("%H:%M:%S", time.localtime(item["last"])) if item["last"] else ""
-            pending.append((pending_key(item), [item["host"], item["worktree"] or "(group)", str(item["count"]),
+            pending.append((pending_key(item), [item["spec"], item["worktree"] or "(group)", str(item["count"]),
                                                 when, "HELD" if item["held"] else ""]))
         fill_table(self.query_one("#pending", DataTable), ["domain", "worktree", "count", "last seen", "held"],
                    pending)
@@ -304,7 +304,7 @@ class DashApp(App):
             self.say("no pending request selected")
             return
         if scope == "for":
-            self.push_screen(AskScreen(f"allow {item['host']} for how long? (e.g. 15m, 2h, 1d)",
+            self.push_screen(AskScreen(f"allow {item['spec']} for how long? (e.g. 15m, 2h, 1d)",
                                        actions.ALLOW_FOR_DEFAULT),
                              lambda ttl: ttl and self.run_decision(item, scope, ttl))
             return
@@ -400,7 +400,7 @@ class DashApp(App):
 
 
 def pending_key(item: dict) -> str:
-    return f"{item['host']}|{item['worktree'] or ''}"
+    return f"{item['spec']}|{item['worktree'] or ''}"
 
 
 def fill_table(table: DataTable, columns: list[str], rows: list[tuple[str, list[str]]]) -> None:

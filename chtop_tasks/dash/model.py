@@ -25,7 +25,8 @@ from ..fanout import fan_out
 from ..places import group_id
 from ..proxy import approvals
 from ..proxy.control import status as proxy_status
-from ..proxy.logs import JSONL, net_dir
+from ..proxy.hostmatch import DEFAULT_PORTS
+from ..proxy.logs import JSONL, net_dir, pending_item
 from ..workspace import gitrun
 from ..workspace.gitprobe import WORKTREE_DIFF_DRIVERS_OFF, WORKTREE_SUBMODULES
 from ..workspace.layout import Checkout, Workspace, checkout_problem, find_workspace
@@ -177,7 +178,11 @@ def probe_all(worktrees: list[Workspace]) -> dict[str, list[RepoState]]:
 
 
 class BlockedTail:
-    """The proxy's blocked requests per (host, worktree), read incrementally from requests.jsonl.
+    """The proxy's blocked requests per (host:port, worktree), read incrementally from requests.jsonl.
+
+    Items are ``logs.pending_item``s: ``spec`` is what an allow names (the
+    host, with the port when it is not 443 or 80), so ``example.org`` and
+    ``example.org:8443`` stay two rows and two decisions.
 
     Each call reads only the lines added since the last one (the log grows
     to 20 MiB before it rotates; re-reading it every refresh would cost more
@@ -218,9 +223,8 @@ class BlockedTail:
             except ValueError:
                 continue
             if isinstance(rec, dict) and rec.get("decision") == "blocked" and rec.get("host"):
-                key = (rec["host"], rec.get("worktree"))
-                item = self.items.setdefault(key, {"host": rec["host"], "worktree": rec.get("worktree"),
-                                                   "count": 0, "last": 0})
+                fresh = pending_item(rec["host"], rec.get("port"), rec.get("worktree"))
+                item = self.items.setdefault((fresh["spec"], fresh["worktree"]), fresh)
                 item["count"] += 1
                 item["last"] = max(item["last"], rec.get("time", 0))
         return offset + end
@@ -235,8 +239,10 @@ def take_snapshot(top: Workspace, sessions: SessionsProvider | None = None,
     worktrees, broken = feature_worktrees(top)
     repos = probe_all(worktrees)
     info = proxy_status(top.grouping)
-    pending = approvals.pending_requests(top.grouping, top.policy_dir, info or {},
-                                         blocked.read() if blocked is not None else None)
+    if blocked is None:
+        pending = approvals.pending_requests(top.grouping, top.policy_dir, info or {})
+    else:
+        pending = pending_per_port(top, info or {}, blocked.read())
     by_worktree = latest_sessions(sessions(top.grouping))
     rows = []
     for wt in worktrees:
@@ -247,6 +253,27 @@ def take_snapshot(top: Workspace, sessions: SessionsProvider | None = None,
     labels = [c.label for c in top.checkouts()]
     return Snapshot(time.time(), rows + broken, pending, info is not None, sessions_available, labels,
                     time.perf_counter() - t0)
+
+
+def pending_per_port(top: Workspace, info: dict, blocked: list[dict]) -> list[dict]:
+    """``approvals.pending_requests`` over the dashboard's own tail, keeping host:port apart.
+
+    Given a caller's tail it keys its rows by host alone (one row for
+    ``example.org`` on 443 and on 8443, the second port never allowed), so it
+    is asked once per port (443 and 80 are one: an entry without a port
+    allows both), each time with that port's blocked and held requests only;
+    newest first, as it sorts them."""
+    held = info.get("held", [])
+
+    def port_of(item: dict) -> int:
+        port = pending_item(item["host"], item.get("port"), item.get("worktree"))["port"]
+        return 0 if port in DEFAULT_PORTS else port
+    rows = []
+    for port in sorted({port_of(item) for item in blocked + held}):
+        rows += approvals.pending_requests(top.grouping, top.policy_dir,
+                                           dict(info, held=[h for h in held if port_of(h) == port]),
+                                           [item for item in blocked if port_of(item) == port])
+    return sorted(rows, key=lambda i: i["last"], reverse=True)
 
 
 def latest_sessions(sessions: list[dict]) -> dict[str, dict]:
