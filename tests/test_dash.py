@@ -176,6 +176,60 @@ def test_pending_pane_allow_once_lets_the_held_request_through(busy_group, monke
         (f"echo.example.test:{echo.port}", "once", "dash", True)]             # as net.watch audits it
 
 
+@pytest.mark.slow
+def test_a_newly_held_request_is_selected_and_the_selection_then_stays_on_it(busy_group, monkeypatch):
+    """An older blocked (not held) row is selected when a request is held: the held one gets the
+    cursor; a second held request above it leaves the cursor where it was; o lets that one through."""
+    g = busy_group
+    echo = EchoServer()
+    port = free_port()
+    hosts = g.base / "hosts"
+    hosts.write_text("".join(f"127.0.0.1 {n}.example.test\n" for n in ("old", "first", "second")))
+    monkeypatch.setenv("CHTOP_PROXY_PORT", str(port))
+    monkeypatch.setenv("CHTOP_PROXY_HOSTS_FILE", str(hosts))
+    monkeypatch.setenv("CHTOP_PROXY_HOLD_SECONDS", "30")
+    control.ensure_proxy(g.grouping, g.toplevel / "sandbox")
+    results = {}
+
+    def client(name):
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+            s.sendall(f"CONNECT {name}.example.test:{echo.port} HTTP/1.1\r\n\r\n".encode())
+            status, _ = read_head(s)
+            if status == 200:
+                s.sendall(b"ping\n")
+            results[name] = (status, s.recv(5) if status == 200 else b"")
+
+    client("old")                                          # no watcher yet: refused at once, not held
+    assert results["old"][0] == 403
+
+    async def scenario():
+        app = DashApp(top_of(g), sessions=FakeSessions([]), refresh_seconds=0.5, sandbox_load=False)
+        async with app.run_test(size=(180, 45)) as pilot:
+            pending = app.query_one("#pending")
+            await wait_for(pilot, lambda: app.watcher.attached and pending.row_count == 1, what="the old row")
+            loop = asyncio.get_running_loop()
+            first = loop.run_in_executor(None, client, "first")
+            await wait_for(pilot, lambda: pending.row_count == 2 and "HELD" in cell_texts(pending)[0],
+                           what="the first held request")
+            assert app.selected_pending()["host"] == "first.example.test"
+            second = loop.run_in_executor(None, client, "second")
+            await wait_for(pilot, lambda: pending.row_count == 3 and cell_texts(pending)[0][0].startswith("second"),
+                           what="the second held request, above the first")
+            await pilot.pause(1.5)                          # more refreshes: the cursor stays
+            assert app.selected_pending()["host"] == "first.example.test"
+            await pilot.press("p", "o")
+            await first
+            assert results["first"] == (200, b"ping\n")
+            assert "second" not in results                  # still held
+            control.stop_proxy(g.grouping)
+            await second
+    try:
+        asyncio.run(scenario())
+    finally:
+        control.stop_proxy(g.grouping)
+        echo.close()
+
+
 def test_blocked_tail_reads_only_new_lines_and_follows_a_rotation(tmp_path):
     from chtop_tasks.proxy.logs import JSONL, net_dir
 

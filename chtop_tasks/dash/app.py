@@ -89,7 +89,7 @@ class DashApp(App):
     TITLE = "chtop mission control"
     CSS = """
     #status { height: 1; padding: 0 1; background: $boost; }
-    #message { height: 1; padding: 0 1; color: $warning; }
+    #message { height: auto; max-height: 5; padding: 0 1; color: $warning; }
     #worktrees { height: 1fr; min-height: 6; }
     #lower { height: 1fr; }
     #pending-box { width: 1fr; }
@@ -206,6 +206,7 @@ class DashApp(App):
 
     # -- showing -------------------------------------------------------------------------------------
     def show_snapshot(self, snap: model.Snapshot) -> None:
+        was_selected, was_held = self.selected_pending(), held_keys(self.snapshot)
         self.snapshot = snap
         now = time.time()
         rows = []
@@ -226,6 +227,9 @@ class DashApp(App):
                                                 when, "HELD" if item["held"] else ""]))
         fill_table(self.query_one("#pending", DataTable), ["domain", "worktree", "count", "last seen", "held"],
                    pending)
+        newly_held = [key for key in held_keys(snap) if key not in was_held]
+        if newly_held and not (was_selected and was_selected["held"]):
+            select_key(self.query_one("#pending", DataTable), newly_held[0])
         self.update_status()
         self.diff_selected()
 
@@ -403,6 +407,17 @@ def pending_key(item: dict) -> str:
     return f"{item['spec']}|{item['worktree'] or ''}"
 
 
+def held_keys(snap: model.Snapshot | None) -> list[str]:
+    """The pending rows the proxy holds open (what ``o`` can let through), newest first."""
+    return [pending_key(p) for p in (snap.pending if snap else []) if p["held"]]
+
+
+def select_key(table: DataTable, key: str) -> None:
+    keys = [str(k.value) for k in table.rows]
+    if key in keys:
+        table.move_cursor(row=keys.index(key))
+
+
 def fill_table(table: DataTable, columns: list[str], rows: list[tuple[str, list[str]]]) -> None:
     """Show ``rows`` (key, cells): in place when the rows and columns are the same as shown, else rebuilt
     (columns too, so their widths fit), keeping the cursor on the same key."""
@@ -421,8 +436,8 @@ def fill_table(table: DataTable, columns: list[str], rows: list[tuple[str, list[
         table.add_column(plain(column), key=f"c{i}")
     for key, cells in rows:
         table.add_row(*map(plain, cells), key=key)
-    if selected in keys:
-        table.move_cursor(row=keys.index(selected))
+    if selected is not None:
+        select_key(table, selected)
 
 
 def run_dash(ws: Workspace, refresh_seconds: float = REFRESH_SECONDS) -> int:
