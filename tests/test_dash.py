@@ -230,6 +230,51 @@ def test_a_newly_held_request_is_selected_and_the_selection_then_stays_on_it(bus
         echo.close()
 
 
+@pytest.mark.slow
+def test_an_allow_the_proxy_then_refuses_anyway_is_shown(busy_group, monkeypatch):
+    """o on a held request whose host resolves to a private address (p is off): the request is
+    still refused (403), and the dash says so, with the proxy's reason and what to press."""
+    g = busy_group
+    echo = EchoServer()
+    port = free_port()
+    hosts = g.base / "hosts"
+    hosts.write_text("127.0.0.1 inside.example.test\n")
+    monkeypatch.setenv("CHTOP_PROXY_PORT", str(port))
+    monkeypatch.setenv("CHTOP_PROXY_HOSTS_FILE", str(hosts))
+    monkeypatch.setenv("CHTOP_PROXY_HOLD_SECONDS", "30")
+    control.ensure_proxy(g.grouping, g.toplevel / "sandbox")
+
+    def client():
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+            s.sendall(f"CONNECT inside.example.test:{echo.port} HTTP/1.1\r\n\r\n".encode())
+            return read_head(s)
+
+    async def scenario():
+        app = DashApp(top_of(g), sessions=FakeSessions([]), refresh_seconds=0.5, sandbox_load=False)
+        async with app.run_test(size=(180, 45)) as pilot:
+            await wait_for(pilot, lambda: app.watcher.attached, what="the watcher")
+            answer = asyncio.get_running_loop().run_in_executor(None, client)
+            pending = app.query_one("#pending")
+            await wait_for(pilot, lambda: pending.row_count == 1 and "HELD" in cell_texts(pending)[0],
+                           what="the held request")
+            await pilot.press("o")
+            status, body = await answer
+            assert status == 403 and b"non-public address" in body
+            alert = app.query_one("#alert")
+            await wait_for(pilot, lambda: "refused the request anyway" in str(alert.render()), what="the refusal")
+            await wait_for(pilot, lambda: "allow once" in app.message, what="the decision's own message")
+            shown = str(alert.render())
+            assert "inside.example.test" in shown and "resolves to non-public address 127.0.0.1" in shown
+            assert "press p" in shown and alert.display
+            await pilot.press("d")                          # the next decision takes it down
+            await wait_for(pilot, lambda: not alert.display, what="the refusal taken down")
+    try:
+        asyncio.run(scenario())
+    finally:
+        control.stop_proxy(g.grouping)
+        echo.close()
+
+
 def test_blocked_tail_reads_only_new_lines_and_follows_a_rotation(tmp_path):
     from chtop_tasks.proxy.logs import JSONL, net_dir
 

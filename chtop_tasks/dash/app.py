@@ -25,6 +25,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Input, Static
 
 from ..errors import ChtopError
+from ..proxy.watch import refused_anyway_text
 from ..term import inert
 from ..workspace.layout import Workspace, find_workspace
 from . import actions, model
@@ -90,6 +91,7 @@ class DashApp(App):
     CSS = """
     #status { height: 1; padding: 0 1; background: $boost; }
     #message { height: auto; max-height: 5; padding: 0 1; color: $warning; }
+    #alert { height: auto; max-height: 5; padding: 0 1; color: $error; display: none; }
     #worktrees { height: 1fr; min-height: 6; }
     #lower { height: 1fr; }
     #pending-box { width: 1fr; }
@@ -133,6 +135,7 @@ class DashApp(App):
         self.full_diff = False
         self.private = False
         self.message = ""
+        self.alert = ""          # an allowed request the proxy refused anyway
         self.watcher: HoldWatcher | None = None
         self._diff_for: str | None = None
         self.blocked = model.BlockedTail(top.grouping)
@@ -141,6 +144,7 @@ class DashApp(App):
     # -- layout ------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield Static(id="status")
+        yield Static(id="alert")
         yield Static(id="message")
         yield DataTable(id="worktrees", cursor_type="row", zebra_stripes=True)
         with Horizontal(id="lower"):
@@ -198,8 +202,11 @@ class DashApp(App):
         self.call_from_thread(self.show_diff, name, text)
 
     def _on_proxy_event(self, event: dict) -> None:
-        """From the watcher thread: a blocked request is held (or the proxy came or went)."""
+        """From the watcher thread: a blocked request is held, an allowed one refused anyway (or the
+        proxy came or went)."""
         try:
+            if event.get("event") == "refused":
+                self.call_from_thread(self.show_refusal, event)
             self.call_from_thread(self.refresh_data)
         except (RuntimeError, CancelledError):        # the app is closing (or has closed)
             pass
@@ -260,7 +267,18 @@ class DashApp(App):
                 parts.append("sessions: not available")
         parts.append(f"group {self.top.grouping}")          # last: the longest, cut first
         self.query_one("#status", Static).update(plain("  |  ".join(parts)))
+        alert = self.query_one("#alert", Static)
+        alert.update(plain(self.alert, style="bold"))
+        alert.display = bool(self.alert)
         self.query_one("#message", Static).update(plain(self.message))
+
+    def show_refusal(self, event: dict) -> None:
+        """An allow the proxy then refused anyway (as ``net.watch`` reports it); it stays up until the
+        next decision, whatever message comes meanwhile."""
+        self.alert = refused_anyway_text(event)
+        if "non-public address" in str(event.get("reason")):
+            self.alert += "; to let it reach a private address press p, then allow it again"
+        self.update_status()
 
     def say(self, message: str) -> None:
         self.message = message.replace("\n", " ")
@@ -303,6 +321,7 @@ class DashApp(App):
         self.say("approvals now allow private addresses" if self.private else "approvals: public addresses only")
 
     def action_decide(self, scope: str) -> None:
+        self.alert = ""
         item = self.selected_pending()
         if item is None:
             self.say("no pending request selected")
