@@ -8,6 +8,7 @@ import time
 
 import pytest
 from proxy_helpers import EchoServer, free_port, read_head
+from textual.widgets import DataTable
 
 from chtop_tasks.dash import model
 from chtop_tasks.dash.app import DashApp
@@ -112,7 +113,7 @@ def test_app_shows_rows_sessions_and_diff(busy_group):
             await wait_for(pilot, lambda: table.row_count == 2, what="two rows")
             rows = cell_texts(table)
             assert rows[0][:4] == ["dev", "+0/-0 clean", "+1/-0 clean", "+0/-1 clean"]
-            assert rows[1][0] == "feat" and rows[1][4] == "working" and rows[1][5].endswith("s")
+            assert rows[1][0] == "feat" and rows[1][4].startswith("working ") and rows[1][4].endswith("s")
             diff = app.query_one("#diff")
             await wait_for(pilot, lambda: "feature.txt" in str(diff.render()), what="the diff of dev")
             await pilot.press("f")
@@ -123,6 +124,55 @@ def test_app_shows_rows_sessions_and_diff(busy_group):
             app.save_screenshot("pilot.svg", str(g.base))
         assert (g.base / "pilot.svg").read_text().startswith("<svg")
 
+    asyncio.run(scenario())
+
+
+def unseen_parts(app) -> list[str]:
+    """What of the screen is cut: a widget past the screen's edge, a table wider than its pane (its
+    columns scrolled off), a text taller than its widget."""
+    screen = app.screen.region
+    cut = []
+    for widget in app.screen.query("DataTable, Static"):
+        if not widget.display or not widget.parent.display:
+            continue
+        if not screen.contains_region(widget.region):
+            cut.append(f"#{widget.id} at {widget.region} is off the screen {screen}")
+        if isinstance(widget, DataTable) and widget.virtual_size.width > widget.scrollable_content_region.width:
+            cut.append(f"#{widget.id} is {widget.virtual_size.width} wide in {widget.scrollable_content_region.width}")
+        if widget.id in ("keys", "message", "alert", "status", "pending-title") and \
+                widget.get_content_height(widget.size, widget.size, widget.size.width) > widget.content_size.height:
+            cut.append(f"#{widget.id}'s text is cut: {widget.render()}")
+    return cut
+
+
+def test_at_80x24_every_column_and_key_shows_and_the_footer_names_tab(busy_group):
+    g = busy_group
+    fake = FakeSessions([{"worktree": "feat", "agent": "claude", "state": "exited", "since": time.time() - 4000,
+                          "exit_status": 1, "pending": 0}])
+
+    async def scenario():
+        app = DashApp(top_of(g), sessions=fake, refresh_seconds=0.5, hold_requests=False, sandbox_load=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            table = app.query_one("#worktrees")
+            await wait_for(pilot, lambda: table.row_count == 2, what="two rows")
+            await wait_for(pilot, lambda: "feature.txt" in str(app.query_one("#diff").render()), what="dev's diff")
+            app.say("no request for a-rather-long-host-name.example.org on worktree dev's socket is held right now, "
+                    "so there is nothing to allow once. The proxy holds blocked requests only while net.watch or "
+                    "the dash is attached")
+            await pilot.pause(0.3)
+            assert unseen_parts(app) == [], "\n".join(unseen_parts(app))
+            assert [str(c.label) for c in table.columns.values()] == [
+                "worktree", "(container)", "alpha", "beta", "agent", "req", "cpu", "mem"]
+            assert cell_texts(table)[1][4] == "exited (1) 1h"
+            keys = str(app.query_one("#keys").render())
+            assert "Up/Down: worktrees  Tab: requests" in keys and "q quit" in keys
+            assert app.focused.id == "worktrees"
+            await pilot.press("tab")
+            await wait_for(pilot, lambda: "Up/Down: requests  Tab: worktrees" in str(app.query_one("#keys").render()),
+                           what="the key line after Tab")
+            assert app.focused.id == "pending"
+            assert [app.query_one("#pending").styles.border_left[0], table.styles.border_left[0]] == [
+                "tall", "blank"]                                           # the focused table's edge shows
     asyncio.run(scenario())
 
 
@@ -338,7 +388,7 @@ def test_pending_pane_keys_allow_for_a_worktree_for_a_while_and_deny(busy_group,
             assert [r[:3] for r in cell_texts(pending)] == [["wt.example.test", "dev", "1"],
                                                             ["timed.example.test", "dev", "1"],
                                                             ["bad.example.test", "dev", "1"]]
-            assert cell_texts(table)[0][6] == "3"             # dev's pending column
+            assert cell_texts(table)[0][5] == "3"             # dev's pending (req) column
             await pilot.press("w")
             await wait_for(pilot, lambda: pending.row_count == 2, what="wt allowed for dev")
             await pilot.press("t")

@@ -22,7 +22,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Input, Static
 
 from ..errors import ChtopError
 from ..proxy.watch import refused_anyway_text
@@ -32,6 +32,9 @@ from . import actions, model
 from .holds import HoldWatcher
 
 REFRESH_SECONDS = 2.0
+WIDE_COLUMNS = 120       # narrower: requests above the diff instead of beside it
+WORKTREE_KEYS = ("a attach  s start  x stop  r rebase-down  m merge-up  h shell  n new worktree  "
+                 "f stat/full  u update  q quit")
 LOAD_SECONDS = 5.0
 BUSY_SHARE = 0.25        # refresh no more often than 4x the time one refresh takes (keeps CPU for the agents)
 
@@ -92,11 +95,17 @@ class DashApp(App):
     #status { height: 1; padding: 0 1; background: $boost; }
     #message { height: auto; max-height: 5; padding: 0 1; color: $warning; }
     #alert { height: auto; max-height: 5; padding: 0 1; color: $error; display: none; }
-    #worktrees { height: 1fr; min-height: 6; }
+    #worktrees { height: auto; max-height: 45%; }
     #lower { height: 1fr; }
     #pending-box { width: 1fr; }
     #diff-box { width: 1fr; border-left: solid $primary; }
-    .pane-title { height: 1; padding: 0 1; background: $primary-background; }
+    #lower.stacked { layout: vertical; }
+    #lower.stacked #pending-box { height: auto; max-height: 50%; }
+    #lower.stacked #diff-box { height: 1fr; border-left: none; }
+    DataTable { border-left: blank; }
+    DataTable:focus { border-left: tall $accent; }
+    .pane-title { height: auto; padding: 0 1; background: $primary-background; }
+    #keys { height: auto; padding: 0 1; background: $panel; }
     ConfirmScreen, AskScreen { align: center middle; }
     #dialog { width: 90%; height: auto; max-height: 80%; border: thick $primary; padding: 1 2;
               background: $surface; }
@@ -104,7 +113,7 @@ class DashApp(App):
     BINDINGS = [
         Binding("q", "quit", "quit"),
         Binding("u", "refresh", "update"),
-        Binding("tab", "focus_next", "pane", show=False),
+        Binding("tab", "focus_next", "switch table", show=False),
         Binding("a", "attach", "attach"),
         Binding("s", "start_session", "start"),
         Binding("x", "stop_session", "stop"),
@@ -149,17 +158,18 @@ class DashApp(App):
         yield DataTable(id="worktrees", cursor_type="row", zebra_stripes=True)
         with Horizontal(id="lower"):
             with Vertical(id="pending-box"):
-                yield Static("pending requests  g group  w worktree  o once  t for a while  d deny  p private",
+                yield Static("pending requests  g group  w wt only  o once  t for a while  d deny  p private",
                              classes="pane-title", id="pending-title")
                 yield DataTable(id="pending", cursor_type="row")
             with Vertical(id="diff-box"):
                 yield Static("diff vs integration (f: stat/full)", classes="pane-title", id="diff-title")
                 with VerticalScroll(id="diff-scroll"):
                     yield Static(id="diff")
-        yield Footer()
+        yield Static(id="keys")
 
     def on_mount(self) -> None:
         self.query_one("#worktrees", DataTable).focus()
+        self.show_keys()
         if self.hold_requests:
             self.watcher = HoldWatcher(self.top.grouping, self._on_proxy_event).start()
         self.refresh_data()
@@ -223,9 +233,9 @@ class DashApp(App):
             else:
                 cells = [r.cell(wt.name) for r in wt.repos]
                 cells += [""] * (len(snap.repo_labels) - len(cells))
-            state, since = model.describe_session(wt.session, now)
-            rows.append((wt.name, [wt.name, *cells, state, since, str(wt.pending or ""), wt.cpu, wt.mem]))
-        columns = ["worktree", *snap.repo_labels, "agent", "since", "pending", "cpu", "mem"]
+            agent = " ".join(filter(None, model.describe_session(wt.session, now)))
+            rows.append((wt.name, [wt.name, *cells, agent, str(wt.pending or ""), wt.cpu, wt.mem]))
+        columns = ["worktree", *snap.repo_labels, "agent", "req", "cpu", "mem"]
         fill_table(self.query_one("#worktrees", DataTable), columns, rows)
         pending = []
         for item in snap.pending:
@@ -265,7 +275,7 @@ class DashApp(App):
                       f"refresh {snap.took * 1000:.0f} ms"]
             if not snap.sessions_available:
                 parts.append("sessions: not available")
-        parts.append(f"group {self.top.grouping}")          # last: the longest, cut first
+        parts.append(f"group {self.top.grouping.name}")     # its name: the whole path is cut at 80 columns
         self.query_one("#status", Static).update(plain("  |  ".join(parts)))
         alert = self.query_one("#alert", Static)
         alert.update(plain(self.alert, style="bold"))
@@ -301,6 +311,20 @@ class DashApp(App):
             return None
         key = str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
         return next((p for p in self.snapshot.pending if pending_key(p) == key), None)
+
+    def on_resize(self, event) -> None:
+        """Below WIDE_COLUMNS the requests and the diff are stacked, each the whole width."""
+        self.query_one("#lower").set_class(event.size.width < WIDE_COLUMNS, "stacked")
+
+    def on_descendant_focus(self, event) -> None:
+        self.show_keys()
+
+    def show_keys(self) -> None:
+        """The key line: what Up/Down moves now and that Tab switches (the focused table also has a
+        coloured left edge), then the keys on the selected worktree."""
+        moving = "requests" if self.focused is self.query_one("#pending") else "worktrees"
+        other = "worktrees" if moving == "requests" else "requests"
+        self.query_one("#keys", Static).update(plain(f"Up/Down: {moving}  Tab: {other}  |  {WORKTREE_KEYS}"))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.data_table.id == "worktrees":
