@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import time
 
@@ -139,7 +140,7 @@ def unseen_parts(app) -> list[str]:
             cut.append(f"#{widget.id} at {widget.region} is off the screen {screen}")
         if isinstance(widget, DataTable) and widget.virtual_size.width > widget.scrollable_content_region.width:
             cut.append(f"#{widget.id} is {widget.virtual_size.width} wide in {widget.scrollable_content_region.width}")
-        if widget.id in ("keys", "message", "alert", "status", "pending-title") and \
+        if widget.id in ("keys", "message", "alert", "status", "pending-title", "load-note") and \
                 widget.get_content_height(widget.size, widget.size, widget.size.width) > widget.content_size.height:
             cut.append(f"#{widget.id}'s text is cut: {widget.render()}")
     return cut
@@ -156,6 +157,12 @@ def test_at_80x24_every_column_and_key_shows_and_the_footer_names_tab(busy_group
             table = app.query_one("#worktrees")
             await wait_for(pilot, lambda: table.row_count == 2, what="two rows")
             await wait_for(pilot, lambda: "feature.txt" in str(app.query_one("#diff").render()), what="dev's diff")
+            app.show_load(model.SandboxLoad({"dev": ("n/a", "n/a")}, model.no_stats_reason(
+                "stats is not supported in rootless mode without cgroups v2")))     # podman's words (see below)
+            app.refresh_data()
+            await wait_for(pilot, lambda: cell_texts(table)[0][-2:] == ["n/a", "n/a"], what="dev's n/a load")
+            note = str(app.query_one("#load-note").render())
+            assert note.startswith("cpu/mem n/a: podman stats failed (stats is not supported") and "cgroup v2" in note
             app.say("no request for a-rather-long-host-name.example.org on worktree dev's socket is held right now, "
                     "so there is nothing to allow once. The proxy holds blocked requests only while net.watch or "
                     "the dash is attached")
@@ -174,6 +181,36 @@ def test_at_80x24_every_column_and_key_shows_and_the_footer_names_tab(busy_group
             assert [app.query_one("#pending").styles.border_left[0], table.styles.border_left[0]] == [
                 "tall", "blank"]                                           # the focused table's edge shows
     asyncio.run(scenario())
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_sandbox_load_of_a_real_rootless_sandbox_has_numbers_or_says_why_not(remote_template):
+    """The dash's podman probe as the workspace's (unprivileged) owner, one sandbox running in dev:
+    cpu/mem numbers where podman has them (cgroup v2), else n/a and podman's reason (rootless on v1)."""
+    from sandbox_helpers import as_owner_python, user_group_cm
+    from test_first_hour_sandbox import inv_argv, kill_sandboxes, start_in_background, wait_listed
+
+    with user_group_cm(remote_template) as g:
+        bg = start_in_background(g, inv_argv(g, "sbox.run", "--", "sleep", "120"), g.dev)
+        try:
+            wait_listed(g, inv_argv(g, "sbox.ps"), g.toplevel, "chtop-dev-run-", timeout=120)
+            probe = as_owner_python(g, "import json; from pathlib import Path; from chtop_tasks.dash import "
+                                       f"model; load = model.sandbox_load(Path({str(g.grouping)!r})); "
+                                       "print(json.dumps([load.by_worktree, load.unavailable]))\n"
+                                       "import os; print(os.path.exists('/sys/fs/cgroup/cgroup.controllers'))")
+        finally:
+            bg.kill()
+            bg.wait()
+            kill_sandboxes(g, "chtop.worktree=dev")
+    assert probe.returncode == 0, probe.stderr
+    first, second = probe.stdout.splitlines()
+    by_worktree, unavailable = json.loads(first)
+    if second == "False":                                   # cgroup v1 (these machines): no stats rootless
+        assert by_worktree == {"dev": ["n/a", "n/a"]}
+        assert unavailable.startswith("cpu/mem n/a: podman stats failed (") and "cgroup v2" in unavailable
+    else:
+        assert unavailable == "" and by_worktree["dev"][0].endswith("%"), (by_worktree, unavailable)
 
 
 @pytest.mark.slow

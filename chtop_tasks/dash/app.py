@@ -94,6 +94,7 @@ class DashApp(App):
     CSS = """
     #status { height: 1; padding: 0 1; background: $boost; }
     #message { height: auto; max-height: 5; padding: 0 1; color: $warning; }
+    #load-note { height: auto; padding: 0 1; color: $text-muted; display: none; }
     #alert { height: auto; max-height: 5; padding: 0 1; color: $error; display: none; }
     #worktrees { height: auto; max-height: 45%; }
     #lower { height: 1fr; }
@@ -156,6 +157,7 @@ class DashApp(App):
         yield Static(id="alert")
         yield Static(id="message")
         yield DataTable(id="worktrees", cursor_type="row", zebra_stripes=True)
+        yield Static(id="load-note")
         with Horizontal(id="lower"):
             with Vertical(id="pending-box"):
                 yield Static("pending requests  g group  w wt only  o once  t for a while  d deny  p private",
@@ -201,7 +203,14 @@ class DashApp(App):
 
     @work(thread=True, exclusive=True, group="load")
     def refresh_load(self) -> None:
-        self.load = model.sandbox_load(self.top.grouping)
+        self.call_from_thread(self.show_load, model.sandbox_load(self.top.grouping))
+
+    def show_load(self, load: model.SandboxLoad) -> None:
+        """The next refresh's cpu/mem cells; below the table, why they say n/a (if they do)."""
+        self.load = load.by_worktree
+        note = self.query_one("#load-note", Static)
+        note.update(plain(load.unavailable))
+        note.display = bool(load.unavailable)
 
     @work(thread=True, exclusive=True, group="diff")
     def refresh_diff(self, name: str) -> None:

@@ -314,29 +314,52 @@ def age(since: float, now: float | None = None) -> str:
 LABEL = "chtop"
 
 
-def sandbox_load(group_dir: Path) -> dict[str, tuple[str, str]]:
+@dataclass
+class SandboxLoad:
+    """(CPU %, memory) per worktree with a running sandbox; ``unavailable``: why those cells say n/a."""
+
+    by_worktree: dict[str, tuple[str, str]] = field(default_factory=dict)
+    unavailable: str = ""
+
+
+NO_STATS = "n/a"
+
+
+def sandbox_load(group_dir: Path) -> SandboxLoad:
     """Per worktree: (CPU %, memory) of its running sandboxes, from one `podman ps` and one `podman stats`.
 
-    Empty when podman is missing or fails: the dashboard shows blanks then.
+    Empty when podman is missing or no sandbox runs (blank cells); when
+    ``podman stats`` fails (rootless podman on cgroup v1 has none) the
+    running ones say n/a and ``unavailable`` says why.
     """
     if shutil.which("podman") is None:
-        return {}
-    ps = _podman(["ps", "--filter", f"label={LABEL}.group_id={group_id(group_dir)}", "--format", "json"])
+        return SandboxLoad()
+    ps, _ = _podman(["ps", "--filter", f"label={LABEL}.group_id={group_id(group_dir)}", "--format", "json"])
     worktree_of = {}
     for item in ps or []:
         labels = item.get("Labels") or {}
         worktree_of[item.get("Id", "")[:12]] = labels.get(f"{LABEL}.worktree", "?")
     if not worktree_of:
-        return {}
-    stats = _podman(["stats", "--no-stream", "--format", "json", *worktree_of])
+        return SandboxLoad()
+    stats, error = _podman(["stats", "--no-stream", "--format", "json", *worktree_of])
+    if stats is None:
+        return SandboxLoad({wt: (NO_STATS, NO_STATS) for wt in worktree_of.values()}, no_stats_reason(error))
     out: dict[str, tuple[str, str]] = {}
-    for item in stats or []:
+    for item in stats:
         key = str(_field(item, "id", "ID", "ContainerID"))[:12]
         wt = worktree_of.get(key)
         if wt is not None:
             out[wt] = (str(_field(item, "cpu_percent", "CPU", "CPUPerc")),
                        str(_field(item, "mem_usage", "MemUsage")).split("/")[0].strip())
-    return out
+    return SandboxLoad(out)
+
+
+def no_stats_reason(error: str) -> str:
+    """Why cpu/mem say n/a: podman's own words, and what they mean where they are the cgroup v1 ones."""
+    why = f"cpu/mem n/a: podman stats failed ({error or 'no output'})"
+    if "cgroups v2" in error or "cgroupv2" in error:
+        why += "; rootless podman measures sandboxes only on cgroup v2 (this host has v1), they run all the same"
+    return why
 
 
 def _field(item: dict, *names):
@@ -346,12 +369,18 @@ def _field(item: dict, *names):
     return ""
 
 
-def _podman(args: list[str]):
+def _podman(args: list[str]) -> tuple[list | None, str]:
+    """podman's JSON, or None and its last error line."""
     try:
         result = runner.run(["podman", *args], check=False, quiet=True, timeout=20)
-        return json.loads(result.stdout or "[]") if result.ok else None
-    except (ChtopError, ValueError):
-        return None
+    except ChtopError as exc:
+        return None, str(exc).splitlines()[0]
+    if not result.ok:
+        return None, result.error_tail(1).removeprefix("Error: ")
+    try:
+        return json.loads(result.stdout or "[]"), ""
+    except ValueError:
+        return None, "its output is not JSON"
 
 
 # -- the diff preview ----------------------------------------------------------------------------
