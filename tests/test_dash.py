@@ -511,6 +511,8 @@ def test_session_keys_without_the_sessions_package_say_so(busy_group):
 
 def test_the_dry_run_shown_for_confirmation_names_the_key_not_the_flag(with_dev):
     """The task's footer says "run again without --dry-run"; in the dash the key is y."""
+    from conftest import git
+
     from chtop_tasks.dash import actions
 
     g = with_dev
@@ -518,3 +520,9 @@ def test_the_dry_run_shown_for_confirmation_names_the_key_not_the_flag(with_dev)
     text, ok = actions.dry_run(g.path("dev"), "git.rebase-down")
     assert ok and "press y to run it" in text and "--dry-run)" not in text, text
     assert actions.CLI_RUN_HINT in g.inv(g.path("dev"), "git.rebase-down", "--dry-run").stdout   # the CLI keeps it
+    g.commit(g.path("dev", "beta"), "feature.txt", "the dev feature\n", "dev: add feature.txt")   # alpha is behind
+    text, ok = actions.dry_run(g.path("dev"), "git.merge-up")
+    assert ok and "y lands exactly these tips: inv git.merge-up --expect beta=" in text, text
+    assert actions.CLI_EXPECT_HINT not in text and actions.CLI_RUN_HINT not in text
+    tip = git(g.path("dev", "beta"), "rev-parse", "HEAD")
+    assert actions.confirmed_argv("git.merge-up", text)[-2:] == ["--expect", f"beta={tip}"]

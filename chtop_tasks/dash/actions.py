@@ -54,10 +54,12 @@ def dry_run(cwd: Path, task: str) -> tuple[str, bool]:
     result = runner.run(inv_argv(task, "--dry-run"), cwd=cwd, check=False, quiet=True, timeout=300)
     text = (result.stdout + result.stderr).strip()
     # the task's footer is for its command line; here the confirmation's key runs it
-    return text.replace(CLI_RUN_HINT, "press y to run it"), result.ok
+    return text.replace(CLI_RUN_HINT, "press y to run it").replace(CLI_EXPECT_HINT, "y lands exactly these tips:"), \
+        result.ok
 
 
 CLI_RUN_HINT = "run again without --dry-run"
+CLI_EXPECT_HINT = "to land exactly these tips:"          # merge-up's; the line after it stays (EXPECT_LINE)
 
 
 EXPECT_LINE = re.compile(r"inv git\.merge-up --expect (\S+)")
