@@ -213,17 +213,24 @@ def test_sandbox_load_of_a_real_rootless_sandbox_has_numbers_or_says_why_not(rem
         assert unavailable == "" and by_worktree["dev"][0].endswith("%"), (by_worktree, unavailable)
 
 
+def holding_proxy(g, monkeypatch, names: list[str], hold_seconds: int) -> int:
+    """The group's real proxy on a free port, ``names`` resolving to 127.0.0.1, holding blocked
+    requests up to ``hold_seconds`` while a watcher (the dash) is attached; its port."""
+    port = free_port()
+    hosts = g.base / "hosts"
+    hosts.write_text("".join(f"127.0.0.1 {name}\n" for name in names))
+    monkeypatch.setenv("CHTOP_PROXY_PORT", str(port))
+    monkeypatch.setenv("CHTOP_PROXY_HOSTS_FILE", str(hosts))
+    monkeypatch.setenv("CHTOP_PROXY_HOLD_SECONDS", str(hold_seconds))
+    control.ensure_proxy(g.grouping, g.toplevel / "sandbox")
+    return port
+
+
 @pytest.mark.slow
 def test_pending_pane_allow_once_lets_the_held_request_through(busy_group, monkeypatch):
     g = busy_group
     echo = EchoServer()
-    port = free_port()
-    hosts = g.base / "hosts"
-    hosts.write_text("127.0.0.1 echo.example.test\n")
-    monkeypatch.setenv("CHTOP_PROXY_PORT", str(port))
-    monkeypatch.setenv("CHTOP_PROXY_HOSTS_FILE", str(hosts))
-    monkeypatch.setenv("CHTOP_PROXY_HOLD_SECONDS", "12")     # time enough to see and answer it on a busy machine
-    control.ensure_proxy(g.grouping, g.toplevel / "sandbox")
+    port = holding_proxy(g, monkeypatch, ["echo.example.test"], 12)   # time enough to answer on a busy machine
     results = []
 
     def client():
@@ -269,13 +276,7 @@ def test_a_newly_held_request_is_selected_and_the_selection_then_stays_on_it(bus
     cursor; a second held request above it leaves the cursor where it was; o lets that one through."""
     g = busy_group
     echo = EchoServer()
-    port = free_port()
-    hosts = g.base / "hosts"
-    hosts.write_text("".join(f"127.0.0.1 {n}.example.test\n" for n in ("old", "first", "second")))
-    monkeypatch.setenv("CHTOP_PROXY_PORT", str(port))
-    monkeypatch.setenv("CHTOP_PROXY_HOSTS_FILE", str(hosts))
-    monkeypatch.setenv("CHTOP_PROXY_HOLD_SECONDS", "30")
-    control.ensure_proxy(g.grouping, g.toplevel / "sandbox")
+    port = holding_proxy(g, monkeypatch, [f"{n}.example.test" for n in ("old", "first", "second")], 30)
     results = {}
 
     def client(name):
@@ -323,13 +324,7 @@ def test_an_allow_the_proxy_then_refuses_anyway_is_shown(busy_group, monkeypatch
     still refused (403), and the dash says so, with the proxy's reason and what to press."""
     g = busy_group
     echo = EchoServer()
-    port = free_port()
-    hosts = g.base / "hosts"
-    hosts.write_text("127.0.0.1 inside.example.test\n")
-    monkeypatch.setenv("CHTOP_PROXY_PORT", str(port))
-    monkeypatch.setenv("CHTOP_PROXY_HOSTS_FILE", str(hosts))
-    monkeypatch.setenv("CHTOP_PROXY_HOLD_SECONDS", "30")
-    control.ensure_proxy(g.grouping, g.toplevel / "sandbox")
+    port = holding_proxy(g, monkeypatch, ["inside.example.test"], 30)
 
     def client():
         with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
@@ -399,21 +394,27 @@ def test_blocked_tail_keeps_one_item_per_host_and_port(tmp_path):
                                                         ("a.example.org:8443", 2)]
 
 
-@pytest.mark.slow
-def test_pending_pane_keys_allow_for_a_worktree_for_a_while_and_deny(busy_group, monkeypatch):
-    g = busy_group
+def blocked_on_dev_socket(g, monkeypatch, targets: list[str]) -> None:
+    """A real proxy (no watcher: nothing held) refuses a CONNECT to each ``host:port`` from dev's socket,
+    in that order (the pane shows the newest first); the hosts resolve to 127.0.0.1."""
     hosts = g.base / "hosts"
-    hosts.write_text("".join(f"127.0.0.1 {n}.example.test\n" for n in ("wt", "timed", "bad")))
+    hosts.write_text("".join(f"127.0.0.1 {t.rsplit(':', 1)[0]}\n" for t in targets))
     monkeypatch.setenv("CHTOP_PROXY_PORT", str(free_port()))
     monkeypatch.setenv("CHTOP_PROXY_HOSTS_FILE", str(hosts))
     control.ensure_proxy(g.grouping, g.toplevel / "sandbox")
     dev_socket = control.ensure_proxy(g.grouping, g.toplevel / "sandbox", "dev").socket_path
-    for name in ("bad", "timed", "wt"):                      # newest first in the pane: wt, timed, bad
+    for target in targets:
         with socket.socket(socket.AF_UNIX) as s:
             s.connect(str(dev_socket))
-            s.sendall(f"CONNECT {name}.example.test:443 HTTP/1.1\r\n\r\n".encode())
+            s.sendall(f"CONNECT {target} HTTP/1.1\r\n\r\n".encode())
             assert read_head(s)[0] == 403
         time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_pending_pane_keys_allow_for_a_worktree_for_a_while_and_deny(busy_group, monkeypatch):
+    g = busy_group
+    blocked_on_dev_socket(g, monkeypatch, [f"{n}.example.test:443" for n in ("bad", "timed", "wt")])
 
     async def scenario():
         app = DashApp(top_of(g), sessions=FakeSessions([]), refresh_seconds=0.3, hold_requests=False,
@@ -451,18 +452,7 @@ def test_pending_pane_keys_allow_for_a_worktree_for_a_while_and_deny(busy_group,
 def test_pending_pane_keeps_ports_apart_and_allows_the_selected_port(busy_group, monkeypatch):
     """Blocked on 443 and on 8443: two rows; w on the 8443 one allows exactly host:8443 for dev."""
     g = busy_group
-    hosts = g.base / "hosts"
-    hosts.write_text("127.0.0.1 ports.example.test\n")
-    monkeypatch.setenv("CHTOP_PROXY_PORT", str(free_port()))
-    monkeypatch.setenv("CHTOP_PROXY_HOSTS_FILE", str(hosts))
-    control.ensure_proxy(g.grouping, g.toplevel / "sandbox")
-    dev_socket = control.ensure_proxy(g.grouping, g.toplevel / "sandbox", "dev").socket_path
-    for port in (443, 8443):                                 # newest first in the pane: 8443, 443
-        with socket.socket(socket.AF_UNIX) as s:
-            s.connect(str(dev_socket))
-            s.sendall(f"CONNECT ports.example.test:{port} HTTP/1.1\r\n\r\n".encode())
-            assert read_head(s)[0] == 403
-        time.sleep(0.05)
+    blocked_on_dev_socket(g, monkeypatch, ["ports.example.test:443", "ports.example.test:8443"])
 
     async def scenario():
         app = DashApp(top_of(g), sessions=FakeSessions([]), refresh_seconds=0.3, hold_requests=False,
