@@ -59,7 +59,7 @@ def test_snapshot_has_the_branch_relations_and_session_states(busy_group):
     assert snap.repo_labels == ["(container)", "alpha", "beta"]
     dev, feat = snap.worktrees
     cells = {r.label: r.cell("dev") for r in dev.repos}
-    assert cells == {"(container)": "+0/-0 clean", "alpha": "+1/-0 clean", "beta": "+0/-1 clean"}
+    assert cells == {"(container)": "+0/-0", "alpha": "+1/-0", "beta": "+0/-1"}
     assert [r.dirty for r in feat.repos] == [0, 1, 0]
     assert feat.repos[1].cell("feat") == "+0/-0 *1"
     assert model.describe_session(dev.session, now) == ("waiting", "2m")      # the live one wins
@@ -113,7 +113,7 @@ def test_app_shows_rows_sessions_and_diff(busy_group):
             table = app.query_one("#worktrees")
             await wait_for(pilot, lambda: table.row_count == 2, what="two rows")
             rows = cell_texts(table)
-            assert rows[0][:4] == ["dev", "+0/-0 clean", "+1/-0 clean", "+0/-1 clean"]
+            assert rows[0][:4] == ["dev", "+0/-0", "+1/-0", "+0/-1"]
             assert rows[1][0] == "feat" and rows[1][4].startswith("working ") and rows[1][4].endswith("s")
             diff = app.query_one("#diff")
             await wait_for(pilot, lambda: "feature.txt" in str(diff.render()), what="the diff of dev")

@@ -84,6 +84,12 @@ def row(screen: str, name: str) -> str:
                  or f" {name} " in line[:30]), "")
 
 
+def repo_cells(screen: str, name: str) -> list[str]:
+    """The three repo cells of worktree ``name``'s row (clean ones: +ahead/-behind alone)."""
+    words = row(screen, name).split()
+    return words[words.index(name) + 1:][:3] if name in words else []
+
+
 def curl_through(proxy_port: int, url: str) -> subprocess.Popen:
     return subprocess.Popen(["curl", "-sS", "-o", "-", "-w", "\n%{http_code}", "--max-time", "60",
                              "-x", f"http://127.0.0.1:{proxy_port}", url],
@@ -146,7 +152,7 @@ def test_dash_in_tmux_rows_pending_allow_once_diff_and_a_task(dash_env):
     tmux.keys("y")
     tmux.wait_text("press Enter to return to the dashboard", timeout=240)
     tmux.keys("Enter")
-    tmux.wait(lambda s: "+1/-0 clean  +0/-0 clean" in row(s, "dev"), "dev rebased onto kms")
+    tmux.wait(lambda s: repo_cells(s, "dev")[1:] == ["+1/-0", "+0/-0"], "dev rebased onto kms")
     # feat is dirty: the task's own refusal is shown, nothing runs
     tmux.keys("Down", "r")
     refusal = tmux.wait_text("refused (nothing was changed)")
@@ -173,7 +179,7 @@ def test_dash_in_tmux_at_80x24_shows_every_column_and_key(busy_group, tmp_path):
         screen = tmux.wait(lambda s: "+1/-0" in row(s, "dev") and "feature.txt" in s, "the dev row and its diff")
         header = next(line for line in screen.splitlines() if "worktree" in line and "(container)" in line)
         assert header.split() == ["▊", "worktree", "(container)", "alpha", "beta", "agent", "req", "cpu", "mem"], header
-        assert "+0/-1 clean" in row(screen, "dev") and "*1" in row(screen, "feat")     # the last repo column
+        assert repo_cells(screen, "dev") == ["+0/-0", "+1/-0", "+0/-1"] and "*1" in row(screen, "feat")
         assert "pending requests" in screen and "diff of dev" in screen
         keys = " ".join(screen.split())
         assert "Up/Down: worktrees Tab: requests" in keys and "f stat/full u update q quit" in keys, screen

@@ -49,12 +49,14 @@ class RepoState:
     problem: str | None = None    # missing checkout, git failure
 
     def cell(self, expected: str) -> str:
-        """One table cell: the branch (when unexpected), +ahead/-behind, dirty, rebase."""
+        """One table cell: the branch (when unexpected), +ahead/-behind, dirty (nothing when clean: four
+        repos fit in 80 columns), rebase."""
         if self.problem:
             return f"! {self.problem}"
         parts = [] if self.branch == expected else [self.branch or "(detached)"]
         parts.append(f"+{self.ahead}/-{self.behind}")
-        parts.append(f"*{self.dirty}" if self.dirty else "clean")
+        if self.dirty:
+            parts.append(f"*{self.dirty}")
         if self.busy:
             parts.append(self.busy.upper())
         return " ".join(parts)
