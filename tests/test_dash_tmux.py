@@ -182,7 +182,7 @@ def test_dash_in_tmux_at_80x24_shows_every_column_and_key(busy_group, tmp_path):
         assert repo_cells(screen, "dev") == ["+0/-0", "+1/-0", "+0/-1"] and "*1" in row(screen, "feat")
         assert "pending requests" in screen and "diff of dev" in screen
         keys = " ".join(screen.split())
-        assert "Up/Down: worktrees Tab: requests" in keys and "f stat/full u update q quit" in keys, screen
+        assert "Up/Down: worktrees Tab: requests" in keys and "q quit" in keys and "f stat/full" in keys, screen
         tmux.keys("Tab")
         assert "▊ domain" not in screen                                  # the focused table's edge only
         after = tmux.wait(lambda s: "Up/Down: requests Tab: worktrees" in " ".join(s.split()), "the key line after Tab")

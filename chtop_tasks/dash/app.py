@@ -33,8 +33,6 @@ from .holds import HoldWatcher
 
 REFRESH_SECONDS = 2.0
 WIDE_COLUMNS = 120       # narrower: requests above the diff instead of beside it
-WORKTREE_KEYS = ("a attach  s start  x stop  r rebase-down  m merge-up  h shell  n new worktree  "
-                 "f stat/full  u update  q quit")
 LOAD_SECONDS = 5.0
 BUSY_SHARE = 0.25        # refresh no more often than 4x the time one refresh takes (keeps CPU for the agents)
 
@@ -330,10 +328,11 @@ class DashApp(App):
 
     def show_keys(self) -> None:
         """The key line: what Up/Down moves now and that Tab switches (the focused table also has a
-        coloured left edge), then the keys on the selected worktree."""
+        coloured left edge), then the shown BINDINGS (the keys on the selected worktree)."""
         moving = "requests" if self.focused is self.query_one("#pending") else "worktrees"
         other = "worktrees" if moving == "requests" else "requests"
-        self.query_one("#keys", Static).update(plain(f"Up/Down: {moving}  Tab: {other}  |  {WORKTREE_KEYS}"))
+        keys = "  ".join(f"{b.key} {b.description}" for b in self.BINDINGS if b.show)
+        self.query_one("#keys", Static).update(plain(f"Up/Down: {moving}  Tab: {other}  |  {keys}"))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.data_table.id == "worktrees":
