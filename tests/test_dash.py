@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import time
 
 import pytest
 from proxy_helpers import EchoServer, free_port, read_head
+from textual.widgets import DataTable
 
 from chtop_tasks.dash import model
 from chtop_tasks.dash.app import DashApp
@@ -57,7 +59,7 @@ def test_snapshot_has_the_branch_relations_and_session_states(busy_group):
     assert snap.repo_labels == ["(container)", "alpha", "beta"]
     dev, feat = snap.worktrees
     cells = {r.label: r.cell("dev") for r in dev.repos}
-    assert cells == {"(container)": "+0/-0 clean", "alpha": "+1/-0 clean", "beta": "+0/-1 clean"}
+    assert cells == {"(container)": "+0/-0", "alpha": "+1/-0", "beta": "+0/-1"}
     assert [r.dirty for r in feat.repos] == [0, 1, 0]
     assert feat.repos[1].cell("feat") == "+0/-0 *1"
     assert model.describe_session(dev.session, now) == ("waiting", "2m")      # the live one wins
@@ -111,8 +113,8 @@ def test_app_shows_rows_sessions_and_diff(busy_group):
             table = app.query_one("#worktrees")
             await wait_for(pilot, lambda: table.row_count == 2, what="two rows")
             rows = cell_texts(table)
-            assert rows[0][:4] == ["dev", "+0/-0 clean", "+1/-0 clean", "+0/-1 clean"]
-            assert rows[1][0] == "feat" and rows[1][4] == "working" and rows[1][5].endswith("s")
+            assert rows[0][:4] == ["dev", "+0/-0", "+1/-0", "+0/-1"]
+            assert rows[1][0] == "feat" and rows[1][4].startswith("working ") and rows[1][4].endswith("s")
             diff = app.query_one("#diff")
             await wait_for(pilot, lambda: "feature.txt" in str(diff.render()), what="the diff of dev")
             await pilot.press("f")
@@ -126,17 +128,109 @@ def test_app_shows_rows_sessions_and_diff(busy_group):
     asyncio.run(scenario())
 
 
+def unseen_parts(app) -> list[str]:
+    """What of the screen is cut: a widget past the screen's edge, a table wider than its pane (its
+    columns scrolled off), a text taller than its widget."""
+    screen = app.screen.region
+    cut = []
+    for widget in app.screen.query("DataTable, Static"):
+        if not widget.display or not widget.parent.display:
+            continue
+        if not screen.contains_region(widget.region):
+            cut.append(f"#{widget.id} at {widget.region} is off the screen {screen}")
+        if isinstance(widget, DataTable) and widget.virtual_size.width > widget.scrollable_content_region.width:
+            cut.append(f"#{widget.id} is {widget.virtual_size.width} wide in {widget.scrollable_content_region.width}")
+        if widget.id in ("keys", "message", "alert", "status", "pending-title", "load-note") and \
+                widget.get_content_height(widget.size, widget.size, widget.size.width) > widget.content_size.height:
+            cut.append(f"#{widget.id}'s text is cut: {widget.render()}")
+    return cut
+
+
+def test_at_80x24_every_column_and_key_shows_and_the_footer_names_tab(busy_group):
+    g = busy_group
+    fake = FakeSessions([{"worktree": "feat", "agent": "claude", "state": "exited", "since": time.time() - 4000,
+                          "exit_status": 1, "pending": 0}])
+
+    async def scenario():
+        app = DashApp(top_of(g), sessions=fake, refresh_seconds=0.5, hold_requests=False, sandbox_load=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            table = app.query_one("#worktrees")
+            await wait_for(pilot, lambda: table.row_count == 2, what="two rows")
+            await wait_for(pilot, lambda: "feature.txt" in str(app.query_one("#diff").render()), what="dev's diff")
+            app.show_load(model.SandboxLoad({"dev": ("n/a", "n/a")}, model.no_stats_reason(
+                "stats is not supported in rootless mode without cgroups v2")))     # podman's words (see below)
+            app.refresh_data()
+            await wait_for(pilot, lambda: cell_texts(table)[0][-2:] == ["n/a", "n/a"], what="dev's n/a load")
+            note = str(app.query_one("#load-note").render())
+            assert note.startswith("cpu/mem n/a: podman stats failed (stats is not supported") and "cgroup v2" in note
+            app.say("no request for a-rather-long-host-name.example.org on worktree dev's socket is held right now, "
+                    "so there is nothing to allow once. The proxy holds blocked requests only while net.watch or "
+                    "the dash is attached")
+            await pilot.pause(0.3)
+            assert unseen_parts(app) == [], "\n".join(unseen_parts(app))
+            assert [str(c.label) for c in table.columns.values()] == [
+                "worktree", "(container)", "alpha", "beta", "agent", "req", "cpu", "mem"]
+            assert cell_texts(table)[1][4] == "exited (1) 1h"
+            keys = str(app.query_one("#keys").render())
+            assert "Up/Down: worktrees  Tab: requests" in keys and "q quit" in keys
+            assert app.focused.id == "worktrees"
+            await pilot.press("tab")
+            await wait_for(pilot, lambda: "Up/Down: requests  Tab: worktrees" in str(app.query_one("#keys").render()),
+                           what="the key line after Tab")
+            assert app.focused.id == "pending"
+            assert [app.query_one("#pending").styles.border_left[0], table.styles.border_left[0]] == [
+                "tall", "blank"]                                           # the focused table's edge shows
+    asyncio.run(scenario())
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_sandbox_load_of_a_real_rootless_sandbox_has_numbers_or_says_why_not(remote_template):
+    """The dash's podman probe as the workspace's (unprivileged) owner, one sandbox running in dev:
+    cpu/mem numbers where podman has them (cgroup v2), else n/a and podman's reason (rootless on v1)."""
+    from sandbox_helpers import as_owner_python, user_group_cm
+    from test_first_hour_sandbox import inv_argv, kill_sandboxes, start_in_background, wait_listed
+
+    with user_group_cm(remote_template) as g:
+        bg = start_in_background(g, inv_argv(g, "sbox.run", "--", "sleep", "120"), g.dev)
+        try:
+            wait_listed(g, inv_argv(g, "sbox.ps"), g.toplevel, "chtop-dev-run-", timeout=120)
+            probe = as_owner_python(g, "import json; from pathlib import Path; from chtop_tasks.dash import "
+                                       f"model; load = model.sandbox_load(Path({str(g.grouping)!r})); "
+                                       "print(json.dumps([load.by_worktree, load.unavailable]))\n"
+                                       "import os; print(os.path.exists('/sys/fs/cgroup/cgroup.controllers'))")
+        finally:
+            bg.kill()
+            bg.wait()
+            kill_sandboxes(g, "chtop.worktree=dev")
+    assert probe.returncode == 0, probe.stderr
+    first, second = probe.stdout.splitlines()
+    by_worktree, unavailable = json.loads(first)
+    if second == "False":                                   # cgroup v1 (these machines): no stats rootless
+        assert by_worktree == {"dev": ["n/a", "n/a"]}
+        assert unavailable.startswith("cpu/mem n/a: podman stats failed (") and "cgroup v2" in unavailable
+    else:
+        assert unavailable == "" and by_worktree["dev"][0].endswith("%"), (by_worktree, unavailable)
+
+
+def holding_proxy(g, monkeypatch, names: list[str], hold_seconds: int) -> int:
+    """The group's real proxy on a free port, ``names`` resolving to 127.0.0.1, holding blocked
+    requests up to ``hold_seconds`` while a watcher (the dash) is attached; its port."""
+    port = free_port()
+    hosts = g.base / "hosts"
+    hosts.write_text("".join(f"127.0.0.1 {name}\n" for name in names))
+    monkeypatch.setenv("CHTOP_PROXY_PORT", str(port))
+    monkeypatch.setenv("CHTOP_PROXY_HOSTS_FILE", str(hosts))
+    monkeypatch.setenv("CHTOP_PROXY_HOLD_SECONDS", str(hold_seconds))
+    control.ensure_proxy(g.grouping, g.toplevel / "sandbox")
+    return port
+
+
 @pytest.mark.slow
 def test_pending_pane_allow_once_lets_the_held_request_through(busy_group, monkeypatch):
     g = busy_group
     echo = EchoServer()
-    port = free_port()
-    hosts = g.base / "hosts"
-    hosts.write_text("127.0.0.1 echo.example.test\n")
-    monkeypatch.setenv("CHTOP_PROXY_PORT", str(port))
-    monkeypatch.setenv("CHTOP_PROXY_HOSTS_FILE", str(hosts))
-    monkeypatch.setenv("CHTOP_PROXY_HOLD_SECONDS", "12")     # time enough to see and answer it on a busy machine
-    control.ensure_proxy(g.grouping, g.toplevel / "sandbox")
+    port = holding_proxy(g, monkeypatch, ["echo.example.test"], 12)   # time enough to answer on a busy machine
     results = []
 
     def client():
@@ -158,7 +252,7 @@ def test_pending_pane_allow_once_lets_the_held_request_through(busy_group, monke
             pending = app.query_one("#pending")
             await wait_for(pilot, lambda: pending.row_count == 1 and "HELD" in cell_texts(pending)[0],
                            what="the held request in the pending pane")
-            assert cell_texts(pending)[0][:2] == ["echo.example.test", "(group)"]
+            assert cell_texts(pending)[0][:2] == [f"echo.example.test:{echo.port}", "(group)"]
             await pilot.press("p", "o")
             await first
             assert results == [(200, b"ping\n")]
@@ -173,7 +267,94 @@ def test_pending_pane_allow_once_lets_the_held_request_through(busy_group, monke
         echo.close()
     recs = approvals.read_decisions(g.grouping)
     assert [(r["domain"], r["scope"], r["via"], r["private"]) for r in recs] == [
-        ("echo.example.test", "once", "dash", True)]
+        (f"echo.example.test:{echo.port}", "once", "dash", True)]             # as net.watch audits it
+
+
+@pytest.mark.slow
+def test_a_newly_held_request_is_selected_and_the_selection_then_stays_on_it(busy_group, monkeypatch):
+    """An older blocked (not held) row is selected when a request is held: the held one gets the
+    cursor; a second held request above it leaves the cursor where it was; o lets that one through."""
+    g = busy_group
+    echo = EchoServer()
+    port = holding_proxy(g, monkeypatch, [f"{n}.example.test" for n in ("old", "first", "second")], 30)
+    results = {}
+
+    def client(name):
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+            s.sendall(f"CONNECT {name}.example.test:{echo.port} HTTP/1.1\r\n\r\n".encode())
+            status, _ = read_head(s)
+            if status == 200:
+                s.sendall(b"ping\n")
+            results[name] = (status, s.recv(5) if status == 200 else b"")
+
+    client("old")                                          # no watcher yet: refused at once, not held
+    assert results["old"][0] == 403
+
+    async def scenario():
+        app = DashApp(top_of(g), sessions=FakeSessions([]), refresh_seconds=0.5, sandbox_load=False)
+        async with app.run_test(size=(180, 45)) as pilot:
+            pending = app.query_one("#pending")
+            await wait_for(pilot, lambda: app.watcher.attached and pending.row_count == 1, what="the old row")
+            loop = asyncio.get_running_loop()
+            first = loop.run_in_executor(None, client, "first")
+            await wait_for(pilot, lambda: pending.row_count == 2 and "HELD" in cell_texts(pending)[0],
+                           what="the first held request")
+            assert app.selected_pending()["host"] == "first.example.test"
+            second = loop.run_in_executor(None, client, "second")
+            await wait_for(pilot, lambda: pending.row_count == 3 and cell_texts(pending)[0][0].startswith("second"),
+                           what="the second held request, above the first")
+            await pilot.pause(1.5)                          # more refreshes: the cursor stays
+            assert app.selected_pending()["host"] == "first.example.test"
+            await pilot.press("p", "o")
+            await first
+            assert results["first"] == (200, b"ping\n")
+            assert "second" not in results                  # still held
+            control.stop_proxy(g.grouping)
+            await second
+    try:
+        asyncio.run(scenario())
+    finally:
+        control.stop_proxy(g.grouping)
+        echo.close()
+
+
+@pytest.mark.slow
+def test_an_allow_the_proxy_then_refuses_anyway_is_shown(busy_group, monkeypatch):
+    """o on a held request whose host resolves to a private address (p is off): the request is
+    still refused (403), and the dash says so, with the proxy's reason and what to press."""
+    g = busy_group
+    echo = EchoServer()
+    port = holding_proxy(g, monkeypatch, ["inside.example.test"], 30)
+
+    def client():
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+            s.sendall(f"CONNECT inside.example.test:{echo.port} HTTP/1.1\r\n\r\n".encode())
+            return read_head(s)
+
+    async def scenario():
+        app = DashApp(top_of(g), sessions=FakeSessions([]), refresh_seconds=0.5, sandbox_load=False)
+        async with app.run_test(size=(180, 45)) as pilot:
+            await wait_for(pilot, lambda: app.watcher.attached, what="the watcher")
+            answer = asyncio.get_running_loop().run_in_executor(None, client)
+            pending = app.query_one("#pending")
+            await wait_for(pilot, lambda: pending.row_count == 1 and "HELD" in cell_texts(pending)[0],
+                           what="the held request")
+            await pilot.press("o")
+            status, body = await answer
+            assert status == 403 and b"non-public address" in body
+            alert = app.query_one("#alert")
+            await wait_for(pilot, lambda: "refused the request anyway" in str(alert.render()), what="the refusal")
+            await wait_for(pilot, lambda: "allow once" in app.message, what="the decision's own message")
+            shown = str(alert.render())
+            assert "inside.example.test" in shown and "resolves to non-public address 127.0.0.1" in shown
+            assert "press p" in shown and alert.display
+            await pilot.press("d")                          # the next decision takes it down
+            await wait_for(pilot, lambda: not alert.display, what="the refusal taken down")
+    try:
+        asyncio.run(scenario())
+    finally:
+        control.stop_proxy(g.grouping)
+        echo.close()
 
 
 def test_blocked_tail_reads_only_new_lines_and_follows_a_rotation(tmp_path):
@@ -200,21 +381,40 @@ def test_blocked_tail_reads_only_new_lines_and_follows_a_rotation(tmp_path):
     assert sorted(i["host"] for i in tail.read()) == ["a.example.org", "c.example.org", "d.example.org"]
 
 
-@pytest.mark.slow
-def test_pending_pane_keys_allow_for_a_worktree_for_a_while_and_deny(busy_group, monkeypatch):
-    g = busy_group
+def test_blocked_tail_keeps_one_item_per_host_and_port(tmp_path):
+    """An allow entry allows 443 and 80 unless it names a port: example.org on 8443 is its own request."""
+    from chtop_tasks.proxy.logs import JSONL, net_dir
+
+    log = net_dir(tmp_path) / JSONL
+    log.parent.mkdir(parents=True)
+    log.write_text("".join('{"time": %d, "host": "a.example.org", "port": %d, "worktree": null, '
+                           '"decision": "blocked"}\n' % (t, port) for t, port in enumerate((443, 8443, 80, 8443))))
+    items = sorted(model.BlockedTail(tmp_path).read(), key=lambda i: i["spec"])
+    assert [(i["spec"], i["count"]) for i in items] == [("a.example.org", 2),        # 443 and 80: one entry
+                                                        ("a.example.org:8443", 2)]
+
+
+def blocked_on_dev_socket(g, monkeypatch, targets: list[str]) -> None:
+    """A real proxy (no watcher: nothing held) refuses a CONNECT to each ``host:port`` from dev's socket,
+    in that order (the pane shows the newest first); the hosts resolve to 127.0.0.1."""
     hosts = g.base / "hosts"
-    hosts.write_text("".join(f"127.0.0.1 {n}.example.test\n" for n in ("wt", "timed", "bad")))
+    hosts.write_text("".join(f"127.0.0.1 {t.rsplit(':', 1)[0]}\n" for t in targets))
     monkeypatch.setenv("CHTOP_PROXY_PORT", str(free_port()))
     monkeypatch.setenv("CHTOP_PROXY_HOSTS_FILE", str(hosts))
     control.ensure_proxy(g.grouping, g.toplevel / "sandbox")
     dev_socket = control.ensure_proxy(g.grouping, g.toplevel / "sandbox", "dev").socket_path
-    for name in ("bad", "timed", "wt"):                      # newest first in the pane: wt, timed, bad
+    for target in targets:
         with socket.socket(socket.AF_UNIX) as s:
             s.connect(str(dev_socket))
-            s.sendall(f"CONNECT {name}.example.test:443 HTTP/1.1\r\n\r\n".encode())
+            s.sendall(f"CONNECT {target} HTTP/1.1\r\n\r\n".encode())
             assert read_head(s)[0] == 403
         time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_pending_pane_keys_allow_for_a_worktree_for_a_while_and_deny(busy_group, monkeypatch):
+    g = busy_group
+    blocked_on_dev_socket(g, monkeypatch, [f"{n}.example.test:443" for n in ("bad", "timed", "wt")])
 
     async def scenario():
         app = DashApp(top_of(g), sessions=FakeSessions([]), refresh_seconds=0.3, hold_requests=False,
@@ -226,7 +426,7 @@ def test_pending_pane_keys_allow_for_a_worktree_for_a_while_and_deny(busy_group,
             assert [r[:3] for r in cell_texts(pending)] == [["wt.example.test", "dev", "1"],
                                                             ["timed.example.test", "dev", "1"],
                                                             ["bad.example.test", "dev", "1"]]
-            assert cell_texts(table)[0][6] == "3"             # dev's pending column
+            assert cell_texts(table)[0][5] == "3"             # dev's pending (req) column
             await pilot.press("w")
             await wait_for(pilot, lambda: pending.row_count == 2, what="wt allowed for dev")
             await pilot.press("t")
@@ -246,6 +446,34 @@ def test_pending_pane_keys_allow_for_a_worktree_for_a_while_and_deny(busy_group,
         ("wt.example.test", "worktree", "dev", None, "dash"),
         ("timed.example.test", "for", None, 7200.0, "dash"),
         ("bad.example.test", "deny", None, None, "dash")]
+
+
+@pytest.mark.slow
+def test_pending_pane_keeps_ports_apart_and_allows_the_selected_port(busy_group, monkeypatch):
+    """Blocked on 443 and on 8443: two rows; w on the 8443 one allows exactly host:8443 for dev."""
+    g = busy_group
+    blocked_on_dev_socket(g, monkeypatch, ["ports.example.test:443", "ports.example.test:8443"])
+
+    async def scenario():
+        app = DashApp(top_of(g), sessions=FakeSessions([]), refresh_seconds=0.3, hold_requests=False,
+                      sandbox_load=False)
+        async with app.run_test(size=(180, 45)) as pilot:
+            pending = app.query_one("#pending")
+            await wait_for(pilot, lambda: pending.row_count == 2, what="two pending rows")
+            assert [r[:3] for r in cell_texts(pending)] == [["ports.example.test:8443", "dev", "1"],
+                                                            ["ports.example.test", "dev", "1"]]
+            await pilot.press("w")
+            await wait_for(pilot, lambda: pending.row_count == 1, what="8443 allowed for dev")
+            assert cell_texts(pending)[0][0] == "ports.example.test"          # 443 still waits
+    try:
+        asyncio.run(scenario())
+    finally:
+        control.stop_proxy(g.grouping)
+    assert (g.toplevel / "sandbox" / "worktrees" / "dev" / "net-allow.txt").read_text() == \
+        "ports.example.test:8443\n"
+    policy = approvals.policy_for(g.grouping, g.toplevel / "sandbox")
+    assert [policy.judge("ports.example.test", "dev", port).decision for port in (8443, 443)] == [
+        "allowed", "blocked"]
 
 
 def test_dash_needs_a_terminal(with_dev):
@@ -273,6 +501,8 @@ def test_session_keys_without_the_sessions_package_say_so(busy_group):
 
 def test_the_dry_run_shown_for_confirmation_names_the_key_not_the_flag(with_dev):
     """The task's footer says "run again without --dry-run"; in the dash the key is y."""
+    from conftest import git
+
     from chtop_tasks.dash import actions
 
     g = with_dev
@@ -280,3 +510,9 @@ def test_the_dry_run_shown_for_confirmation_names_the_key_not_the_flag(with_dev)
     text, ok = actions.dry_run(g.path("dev"), "git.rebase-down")
     assert ok and "press y to run it" in text and "--dry-run)" not in text, text
     assert actions.CLI_RUN_HINT in g.inv(g.path("dev"), "git.rebase-down", "--dry-run").stdout   # the CLI keeps it
+    g.commit(g.path("dev", "beta"), "feature.txt", "the dev feature\n", "dev: add feature.txt")   # alpha is behind
+    text, ok = actions.dry_run(g.path("dev"), "git.merge-up")
+    assert ok and "y lands exactly these tips: inv git.merge-up --expect beta=" in text, text
+    assert actions.CLI_EXPECT_HINT not in text and actions.CLI_RUN_HINT not in text
+    tip = git(g.path("dev", "beta"), "rev-parse", "HEAD")
+    assert actions.confirmed_argv("git.merge-up", text)[-2:] == ["--expect", f"beta={tip}"]

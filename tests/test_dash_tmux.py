@@ -39,11 +39,11 @@ class Tmux:
     resize just after the command starts): the window is set to SIZE by hand, and the command is
     let go only once tmux reports that size, so the program under test starts in a known terminal."""
 
-    def __init__(self, base: Path, cwd: Path, command: str):
+    def __init__(self, base: Path, cwd: Path, command: str, size: tuple[int, int] = SIZE):
         require_tool("tmux")
         self.sock = str(base / "tmux.sock")
         go = base / "tmux.go"
-        width, height = SIZE
+        width, height = size
         self.run("new-session", "-d", "-s", "dash", "-x", str(width), "-y", str(height), "-c", str(cwd),
                  f"while [ ! -e {go} ]; do sleep 0.05; done; {command}")
         self.run("set-option", "-t", "dash", "-w", "window-size", "manual")
@@ -82,6 +82,12 @@ class Tmux:
 def row(screen: str, name: str) -> str:
     return next((line for line in screen.splitlines() if line.strip().startswith(name + " ")
                  or f" {name} " in line[:30]), "")
+
+
+def repo_cells(screen: str, name: str) -> list[str]:
+    """The three repo cells of worktree ``name``'s row (clean ones: +ahead/-behind alone)."""
+    words = row(screen, name).split()
+    return words[words.index(name) + 1:][:3] if name in words else []
 
 
 def curl_through(proxy_port: int, url: str) -> subprocess.Popen:
@@ -146,7 +152,7 @@ def test_dash_in_tmux_rows_pending_allow_once_diff_and_a_task(dash_env):
     tmux.keys("y")
     tmux.wait_text("press Enter to return to the dashboard", timeout=240)
     tmux.keys("Enter")
-    tmux.wait(lambda s: "+1/-0 clean  +0/-0 clean" in row(s, "dev"), "dev rebased onto kms")
+    tmux.wait(lambda s: repo_cells(s, "dev")[1:] == ["+1/-0", "+0/-0"], "dev rebased onto kms")
     # feat is dirty: the task's own refusal is shown, nothing runs
     tmux.keys("Down", "r")
     refusal = tmux.wait_text("refused (nothing was changed)")
@@ -162,6 +168,28 @@ def test_dash_in_tmux_rows_pending_allow_once_diff_and_a_task(dash_env):
     tmux.keys("Enter")
     tmux.wait(lambda s: row(s, "third") and "pending requests" in s, "the dashboard with the new row")
     assert (g.path("third", "alpha") / ".git").is_file()
+
+
+def test_dash_in_tmux_at_80x24_shows_every_column_and_key(busy_group, tmp_path):
+    """A real 80x24 terminal: every column header, the whole key line (naming Tab) and both panes."""
+    g = busy_group
+    tmux = Tmux(tmp_path, g.toplevel, f"env TERM=xterm-256color {sys.executable} -m invoke dash --interval 0.5; "
+                                      "sleep 600", size=(80, 24))
+    try:
+        screen = tmux.wait(lambda s: "+1/-0" in row(s, "dev") and "feature.txt" in s, "the dev row and its diff")
+        header = next(line for line in screen.splitlines() if "worktree" in line and "(container)" in line)
+        assert header.split() == ["▊", "worktree", "(container)", "alpha", "beta", "agent", "req", "cpu", "mem"], header
+        assert repo_cells(screen, "dev") == ["+0/-0", "+1/-0", "+0/-1"] and "*1" in row(screen, "feat")
+        assert "pending requests" in screen and "diff of dev" in screen
+        keys = " ".join(screen.split())
+        assert "Up/Down: worktrees Tab: requests" in keys and "q quit" in keys and "f stat/full" in keys, screen
+        tmux.keys("Tab")
+        assert "▊ domain" not in screen                                  # the focused table's edge only
+        after = tmux.wait(lambda s: "Up/Down: requests Tab: worktrees" in " ".join(s.split()), "the key line after Tab")
+        assert "▊ domain" in after and "▊ worktree" not in after
+        assert len(after.splitlines()) <= 24 and max(map(len, after.splitlines())) <= 80
+    finally:
+        tmux.close()
 
 
 def _children(pid: int) -> list[int]:

@@ -25,7 +25,8 @@ KEY_SCOPES = {"group": "allow for the group", "worktree": "allow for this worktr
 
 
 def decide(top: Workspace, item: dict, scope: str, ttl: str | None = None, private: bool = False) -> list[str]:
-    """Carry out a decision on one pending request (a row of the pending pane)."""
+    """Carry out a decision on one pending request (a row of the pending pane).  An allow names its
+    port when it is not 443 or 80 (``spec``: ``example.org:8443``); a deny denies the host on every port."""
     host, worktree = item["host"], item.get("worktree")
     if scope == "worktree" and not worktree:
         raise UsageError(f"{host} was asked for on the group socket, not a worktree's: allow it for the "
@@ -39,7 +40,7 @@ def decide(top: Workspace, item: dict, scope: str, ttl: str | None = None, priva
         flags["ttl"] = ttl or ALLOW_FOR_DEFAULT
     elif scope == "deny":
         flags = {"deny": True}
-    d = approvals.plan_decision(host, **flags)
+    d = approvals.plan_decision(host if scope == "deny" else item.get("spec", host), **flags)
     return approvals.apply_decision(top.grouping, top.policy_dir, d, "dash")
 
 
@@ -53,10 +54,12 @@ def dry_run(cwd: Path, task: str) -> tuple[str, bool]:
     result = runner.run(inv_argv(task, "--dry-run"), cwd=cwd, check=False, quiet=True, timeout=300)
     text = (result.stdout + result.stderr).strip()
     # the task's footer is for its command line; here the confirmation's key runs it
-    return text.replace(CLI_RUN_HINT, "press y to run it"), result.ok
+    return text.replace(CLI_RUN_HINT, "press y to run it").replace(CLI_EXPECT_HINT, "y lands exactly these tips:"), \
+        result.ok
 
 
 CLI_RUN_HINT = "run again without --dry-run"
+CLI_EXPECT_HINT = "to land exactly these tips:"          # merge-up's; the line after it stays (EXPECT_LINE)
 
 
 EXPECT_LINE = re.compile(r"inv git\.merge-up --expect (\S+)")

@@ -22,15 +22,17 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Input, Static
 
 from ..errors import ChtopError
+from ..proxy.watch import refused_anyway_text
 from ..term import inert
 from ..workspace.layout import Workspace, find_workspace
 from . import actions, model
 from .holds import HoldWatcher
 
 REFRESH_SECONDS = 2.0
+WIDE_COLUMNS = 120       # narrower: requests above the diff instead of beside it
 LOAD_SECONDS = 5.0
 BUSY_SHARE = 0.25        # refresh no more often than 4x the time one refresh takes (keeps CPU for the agents)
 
@@ -89,12 +91,20 @@ class DashApp(App):
     TITLE = "chtop mission control"
     CSS = """
     #status { height: 1; padding: 0 1; background: $boost; }
-    #message { height: 1; padding: 0 1; color: $warning; }
-    #worktrees { height: 1fr; min-height: 6; }
+    #message { height: auto; max-height: 5; padding: 0 1; color: $warning; }
+    #load-note { height: auto; padding: 0 1; color: $text-muted; display: none; }
+    #alert { height: auto; max-height: 5; padding: 0 1; color: $error; display: none; }
+    #worktrees { height: auto; max-height: 45%; }
     #lower { height: 1fr; }
     #pending-box { width: 1fr; }
     #diff-box { width: 1fr; border-left: solid $primary; }
-    .pane-title { height: 1; padding: 0 1; background: $primary-background; }
+    #lower.stacked { layout: vertical; }
+    #lower.stacked #pending-box { height: auto; max-height: 50%; }
+    #lower.stacked #diff-box { height: 1fr; border-left: none; }
+    DataTable { border-left: blank; }
+    DataTable:focus { border-left: tall $accent; }
+    .pane-title { height: auto; padding: 0 1; background: $primary-background; }
+    #keys { height: auto; padding: 0 1; background: $panel; }
     ConfirmScreen, AskScreen { align: center middle; }
     #dialog { width: 90%; height: auto; max-height: 80%; border: thick $primary; padding: 1 2;
               background: $surface; }
@@ -102,7 +112,7 @@ class DashApp(App):
     BINDINGS = [
         Binding("q", "quit", "quit"),
         Binding("u", "refresh", "update"),
-        Binding("tab", "focus_next", "pane", show=False),
+        Binding("tab", "focus_next", "switch table", show=False),
         Binding("a", "attach", "attach"),
         Binding("s", "start_session", "start"),
         Binding("x", "stop_session", "stop"),
@@ -133,6 +143,7 @@ class DashApp(App):
         self.full_diff = False
         self.private = False
         self.message = ""
+        self.alert = ""          # an allowed request the proxy refused anyway
         self.watcher: HoldWatcher | None = None
         self._diff_for: str | None = None
         self.blocked = model.BlockedTail(top.grouping)
@@ -141,21 +152,24 @@ class DashApp(App):
     # -- layout ------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield Static(id="status")
+        yield Static(id="alert")
         yield Static(id="message")
         yield DataTable(id="worktrees", cursor_type="row", zebra_stripes=True)
+        yield Static(id="load-note")
         with Horizontal(id="lower"):
             with Vertical(id="pending-box"):
-                yield Static("pending requests  g group  w worktree  o once  t for a while  d deny  p private",
+                yield Static("pending requests  g group  w wt only  o once  t for a while  d deny  p private",
                              classes="pane-title", id="pending-title")
                 yield DataTable(id="pending", cursor_type="row")
             with Vertical(id="diff-box"):
                 yield Static("diff vs integration (f: stat/full)", classes="pane-title", id="diff-title")
                 with VerticalScroll(id="diff-scroll"):
                     yield Static(id="diff")
-        yield Footer()
+        yield Static(id="keys")
 
     def on_mount(self) -> None:
         self.query_one("#worktrees", DataTable).focus()
+        self.show_keys()
         if self.hold_requests:
             self.watcher = HoldWatcher(self.top.grouping, self._on_proxy_event).start()
         self.refresh_data()
@@ -187,7 +201,14 @@ class DashApp(App):
 
     @work(thread=True, exclusive=True, group="load")
     def refresh_load(self) -> None:
-        self.load = model.sandbox_load(self.top.grouping)
+        self.call_from_thread(self.show_load, model.sandbox_load(self.top.grouping))
+
+    def show_load(self, load: model.SandboxLoad) -> None:
+        """The next refresh's cpu/mem cells; below the table, why they say n/a (if they do)."""
+        self.load = load.by_worktree
+        note = self.query_one("#load-note", Static)
+        note.update(plain(load.unavailable))
+        note.display = bool(load.unavailable)
 
     @work(thread=True, exclusive=True, group="diff")
     def refresh_diff(self, name: str) -> None:
@@ -198,14 +219,18 @@ class DashApp(App):
         self.call_from_thread(self.show_diff, name, text)
 
     def _on_proxy_event(self, event: dict) -> None:
-        """From the watcher thread: a blocked request is held (or the proxy came or went)."""
+        """From the watcher thread: a blocked request is held, an allowed one refused anyway (or the
+        proxy came or went)."""
         try:
+            if event.get("event") == "refused":
+                self.call_from_thread(self.show_refusal, event)
             self.call_from_thread(self.refresh_data)
         except (RuntimeError, CancelledError):        # the app is closing (or has closed)
             pass
 
     # -- showing -------------------------------------------------------------------------------------
     def show_snapshot(self, snap: model.Snapshot) -> None:
+        was_selected, was_held = self.selected_pending(), held_keys(self.snapshot)
         self.snapshot = snap
         now = time.time()
         rows = []
@@ -215,17 +240,20 @@ class DashApp(App):
             else:
                 cells = [r.cell(wt.name) for r in wt.repos]
                 cells += [""] * (len(snap.repo_labels) - len(cells))
-            state, since = model.describe_session(wt.session, now)
-            rows.append((wt.name, [wt.name, *cells, state, since, str(wt.pending or ""), wt.cpu, wt.mem]))
-        columns = ["worktree", *snap.repo_labels, "agent", "since", "pending", "cpu", "mem"]
+            agent = " ".join(filter(None, model.describe_session(wt.session, now)))
+            rows.append((wt.name, [wt.name, *cells, agent, str(wt.pending or ""), wt.cpu, wt.mem]))
+        columns = ["worktree", *snap.repo_labels, "agent", "req", "cpu", "mem"]
         fill_table(self.query_one("#worktrees", DataTable), columns, rows)
         pending = []
         for item in snap.pending:
             when = time.strftime("%H:%M:%S", time.localtime(item["last"])) if item["last"] else ""
-            pending.append((pending_key(item), [item["host"], item["worktree"] or "(group)", str(item["count"]),
+            pending.append((pending_key(item), [item["spec"], item["worktree"] or "(group)", str(item["count"]),
                                                 when, "HELD" if item["held"] else ""]))
         fill_table(self.query_one("#pending", DataTable), ["domain", "worktree", "count", "last seen", "held"],
                    pending)
+        newly_held = [key for key in held_keys(snap) if key not in was_held]
+        if newly_held and not (was_selected and was_selected["held"]):
+            select_key(self.query_one("#pending", DataTable), newly_held[0])
         self.update_status()
         self.diff_selected()
 
@@ -254,9 +282,20 @@ class DashApp(App):
                       f"refresh {snap.took * 1000:.0f} ms"]
             if not snap.sessions_available:
                 parts.append("sessions: not available")
-        parts.append(f"group {self.top.grouping}")          # last: the longest, cut first
+        parts.append(f"group {self.top.grouping.name}")     # its name: the whole path is cut at 80 columns
         self.query_one("#status", Static).update(plain("  |  ".join(parts)))
+        alert = self.query_one("#alert", Static)
+        alert.update(plain(self.alert, style="bold"))
+        alert.display = bool(self.alert)
         self.query_one("#message", Static).update(plain(self.message))
+
+    def show_refusal(self, event: dict) -> None:
+        """An allow the proxy then refused anyway (as ``net.watch`` reports it); it stays up until the
+        next decision, whatever message comes meanwhile."""
+        self.alert = refused_anyway_text(event)
+        if "non-public address" in str(event.get("reason")):
+            self.alert += "; to let it reach a private address press p, then allow it again"
+        self.update_status()
 
     def say(self, message: str) -> None:
         self.message = message.replace("\n", " ")
@@ -280,6 +319,21 @@ class DashApp(App):
         key = str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
         return next((p for p in self.snapshot.pending if pending_key(p) == key), None)
 
+    def on_resize(self, event) -> None:
+        """Below WIDE_COLUMNS the requests and the diff are stacked, each the whole width."""
+        self.query_one("#lower").set_class(event.size.width < WIDE_COLUMNS, "stacked")
+
+    def on_descendant_focus(self, event) -> None:
+        self.show_keys()
+
+    def show_keys(self) -> None:
+        """The key line: what Up/Down moves now and that Tab switches (the focused table also has a
+        coloured left edge), then the shown BINDINGS (the keys on the selected worktree)."""
+        moving = "requests" if self.focused is self.query_one("#pending") else "worktrees"
+        other = "worktrees" if moving == "requests" else "requests"
+        keys = "  ".join(f"{b.key} {b.description}" for b in self.BINDINGS if b.show)
+        self.query_one("#keys", Static).update(plain(f"Up/Down: {moving}  Tab: {other}  |  {keys}"))
+
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.data_table.id == "worktrees":
             self.diff_selected()          # where the cursor is now (a refresh may have moved it since)
@@ -299,12 +353,13 @@ class DashApp(App):
         self.say("approvals now allow private addresses" if self.private else "approvals: public addresses only")
 
     def action_decide(self, scope: str) -> None:
+        self.alert = ""
         item = self.selected_pending()
         if item is None:
             self.say("no pending request selected")
             return
         if scope == "for":
-            self.push_screen(AskScreen(f"allow {item['host']} for how long? (e.g. 15m, 2h, 1d)",
+            self.push_screen(AskScreen(f"allow {item['spec']} for how long? (e.g. 15m, 2h, 1d)",
                                        actions.ALLOW_FOR_DEFAULT),
                              lambda ttl: ttl and self.run_decision(item, scope, ttl))
             return
@@ -400,7 +455,18 @@ class DashApp(App):
 
 
 def pending_key(item: dict) -> str:
-    return f"{item['host']}|{item['worktree'] or ''}"
+    return f"{item['spec']}|{item['worktree'] or ''}"
+
+
+def held_keys(snap: model.Snapshot | None) -> list[str]:
+    """The pending rows the proxy holds open (what ``o`` can let through), newest first."""
+    return [pending_key(p) for p in (snap.pending if snap else []) if p["held"]]
+
+
+def select_key(table: DataTable, key: str) -> None:
+    keys = [str(k.value) for k in table.rows]
+    if key in keys:
+        table.move_cursor(row=keys.index(key))
 
 
 def fill_table(table: DataTable, columns: list[str], rows: list[tuple[str, list[str]]]) -> None:
@@ -421,8 +487,8 @@ def fill_table(table: DataTable, columns: list[str], rows: list[tuple[str, list[
         table.add_column(plain(column), key=f"c{i}")
     for key, cells in rows:
         table.add_row(*map(plain, cells), key=key)
-    if selected in keys:
-        table.move_cursor(row=keys.index(selected))
+    if selected is not None:
+        select_key(table, selected)
 
 
 def run_dash(ws: Workspace, refresh_seconds: float = REFRESH_SECONDS) -> int:

@@ -25,7 +25,8 @@ from ..fanout import fan_out
 from ..places import group_id
 from ..proxy import approvals
 from ..proxy.control import status as proxy_status
-from ..proxy.logs import JSONL, net_dir
+from ..proxy.hostmatch import DEFAULT_PORTS
+from ..proxy.logs import JSONL, net_dir, pending_item
 from ..workspace import gitrun
 from ..workspace.gitprobe import WORKTREE_DIFF_DRIVERS_OFF, WORKTREE_SUBMODULES
 from ..workspace.layout import Checkout, Workspace, checkout_problem, find_workspace
@@ -48,12 +49,14 @@ class RepoState:
     problem: str | None = None    # missing checkout, git failure
 
     def cell(self, expected: str) -> str:
-        """One table cell: the branch (when unexpected), +ahead/-behind, dirty, rebase."""
+        """One table cell: the branch (when unexpected), +ahead/-behind, dirty (nothing when clean: four
+        repos fit in 80 columns), rebase."""
         if self.problem:
             return f"! {self.problem}"
         parts = [] if self.branch == expected else [self.branch or "(detached)"]
         parts.append(f"+{self.ahead}/-{self.behind}")
-        parts.append(f"*{self.dirty}" if self.dirty else "clean")
+        if self.dirty:
+            parts.append(f"*{self.dirty}")
         if self.busy:
             parts.append(self.busy.upper())
         return " ".join(parts)
@@ -177,7 +180,11 @@ def probe_all(worktrees: list[Workspace]) -> dict[str, list[RepoState]]:
 
 
 class BlockedTail:
-    """The proxy's blocked requests per (host, worktree), read incrementally from requests.jsonl.
+    """The proxy's blocked requests per (host:port, worktree), read incrementally from requests.jsonl.
+
+    Items are ``logs.pending_item``s: ``spec`` is what an allow names (the
+    host, with the port when it is not 443 or 80), so ``example.org`` and
+    ``example.org:8443`` stay two rows and two decisions.
 
     Each call reads only the lines added since the last one (the log grows
     to 20 MiB before it rotates; re-reading it every refresh would cost more
@@ -218,9 +225,8 @@ class BlockedTail:
             except ValueError:
                 continue
             if isinstance(rec, dict) and rec.get("decision") == "blocked" and rec.get("host"):
-                key = (rec["host"], rec.get("worktree"))
-                item = self.items.setdefault(key, {"host": rec["host"], "worktree": rec.get("worktree"),
-                                                   "count": 0, "last": 0})
+                fresh = pending_item(rec["host"], rec.get("port"), rec.get("worktree"))
+                item = self.items.setdefault((fresh["spec"], fresh["worktree"]), fresh)
                 item["count"] += 1
                 item["last"] = max(item["last"], rec.get("time", 0))
         return offset + end
@@ -235,8 +241,10 @@ def take_snapshot(top: Workspace, sessions: SessionsProvider | None = None,
     worktrees, broken = feature_worktrees(top)
     repos = probe_all(worktrees)
     info = proxy_status(top.grouping)
-    pending = approvals.pending_requests(top.grouping, top.policy_dir, info or {},
-                                         blocked.read() if blocked is not None else None)
+    if blocked is None:
+        pending = approvals.pending_requests(top.grouping, top.policy_dir, info or {})
+    else:
+        pending = pending_per_port(top, info or {}, blocked.read())
     by_worktree = latest_sessions(sessions(top.grouping))
     rows = []
     for wt in worktrees:
@@ -247,6 +255,27 @@ def take_snapshot(top: Workspace, sessions: SessionsProvider | None = None,
     labels = [c.label for c in top.checkouts()]
     return Snapshot(time.time(), rows + broken, pending, info is not None, sessions_available, labels,
                     time.perf_counter() - t0)
+
+
+def pending_per_port(top: Workspace, info: dict, blocked: list[dict]) -> list[dict]:
+    """``approvals.pending_requests`` over the dashboard's own tail, keeping host:port apart.
+
+    Given a caller's tail it keys its rows by host alone (one row for
+    ``example.org`` on 443 and on 8443, the second port never allowed), so it
+    is asked once per port (443 and 80 are one: an entry without a port
+    allows both), each time with that port's blocked and held requests only;
+    newest first, as it sorts them."""
+    held = info.get("held", [])
+
+    def port_of(item: dict) -> int:
+        port = pending_item(item["host"], item.get("port"), item.get("worktree"))["port"]
+        return 0 if port in DEFAULT_PORTS else port
+    rows = []
+    for port in sorted({port_of(item) for item in blocked + held}):
+        rows += approvals.pending_requests(top.grouping, top.policy_dir,
+                                           dict(info, held=[h for h in held if port_of(h) == port]),
+                                           [item for item in blocked if port_of(item) == port])
+    return sorted(rows, key=lambda i: i["last"], reverse=True)
 
 
 def latest_sessions(sessions: list[dict]) -> dict[str, dict]:
@@ -287,29 +316,52 @@ def age(since: float, now: float | None = None) -> str:
 LABEL = "chtop"
 
 
-def sandbox_load(group_dir: Path) -> dict[str, tuple[str, str]]:
+@dataclass
+class SandboxLoad:
+    """(CPU %, memory) per worktree with a running sandbox; ``unavailable``: why those cells say n/a."""
+
+    by_worktree: dict[str, tuple[str, str]] = field(default_factory=dict)
+    unavailable: str = ""
+
+
+NO_STATS = "n/a"
+
+
+def sandbox_load(group_dir: Path) -> SandboxLoad:
     """Per worktree: (CPU %, memory) of its running sandboxes, from one `podman ps` and one `podman stats`.
 
-    Empty when podman is missing or fails: the dashboard shows blanks then.
+    Empty when podman is missing or no sandbox runs (blank cells); when
+    ``podman stats`` fails (rootless podman on cgroup v1 has none) the
+    running ones say n/a and ``unavailable`` says why.
     """
     if shutil.which("podman") is None:
-        return {}
-    ps = _podman(["ps", "--filter", f"label={LABEL}.group_id={group_id(group_dir)}", "--format", "json"])
+        return SandboxLoad()
+    ps, _ = _podman(["ps", "--filter", f"label={LABEL}.group_id={group_id(group_dir)}", "--format", "json"])
     worktree_of = {}
     for item in ps or []:
         labels = item.get("Labels") or {}
         worktree_of[item.get("Id", "")[:12]] = labels.get(f"{LABEL}.worktree", "?")
     if not worktree_of:
-        return {}
-    stats = _podman(["stats", "--no-stream", "--format", "json", *worktree_of])
+        return SandboxLoad()
+    stats, error = _podman(["stats", "--no-stream", "--format", "json", *worktree_of])
+    if stats is None:
+        return SandboxLoad({wt: (NO_STATS, NO_STATS) for wt in worktree_of.values()}, no_stats_reason(error))
     out: dict[str, tuple[str, str]] = {}
-    for item in stats or []:
+    for item in stats:
         key = str(_field(item, "id", "ID", "ContainerID"))[:12]
         wt = worktree_of.get(key)
         if wt is not None:
             out[wt] = (str(_field(item, "cpu_percent", "CPU", "CPUPerc")),
                        str(_field(item, "mem_usage", "MemUsage")).split("/")[0].strip())
-    return out
+    return SandboxLoad(out)
+
+
+def no_stats_reason(error: str) -> str:
+    """Why cpu/mem say n/a: podman's own words, and what they mean where they are the cgroup v1 ones."""
+    why = f"cpu/mem n/a: podman stats failed ({error or 'no output'})"
+    if "cgroups v2" in error or "cgroupv2" in error:
+        why += "; rootless podman measures sandboxes only on cgroup v2 (this host has v1), they run all the same"
+    return why
 
 
 def _field(item: dict, *names):
@@ -319,12 +371,18 @@ def _field(item: dict, *names):
     return ""
 
 
-def _podman(args: list[str]):
+def _podman(args: list[str]) -> tuple[list | None, str]:
+    """podman's JSON, or None and its last error line."""
     try:
         result = runner.run(["podman", *args], check=False, quiet=True, timeout=20)
-        return json.loads(result.stdout or "[]") if result.ok else None
-    except (ChtopError, ValueError):
-        return None
+    except ChtopError as exc:
+        return None, str(exc).splitlines()[0]
+    if not result.ok:
+        return None, result.error_tail(1).removeprefix("Error: ")
+    try:
+        return json.loads(result.stdout or "[]"), ""
+    except ValueError:
+        return None, "its output is not JSON"
 
 
 # -- the diff preview ----------------------------------------------------------------------------
