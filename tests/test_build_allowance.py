@@ -40,9 +40,11 @@ def test_pip_conf_names_the_index(tmp_path):
 
 def test_the_build_gets_index_urls_without_credentials():
     env = {"PIP_INDEX_URL": "https://me:s3cret@pip.example.net/simple", "HOME": "/h",
-           "UV_EXTRA_INDEX_URL": "https://a.example/simple https://tok@b.example/simple"}
+           "UV_EXTRA_INDEX_URL": "https://a.example/simple https://tok@b.example/simple",
+           "PIP_FIND_LINKS": "/opt/wheels", "UV_FIND_LINKS": "/opt/wheels http://127.0.0.2:9/wheels/"}
     assert index_env(env) == {"PIP_INDEX_URL": "https://pip.example.net/simple",
-                              "UV_EXTRA_INDEX_URL": "https://a.example/simple https://b.example/simple"}
+                              "UV_EXTRA_INDEX_URL": "https://a.example/simple https://b.example/simple",
+                              "UV_FIND_LINKS": "http://127.0.0.2:9/wheels/"}   # a local dir is not inside
     assert without_credentials("/opt/wheels") == "/opt/wheels"
 
 

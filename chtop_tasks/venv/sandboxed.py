@@ -173,11 +173,23 @@ def owned_as_tree(path: Path, root: Path) -> None:
         os.lchown(path, owner.st_uid, owner.st_gid)
 
 
+FIND_LINKS_ENV = ("PIP_FIND_LINKS", "UV_FIND_LINKS")
+
+
 def index_env(env=None) -> dict[str, str]:
     """How pip and uv are told which index to use (``INDEX_ENV``), for the build: values without
-    credentials."""
+    credentials; of find-links, only the URLs (a local dir is not mounted inside, and uv refuses a
+    find-links dir it cannot read)."""
     env = os.environ if env is None else env
-    return {name: without_credentials(value) for name, value in env.items() if name in INDEX_ENV}
+    out = {name: without_credentials(value) for name, value in env.items() if name in INDEX_ENV}
+    for name in FIND_LINKS_ENV:
+        if name in out:
+            urls = [word for word in out[name].split() if word.startswith(("http://", "https://"))]
+            if urls:
+                out[name] = " ".join(urls)
+            else:
+                del out[name]
+    return out
 
 
 def run_in_sandbox(ws, steps, root: Path, installer: str, test: bool, base: Path, vdir: Path,
