@@ -39,8 +39,10 @@ def note(what):
     except OSError:
         pass
     inside = os.environ.get("IS_SANDBOX") == "1" and not os.path.isdir(os.path.dirname({marker!r}))
+    caps = [ln.split()[1] for ln in open("/proc/self/status") if ln.startswith("CapEff:")][0]
     with open({where!r}, "a") as fh:
         fh.write(f"{{what}} inside={{inside}}\\n")
+        fh.write(f"ids {{what}} uid={{os.getuid()}} caps={{caps}}\\n")
 """
 SETUP = """\
 import sys
@@ -163,7 +165,18 @@ def test_worktree_create_builds_the_new_worktrees_venv_inside_its_sandbox_as_roo
                  check=False, timeout=300)
     assert used.returncode == 0, used.stderr
     assert used.stdout.strip().endswith(f"{dev_alpha}/alpha/__init__.py"), used.stdout
+    # the build ran as the agent runs: its uid, no capabilities (as root on the host)
+    lines = (dev_alpha / "ran-where.txt").read_text().splitlines()
+    ids = [" ".join(line.split()[-2:]) for line in lines if line.startswith("ids ")]
+    agent = [" ".join(line.split()[-2:]) for line in lines if line.startswith("ids import alpha")][-1]  # just now
+    assert set(ids) == {agent} and agent.endswith("caps=0000000000000000"), (ids, agent)
     assert not marker.exists()
+    # worktree.delete takes what its builds kept (their caches, the last build's log) with it
+    cache = g.grouping / ".chtop" / "build-cache" / "dev"
+    assert (cache / "log" / "build.log").is_file()
+    gone = g.inv(g.toplevel, "worktree.delete", "--name", "dev", "--force", check=False, timeout=300)
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert not cache.exists() and "removed its venv build cache" in gone.stdout, gone.stdout
 
 
 def test_the_plan_goes_into_the_sandbox_as_data_and_comes_back_the_same(tmp_path):
