@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .. import agentfile
 from ..errors import CommandFailed, Refused, UsageError
-from ..places import read_user_config, state_dir, target_for
+from ..places import read_user_config, target_for, venv_build_dir
 from ..term import say
 from ..workspace import venvstamp as stamp
 from .build import (
@@ -39,7 +39,6 @@ from .buildlog import BuildLog, first_error_line
 from .indexhosts import index_hosts, without_credentials
 
 PURPOSE = "venv-build"
-CACHE_DIR = "build-cache"
 # how pip and uv are told which index to use: passed to the build (values, never files)
 # (a URL's ``user:token@`` is removed first: the build runs the agent's code)
 INDEX_ENV = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_TRUSTED_HOST", "PIP_FIND_LINKS",
@@ -74,22 +73,16 @@ def build_workspace_venv(ws, *, recreate: bool = False, test: bool = False, inst
     build_in_sandbox(ws, recreate=recreate, test=test, installer=installer, dry_run=dry_run)
 
 
-def worktree_build_dir(group: Path, worktree: str) -> Path:
-    """``<group>/.chtop/build-cache/<worktree>``: all that worktree's builds keep (``worktree.delete``
-    removes it)."""
-    return state_dir(group) / CACHE_DIR / worktree
-
-
 def build_cache_dirs(group: Path, worktree: str) -> dict[str, Path]:
     """The cache of one worktree's sandboxed builds, one per installer: never the user's (host builds of
     the toplevel use those) nor another worktree's (one agent's build would plant what another's runs)."""
-    base = worktree_build_dir(group, worktree)
+    base = venv_build_dir(group, worktree)
     return {"UV_CACHE_DIR": base / "uv", "PIP_CACHE_DIR": base / "pip"}
 
 
 def build_log_dir(group: Path, worktree: str) -> Path:
     """Where the build inside writes its log, which the host then copies into the group's logs."""
-    return worktree_build_dir(group, worktree) / "log"
+    return venv_build_dir(group, worktree) / "log"
 
 
 def build_in_sandbox(ws, *, recreate: bool = False, test: bool = False, installer: str | None = None,
