@@ -316,3 +316,20 @@ def test_an_isolated_build_gets_its_requirements_through_the_builds_allowance_an
         index = [r for r in records if r.get("host") == "127.0.0.2"]
         assert {r["worktree"] for r in index if r.get("decision") == "allowed"} == {"dev/build"}, index
         assert {r["worktree"] for r in index if r.get("decision") != "allowed"} == {"dev"}, index
+
+
+def test_as_root_the_uv_path_builds_an_isolated_repo_through_the_builds_allowance(with_dev, wheelhouse, tmp_path):  # noqa: F811
+    """The same allowance on the uv path, as root (a rootful sandbox): uv's isolated build fetches
+    setuptools and tinydep from the index UV_DEFAULT_INDEX names, through the build's socket."""
+    g = with_dev
+    tinydep_wheel(wheelhouse, tmp_path)
+    _isolated_alpha(g)
+    with local_index(wheelhouse, tmp_path) as (url, asked):
+        env = {"PIP_INDEX_URL": url, "UV_DEFAULT_INDEX": url, "UV_CACHE_DIR": str(tmp_path / "host-uv-cache")}
+        built = g.inv(g.toplevel, "venv.build", "--workdir", str(g.path("dev")), "--installer", "uv", env=env,
+                      check=False, timeout=600)
+        assert built.returncode == 0, built.stdout + built.stderr
+        assert "installer uv" in built.stdout and "smoke imports ok: alpha:alpha" in built.stdout, built.stdout
+        assert any(p.endswith(".whl") and "tinydep" in p for p in asked), asked
+    assert not (tmp_path / "host-uv-cache").exists()     # the build's own cache, never the host's
+    assert any((g.grouping / ".chtop" / "build-cache" / "dev" / "uv").iterdir())
