@@ -18,12 +18,12 @@ def _env(tmp_path: Path, **values) -> dict[str, str]:
 
 
 def test_the_default_is_pypi_and_its_files_host_and_nothing_else(tmp_path, monkeypatch):
-    monkeypatch.setattr("chtop_tasks.venv.indexhosts.pip_config_files", lambda env: [])   # no pip.conf
+    monkeypatch.setattr("chtop_tasks.venv.tls.pip_config_files", lambda env: [])   # no pip.conf
     assert index_hosts(_env(tmp_path)) == ["pypi.org", "files.pythonhosted.org"]
 
 
 def test_the_configured_indexes_replace_pypi(tmp_path, monkeypatch):
-    monkeypatch.setattr("chtop_tasks.venv.indexhosts.pip_config_files", lambda env: [])   # no pip.conf
+    monkeypatch.setattr("chtop_tasks.venv.tls.pip_config_files", lambda env: [])   # no pip.conf
     env = _env(tmp_path, PIP_INDEX_URL="https://mirror.example.org/simple",
                UV_DEFAULT_INDEX="http://127.0.0.2:8123/simple/", PIP_FIND_LINKS="/opt/wheels")
     assert index_hosts(env) == ["mirror.example.org", "127.0.0.2:8123 private"]

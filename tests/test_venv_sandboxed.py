@@ -24,6 +24,7 @@ import pytest
 from conftest import git
 from sandbox_helpers import as_owner_python, user_group_cm
 from test_venv import tinydep_wheel, wheelhouse  # noqa: F401  (a fixture)
+from venv_samples import PYPROJECT
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
@@ -222,18 +223,10 @@ def test_only_a_venv_build_gets_the_venv_and_its_cache_writable(with_dev):
 
 # --- the build's own network allowance ---------------------------------------------------------
 
-ISOLATED_PYPROJECT = """\
-[build-system]
-requires = ["setuptools>=64", "tinydep"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "alpha"
-version = "0.1"
-
-[tool.setuptools]
-packages = ["alpha"]
-"""
+# alpha's isolated build needs a requirement that only the index has
+ISOLATED_PYPROJECT = PYPROJECT.format(name="alpha", package="alpha").replace(
+    'requires = ["setuptools>=64"]', 'requires = ["setuptools>=64", "tinydep"]')
+assert "tinydep" in ISOLATED_PYPROJECT
 
 
 @contextlib.contextmanager

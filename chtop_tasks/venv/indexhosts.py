@@ -13,12 +13,11 @@ mirror on this machine) gets ``private``.
 
 from __future__ import annotations
 
-import configparser
 import ipaddress
 import os
 from urllib.parse import urlsplit
 
-from .tls import pip_config_files
+from .tls import pip_config_values
 
 PYPI_HOSTS = ("pypi.org", "files.pythonhosted.org")
 PYPI_URL = "https://pypi.org/simple"
@@ -31,20 +30,9 @@ def _words(value: str | None) -> list[str]:
 
 def _pip_config(env) -> dict[str, str]:
     """pip's config values that name an index (``index-url``, ``extra-index-url``, ``find-links``,
-    ``no-index``): the last file that sets one wins, ``[install]`` over ``[global]``."""
-    found: dict[str, str] = {}
-    for path in pip_config_files(env):
-        parser = configparser.RawConfigParser()
-        try:
-            parser.read(path, encoding="utf-8")
-        except (OSError, configparser.Error, UnicodeDecodeError):
-            continue
-        for section in ("global", "install"):
-            for key in ("index-url", "extra-index-url", "find-links", "no-index"):
-                value = parser.get(section, key, fallback="").strip()
-                if value:
-                    found[key] = value
-    return found
+    ``no-index``)."""
+    found = pip_config_values(("index-url", "extra-index-url", "find-links", "no-index"), env)
+    return {key: value for key, (value, _) in found.items()}
 
 
 def index_urls(env=None) -> list[str]:
