@@ -84,3 +84,18 @@ def test_a_worktree_name_cannot_pose_as_a_build():
     assert worktree_name_problem(build_identity("dev")) is not None
     with pytest.raises(UsageError):
         build_identity("dev/build")
+
+
+def test_the_dry_run_of_a_feature_worktrees_build_says_where_it_runs_and_what_it_reaches(with_dev, monkeypatch, capsys):
+    from chtop_tasks.workspace.layout import find_workspace
+
+    monkeypatch.setenv("PIP_INDEX_URL", "https://pip.example.net/simple")
+    monkeypatch.setenv("UV_DEFAULT_INDEX", "https://pip.example.net/simple")
+    monkeypatch.setattr("chtop_tasks.venv.tls.pip_config_files", lambda env: [])
+    from chtop_tasks.venv.sandboxed import build_workspace_venv
+
+    build_workspace_venv(find_workspace(with_dev.path("dev")), dry_run=True, installer="pip")
+    out = capsys.readouterr().out
+    assert "every step runs inside the sandbox of dev" in out and "none on the host" in out
+    assert "the index hosts pip.example.net and sandbox/net-allow-build.txt" in out, out
+    assert not (with_dev.path("dev") / ".venv").exists()   # ran nothing

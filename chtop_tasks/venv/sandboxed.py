@@ -95,8 +95,11 @@ def build_in_sandbox(ws, *, recreate: bool = False, test: bool = False, installe
     base, why = base_python_choice()
     steps = plan_build(root, ws.manifest, recreate=recreate, test=test, installer=chosen, python=base)
     if dry_run:
+        hosts = ", ".join(index_hosts()) or "none (no index)"
         print(f"# base interpreter: {base} ({why})\n# every step runs inside the sandbox of {ws.name} "
-              f"(purpose {PURPOSE}), none on the host\n{format_plan(steps)}", flush=True)
+              f"(purpose {PURPOSE}), none on the host\n# its network: its agent's allowlist, plus the index "
+              f"hosts {hosts} and sandbox/net-allow-build.txt, on the build's own proxy socket\n"
+              f"{format_plan(steps)}", flush=True)
         return
     vdir = ready_venv_dir(root)
     caches = build_cache_dirs(ws.grouping, ws.name)
