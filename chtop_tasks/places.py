@@ -129,6 +129,13 @@ def state_dir(group_dir: Path) -> Path:
     return Path(group_dir) / STATE_DIR_NAME
 
 
+def venv_build_dir(group_dir: Path, worktree: str) -> Path:
+    """``<group>/.chtop/build-cache/<worktree>``: what that worktree's sandboxed venv builds keep
+    (their uv and pip caches, the last build's log; writable for its builds only, removed by
+    ``worktree.delete``)."""
+    return state_dir(group_dir) / "build-cache" / check_worktree_name(worktree)
+
+
 def group_lock_path(group_dir: Path) -> Path:
     """The flock every task that changes the group's worktrees or stores holds."""
     return state_dir(group_dir) / "group.lock"

@@ -3,17 +3,28 @@
 The agent can write every repo of its worktree, so a ``setup.py`` or a package's ``__init__``
 there is the agent's code.  Here one writes a marker to a path of the host that the sandbox does
 not mount whenever it runs where that path is reachable, and records where it ran otherwise; then
-``inv venv.build --workdir ../dev`` runs on the host, as the user would.
+``inv venv.build --workdir ../dev`` runs on the host, as the user would, with no opt-in: the
+sandboxed build is the default for feature worktrees.  An isolated build fetches its build
+requirements from a local index (on 127.0.0.2, which the sandbox's ``NO_PROXY`` does not name)
+through the build's own proxy socket; the agent's sandbox of the same worktree is refused it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import http.server
+import json
 import os
+import shutil
+import threading
 from pathlib import Path
 
 import pytest
 from conftest import git
-from sandbox_helpers import user_group_cm
+from sandbox_helpers import as_owner_python, user_group_cm
+from test_venv import tinydep_wheel, wheelhouse  # noqa: F401  (a fixture)
+from venv_samples import PYPROJECT
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
@@ -29,8 +40,10 @@ def note(what):
     except OSError:
         pass
     inside = os.environ.get("IS_SANDBOX") == "1" and not os.path.isdir(os.path.dirname({marker!r}))
+    caps = [ln.split()[1] for ln in open("/proc/self/status") if ln.startswith("CapEff:")][0]
     with open({where!r}, "a") as fh:
         fh.write(f"{{what}} inside={{inside}}\\n")
+        fh.write(f"ids {{what}} uid={{os.getuid()}} caps={{caps}}\\n")
 """
 SETUP = """\
 import sys
@@ -60,15 +73,9 @@ def _install_alpha(manifest):
                                      'test = "python -c \'import alpha\'"', 1))
 
 
-def opt_in(config_home: Path) -> None:
-    """The user's config asks for feature worktrees' venvs to be built in their sandboxes."""
-    (config_home / "chtop").mkdir(parents=True, exist_ok=True)
-    (config_home / "chtop" / "config.toml").write_text("venv_in_sandbox = true\n")
-
-
 def _plant(group):
-    """As the worktree's owner: alpha becomes an installed repo with a hostile build and import."""
-    opt_in(group.base / "home" / ".config")      # the test user's HOME (sandbox_helpers.user_env)
+    """As the worktree's owner: alpha becomes an installed repo with a hostile build and import
+    (no config: the sandboxed build is the default)."""
     dev = group.grouping / "dev"
     marker = group.base / "host-only" / "marker"
     marker.parent.mkdir()
@@ -106,13 +113,32 @@ def test_venv_build_of_a_feature_worktree_runs_its_build_code_only_inside_the_sa
     assert not marker.exists()
     ran = (g.dev / "alpha" / "ran-where.txt").read_text().splitlines()
     assert ran.count("import alpha inside=True") == 2 and "setup.py inside=True" in ran, ran  # smoke + test
+    # the build's whole output is in a log of the group's, its path printed
+    log = _printed_log(again.stdout)
+    assert log.parent == g.grouping / ".chtop" / "logs" and "# exit 0" in log.read_text()
+    assert f"-m pip install --no-build-isolation -e {g.dev}/alpha" in log.read_text()
+    # a build that fails inside: its cause is lifted into the summary, its whole output logged
+    setup = g.dev / "alpha" / "setup.py"
+    setup.write_text("print('noise line')\nimport not_a_module_xyz\n" + setup.read_text())
+    failed = g.inv("venv.build", "--workdir", str(g.dev), "--installer", "pip", cwd=g.toplevel, timeout=600)
+    assert failed.returncode != 0
+    assert "cause: ModuleNotFoundError: No module named 'not_a_module_xyz'" in failed.stderr, failed.stderr
+    logged = Path(failed.stderr.split("its whole output: ", 1)[1].split()[0])
+    assert logged.parent == g.grouping / ".chtop" / "logs" and "not_a_module_xyz" in logged.read_text()
+    assert failed.stderr.count(f"inv venv.build --workdir {g.dev}") == 1, failed.stderr
+    assert not marker.exists()
+
+
+def _printed_log(stdout: str) -> Path:
+    line = next(ln for ln in stdout.splitlines() if ln.startswith("venv build log "))
+    return Path(line.removeprefix("venv build log ").strip())
 
 
 def test_worktree_create_builds_the_new_worktrees_venv_inside_its_sandbox_as_root(initialized, tmp_path):
     """The same through worktree.create's venv step, as root (a rootful sandbox, the agent's ids):
     alpha's main branch carries the hook (as a merged agent branch would)."""
     g = initialized
-    opt_in(Path(os.environ["XDG_CONFIG_HOME"]))
+    assert not (Path(os.environ["XDG_CONFIG_HOME"]) / "chtop" / "config.toml").exists()   # no opt-in
     marker = tmp_path / "host-only" / "marker"
     marker.parent.mkdir()
     top_alpha = g.toplevel / "alpha"
@@ -140,7 +166,18 @@ def test_worktree_create_builds_the_new_worktrees_venv_inside_its_sandbox_as_roo
                  check=False, timeout=300)
     assert used.returncode == 0, used.stderr
     assert used.stdout.strip().endswith(f"{dev_alpha}/alpha/__init__.py"), used.stdout
+    # the build ran as the agent runs: its uid, no capabilities (as root on the host)
+    lines = (dev_alpha / "ran-where.txt").read_text().splitlines()
+    ids = [" ".join(line.split()[-2:]) for line in lines if line.startswith("ids ")]
+    agent = [" ".join(line.split()[-2:]) for line in lines if line.startswith("ids import alpha")][-1]  # just now
+    assert set(ids) == {agent} and agent.endswith("caps=0000000000000000"), (ids, agent)
     assert not marker.exists()
+    # worktree.delete takes what its builds kept (their caches, the last build's log) with it
+    cache = g.grouping / ".chtop" / "build-cache" / "dev"
+    assert (cache / "log" / "build.log").is_file()
+    gone = g.inv(g.toplevel, "worktree.delete", "--name", "dev", "--force", check=False, timeout=300)
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert not cache.exists() and "removed its venv build cache" in gone.stdout, gone.stdout
 
 
 def test_the_plan_goes_into_the_sandbox_as_data_and_comes_back_the_same(tmp_path):
@@ -182,3 +219,110 @@ def test_only_a_venv_build_gets_the_venv_and_its_cache_writable(with_dev):
     assert build[str(dev / ".venv")].startswith("rw")
     assert all(build[str(p)].startswith("rw") for p in caches.values())
     assert build[str(with_dev.toplevel)].startswith("ro")   # the build_inside it runs, read-only
+
+
+# --- the build's own network allowance ---------------------------------------------------------
+
+# alpha's isolated build needs a requirement that only the index has
+ISOLATED_PYPROJECT = PYPROJECT.format(name="alpha", package="alpha").replace(
+    'requires = ["setuptools>=64"]', 'requires = ["setuptools>=64", "tinydep"]')
+assert "tinydep" in ISOLATED_PYPROJECT
+
+
+@contextlib.contextmanager
+def local_index(wheels: Path, base: Path):
+    """A PEP 503 index of the wheelhouse (setuptools, tinydep) served on 127.0.0.2 (loopback, but
+    not the 127.0.0.1 that the sandbox's NO_PROXY names): its URL and the paths it was asked for."""
+    simple = base / "index" / "simple"
+    for wheel in wheels.glob("*.whl"):
+        project = simple / wheel.name.split("-")[0].lower().replace("_", "-")
+        project.mkdir(parents=True, exist_ok=True)
+        shutil.copy(wheel, project / wheel.name)
+    asked: list[str] = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            asked.append(self.path)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.2", 0), functools.partial(Handler, directory=str(simple.parent)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.2:{server.server_address[1]}/simple/", asked
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _isolated_alpha(group):
+    dev_alpha = group.grouping / "dev" / "alpha"
+    (dev_alpha / "pyproject.toml").write_text(ISOLATED_PYPROJECT)
+    (dev_alpha / "alpha").mkdir()
+    (dev_alpha / "alpha" / "__init__.py").write_text("")
+    manifest = group.grouping / "dev" / "git_repositories.toml"
+    manifest.write_text(manifest.read_text().replace('install = "none"', 'install = "editable"\nsmoke_import = "alpha"', 1))
+
+
+# Run inside the agent's sandbox: GET the index through the proxy, CONNECT pypi.org, and look for
+# the build's socket; one line each.
+AGENT_PROBE = """\
+import os, sys, urllib.request, urllib.error
+def status(url):
+    try:
+        return urllib.request.urlopen(url, timeout=60).status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (urllib.error.URLError, OSError) as exc:
+        return type(exc).__name__ + ": " + str(exc)
+print("index", status(sys.argv[1]))
+print("pypi", status("https://pypi.org/simple/setuptools/"))
+print("build-socket", os.path.exists(sys.argv[2]))
+"""
+
+
+def test_an_isolated_build_gets_its_requirements_through_the_builds_allowance_and_the_agent_does_not(
+        remote_template, wheelhouse, tmp_path):  # noqa: F811
+    """The index pip and uv are configured for (PIP_INDEX_URL, UV_DEFAULT_INDEX) is allowed on the
+    build's socket only: the isolated build fetches setuptools and tinydep from it; from the agent's
+    sandbox of the same worktree the index, pypi.org and the build's socket are all out of reach."""
+    tinydep_wheel(wheelhouse, tmp_path)
+    with user_group_cm(remote_template, prepare=_isolated_alpha) as g, local_index(wheelhouse, tmp_path) as (url, asked):
+        env = {"PIP_INDEX_URL": url, "UV_DEFAULT_INDEX": url}
+        built = g.inv("venv.build", "--workdir", str(g.dev), "--installer", "pip", cwd=g.toplevel, extra_env=env,
+                      timeout=600)
+        assert built.returncode == 0, built.stdout + built.stderr
+        assert "smoke imports ok: alpha:alpha" in built.stdout
+        assert any(p.startswith("/simple/tinydep/") for p in asked), asked      # the build requirement, fetched
+        assert any(p.endswith(".whl") and "tinydep" in p for p in asked), asked
+        socket = as_owner_python(g, "from chtop_tasks.proxy.control import planned_endpoint; "
+                                    f"print(planned_endpoint({str(g.grouping)!r}, 'dev', build=True).socket_path)")
+        assert socket.returncode == 0, socket.stderr
+        build_socket = socket.stdout.strip()
+        before = len(asked)
+        probe = g.inv("sbox.run", "--", "python3", "-c", AGENT_PROBE, url, build_socket, extra_env=env, timeout=300)
+        assert probe.returncode == 0, probe.stdout + probe.stderr
+        lines = probe.stdout.splitlines()
+        assert "index 403" in lines and "build-socket False" in lines, (lines, probe.stderr)
+        assert any(ln.startswith("pypi ") and "403" in ln for ln in lines), lines
+        assert len(asked) == before, asked[before:]        # nothing of the agent's reached the index
+        # the proxy told them apart: the build's requests allowed as the build's, the agent's refused
+        records = [json.loads(line) for line in (g.grouping / ".chtop" / "net" / "requests.jsonl").read_text().splitlines()]
+        index = [r for r in records if r.get("host") == "127.0.0.2"]
+        assert {r["worktree"] for r in index if r.get("decision") == "allowed"} == {"dev/build"}, index
+        assert {r["worktree"] for r in index if r.get("decision") != "allowed"} == {"dev"}, index
+
+
+def test_as_root_the_uv_path_builds_an_isolated_repo_through_the_builds_allowance(with_dev, wheelhouse, tmp_path):  # noqa: F811
+    """The same allowance on the uv path, as root (a rootful sandbox): uv's isolated build fetches
+    setuptools and tinydep from the index UV_DEFAULT_INDEX names, through the build's socket."""
+    g = with_dev
+    tinydep_wheel(wheelhouse, tmp_path)
+    _isolated_alpha(g)
+    with local_index(wheelhouse, tmp_path) as (url, asked):
+        env = {"PIP_INDEX_URL": url, "UV_DEFAULT_INDEX": url, "UV_CACHE_DIR": str(tmp_path / "host-uv-cache")}
+        built = g.inv(g.toplevel, "venv.build", "--workdir", str(g.path("dev")), "--installer", "uv", env=env,
+                      check=False, timeout=600)
+        assert built.returncode == 0, built.stdout + built.stderr
+        assert "installer uv" in built.stdout and "smoke imports ok: alpha:alpha" in built.stdout, built.stdout
+        assert any(p.endswith(".whl") and "tinydep" in p for p in asked), asked
+    assert not (tmp_path / "host-uv-cache").exists()     # the build's own cache, never the host's
+    assert any((g.grouping / ".chtop" / "build-cache" / "dev" / "uv").iterdir())

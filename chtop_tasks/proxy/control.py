@@ -50,6 +50,12 @@ def worktree_socket(runtime: Path, worktree: str) -> Path:
     return Path(runtime) / "wt" / name / "proxy.sock"
 
 
+def build_socket(runtime: Path, worktree: str) -> Path:
+    """<runtime>/build/<worktree>/proxy.sock: the venv build's socket, in a dir that no agent's
+    sandbox mounts (``worktree_socket``'s name, shortened the same way)."""
+    return Path(runtime) / "build" / worktree_socket(runtime, worktree).parent.name / "proxy.sock"
+
+
 def proxy_port(group_dir: Path) -> int:
     """CHTOP_PROXY_PORT, else a port derived from the grouping dir (stable across restarts)."""
     override = os.environ.get("CHTOP_PROXY_PORT")
@@ -115,12 +121,14 @@ def _endpoint(info: dict) -> ProxyEndpoint:
     return ProxyEndpoint(url=info["url"], socket_path=Path(info["socket"]), pid=info["pid"])
 
 
-def planned_endpoint(group_dir: Path, worktree: str | None = None) -> ProxyEndpoint:
+def planned_endpoint(group_dir: Path, worktree: str | None = None, build: bool = False) -> ProxyEndpoint:
     """Where the group's proxy listens (or will): its URL and the socket for ``worktree``
-    (the group socket for None).  Computed, nothing started: ``ensure_proxy`` gives the same."""
+    (the group socket for None; its venv build's with ``build``).  Computed, nothing started:
+    ``ensure_proxy`` gives the same."""
     group_dir = Path(group_dir).resolve()
     runtime = runtime_dir(group_dir)
-    socket_path = runtime / "group" / "proxy.sock" if worktree is None else worktree_socket(runtime, worktree)
+    socket_path = runtime / "group" / "proxy.sock" if worktree is None else \
+        (build_socket if build else worktree_socket)(runtime, worktree)
     return ProxyEndpoint(f"http://127.0.0.1:{proxy_port(group_dir)}", socket_path, 0)
 
 
@@ -264,11 +272,13 @@ def _wait_for_status(group_dir: Path, timeout: float, failed=lambda: False) -> d
     return None
 
 
-def ensure_proxy(group_dir: Path, policy_dir: Path, worktree: str | None = None) -> ProxyEndpoint:
+def ensure_proxy(group_dir: Path, policy_dir: Path, worktree: str | None = None,
+                 build_hosts: list[str] | None = None) -> ProxyEndpoint:
     """Start the group's proxy unless it runs; return once it accepts connections.
 
     With ``worktree``, the endpoint's socket is that worktree's own socket,
-    judged by the group lists plus <policy_dir>/worktrees/<worktree>/.
+    judged by the group lists plus <policy_dir>/worktrees/<worktree>/; with ``build_hosts`` too,
+    its venv build's socket, which also allows those hosts and the build section (``policy``).
     Raises ChtopError when it cannot start (callers then refuse to launch).
     """
     group_dir, policy_dir = Path(group_dir).resolve(), Path(policy_dir).resolve()
@@ -289,7 +299,10 @@ def ensure_proxy(group_dir: Path, policy_dir: Path, worktree: str | None = None)
         ensure_notifier(group_dir, Path(info["policy_dir"]))
     endpoint = _endpoint(info)
     if worktree is not None:
-        reply = control_protocol.request(group_dir, {"cmd": "worktree", "name": worktree})
+        ask = {"cmd": "worktree", "name": worktree}
+        if build_hosts is not None:
+            ask["build"] = list(build_hosts)
+        reply = control_protocol.request(group_dir, ask)
         if not reply.get("ok"):
             raise ChtopError(f"proxy refused a socket for worktree {worktree}: {reply.get('error')}")
         endpoint = ProxyEndpoint(endpoint.url, Path(reply["socket"]), endpoint.pid)

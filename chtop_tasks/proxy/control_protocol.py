@@ -6,6 +6,7 @@ Requests (one JSON object a line, one reply a line):
 - ``{"cmd": "ping"}`` / ``{"cmd": "status"}``: the proxy's status (``Server.info``; "status" writes out
   the queued log records first: ``Server.status``);
 - ``{"cmd": "worktree", "name": N}``: open (or reuse) worktree N's socket; ``{"socket": PATH}``;
+  with ``"build": [HOST, ...]``, N's venv-build socket instead, those index hosts allowed on it;
 - ``{"cmd": "watch"}``: attach as a watcher; then ``{"event": "blocked", ...}`` lines follow;
 - ``{"cmd": "decide", "host": H, "answer": A[, "worktree": W]}``: release the requests held for H
   (on W's socket only, when given), A one of ``ANSWERS``; ``{"released": N}``;
@@ -136,6 +137,8 @@ class ControlService:
             return self.proxy.info()
         if cmd == "status":
             return self.proxy.status()
+        if cmd == "worktree" and isinstance(msg.get("build"), list):
+            return {"ok": True, "socket": str(self.proxy.open_build(str(msg.get("name")), msg["build"]))}
         if cmd == "worktree":
             return {"ok": True, "socket": str(self.proxy.open_worktree(str(msg.get("name"))))}
         if cmd == "watch":

@@ -5,6 +5,12 @@ layer in <policy_dir>/worktrees/<name>/ (kept in the toplevel, which the
 agent cannot write), plus allows for a while (``TimedAllows``: a JSON-lines
 file in the group's state dir whose entries stop matching at their expiry).
 Deny wins over allow in every layer combination.
+
+A venv build's sandbox (``venv/sandboxed.py``) has its own socket, judged as ``build_identity(NAME)``:
+the agent's layers of worktree NAME plus the build section, ``<policy_dir>/net-allow-build.txt``,
+and the index hosts the host handed over when it opened that socket (``set_build_hosts``).  The
+agent's own sockets never see either.  A request the build's lists do not allow is refused at once
+(a build waits for no one's answer).
 """
 
 from __future__ import annotations
@@ -22,6 +28,20 @@ from .hostmatch import DEFAULT_PORTS, BadHost, Entry, find_match, parse_entry
 
 ALLOW = "net-allow.txt"
 DENY = "net-deny.txt"
+BUILD_ALLOW = "net-allow-build.txt"   # the build section: hosts for venv builds' sandboxes only
+BUILD_MARK = "/build"                 # no worktree name holds a "/": the agent's identity never is one
+
+
+def build_identity(worktree: str) -> str:
+    """The identity of worktree ``worktree``'s venv-build socket at the proxy."""
+    return check_worktree_name(worktree) + BUILD_MARK
+
+
+def built_worktree(identity: str | None) -> str | None:
+    """The worktree whose build ``identity`` is (``build_identity``), else None (an agent's, the group's)."""
+    if identity is None or not identity.endswith(BUILD_MARK):
+        return None
+    return identity[: -len(BUILD_MARK)]
 
 
 def list_path(policy_dir: Path, kind: str, worktree: str | None = None) -> Path:
@@ -151,6 +171,15 @@ class NetPolicy:
         self.allow = ListFile(list_path(self.policy_dir, "allow"), allow_list=True)
         self.deny = ListFile(list_path(self.policy_dir, "deny"), allow_list=False)
         self._layers: dict[str, tuple[ListFile, ListFile]] = {}
+        self.build_allow = ListFile(self.policy_dir / BUILD_ALLOW, allow_list=True)
+        self.build_hosts: dict[str, list[Entry]] = {}    # worktree -> the index hosts of its build
+
+    def set_build_hosts(self, worktree: str, specs: list[str]) -> list[str]:
+        """The index hosts worktree ``worktree``'s build may reach (the host read them from pip's and
+        uv's config); returns one message per refused spec."""
+        entries, errors = parse_list("\n".join(str(s) for s in specs), allow_list=True)
+        self.build_hosts[check_worktree_name(worktree)] = entries
+        return errors
 
     def require(self) -> None:
         """Fail closed: without net-allow.txt nothing starts."""
@@ -170,7 +199,11 @@ class NetPolicy:
 
     def judge(self, host: str, worktree: str | None = None, port: int | None = None) -> Verdict:
         """Deny (any layer) > allow (group, worktree, for a while) > blocked, for ``host`` on
-        ``port`` (None: whether the host is covered on some port)."""
+        ``port`` (None: whether the host is covered on some port).  A build's identity
+        (``build_identity``) is judged by ``judge_build``."""
+        built = built_worktree(worktree)
+        if built is not None:
+            return self.judge_build(host, built, port)
         layers = [("group", self.allow, self.deny)]
         if worktree is not None:
             wa, wd = self.layer(worktree)
@@ -196,12 +229,26 @@ class NetPolicy:
                                f"{', '.join(map(str, sorted(hit.ports or DEFAULT_PORTS)))})")
         return Verdict("blocked", None, "not on the allowlist")
 
+    def judge_build(self, host: str, worktree: str, port: int | None = None) -> Verdict:
+        """Worktree ``worktree``'s build: what its agent may reach, plus the build section and the
+        index hosts; anything else is refused ("denied": no hold, a build waits for no answer)."""
+        verdict = self.judge(host, worktree, port)
+        if verdict.decision != "blocked":
+            return verdict
+        for name, entries in (("build", self.build_allow.current()), ("index", self.build_hosts.get(worktree, []))):
+            hit = find_match(entries, host, port)
+            if hit is not None:
+                return Verdict("allowed", hit, f"allowed for the venv build by {hit.text!r} ({name})", "build")
+        return Verdict("denied", None, f"not allowed for the venv build of {worktree} (the index hosts pip and "
+                       f"uv are configured for, and {BUILD_ALLOW}): add it to the toplevel's sandbox/{BUILD_ALLOW}",
+                       "build")
+
     def sizes(self) -> dict:
         return {"allow": len(self.allow.current()), "deny": len(self.deny.current())}
 
     def errors(self) -> list[str]:
         out = []
-        for lf in [self.allow, self.deny] + [f for pair in self._layers.values() for f in pair]:
+        for lf in [self.allow, self.deny, self.build_allow] + [f for pair in self._layers.values() for f in pair]:
             lf.current()
             out += [f"{lf.path}: {e}" for e in lf.errors]
         return out

@@ -32,7 +32,7 @@ from pathlib import Path
 from ..places import check_worktree_name, command_for_group
 from . import fdpass
 from .aio import TIMEOUTS, Deadlines
-from .control import session_runs, worktree_socket
+from .control import build_socket, session_runs, worktree_socket
 from .control_protocol import ControlService
 from .holds import Holds
 from .hostmatch import BadHost, Entry, canonical_host, is_ip, parse_authority
@@ -49,7 +49,7 @@ from .messages import (
     plain_target,
     reply_bytes,
 )
-from .policy import NetPolicy, Verdict
+from .policy import NetPolicy, Verdict, build_identity, built_worktree
 from .supervise import detach
 from .tunnel import Mux, Tunnel
 from .upstream import Upstreams
@@ -165,6 +165,21 @@ class Server:
             self._listen_unix(key, path, name)
             self.worktree_sockets[name] = path
             self._remember_worktrees()
+        return path
+
+    def open_build(self, name: str, hosts: list[str]) -> Path:
+        """Worktree ``name``'s venv-build socket (a dir of its own, which the agent's sandboxes never
+        mount), judged as ``build_identity(name)`` with ``hosts`` (its index hosts) allowed; not
+        remembered across restarts (a build's sandbox lives for one build)."""
+        path = build_socket(self.cfg.runtime_dir, name)
+        errors = self.policy.set_build_hosts(name, hosts)
+        for error in errors:
+            self.log.note(f"build hosts of {name}: {error}")
+        key = "build:" + name
+        if key not in self.listeners or not path.exists():
+            if key in self.listeners:
+                self._unlisten(key)
+            self._listen_unix(key, path, build_identity(name))
         return path
 
     def _known_worktrees(self) -> list[str]:
@@ -342,7 +357,8 @@ class Server:
         rec["reason"] = rec["rule"] = verdict.reason
         if verdict.decision == "denied":
             raise Refusal(403, "denied", verdict.reason,
-                          f"chtop egress proxy: {host} is denied (sandbox/net-deny.txt)\n")
+                          f"chtop egress proxy: {host} is " + (f"{verdict.reason}\n" if verdict.layer == "build"
+                                                               else "denied (sandbox/net-deny.txt)\n"))
         if verdict.decision == "blocked":
             raise Refusal(403, "blocked", verdict.reason,
                           blocked_body(host, port, worktree, command_for_group(self.cfg.group_dir)))
@@ -504,8 +520,8 @@ class Server:
         (``sbox.run`` starts no Python after podman exits; this is its exit import).  Ends are
         coalesced: at most one ENDED line and one import round every ``ENDED_EVERY`` seconds,
         however fast hand-offs open and close (the first end of a quiet while is imported at once)."""
-        if worktree is None or self.importing is None:
-            return
+        if worktree is None or self.importing is None or built_worktree(worktree) is not None:
+            return      # a venv build's sandbox commits nothing (and its launcher imports after it)
         self._ended[worktree] = self._ended.get(worktree, 0) + 1
         if self._ended_round is None:
             delay = max(0.0, self._last_ended_round + ENDED_EVERY - time.monotonic())

@@ -60,6 +60,7 @@ class ProxyNeed:
     worktree: str | None
     socket_path: Path | None      # mounted into the container (network "proxy")
     url: str
+    build_hosts: tuple[str, ...] | None = None   # a venv build's socket, with these index hosts allowed
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,7 @@ class LaunchRequest:
     login_files: tuple[str, ...] = ()     # in the config dir: copied from the group's login dir when newer
     build_rw: tuple[Path, ...] = ()   # venv.build of this worktree only (venv/sandboxed.py)
     build_ro: tuple[Path, ...] = ()
+    build_hosts: tuple[str, ...] | None = None   # venv.build: the build's own proxy socket, these index hosts
     # the caller has nothing left to do after the sandbox (sbox.run): a non-interactive launch then
     # becomes a small shell that waits for podman and removes the per-run files, so no Python
     # process stays alive per sandbox
@@ -210,7 +212,8 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
                 cwd: Path | None = None, image: str | None = None,
                 image_trees: tuple[Path, ...] = (), session: str | None = None,
                 agent_subdirs: tuple[str, ...] = (), login_files: tuple[str, ...] = (),
-                build_rw: tuple[Path, ...] = (), build_ro: tuple[Path, ...] = ()) -> LaunchPlan:
+                build_rw: tuple[Path, ...] = (), build_ro: tuple[Path, ...] = (),
+                build_hosts: tuple[str, ...] | None = None) -> LaunchPlan:
     """The full ``podman run`` for ``command`` in ``target``'s sandbox; reads only.
 
     Reads the policy (PolicyError if broken), checks the git layout
@@ -221,7 +224,8 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
     /usr, /etc) are not bound from the host.  ``session``: a session's id (its hook state dir is
     mounted); ``agent_subdirs``: the agent's config_subdir, made before it starts; ``login_files``:
     its login files, copied from the group's login dir.  ``build_rw``/``build_ro`` (a venv build of a
-    worktree only): its ``.venv`` and the build cache writable, the base interpreter readable.
+    worktree only): its ``.venv`` and the build cache writable, the base interpreter readable;
+    ``build_hosts``: the build's own proxy socket, with those index hosts allowed on it.
     """
     extra_env = _checked_launch_args(command, purpose, network, extra_env)
     host_env = dict(os.environ)
@@ -230,7 +234,7 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
     policy = load_policy(target.policy_dir, home_dir(), target.workspace.grouping if target.workspace else None,
                          target.name if target.kind == "worktree" else None)
     warnings = list(policy.warnings)
-    proxy = _proxy_need(target, network, warnings)
+    proxy = _proxy_need(target, network, warnings, build_hosts if target.kind == "worktree" else None)
     proxy_socket = proxy.socket_path if proxy else None
     if allow_self_edit:
         warnings.append("--allow-self-edit: chtop's own code in this worktree (tasks.py, chtop_tasks/, "
@@ -308,8 +312,10 @@ def _checked_launch_args(command, purpose, network, extra_env) -> dict[str, str]
     return extra_env
 
 
-def _proxy_need(target: Target, network: str, warnings: list[str]) -> ProxyNeed | None:
-    """The proxy ``network`` needs and where it listens; nothing is started here."""
+def _proxy_need(target: Target, network: str, warnings: list[str],
+                build_hosts: tuple[str, ...] | None = None) -> ProxyNeed | None:
+    """The proxy ``network`` needs and where it listens (a worktree's venv build: its own socket,
+    ``build_hosts`` allowed there); nothing is started here."""
     if network == "open":
         warnings.append("no proxy: open egress (host network, nothing filtered); for debugging only")
         return None
@@ -318,16 +324,16 @@ def _proxy_need(target: Target, network: str, warnings: list[str]) -> ProxyNeed 
 
     NetPolicy(target.policy_dir).require()          # fail closed before anything else happens
     worktree = target.name if target.kind == "worktree" else None
-    endpoint = planned_endpoint(target.group_dir, worktree)
+    endpoint = planned_endpoint(target.group_dir, worktree, build=build_hosts is not None)
     if network == "host":
         warnings.append("--network host: the agent shares the host's network; the proxy is only honoured "
                         "by clients that use HTTPS_PROXY, a raw socket goes around it")
-        return ProxyNeed(target.group_dir, target.policy_dir, worktree, None, endpoint.url)
+        return ProxyNeed(target.group_dir, target.policy_dir, worktree, None, endpoint.url, build_hosts)
     if not _which_host("python3") and not _which_host("socat"):
         raise ChtopError("neither python3 nor socat is installed on the host (/usr/bin); the sandbox needs one "
                          "to reach the proxy.  Install one: apt-get install python3")
     return ProxyNeed(target.group_dir, target.policy_dir, worktree, endpoint.socket_path,
-                     f"http://127.0.0.1:{podman_mod.RELAY_PORT}")
+                     f"http://127.0.0.1:{podman_mod.RELAY_PORT}", build_hosts)
 
 
 def _root_setup(target: Target, identity, mounts, devices, name: str, gitconfig: str = "") -> RootSetup:
@@ -392,7 +398,8 @@ def sweep_stale_runs(stale: list[Path], env: dict[str, str]) -> None:
 def _ensure_planned_proxy(need: ProxyNeed) -> None:
     from ..proxy import ensure_proxy
 
-    endpoint = ensure_proxy(need.group_dir, need.policy_dir, worktree=need.worktree)
+    endpoint = ensure_proxy(need.group_dir, need.policy_dir, worktree=need.worktree,
+                            build_hosts=None if need.build_hosts is None else list(need.build_hosts))
     if need.socket_path is not None and endpoint.socket_path != need.socket_path:
         raise ChtopError(f"the group's proxy listens on {endpoint.socket_path}, not {need.socket_path}; "
                          "run `inv net.stop` and retry")
@@ -594,7 +601,7 @@ def plan_request(request: LaunchRequest) -> LaunchPlan:
                        allow_self_edit=request.allow_self_edit, cwd=request.cwd, image=request.image,
                        image_trees=request.image_trees, session=request.session,
                        agent_subdirs=request.agent_subdirs, login_files=request.login_files,
-                       build_rw=request.build_rw, build_ro=request.build_ro)
+                       build_rw=request.build_rw, build_ro=request.build_ro, build_hosts=request.build_hosts)
 
 
 def say_request(request: LaunchRequest, plan: LaunchPlan) -> None:

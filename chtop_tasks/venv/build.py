@@ -40,10 +40,10 @@ from pathlib import Path
 from .. import runner
 from ..errors import ChtopError, CommandFailed, Refused, UsageError
 from ..fanout import fan_out
-from ..term import say
-from ..workspace.manifest import MANIFEST_NAME, Manifest, Repo
 from ..places import read_user_config, state_dir
+from ..term import say
 from ..workspace import venvstamp as stamp
+from ..workspace.manifest import MANIFEST_NAME, Manifest, Repo
 from . import uvcache
 from .buildlog import BuildLog, first_error_line
 from .tls import uv_trust_env

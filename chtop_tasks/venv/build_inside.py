@@ -2,9 +2,11 @@
 
 Run inside the worktree's sandbox as ``python -m chtop_tasks.venv.build_inside PLAN`` from the
 *toplevel's* chtop (read-only inside; never the worktree's copy), with ``PLAN`` the build as data
-(JSON: the root, the installer, ``--test``, and the steps of ``build.plan_build``).  It runs the
-steps with ``build.run_build_steps`` and writes the completion stamp last; the host only reads
-the stamp back (``venvstamp.is_complete``: no link followed, no blocking).
+(JSON: the root, the installer, ``--test``, the log file, and the steps of ``build.plan_build``).
+It runs the steps with ``build.run_build_steps``, each step's whole output going to the log (a
+file the host made in the build's own cache dir), and writes the completion stamp last; the host
+reads back only the stamp and the log, as data (``agentfile``: no link followed, no blocking).
+What it prints is the agent's text (its build's output, its metadata): printed inert.
 """
 
 from __future__ import annotations
@@ -17,23 +19,33 @@ from dataclasses import asdict, fields
 from pathlib import Path
 
 from ..errors import ChtopError
+from ..term import error, say
 from ..workspace import venvstamp as stamp
 from .build import BuildStep, run_build_steps, venv_dir
+from .buildlog import BuildLog
 
 RETRY_LINE = "Fix the cause, then retry the venv alone:"   # build._failure's last line
+LOG_NAME = "build.log"      # in the build's log dir (sandboxed.build_log_dir), made by the host
 _PATHS = {"cwd"}
 _TUPLES_OF_PATHS = {"paths"}
 _PAIRS = {"env"}
 
 
-def plan_to_json(root: Path, installer: str, test: bool, steps: list[BuildStep]) -> str:
+def plan_to_json(root: Path, installer: str, test: bool, steps: list[BuildStep], log: Path | None = None) -> str:
     """The build as data for the command line of the sandbox."""
     def step(s: BuildStep) -> dict:
         out = asdict(s)
         out["cwd"] = None if s.cwd is None else str(s.cwd)
         out["paths"] = [str(p) for p in s.paths]
         return out
-    return json.dumps({"root": str(root), "installer": installer, "test": test, "steps": [step(s) for s in steps]})
+    return json.dumps({"root": str(root), "installer": installer, "test": test, "steps": [step(s) for s in steps],
+                       "log": None if log is None else str(log)})
+
+
+def log_from_json(text: str) -> Path | None:
+    """The log file ``plan_to_json`` named, or None."""
+    log = json.loads(text).get("log")
+    return None if log is None else Path(str(log))
 
 
 def plan_from_json(text: str) -> tuple[Path, str, bool, list[BuildStep]]:
@@ -76,9 +88,12 @@ def build_inside(text: str) -> None:
         print(f"# {steps[0].note}: emptying {vdir}", flush=True)
         empty_dir(vdir)
         steps = steps[1:]
-    report = run_build_steps(steps, root, test=test, installer=installer)
+    log_file = log_from_json(text)
+    log = BuildLog(log_file) if log_file is not None else None
+    report = run_build_steps(steps, root, test=test, installer=installer, log=log)
     stamp.write_stamp(vdir)   # last: only a build that got here is complete
-    print(report.summary(), flush=True)
+    report.log = None         # the host names the log it keeps
+    say(report.summary())     # names requirements from the repos' metadata, which the agent writes
 
 
 def main(argv: list[str]) -> int:
@@ -91,8 +106,9 @@ def main(argv: list[str]) -> int:
     try:
         build_inside(argv[1])
     except ChtopError as exc:   # the host says how to retry (``sandboxed.build_in_sandbox``)
-        kept = [line for line in str(exc).splitlines() if not line.startswith(RETRY_LINE)]
-        print("error: " + "\n".join(kept), file=sys.stderr, flush=True)
+        kept = [line for line in str(exc).splitlines()
+                if not line.startswith(RETRY_LINE) and not line.strip().startswith("its whole output:")]
+        error("\n".join(kept))
         return exc.exit_code or 1
     return 0
 

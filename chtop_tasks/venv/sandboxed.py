@@ -4,10 +4,14 @@ Everything a build runs (``setup.py``, a build backend's hooks, a Makefile pipma
 imports, ``--test``) is code in the worktree's repos, which the agent can write.  So for a feature
 worktree the host only plans (``build.plan_build``: data), and one sandbox of that worktree runs
 the plan (``build_inside``, from the toplevel's chtop, read-only inside): the agent's mounts, env
-rules, limits and proxy, plus, for this launch only, its ``.venv`` writable and the group's own
-build cache (``<group>/.chtop/build-cache/<NAME>/{uv,pip}``: never the user's caches, which host
-builds of the toplevel use, nor another worktree's).  The host reads back only the stamp (``venvstamp``: no link followed, no
-blocking).  The toplevel's venv is the user's own checkout and builds on the host (``build``).
+rules and limits, plus, for this launch only, its ``.venv`` writable and the group's own build
+cache (``<group>/.chtop/build-cache/<NAME>/{uv,pip,log}``: never the user's caches, which host
+builds of the toplevel use, nor another worktree's).  Its network is the group's proxy through a
+socket of its own (``proxy.policy.build_identity``): the agent's allowance plus the index hosts pip
+and uv are configured for (``indexhosts``) and the policy's build section; the agent's sandboxes
+never get those.  The host reads back only the stamp and the build's log (``agentfile``: no link
+followed, no blocking), and copies the log into the group's logs.  The toplevel's venv is the user's
+own checkout and builds on the host (``build``).
 """
 
 from __future__ import annotations
@@ -15,29 +19,42 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .. import agentfile
 from ..errors import CommandFailed, Refused, UsageError
-from ..places import read_user_config, state_dir, target_for
+from ..places import read_user_config, target_for, venv_build_dir
+from ..term import say
 from ..workspace import venvstamp as stamp
-from .build import base_python_choice, check_repos, choose_installer, format_plan, plan_build, retry_hint, venv_dir
-from .build_inside import plan_to_json
+from .build import (
+    base_python_choice,
+    check_repos,
+    choose_installer,
+    format_plan,
+    plan_build,
+    retry_hint,
+    venv_dir,
+    venv_log_dir,
+)
+from .build_inside import LOG_NAME, plan_to_json
+from .buildlog import BuildLog, first_error_line
+from .indexhosts import index_hosts, without_credentials
 
 PURPOSE = "venv-build"
-CACHE_DIR = "build-cache"
 # how pip and uv are told which index to use: passed to the build (values, never files)
-INDEX_ENV = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_TRUSTED_HOST",
-             "UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL", "UV_INDEX", "UV_NO_INDEX")
+# (a URL's ``user:token@`` is removed first: the build runs the agent's code)
+INDEX_ENV = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_TRUSTED_HOST", "PIP_FIND_LINKS",
+             "UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL", "UV_INDEX", "UV_NO_INDEX", "UV_FIND_LINKS")
+LOG_LIMIT = 64 << 20     # the most of a build's log the host copies (a CUDA build's is a few MiB)
 
 
-CONFIG_KEY = "venv_in_sandbox"   # ~/.config/chtop/config.toml: true builds feature worktrees' venvs inside
+CONFIG_KEY = "venv_in_sandbox"   # ~/.config/chtop/config.toml: false builds feature worktrees' venvs on the host
 
 
 def builds_in_sandbox() -> bool:
-    """Whether feature worktrees' venvs are built in their sandboxes: opt-in for now (``venv_in_sandbox =
-    true`` in the user's config), because a build inside reaches the package index only through the
-    worktree's proxy, whose lists do not allow the index by default (an isolated build, ``install =
-    "editable"``, then cannot fetch its build requirements)."""
+    """Whether feature worktrees' venvs are built in their sandboxes: yes unless the user's config
+    says ``venv_in_sandbox = false`` (a box without podman, where no agent runs either: then the
+    agent-written build code runs on the host, as README's security model says)."""
     path, config = read_user_config()
-    value = config.get(CONFIG_KEY, False)
+    value = config.get(CONFIG_KEY, True)
     if not isinstance(value, bool):
         raise UsageError(f"{path}: {CONFIG_KEY} must be true or false, not {value!r}")
     return value
@@ -59,8 +76,13 @@ def build_workspace_venv(ws, *, recreate: bool = False, test: bool = False, inst
 def build_cache_dirs(group: Path, worktree: str) -> dict[str, Path]:
     """The cache of one worktree's sandboxed builds, one per installer: never the user's (host builds of
     the toplevel use those) nor another worktree's (one agent's build would plant what another's runs)."""
-    base = state_dir(group) / CACHE_DIR / worktree
+    base = venv_build_dir(group, worktree)
     return {"UV_CACHE_DIR": base / "uv", "PIP_CACHE_DIR": base / "pip"}
+
+
+def build_log_dir(group: Path, worktree: str) -> Path:
+    """Where the build inside writes its log, which the host then copies into the group's logs."""
+    return venv_build_dir(group, worktree) / "log"
 
 
 def build_in_sandbox(ws, *, recreate: bool = False, test: bool = False, installer: str | None = None,
@@ -73,22 +95,59 @@ def build_in_sandbox(ws, *, recreate: bool = False, test: bool = False, installe
     base, why = base_python_choice()
     steps = plan_build(root, ws.manifest, recreate=recreate, test=test, installer=chosen, python=base)
     if dry_run:
+        hosts = ", ".join(index_hosts()) or "none (no index)"
         print(f"# base interpreter: {base} ({why})\n# every step runs inside the sandbox of {ws.name} "
-              f"(purpose {PURPOSE}), none on the host\n{format_plan(steps)}", flush=True)
+              f"(purpose {PURPOSE}), none on the host\n# its network: its agent's allowlist, plus the index "
+              f"hosts {hosts} and sandbox/net-allow-build.txt, on the build's own proxy socket\n"
+              f"{format_plan(steps)}", flush=True)
         return
     vdir = ready_venv_dir(root)
     caches = build_cache_dirs(ws.grouping, ws.name)
-    for path in caches.values():
+    log_dir = build_log_dir(ws.grouping, ws.name)
+    for path in (*caches.values(), log_dir):
         if not path.is_dir():
             path.mkdir(parents=True, mode=0o700)
             owned_as_tree(path, root)
-    status = run_in_sandbox(ws, steps, root, chosen, test, base, vdir, caches)
+    inside_log = fresh_log(log_dir, root)
+    status = run_in_sandbox(ws, steps, root, chosen, test, base, vdir, caches, log_dir, inside_log)
+    log, text = copy_log(inside_log, root)
     if status != 0:   # build_inside said what failed, above
+        cause = first_error_line(text)
         raise CommandFailed(f"venv build of {root} inside its sandbox failed (exit {status}); what failed is "
-                            f"above.\nFix the cause, then retry the venv alone: {retry_hint(root, test=test)}")
+                            f"above.\n" + (f"  cause: {cause}\n" if cause else "") + f"  its whole output: {log.path}"
+                            f"\nFix the cause, then retry the venv alone: {retry_hint(root, test=test)}")
     if not stamp.is_complete(vdir):
-        raise CommandFailed(f"venv build of {root} inside its sandbox did not write its stamp; "
-                            f"retry the venv alone: {retry_hint(root, test=test)}")
+        raise CommandFailed(f"venv build of {root} inside its sandbox did not write its stamp "
+                            f"(its whole output: {log.path}); retry the venv alone: {retry_hint(root, test=test)}")
+    say(f"venv build log {log.path}")
+
+
+def fresh_log(log_dir: Path, root: Path) -> Path:
+    """The empty file the build inside writes its log to (an old one, or anything the last build
+    left in its place, removed first), owned as the tree."""
+    path = log_dir / LOG_NAME
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        raise Refused(f"{path} is a directory: remove it, then retry `{retry_hint(root)}`") from None
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    os.close(fd)
+    owned_as_tree(path, root)
+    return path
+
+
+def copy_log(inside_log: Path, root: Path) -> tuple[BuildLog, str]:
+    """The build's log, read as data (no link followed, no blocking, at most ``LOG_LIMIT``), copied
+    into a new log of the group's (``.chtop/logs``, host-only); (that log, its text)."""
+    text = agentfile.read_text(inside_log, limit=LOG_LIMIT)
+    if text is None:
+        what = agentfile.non_regular(inside_log) or f"missing or over {LOG_LIMIT >> 20} MiB"
+        text = f"# the build's log {inside_log} could not be read as a file ({what})\n"
+    log = BuildLog.create(venv_log_dir(root), root.name)
+    log.write(text)
+    return log, text
 
 
 def ready_venv_dir(root: Path) -> Path:
@@ -110,21 +169,42 @@ def owned_as_tree(path: Path, root: Path) -> None:
         os.lchown(path, owner.st_uid, owner.st_gid)
 
 
+FIND_LINKS_ENV = ("PIP_FIND_LINKS", "UV_FIND_LINKS")
+
+
+def index_env(env=None) -> dict[str, str]:
+    """How pip and uv are told which index to use (``INDEX_ENV``), for the build: values without
+    credentials; of find-links, only the URLs (a local dir is not mounted inside, and uv refuses a
+    find-links dir it cannot read)."""
+    env = os.environ if env is None else env
+    out = {name: without_credentials(value) for name, value in env.items() if name in INDEX_ENV}
+    for name in FIND_LINKS_ENV:
+        if name in out:
+            urls = [word for word in out[name].split() if word.startswith(("http://", "https://"))]
+            if urls:
+                out[name] = " ".join(urls)
+            else:
+                del out[name]
+    return out
+
+
 def run_in_sandbox(ws, steps, root: Path, installer: str, test: bool, base: Path, vdir: Path,
-                   caches: dict[str, Path]) -> int:
-    """One launch of ``ws``'s sandbox that runs the plan with the toplevel's ``build_inside``."""
+                   caches: dict[str, Path], log_dir: Path, inside_log: Path) -> int:
+    """One launch of ``ws``'s sandbox that runs the plan with the toplevel's ``build_inside``, on the
+    build's own proxy socket (the index hosts allowed)."""
     from ..sandbox.launcher import LaunchRequest, launch
 
     runner_code = Path(ws.toplevel) / "chtop_tasks" / "venv" / "build_inside.py"
     if not runner_code.is_file():
         raise Refused(f"the toplevel {ws.toplevel} has no {runner_code.relative_to(ws.toplevel)}: update the "
                       "toplevel's chtop (git pull there), then retry")
-    env = {name: value for name, value in os.environ.items() if name in INDEX_ENV}
+    env = index_env()
     env.update({name: str(path) for name, path in caches.items()})
     command = ["env", f"PYTHONPATH={ws.toplevel}", str(base), "-m", "chtop_tasks.venv.build_inside",
-               plan_to_json(root, installer, test, steps)]
+               plan_to_json(root, installer, test, steps, log=inside_log)]
     prefix = Path(os.path.realpath(base)).parent.parent
     target = target_for(root)
     request = LaunchRequest(target, command, extra_env=env, purpose=PURPOSE, cwd=root,
-                            build_rw=(vdir, *caches.values()), build_ro=(prefix,))
+                            build_rw=(vdir, *caches.values(), log_dir), build_ro=(prefix,),
+                            build_hosts=tuple(index_hosts()))
     return launch(request)

@@ -29,12 +29,11 @@ def pip_config_files(env=None) -> list[Path]:
     return files
 
 
-def pip_cert(env=None) -> tuple[str, str] | None:
-    """(the CA bundle pip uses, where that is said), or None when pip uses its default."""
+def pip_config_values(keys: tuple[str, ...], env=None) -> dict[str, tuple[str, str]]:
+    """pip's config values of ``keys``: key -> (value, where it is set); the last file that sets
+    one wins, ``[install]`` over ``[global]``."""
     env = os.environ if env is None else env
-    if env.get("PIP_CERT"):
-        return env["PIP_CERT"], "$PIP_CERT"
-    found = None
+    found: dict[str, tuple[str, str]] = {}
     for path in pip_config_files(env):
         parser = configparser.RawConfigParser()
         try:
@@ -42,10 +41,19 @@ def pip_cert(env=None) -> tuple[str, str] | None:
         except (OSError, configparser.Error, UnicodeDecodeError):
             continue
         for section in ("global", "install"):
-            value = parser.get(section, "cert", fallback="").strip()
-            if value:
-                found = (value, f"{path} [{section}] cert")
+            for key in keys:
+                value = parser.get(section, key, fallback="").strip()
+                if value:
+                    found[key] = (value, f"{path} [{section}] {key}")
     return found
+
+
+def pip_cert(env=None) -> tuple[str, str] | None:
+    """(the CA bundle pip uses, where that is said), or None when pip uses its default."""
+    env = os.environ if env is None else env
+    if env.get("PIP_CERT"):
+        return env["PIP_CERT"], "$PIP_CERT"
+    return pip_config_values(("cert",), env).get("cert")
 
 
 def uv_trust_env(env=None) -> tuple[tuple[tuple[str, str], ...], str]:

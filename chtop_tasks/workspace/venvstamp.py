@@ -9,9 +9,9 @@ the stamp is read without following links, without blocking, and only its first 
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
+from .. import agentfile
 from ..atomic import write_atomic
 
 STAMP_NAME = "chtop-build-complete"
@@ -24,19 +24,8 @@ def stamp_path(vdir: Path) -> Path:
 
 
 def _read_small(path: Path) -> bytes | None:
-    """The first bytes of ``path`` when it is a regular file (no link followed, no blocking)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return os.read(fd, _MAX)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    """The first bytes of ``path`` when it is a small regular file (no link followed, no blocking)."""
+    return agentfile.read_bytes(path, limit=_MAX)
 
 
 def is_complete(vdir: Path) -> bool:

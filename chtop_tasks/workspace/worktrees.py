@@ -15,7 +15,7 @@ from pathlib import Path
 from .. import agentfile, atomic
 from ..errors import ChtopError, CommandFailed, Refused, UsageError, WorkspaceError
 from ..fanout import fan_out
-from ..places import create_journal_path, worktree_name_problem
+from ..places import create_journal_path, venv_build_dir, worktree_name_problem
 from ..term import say, warn
 from .dotfiles import refresh_workspace_files
 from .gitprobe import ahead_behind, branch_exists, dirty_paths, head_branch, local_branches, rev
@@ -431,6 +431,7 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
         shutil.rmtree(store_dir)
     git(ws.toplevel, ["worktree", "prune"], check=False, quiet=False, toplevel_only=True)
     remove_policy_layer(ws, name)
+    remove_build_cache(ws, name)
     return kept
 
 
@@ -441,6 +442,17 @@ def remove_policy_layer(ws: Workspace, name: str) -> None:
         shutil.rmtree(layer)
         say(f"removed its network policy layer {ws.display(layer)}/ "
             "(if it was committed, commit the removal in the toplevel)")
+
+
+def remove_build_cache(ws: Workspace, name: str) -> None:
+    """What the worktree's sandboxed venv builds kept (``<group>/.chtop/build-cache/NAME``: its uv
+    and pip caches, its last build's log) goes with it."""
+    cache = venv_build_dir(ws.grouping, name)
+    if cache.is_dir() and not cache.is_symlink():
+        shutil.rmtree(cache)
+        say(f"removed its venv build cache {ws.display(cache)}/")
+    elif cache.is_symlink():
+        cache.unlink()
 
 
 def checkouts_to_delete(wt: Workspace, top: Workspace) -> list[Checkout]:
