@@ -1,8 +1,8 @@
 """chtop against the original `ch_top` scripts, on the real repos, each daily command interleaved.
 
 Builds two grouping dirs under a temp dir, each with the same three repos (pipmake, ksgpu, pirate)
-cloned from local bare remotes made from the bundles in the real-repos dir (`$CHTOP_REAL_REPOS`,
-else `<this repo>/../shared/real-repos`):
+cloned from local bare remotes made from the bundles in the real-repos dir (found as the tests find it,
+tests/real_repos.py: `$CHTOP_REAL_REPOS`, else `<this repo>/../shared/real-repos`):
 
   - one with the original scripts: a clone of `ch_top.bundle` as its toplevel `top` (its scripts run
     from that clone; `init-toplevel --no-venv`, `init-worktree NAME --no-venv`); its `github:` URLs
@@ -25,7 +25,9 @@ With `--profile`, also breaks `inv git.status` in a chtop worktree down: `-X imp
 top-level package, and a cProfile of the rest (the git processes it waits for).
 
 Hermetic: its own HOME and GIT_CONFIG_GLOBAL, git allowed only the file protocol (no network), and
-the temp dir removed at the end.
+the temp dir removed at the end.  Bytecode as on a user's machine: PYTHONDONTWRITEBYTECODE (set on
+this build machine) is taken out, else every module of both tools is compiled from source on every
+run (for chtop, about 30 ms of a `git.status`).
 
     python bench/bench_vs_original.py [--rounds N] [--profile]
 """
@@ -50,6 +52,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import conftest  # noqa: E402
 from bench_workspace import timed  # noqa: E402
+from real_repos import real_repos_dir  # noqa: E402
 
 REPOS = {"pipmake": "main", "ksgpu": "kms", "pirate": "kms"}
 ORIGINAL_URL = "github:kmsmith137/{}"   # as the ch_top bundle's git_repositories.toml names them
@@ -77,17 +80,12 @@ STEPS = {
 
 
 def real_repos() -> Path:
-    """``$CHTOP_REAL_REPOS``, else ``../shared/real-repos`` beside this repo (its main worktree's, from a
-    linked worktree)."""
-    if os.environ.get("CHTOP_REAL_REPOS"):
-        candidates = [Path(os.environ["CHTOP_REAL_REPOS"])]
-    else:
-        common = Path(git(ROOT, "rev-parse", "--path-format=absolute", "--git-common-dir"))
-        candidates = [ROOT.parent / "shared" / "real-repos", common.parent.parent / "shared" / "real-repos"]
-    for path in candidates:
-        if (path / "ch_top.bundle").is_file():
-            return path
-    raise SystemExit(f"no ch_top.bundle in {candidates[0]}: set CHTOP_REAL_REPOS to the real-repos dir")
+    """The bundles' dir, as the tests find it (tests/real_repos.py), with the ``ch_top`` bundle in it too."""
+    found = real_repos_dir()
+    if found is None or not (found / "ch_top.bundle").is_file():
+        raise SystemExit(f"no pipmake/ksgpu/pirate/ch_top bundles in {found or ROOT.parent / 'shared' / 'real-repos'}: "
+                         "set CHTOP_REAL_REPOS to the real-repos dir")
+    return found
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -105,7 +103,7 @@ def hermetic(base: Path, remotes: Path) -> None:
             out.write(f'[url "{remotes}/{name}.git"]\n\tinsteadOf = {ORIGINAL_URL.format(name)}\n')
         out.write('[submodule "asdf-cxx"]\n\tupdate = none\n')
     for key in ("VIRTUAL_ENV", "CLAUDE_ENV_FILE", "PYTHONSAFEPATH", "PYTHONPATH", "GIT_DIR", "GIT_WORK_TREE",
-                "CONDA_PREFIX"):
+                "CONDA_PREFIX", "PYTHONDONTWRITEBYTECODE"):
         os.environ.pop(key, None)
     os.environ.update(conftest.hermetic_env(home))
     os.environ.update(GIT_ALLOW_PROTOCOL="file", PATH=BIN + os.pathsep + os.environ["PATH"])
@@ -279,6 +277,9 @@ def profile_rest(wt: Path, out: Path) -> list[tuple[str, float, int]]:
               ("subprocess.py", "_execute_child"): "fork/exec (main thread)",
               ("subprocess.py", "communicate"): "wait on a process (main thread)",
               ("program.py", "run"): "invoke Program.run",
+              ("faststart.py", "run"): "chtop's fast start (no invoke)",
+              ("faststart.py", "light_tasks"): "the task table (the task modules, light)",
+              ("faststart.py", "run_task"): "the task itself",
               ("loader.py", "load"): "invoke loads tasks.py",
               ("executor.py", "execute"): "invoke executes the task"}
     rows = []
