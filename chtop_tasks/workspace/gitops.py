@@ -245,6 +245,12 @@ def rebase_problems(ws: Workspace, rel: Relation) -> list[str]:
     return problems
 
 
+def problems_of(rels: list[Relation], *checks) -> list[str]:
+    """Each check's problems for every repo (read-only git, fanned out), in check order, then repo order."""
+    found = fan_out(lambda rel: [check(rel) for check in checks], rels)
+    return [problem for index in range(len(checks)) for per_repo in found for problem in per_repo[index]]
+
+
 def raise_if_problems(problems: list[str], what: str) -> None:
     if problems:
         raise Refused(f"{what}: nothing was changed, because:\n  " + "\n  ".join(problems))
@@ -310,7 +316,7 @@ def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False,
     sync_worktree(ws, strict=True)     # imports first; the integration branches inside are the host's latest
     verify_git_dirs(ws)
     rels = relations(ws)
-    raise_if_problems([p for rel in rels for p in rebase_problems(ws, rel)], "rebase-down")
+    raise_if_problems(problems_of(rels, lambda rel: rebase_problems(ws, rel)), "rebase-down")
     steps = plan_rebase_down(ws, rels, rebase_args)
     if steps and not dry_run:
         refuse_while_sandboxed(ws, running_sandboxes(ws), "rebase-down")
@@ -576,8 +582,8 @@ def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False, expect: 
     verify_git_dirs(ws)
     verify_git_dirs(ws.for_root(ws.toplevel))
     rels = relations(ws)
-    raise_if_problems([p for rel in rels for p in merge_up_problems(ws, rel, no_ff)]
-                      + [p for rel in rels for p in toplevel_checkout_problems(ws, rel)], "merge-up")
+    raise_if_problems(problems_of(rels, lambda rel: merge_up_problems(ws, rel, no_ff),
+                                  lambda rel: toplevel_checkout_problems(ws, rel)), "merge-up")
     tips = tips_to_land(ws, rels)
     if expected is not None:
         raise_if_problems(tips_problems(ws, expected, tips), "merge-up")
