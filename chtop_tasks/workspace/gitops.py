@@ -415,7 +415,7 @@ def conflict_instructions(ws: Workspace, step: GitStep) -> str:
 def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool) -> list[str]:
     problems = preflight_problems(ws, rel)
     main_dir = ws.main_checkout_dir(rel.checkout)
-    main_branch = head_branch(main_dir)
+    main_branch = head_branch(main_dir) if rel.ahead else None     # asked only where a merge lands
     if rel.ahead and main_branch != rel.integration:
         problems.append(
             f"{ws.display(main_dir)}: has {main_branch or 'a detached HEAD'} checked out, "
