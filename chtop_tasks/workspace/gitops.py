@@ -220,7 +220,8 @@ def refuse_in_toplevel(ws: Workspace, what: str) -> None:
         )
 
 
-def preflight_problems(ws: Workspace, rel: Relation) -> list[str]:
+def preflight_problems(ws: Workspace, rel: Relation, dirty: list[str] | None = None) -> list[str]:
+    """``dirty``: ``dirty_paths`` of the checkout, when the caller has it already."""
     here = ws.display(rel.checkout.path)
     problems = []
     if rel.off_branch:
@@ -228,7 +229,8 @@ def preflight_problems(ws: Workspace, rel: Relation) -> list[str]:
     busy = operation_in_progress(rel.checkout.path)
     if busy:
         problems.append(f"{here}: a {busy} is in progress; finish it (git {busy} --continue) or abort it first")
-    tracked = [d[3:] for d in dirty_paths(rel.checkout.path) if not d.startswith("??")]
+    dirty = dirty_paths(rel.checkout.path) if dirty is None else dirty
+    tracked = [d[3:] for d in dirty if not d.startswith("??")]
     if tracked:
         problems.append(f"{here}: uncommitted changes to tracked files ({len(tracked)} paths: "
                         f"{', '.join(tracked[:4])}); commit or stash them")
@@ -236,9 +238,10 @@ def preflight_problems(ws: Workspace, rel: Relation) -> list[str]:
 
 
 def rebase_problems(ws: Workspace, rel: Relation) -> list[str]:
-    problems = preflight_problems(ws, rel)
+    dirty = dirty_paths(rel.checkout.path)          # one git status for both checks
+    problems = preflight_problems(ws, rel, dirty)
     if rel.behind:
-        in_the_way = untracked_in_the_way(rel.checkout.path, rel.integration)
+        in_the_way = untracked_in_the_way(rel.checkout.path, rel.integration, dirty)
         if in_the_way:
             problems.append(f"{ws.display(rel.checkout.path)}: untracked files that {rel.integration} "
                             f"also has would be overwritten ({', '.join(in_the_way[:4])}); move them away")

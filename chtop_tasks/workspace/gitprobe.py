@@ -46,12 +46,14 @@ def operation_in_progress(checkout_dir: Path) -> str | None:
     return None
 
 
-def untracked_in_the_way(checkout_dir: Path, ref: str) -> list[str]:
-    """Untracked files that ``ref``'s tree also has: checking ``ref`` out would overwrite them.
+def untracked_in_the_way(checkout_dir: Path, ref: str, dirty: list[str] | None = None) -> list[str]:
+    """Untracked files that ``ref``'s tree also has: checking ``ref`` out would overwrite them
+    (``dirty``: ``dirty_paths(checkout_dir)``, when the caller has it already).
 
     Other untracked files do not stop a rebase (git leaves them alone), so they are not refused.
     """
-    untracked = {d[3:] for d in dirty_paths(checkout_dir) if d.startswith("??")}
+    dirty = dirty_paths(checkout_dir) if dirty is None else dirty
+    untracked = {d[3:] for d in dirty if d.startswith("??")}
     if not untracked:
         return []
     in_ref = git(checkout_dir, ["ls-tree", "-r", "--name-only", ref]).stdout.splitlines()
