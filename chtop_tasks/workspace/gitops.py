@@ -447,7 +447,7 @@ def toplevel_checkout_problems(ws: Workspace, rel: Relation) -> list[str]:
     if (gitdir / "index.lock").exists():
         problems.append(f"{here}: a leftover {gitdir / 'index.lock'} (a git still running there, or one that "
                         f"crashed); if none runs: rm {gitdir / 'index.lock'}")
-    busy = operation_in_progress(main_dir)
+    busy = operation_in_progress(main_dir, gitdir)
     if busy:
         problems.append(f"{here}: a {busy} is in progress; finish it or abort it (git -C {main_dir} {busy} --abort)")
     touched = set(git(main_dir, ["diff", "--name-only", f"{rel.integration}...{ws.name}"]).stdout.splitlines())

@@ -38,8 +38,10 @@ def dirty_paths(checkout_dir: Path) -> list[str]:
     return [line for line in out.splitlines() if line.strip()]
 
 
-def operation_in_progress(checkout_dir: Path) -> str | None:
-    gitdir = Path(git(checkout_dir, ["rev-parse", "--absolute-git-dir"]).stdout.strip())
+def operation_in_progress(checkout_dir: Path, gitdir: Path | None = None) -> str | None:
+    """``gitdir``: the checkout's (``git rev-parse --absolute-git-dir``), when the caller has it already."""
+    if gitdir is None:
+        gitdir = Path(git(checkout_dir, ["rev-parse", "--absolute-git-dir"]).stdout.strip())
     for marker, name in (("rebase-merge", "rebase"), ("rebase-apply", "rebase"), ("MERGE_HEAD", "merge")):
         if (gitdir / marker).exists():
             return name
