@@ -16,7 +16,8 @@ Then, per round, each command as a user types it (`./git-status` in the worktree
 alternating which tool goes first: init (a second run), create, status (clean, then with a change in
 every repo), diff, rebase-down `--dry-run` and real (after the same upstream commit in every repo),
 merge-up `--dry-run` and real (after the same feature commit in every repo), delete; plus the floors
-`python3 -c pass` and `inv --version`.  Prints min/median/max per tool and the ratio of the medians.
+`python3 -c pass` and `inv --version`.  Prints min/median/max per tool and the ratio of the medians,
+and the median CPU time of each (user + system, with every process the command waited for).
 Both tools' Python is this interpreter's (its bin dir first on PATH: no pyenv shim in front of either),
 and the chtop toplevel (this checkout's files) is first on PYTHONPATH, so the `inv` and `chtop` scripts
 run this code, not the checkout an installed package points at.
@@ -38,6 +39,7 @@ import argparse
 import os
 import pstats
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -206,9 +208,18 @@ def run_round(tools: dict[str, Path], rnd: int, times: dict) -> None:
             setup_for(step, top, wt, rnd)
             argv = [a.format(wt=wt_name) for a in (original if tool == "original" else chtop)]
             cwd = top if where == "top" else wt
+            before = children_cpu()
             times[step, tool].append(timed(lambda argv=argv, cwd=cwd: must(argv, cwd)))
+            times[step, tool, "cpu"].append(children_cpu() - before)
             if step in ("rebase-down", "merge-up"):
                 check_landed(step, tool, top, wt)
+
+
+def children_cpu() -> float:
+    """User + system CPU seconds of every finished child and its waited-for descendants (the git
+    processes too): far less moved by other load on the box than wall time."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def ms(values: list[float]) -> str:
@@ -216,13 +227,16 @@ def ms(values: list[float]) -> str:
 
 
 def report(times: dict, rounds: int) -> None:
-    print(f"\n{rounds} rounds; ms as min / median / max; ratio = chtop median / original median")
-    print(f"{'command':40} {'original':>19}  {'chtop':>19}  ratio")
-    steps = dict.fromkeys(step for step, _ in times)
+    print(f"\n{rounds} rounds; wall ms as min / median / max; ratio = chtop median / original median; "
+          "then the CPU time (user + system, the command and every process it waited for), medians")
+    print(f"{'command':40} {'original':>19}  {'chtop':>19}  ratio   cpu: original  chtop  ratio")
+    steps = dict.fromkeys(key[0] for key in times)
     for step in steps:
         original, chtop = times[step, "original"], times[step, "chtop"]
         ratio = statistics.median(chtop) / statistics.median(original)
-        print(f"{step:40} {ms(original):>19}  {ms(chtop):>19}  {ratio:.2f}x")
+        cpu_o, cpu_c = (statistics.median(times[step, tool, "cpu"]) for tool in ("original", "chtop"))
+        print(f"{step:40} {ms(original):>19}  {ms(chtop):>19}  {ratio:.2f}x  {cpu_o * 1000:13.0f} {cpu_c * 1000:6.0f}  "
+              f"{cpu_c / cpu_o:.2f}x")
 
 
 # -- where the time of `inv git.status` goes -------------------------------------------------------
