@@ -20,7 +20,7 @@ ALLOWED = {
     "sessions": {"places", "workspace", "sandbox", "agents", "proxy", "notify"},
     "incontainer": set(),
 }
-ENTRY_POINTS = {"tasks", "nox_sessions", "cli", "inv", "demo", "__init__", "jump", "dash"}
+ENTRY_POINTS = {"tasks", "nox_sessions", "cli", "inv", "faststart", "taskdef", "demo", "__init__", "jump", "dash"}
 
 
 def concern_of(path: Path) -> str:
