@@ -144,11 +144,11 @@ class LazyContext:
     """The task's ``c``: invoke's Context, made (invoke imported) only when a task uses it."""
 
     def __getattr__(self, attr):
-        from invoke import Context
+        if "_context" not in self.__dict__:
+            from invoke import Context
 
-        context = Context()
-        self.__dict__.update({"_context": context})
-        return getattr(context, attr)
+            self.__dict__["_context"] = Context()
+        return getattr(self.__dict__["_context"], attr)
 
 
 def run_task(body, kwargs: dict) -> None:

@@ -145,3 +145,15 @@ def test_the_fast_starts_table_is_invokes_collection():
     assert "git.status" in fast and "worktree.create" in fast and "git.merge-up" in fast
     for name, flags in fast.items():
         assert flags == full[name], f"{name}: the fast start's flags {flags}, invoke's {full[name]}"
+
+
+def test_a_task_that_uses_its_context_gets_invokes_on_the_fast_start():
+    """No chtop task uses ``c`` today; one that does gets invoke's Context, made once, on first use."""
+    from invoke import Context
+
+    from chtop_tasks.faststart import LazyContext
+
+    context = LazyContext()
+    assert "_context" not in context.__dict__
+    assert context.config is context.config and isinstance(context.__dict__["_context"], Context)
+    assert callable(context.run)
