@@ -1,8 +1,8 @@
 """chtop against the original `ch_top` scripts, on the real repos, each daily command interleaved.
 
 Builds two grouping dirs under a temp dir, each with the same three repos (pipmake, ksgpu, pirate)
-cloned from local bare remotes made from the bundles in the real-repos dir (`$CHTOP_REAL_REPOS`,
-else `<this repo>/../shared/real-repos`):
+cloned from local bare remotes made from the bundles in the real-repos dir (found as the tests find it,
+tests/real_repos.py: `$CHTOP_REAL_REPOS`, else `<this repo>/../shared/real-repos`):
 
   - one with the original scripts: a clone of `ch_top.bundle` as its toplevel `top` (its scripts run
     from that clone; `init-toplevel --no-venv`, `init-worktree NAME --no-venv`); its `github:` URLs
@@ -16,7 +16,8 @@ Then, per round, each command as a user types it (`./git-status` in the worktree
 alternating which tool goes first: init (a second run), create, status (clean, then with a change in
 every repo), diff, rebase-down `--dry-run` and real (after the same upstream commit in every repo),
 merge-up `--dry-run` and real (after the same feature commit in every repo), delete; plus the floors
-`python3 -c pass` and `inv --version`.  Prints min/median/max per tool and the ratio of the medians.
+`python3 -c pass` and `inv --version`.  Prints min/median/max per tool and the ratio of the medians,
+and the median CPU time of each (user + system, with every process the command waited for).
 Both tools' Python is this interpreter's (its bin dir first on PATH: no pyenv shim in front of either),
 and the chtop toplevel (this checkout's files) is first on PYTHONPATH, so the `inv` and `chtop` scripts
 run this code, not the checkout an installed package points at.
@@ -25,7 +26,9 @@ With `--profile`, also breaks `inv git.status` in a chtop worktree down: `-X imp
 top-level package, and a cProfile of the rest (the git processes it waits for).
 
 Hermetic: its own HOME and GIT_CONFIG_GLOBAL, git allowed only the file protocol (no network), and
-the temp dir removed at the end.
+the temp dir removed at the end.  Bytecode as on a user's machine: PYTHONDONTWRITEBYTECODE (set on
+this build machine) is taken out, else every module of both tools is compiled from source on every
+run (for chtop, about 30 ms of a `git.status`).
 
     python bench/bench_vs_original.py [--rounds N] [--profile]
 """
@@ -36,6 +39,7 @@ import argparse
 import os
 import pstats
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -50,6 +54,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import conftest  # noqa: E402
 from bench_workspace import timed  # noqa: E402
+from real_repos import real_repos_dir  # noqa: E402
 
 REPOS = {"pipmake": "main", "ksgpu": "kms", "pirate": "kms"}
 ORIGINAL_URL = "github:kmsmith137/{}"   # as the ch_top bundle's git_repositories.toml names them
@@ -77,17 +82,12 @@ STEPS = {
 
 
 def real_repos() -> Path:
-    """``$CHTOP_REAL_REPOS``, else ``../shared/real-repos`` beside this repo (its main worktree's, from a
-    linked worktree)."""
-    if os.environ.get("CHTOP_REAL_REPOS"):
-        candidates = [Path(os.environ["CHTOP_REAL_REPOS"])]
-    else:
-        common = Path(git(ROOT, "rev-parse", "--path-format=absolute", "--git-common-dir"))
-        candidates = [ROOT.parent / "shared" / "real-repos", common.parent.parent / "shared" / "real-repos"]
-    for path in candidates:
-        if (path / "ch_top.bundle").is_file():
-            return path
-    raise SystemExit(f"no ch_top.bundle in {candidates[0]}: set CHTOP_REAL_REPOS to the real-repos dir")
+    """The bundles' dir, as the tests find it (tests/real_repos.py), with the ``ch_top`` bundle in it too."""
+    found = real_repos_dir()
+    if found is None or not (found / "ch_top.bundle").is_file():
+        raise SystemExit(f"no pipmake/ksgpu/pirate/ch_top bundles in {found or ROOT.parent / 'shared' / 'real-repos'}: "
+                         "set CHTOP_REAL_REPOS to the real-repos dir")
+    return found
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -105,7 +105,7 @@ def hermetic(base: Path, remotes: Path) -> None:
             out.write(f'[url "{remotes}/{name}.git"]\n\tinsteadOf = {ORIGINAL_URL.format(name)}\n')
         out.write('[submodule "asdf-cxx"]\n\tupdate = none\n')
     for key in ("VIRTUAL_ENV", "CLAUDE_ENV_FILE", "PYTHONSAFEPATH", "PYTHONPATH", "GIT_DIR", "GIT_WORK_TREE",
-                "CONDA_PREFIX"):
+                "CONDA_PREFIX", "PYTHONDONTWRITEBYTECODE"):
         os.environ.pop(key, None)
     os.environ.update(conftest.hermetic_env(home))
     os.environ.update(GIT_ALLOW_PROTOCOL="file", PATH=BIN + os.pathsep + os.environ["PATH"])
@@ -208,9 +208,18 @@ def run_round(tools: dict[str, Path], rnd: int, times: dict) -> None:
             setup_for(step, top, wt, rnd)
             argv = [a.format(wt=wt_name) for a in (original if tool == "original" else chtop)]
             cwd = top if where == "top" else wt
+            before = children_cpu()
             times[step, tool].append(timed(lambda argv=argv, cwd=cwd: must(argv, cwd)))
+            times[step, tool, "cpu"].append(children_cpu() - before)
             if step in ("rebase-down", "merge-up"):
                 check_landed(step, tool, top, wt)
+
+
+def children_cpu() -> float:
+    """User + system CPU seconds of every finished child and its waited-for descendants (the git
+    processes too): far less moved by other load on the box than wall time."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def ms(values: list[float]) -> str:
@@ -218,13 +227,16 @@ def ms(values: list[float]) -> str:
 
 
 def report(times: dict, rounds: int) -> None:
-    print(f"\n{rounds} rounds; ms as min / median / max; ratio = chtop median / original median")
-    print(f"{'command':40} {'original':>19}  {'chtop':>19}  ratio")
-    steps = dict.fromkeys(step for step, _ in times)
+    print(f"\n{rounds} rounds; wall ms as min / median / max; ratio = chtop median / original median; "
+          "then the CPU time (user + system, the command and every process it waited for), medians")
+    print(f"{'command':40} {'original':>19}  {'chtop':>19}  ratio   cpu: original  chtop  ratio")
+    steps = dict.fromkeys(key[0] for key in times)
     for step in steps:
         original, chtop = times[step, "original"], times[step, "chtop"]
         ratio = statistics.median(chtop) / statistics.median(original)
-        print(f"{step:40} {ms(original):>19}  {ms(chtop):>19}  {ratio:.2f}x")
+        cpu_o, cpu_c = (statistics.median(times[step, tool, "cpu"]) for tool in ("original", "chtop"))
+        print(f"{step:40} {ms(original):>19}  {ms(chtop):>19}  {ratio:.2f}x  {cpu_o * 1000:13.0f} {cpu_c * 1000:6.0f}  "
+              f"{cpu_c / cpu_o:.2f}x")
 
 
 # -- where the time of `inv git.status` goes -------------------------------------------------------
@@ -279,6 +291,9 @@ def profile_rest(wt: Path, out: Path) -> list[tuple[str, float, int]]:
               ("subprocess.py", "_execute_child"): "fork/exec (main thread)",
               ("subprocess.py", "communicate"): "wait on a process (main thread)",
               ("program.py", "run"): "invoke Program.run",
+              ("faststart.py", "run"): "chtop's fast start (no invoke)",
+              ("faststart.py", "light_tasks"): "the task table (the task modules, light)",
+              ("faststart.py", "run_task"): "the task itself",
               ("loader.py", "load"): "invoke loads tasks.py",
               ("executor.py", "execute"): "invoke executes the task"}
     rows = []

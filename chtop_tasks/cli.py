@@ -6,63 +6,72 @@ current directory is sandboxed); inside a workspace `chtop TASK` and
 ``chtop shell-init bash|zsh`` and ``chtop go NAME`` (see jump.py).  Installed by pyproject.toml:
 ``chtop = "chtop_tasks.cli:main"``.
 
-Usage errors invoke's parser finds (an unknown flag, a missing value) exit 2,
-as every chtop usage error does; a reader that goes away (``chtop --list |
-head``) ends the output quietly.
+`chtop TASK --flag ...` (one task and its own flags) runs through the fast
+start (faststart.py), without invoke's program; every other command line is
+invoke's.  Usage errors invoke's parser finds (an unknown flag, a missing
+value) exit 2, as every chtop usage error does; a reader that goes away
+(``chtop --list | head``) ends the output quietly.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from importlib import metadata
 
-from invoke import ParseError, Program
+from . import faststart
 
 USAGE_EXIT = 2
 
 
 def version() -> str:
+    from importlib import metadata
+
     try:
         return metadata.version("chtop")
     except metadata.PackageNotFoundError:
         return "0.0.0+checkout"
 
 
-class ChtopProgram(Program):
-    """invoke's Program, with the parse errors it finds exiting 2 (usage) instead of 1."""
+def program_class():
+    """invoke's Program, with the parse errors it finds exiting 2 (usage) instead of 1 (invoke is
+    imported here, not at the top: the fast start runs a task without it)."""
+    from invoke import ParseError, Program
 
-    _parse_failed = False
+    class ChtopProgram(Program):
+        _parse_failed = False
 
-    def run(self, argv=None, exit: bool = True) -> None:  # noqa: A002 - invoke's signature
-        try:
-            super().run(argv, exit=exit)
-        except SystemExit as done:
-            if self._parse_failed and done.code == 1:
-                sys.exit(USAGE_EXIT)
-            raise
+        def run(self, argv=None, exit: bool = True) -> None:  # noqa: A002 - invoke's signature
+            try:
+                super().run(argv, exit=exit)
+            except SystemExit as done:
+                if self._parse_failed and done.code == 1:
+                    sys.exit(USAGE_EXIT)
+                raise
 
-    def _parsing(self, step, *args):
-        try:
-            return step(*args)
-        except ParseError:
-            self._parse_failed = True
-            raise
+        def _parsing(self, step, *args):
+            try:
+                return step(*args)
+            except ParseError:
+                self._parse_failed = True
+                raise
 
-    def parse_core(self, argv):
-        return self._parsing(super().parse_core, argv)
+        def parse_core(self, argv):
+            return self._parsing(super().parse_core, argv)
 
-    def parse_tasks(self):
-        return self._parsing(super().parse_tasks)
+        def parse_tasks(self):
+            return self._parsing(super().parse_tasks)
 
-    def parse_cleanup(self):
-        return self._parsing(super().parse_cleanup)
+        def parse_cleanup(self):
+            return self._parsing(super().parse_cleanup)
+
+    return ChtopProgram
 
 
-def program() -> Program:
+def program():
     from . import namespace
 
-    return ChtopProgram(namespace=namespace, name="chtop", binary="chtop", binary_names=["chtop"], version=version())
+    return program_class()(namespace=namespace, name="chtop", binary="chtop", binary_names=["chtop"],
+                           version=version())
 
 
 OWN_COMMANDS = ("shell-init", "go")
@@ -75,7 +84,8 @@ def main(argv: list[str] | None = None) -> None:
 
         sys.exit(jump_main(args))
     try:
-        program().run(argv)
+        if not (args and not args[0].startswith("-") and faststart.run(args)):
+            program().run(argv)
         sys.stdout.flush()
     except BrokenPipeError:
         quiet_broken_pipe()

@@ -10,7 +10,13 @@ explicit ``--search-root`` is yours; outside a workspace it is invoke as usual.
 
 ``./bootstrap`` links ``inv`` and ``invoke`` to this (the ``chtop-inv`` console script).  The
 resolver's modules are dropped again before invoke loads the checkout's ``tasks.py``, which
-imports that checkout's own ``chtop_tasks`` (not the installed one).
+imports that checkout's own ``chtop_tasks`` (not the installed one); when the installed one is that
+checkout, they are kept (one import, not two).
+
+``inv TASK --flag ...`` inside a workspace first tries the fast start (``faststart.py``): the same
+pinned ``tasks.py`` runs, but only its prologue (the checkout first on ``sys.path``, private
+bytecode), then the checkout's ``faststart`` runs the one task without importing invoke; a command
+line it does not take on (read faststart.py) goes to invoke's program as before.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import sys
 
 # Set for the tasks.py it pins (which takes it out of the environment again): see tasks.py.
 PINNED_ENV = "CHTOP_INV_ROOT"
+# The name the fast start runs tasks.py under: it then stops before importing the collection.
+PROLOGUE = "chtop_prologue"
 
 
 def pinned_search_root(cwd: str) -> str | None:
@@ -59,8 +67,31 @@ def main() -> None:
         sys.exit(exc.exit_code)
     if root is not None:
         os.environ[PINNED_ENV] = root
+        if sys.argv[1:] and not sys.argv[1].startswith("-"):
+            fast_start(root, sys.argv[1:])
+            os.environ[PINNED_ENV] = root     # the prologue took it; invoke's load of tasks.py checks it again
     forget_chtop_modules()
     program(root).run()
+
+
+def is_this_checkout(root: str) -> bool:
+    """Whether the chtop_tasks this script imported is the one in ``root`` (an install of that checkout)."""
+    return os.path.realpath(os.path.dirname(os.path.dirname(__file__))) == os.path.realpath(root)
+
+
+def fast_start(root: str, argv: list[str]) -> None:
+    """Run the one task ``argv`` names with the checkout's own code and exit; return when invoke must."""
+    import runpy
+
+    if not is_this_checkout(root):
+        forget_chtop_modules()
+    runpy.run_path(os.path.join(root, "tasks.py"), run_name=PROLOGUE)
+    try:
+        from chtop_tasks import faststart  # the checkout's own: its prologue put it first on sys.path
+    except ImportError:
+        return                                # a checkout from before the fast start
+    if faststart.run(argv, project=root):
+        sys.exit(0)
 
 
 if __name__ == "__main__":

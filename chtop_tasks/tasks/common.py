@@ -5,10 +5,9 @@ from __future__ import annotations
 import functools
 import importlib
 
-from invoke import Exit
-
 from .. import term
 from ..errors import ChtopError
+from ..taskdef import task_exit
 
 
 class LazyModule:
@@ -37,11 +36,11 @@ def reports_errors(func):
             code = func(*args, **kwargs)
         except ChtopError as exc:
             term.error(str(exc))
-            raise Exit(code=exc.exit_code) from None
+            raise task_exit(exc.exit_code) from None
         except KeyboardInterrupt:
-            raise Exit("interrupted", code=130) from None
+            raise task_exit(130, "interrupted") from None
         if code:
-            raise Exit(code=code)
+            raise task_exit(code)
 
     return wrapper
 

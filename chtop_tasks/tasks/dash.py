@@ -2,9 +2,8 @@
 
 import sys
 
-from invoke import task
-
 from ..errors import UsageError
+from ..taskdef import task
 from .common import lazy, reports_errors
 
 layout = lazy("workspace.layout")

@@ -1,9 +1,8 @@
 """git.*: git across every repo of this workspace at once."""
 
-from invoke import task
-
 from ..argv import remainder_args
 from ..errors import UsageError
+from ..taskdef import task
 from ..term import say
 from .common import lazy, reports_errors
 

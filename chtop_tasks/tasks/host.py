@@ -1,7 +1,6 @@
 """host.*: other machines, each with its own chtop, reached over SSH (logic in chtop_tasks/hosts/)."""
 
-from invoke import task
-
+from ..taskdef import task
 from ..term import say, warn
 from .common import lazy, reports_errors
 

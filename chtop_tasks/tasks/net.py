@@ -2,10 +2,9 @@
 
 import os
 
-from invoke import task
-
 from ..argv import remainder_args
 from ..errors import ChtopError
+from ..taskdef import task
 from ..term import say, warn
 from .common import lazy, reports_errors
 

@@ -1,8 +1,7 @@
 """notify.*: phone notifications through ntfy (held requests and waiting agents)."""
 
-from invoke import task
-
 from ..errors import ChtopError
+from ..taskdef import task
 from ..term import say
 from .common import lazy, reports_errors
 

@@ -2,10 +2,9 @@
 
 from pathlib import Path
 
-from invoke import task
-
 from ..argv import remainder_args
 from ..runner import format_command
+from ..taskdef import task
 from ..term import say
 from .common import lazy, reports_errors
 

@@ -5,13 +5,12 @@ import sys
 import time
 from pathlib import Path
 
-from invoke import task
-
 from .. import term
 from ..argv import remainder_args
 from ..errors import UsageError, WorkspaceError
 from ..places import target_for
 from ..runner import echo
+from ..taskdef import task
 from ..term import say
 from .common import reports_errors
 

@@ -1,7 +1,6 @@
 """toplevel.*: set up the toplevel clone."""
 
-from invoke import task
-
+from ..taskdef import task
 from .common import lazy, reports_errors, venv_builder
 
 toplevel_ops = lazy("workspace.toplevel")

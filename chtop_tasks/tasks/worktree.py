@@ -1,8 +1,7 @@
 """worktree.*: named feature worktrees beside the toplevel."""
 
-from invoke import task
-
 from ..errors import UsageError
+from ..taskdef import task
 from ..term import say, warn
 from .common import lazy, reports_errors, venv_builder
 

@@ -220,7 +220,8 @@ def refuse_in_toplevel(ws: Workspace, what: str) -> None:
         )
 
 
-def preflight_problems(ws: Workspace, rel: Relation) -> list[str]:
+def preflight_problems(ws: Workspace, rel: Relation, dirty: list[str] | None = None) -> list[str]:
+    """``dirty``: ``dirty_paths`` of the checkout, when the caller has it already."""
     here = ws.display(rel.checkout.path)
     problems = []
     if rel.off_branch:
@@ -228,7 +229,8 @@ def preflight_problems(ws: Workspace, rel: Relation) -> list[str]:
     busy = operation_in_progress(rel.checkout.path)
     if busy:
         problems.append(f"{here}: a {busy} is in progress; finish it (git {busy} --continue) or abort it first")
-    tracked = [d[3:] for d in dirty_paths(rel.checkout.path) if not d.startswith("??")]
+    dirty = dirty_paths(rel.checkout.path) if dirty is None else dirty
+    tracked = [d[3:] for d in dirty if not d.startswith("??")]
     if tracked:
         problems.append(f"{here}: uncommitted changes to tracked files ({len(tracked)} paths: "
                         f"{', '.join(tracked[:4])}); commit or stash them")
@@ -236,13 +238,20 @@ def preflight_problems(ws: Workspace, rel: Relation) -> list[str]:
 
 
 def rebase_problems(ws: Workspace, rel: Relation) -> list[str]:
-    problems = preflight_problems(ws, rel)
+    dirty = dirty_paths(rel.checkout.path)          # one git status for both checks
+    problems = preflight_problems(ws, rel, dirty)
     if rel.behind:
-        in_the_way = untracked_in_the_way(rel.checkout.path, rel.integration)
+        in_the_way = untracked_in_the_way(rel.checkout.path, rel.integration, dirty)
         if in_the_way:
             problems.append(f"{ws.display(rel.checkout.path)}: untracked files that {rel.integration} "
                             f"also has would be overwritten ({', '.join(in_the_way[:4])}); move them away")
     return problems
+
+
+def problems_of(rels: list[Relation], *checks) -> list[str]:
+    """Each check's problems for every repo (read-only git, fanned out), in check order, then repo order."""
+    found = fan_out(lambda rel: [check(rel) for check in checks], rels)
+    return [problem for index in range(len(checks)) for per_repo in found for problem in per_repo[index]]
 
 
 def raise_if_problems(problems: list[str], what: str) -> None:
@@ -310,7 +319,7 @@ def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False,
     sync_worktree(ws, strict=True)     # imports first; the integration branches inside are the host's latest
     verify_git_dirs(ws)
     rels = relations(ws)
-    raise_if_problems([p for rel in rels for p in rebase_problems(ws, rel)], "rebase-down")
+    raise_if_problems(problems_of(rels, lambda rel: rebase_problems(ws, rel)), "rebase-down")
     steps = plan_rebase_down(ws, rels, rebase_args)
     if steps and not dry_run:
         refuse_while_sandboxed(ws, running_sandboxes(ws), "rebase-down")
@@ -409,7 +418,7 @@ def conflict_instructions(ws: Workspace, step: GitStep) -> str:
 def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool) -> list[str]:
     problems = preflight_problems(ws, rel)
     main_dir = ws.main_checkout_dir(rel.checkout)
-    main_branch = head_branch(main_dir)
+    main_branch = head_branch(main_dir) if rel.ahead else None     # asked only where a merge lands
     if rel.ahead and main_branch != rel.integration:
         problems.append(
             f"{ws.display(main_dir)}: has {main_branch or 'a detached HEAD'} checked out, "
@@ -438,7 +447,7 @@ def toplevel_checkout_problems(ws: Workspace, rel: Relation) -> list[str]:
     if (gitdir / "index.lock").exists():
         problems.append(f"{here}: a leftover {gitdir / 'index.lock'} (a git still running there, or one that "
                         f"crashed); if none runs: rm {gitdir / 'index.lock'}")
-    busy = operation_in_progress(main_dir)
+    busy = operation_in_progress(main_dir, gitdir)
     if busy:
         problems.append(f"{here}: a {busy} is in progress; finish it or abort it (git -C {main_dir} {busy} --abort)")
     touched = set(git(main_dir, ["diff", "--name-only", f"{rel.integration}...{ws.name}"]).stdout.splitlines())
@@ -576,8 +585,8 @@ def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False, expect: 
     verify_git_dirs(ws)
     verify_git_dirs(ws.for_root(ws.toplevel))
     rels = relations(ws)
-    raise_if_problems([p for rel in rels for p in merge_up_problems(ws, rel, no_ff)]
-                      + [p for rel in rels for p in toplevel_checkout_problems(ws, rel)], "merge-up")
+    raise_if_problems(problems_of(rels, lambda rel: merge_up_problems(ws, rel, no_ff),
+                                  lambda rel: toplevel_checkout_problems(ws, rel)), "merge-up")
     tips = tips_to_land(ws, rels)
     if expected is not None:
         raise_if_problems(tips_problems(ws, expected, tips), "merge-up")

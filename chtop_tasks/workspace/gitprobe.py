@@ -38,20 +38,24 @@ def dirty_paths(checkout_dir: Path) -> list[str]:
     return [line for line in out.splitlines() if line.strip()]
 
 
-def operation_in_progress(checkout_dir: Path) -> str | None:
-    gitdir = Path(git(checkout_dir, ["rev-parse", "--absolute-git-dir"]).stdout.strip())
+def operation_in_progress(checkout_dir: Path, gitdir: Path | None = None) -> str | None:
+    """``gitdir``: the checkout's (``git rev-parse --absolute-git-dir``), when the caller has it already."""
+    if gitdir is None:
+        gitdir = Path(git(checkout_dir, ["rev-parse", "--absolute-git-dir"]).stdout.strip())
     for marker, name in (("rebase-merge", "rebase"), ("rebase-apply", "rebase"), ("MERGE_HEAD", "merge")):
         if (gitdir / marker).exists():
             return name
     return None
 
 
-def untracked_in_the_way(checkout_dir: Path, ref: str) -> list[str]:
-    """Untracked files that ``ref``'s tree also has: checking ``ref`` out would overwrite them.
+def untracked_in_the_way(checkout_dir: Path, ref: str, dirty: list[str] | None = None) -> list[str]:
+    """Untracked files that ``ref``'s tree also has: checking ``ref`` out would overwrite them
+    (``dirty``: ``dirty_paths(checkout_dir)``, when the caller has it already).
 
     Other untracked files do not stop a rebase (git leaves them alone), so they are not refused.
     """
-    untracked = {d[3:] for d in dirty_paths(checkout_dir) if d.startswith("??")}
+    dirty = dirty_paths(checkout_dir) if dirty is None else dirty
+    untracked = {d[3:] for d in dirty if d.startswith("??")}
     if not untracked:
         return []
     in_ref = git(checkout_dir, ["ls-tree", "-r", "--name-only", ref]).stdout.splitlines()

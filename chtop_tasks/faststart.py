@@ -1,0 +1,174 @@
+"""The fast start of ``inv TASK --flag ...`` and ``chtop TASK ...``: the one task, without invoke's program.
+
+Importing invoke costs about 70 ms (its config machinery, its vendored yaml, ``unittest.mock`` for
+``MockContext``), more than the rest of a ``git.status``.  When the command line names one task with
+only its own ``--long`` flags (and maybe ``-- ARGS``), invoke would do nothing but call the task's
+body with those values; this start does that, with the task modules imported in light mode
+(``taskdef.LIGHT``: ``@task`` records its arguments, no invoke).  The table of tasks is the
+one invoke's collection is built from (``tasks.NAMESPACES`` and ``ROOT_TASKS``, named as
+``Collection.from_module`` names them), so a new collection is picked up as it is by ``inv --list``.
+
+Anything else returns to invoke, with the light modules dropped again, and invoke does exactly
+what it did before: a core flag (``--list``, ``--help``, ``-l``, ``--complete``, ``--version``,
+``-e``), a short flag, a flag the task does not have or a repeated one, a missing value or one that
+starts with ``-``, a positional argument or a second task, a task with pre/post tasks,
+positional/optional/iterable arguments or aliases, and any invoke config (an ``INVOKE_*``
+variable, or an invoke.yaml/.yml/.json/.py in /etc, your home or the checkout root), which could
+change how invoke parses or runs.  A task's exit is handled as invoke's program handles it (the
+message on stderr, the code), and so is an interrupt (exit 1).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+
+VALUE_KINDS = (str, int)
+PLAIN_OPTIONS = {"name", "help", "auto_shortflags"}   # what changes neither parsing nor running
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".py")
+
+
+def invoke_configured(project: str | None) -> bool:
+    """Whether invoke would read any config for this run (env or a file)."""
+    if any(key.startswith("INVOKE_") for key in os.environ):
+        return True
+    prefixes = ["/etc/invoke", os.path.join(os.path.expanduser("~"), ".invoke")]
+    if project:
+        prefixes.append(os.path.join(project, "invoke"))
+    return any(os.path.exists(prefix + suffix) for prefix in prefixes for suffix in CONFIG_SUFFIXES)
+
+
+def dashed(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def light_tasks() -> dict[str, object]:
+    """Every task by its full name (``git.status``), as LightTasks: the task modules imported light."""
+    from . import taskdef
+
+    taskdef.LIGHT = True
+    from .tasks import NAMESPACES, ROOT_TASKS
+
+    table = {}
+    for module in NAMESPACES:
+        if hasattr(module, "ns") or hasattr(module, "namespace"):
+            continue       # an explicit collection: invoke's own rules
+        prefix = dashed(module.__name__.rsplit(".", 1)[-1])
+        for value in vars(module).values():
+            if isinstance(value, taskdef.LightTask):
+                table[f"{prefix}.{task_name(value)}"] = value
+    for value in ROOT_TASKS:
+        if isinstance(value, taskdef.LightTask):
+            table[task_name(value)] = value
+    return table
+
+
+def task_name(light) -> str:
+    return dashed(light.options.get("name") or light.body.__name__)
+
+
+def flag_kinds(light) -> dict[str, tuple[str, type]] | None:
+    """``--flag`` -> (parameter, kind: bool or a value's type), or None when invoke's parser is needed."""
+    if light.pre or not set(light.options) <= PLAIN_OPTIONS:
+        return None
+    params = list(inspect.signature(light.body).parameters.values())[1:]   # after the context
+    kinds = {}
+    for param in params:
+        default = param.default
+        if param.kind is not param.POSITIONAL_OR_KEYWORD or default is param.empty:
+            return None
+        kind = str if default is None else type(default)
+        if kind is not bool and kind not in VALUE_KINDS:
+            return None
+        kinds[dashed(param.name)] = (param.name, kind)
+    return kinds
+
+
+def parse_flags(words: list[str], kinds: dict[str, tuple[str, type]]) -> dict | None:
+    """The task's keyword arguments from ``--flag``, ``--flag VALUE``, ``--flag=VALUE``; None for anything else."""
+    values: dict = {}
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if not word.startswith("--"):
+            return None
+        flag, has_value, value = word[2:].partition("=")
+        if flag not in kinds or kinds[flag][0] in values:
+            return None
+        param, kind = kinds[flag]
+        if kind is bool:
+            if has_value:
+                return None
+            values[param] = True
+        else:
+            if not has_value:
+                index += 1
+                if index == len(words):
+                    return None
+                value = words[index]
+            if not value or value.startswith("-") or (kind is int and not value.isdigit()):
+                return None
+            values[param] = kind(value)
+        index += 1
+    return values
+
+
+def planned_call(argv: list[str], project: str | None):
+    """(body, kwargs) when ``argv`` is one task with its own flags; None (nothing imported) otherwise."""
+    words = argv[:argv.index("--")] if "--" in argv else list(argv)
+    if not words or words[0].startswith("-") or invoke_configured(project):
+        return None
+    light = light_tasks().get(words[0])
+    kinds = flag_kinds(light) if light is not None else None
+    kwargs = parse_flags(words[1:], kinds) if kinds is not None else None
+    if kwargs is None:
+        drop_light_modules()
+        return None
+    return light.body, kwargs
+
+
+def drop_light_modules() -> None:
+    """Forget the task modules imported light, so invoke's collection imports them with its @task."""
+    from . import taskdef
+
+    taskdef.LIGHT = False
+    for name in [n for n in sys.modules if n == "chtop_tasks.tasks" or n.startswith("chtop_tasks.tasks.")]:
+        del sys.modules[name]
+    package = sys.modules.get("chtop_tasks")
+    if package is not None:
+        package.__dict__.pop("tasks", None)
+
+
+class LazyContext:
+    """The task's ``c``: invoke's Context, made (invoke imported) only when a task uses it."""
+
+    def __getattr__(self, attr):
+        if "_context" not in self.__dict__:
+            from invoke import Context
+
+            self.__dict__["_context"] = Context()
+        return getattr(self.__dict__["_context"], attr)
+
+
+def run_task(body, kwargs: dict) -> None:
+    """Call the task and exit as invoke's program would: 0, or a TaskExit's code with its message."""
+    from .taskdef import TaskExit
+
+    try:
+        body(LazyContext(), **kwargs)
+    except TaskExit as done:
+        if done.message:
+            print(done.message, file=sys.stderr)
+        sys.exit(done.code)
+    except KeyboardInterrupt:
+        sys.exit(1)
+
+
+def run(argv: list[str], project: str | None = None) -> bool:
+    """Run the task ``argv`` names and return True; False (and nothing of it imported) when invoke must."""
+    call = planned_call(argv, project)
+    if call is None:
+        return False
+    run_task(*call)
+    return True

@@ -1,0 +1,159 @@
+"""The fast start (chtop_tasks/faststart.py) does what invoke's program does, without importing invoke.
+
+Each command runs twice in a real worktree, typed as a user types it (chtop's ``inv`` on PATH, and
+the ``chtop`` console script): once as is, once with an invoke config variable set, which sends
+every command line to invoke's program.  Both must give the same stdout, stderr and exit code;
+``-X importtime`` shows which runs imported invoke, so a fast start that silently handed every
+command to invoke (or one that took on a command line it should not) fails too.  The task table
+the fast start builds must match invoke's collection, flag for flag.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO_ROOT
+from test_inv_discovery import CHTOP_INV, console_script, plant, typed
+
+# Any INVOKE_* variable is invoke config, which the fast start leaves to invoke; this one changes nothing.
+INVOKE_PATH = {"INVOKE_TASKS_DEDUPE": "1"}
+
+CHTOP = [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+         "from chtop_tasks.cli import main; main()"]
+
+# (argv, whether the fast start takes it on)
+COMMANDS = [
+    (["--list"], False),
+    (["--help", "git.status"], False),
+    (["git.status", "--help"], False),
+    (["git.status"], True),
+    (["git.status", "--", "--short"], True),
+    (["git.diff", "--integration"], True),
+    (["git.merge-up", "--dry-run"], True),
+    (["git.status", "--bogus"], False),
+    (["git.status", "-d"], False),
+    (["git.status", "git.diff"], False),
+    (["no-such.task"], False),
+    (["worktree.delete"], True),                        # a task error: usage, exit 2
+    (["worktree.delete", "--name", "nosuch"], True),    # a task error: no such worktree
+    (["worktree.delete", "--name"], False),             # a missing value: invoke's parse error
+    (["git.merge-up", "--expect=alpha=0"], True),
+]
+
+
+def imported_invoke(stderr: str) -> bool:
+    return any(line.rstrip().endswith("| invoke") for line in stderr.splitlines())
+
+
+def both_ways(run, argv: list[str]) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess, bool]:
+    fast = run(argv, {})
+    slow = run(argv, INVOKE_PATH)
+    timed = run(argv, {"PYTHONPROFILEIMPORTTIME": "1"})
+    assert imported_invoke(run(argv, {**INVOKE_PATH, "PYTHONPROFILEIMPORTTIME": "1"}).stderr)
+    return fast, slow, not imported_invoke(timed.stderr)
+
+
+def same(fast, slow, argv) -> None:
+    assert (fast.returncode, fast.stdout, fast.stderr) == (slow.returncode, slow.stdout, slow.stderr), (
+        f"{argv}: fast start exited {fast.returncode}, invoke {slow.returncode}\n"
+        f"--- fast stdout\n{fast.stdout}\n--- fast stderr\n{fast.stderr}\n"
+        f"--- invoke stdout\n{slow.stdout}\n--- invoke stderr\n{slow.stderr}")
+
+
+@pytest.mark.parametrize("state", ["clean", "dirty"])
+def test_inv_fast_start_and_invokes_program_say_the_same(with_dev, tmp_path, state):
+    g = with_dev
+    if state == "dirty":
+        (g.path("dev", "alpha") / "new.txt").write_text("x\n")
+    bin_dir = console_script(tmp_path / "bin", sys.executable, chtop_tree=g.toplevel, code=CHTOP_INV).parent
+
+    def run(argv, env):
+        return typed(bin_dir, g.path("dev", "alpha"), *argv, env=dict(os.environ, **env))
+
+    for argv, fast_expected in COMMANDS:
+        fast, slow, went_fast = both_ways(run, argv)
+        same(fast, slow, argv)
+        assert went_fast == fast_expected, f"{argv}: fast start {'taken' if went_fast else 'not taken'}"
+    status = run(["git.status"], {})
+    assert status.returncode == 0 and "alpha" in status.stdout, status
+    assert ("new.txt" in status.stdout) == (state == "dirty"), status.stdout
+
+
+def test_chtop_fast_start_and_invokes_program_say_the_same(with_dev):
+    g = with_dev
+
+    def run(argv, env):
+        return subprocess.run([*CHTOP, str(g.toplevel), *argv], cwd=g.path("dev", "beta"), capture_output=True,
+                              text=True, stdin=subprocess.DEVNULL, timeout=120, env=dict(os.environ, **env))
+
+    for argv, fast_expected in [(["git.status"], True), (["git.status", "--bogus"], False),
+                                (["worktree.delete"], True), (["--list"], False)]:
+        fast, slow, went_fast = both_ways(run, argv)
+        same(fast, slow, argv)
+        assert went_fast == fast_expected, argv
+    assert run(["git.status", "--bogus"], {}).returncode == 2      # chtop's usage exit, from invoke's path
+
+
+def test_the_fast_start_never_loads_a_tasks_py_the_agent_planted(with_dev, tmp_path):
+    g = with_dev
+    dev = g.path("dev")
+    markers = plant(dev, tmp_path)
+    bin_dir = console_script(tmp_path / "bin", sys.executable, chtop_tree=g.toplevel, code=CHTOP_INV).parent
+    for where in ("alpha", "alpha/docs", "alpha/fake"):
+        proc = typed(bin_dir, dev / where, "git.status", env=dict(os.environ, PYTHONPROFILEIMPORTTIME="1"))
+        assert proc.returncode == 0 and "beta" in proc.stdout, proc.stdout + proc.stderr
+        assert not imported_invoke(proc.stderr), f"from {where}: the fast start was not taken"
+    ran = [rel for rel, marker in markers.items() if marker.exists()]
+    assert ran == [], f"the tasks.py planted in {ran} ran on the host"
+
+
+TABLES = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+if sys.argv[2] == "light":
+    from chtop_tasks import faststart
+    table = {name: None if (kinds := faststart.flag_kinds(light)) is None else
+             sorted([param, kind is bool] for param, kind in kinds.values())
+             for name, light in faststart.light_tasks().items()}
+    table["(invoke imported)"] = "invoke" in sys.modules
+else:
+    from chtop_tasks import namespace
+    table = {}
+    for name in namespace.task_names:
+        task = namespace[name]
+        table[name] = sorted([arg.name, arg.kind is bool] for arg in task.get_arguments())
+print(json.dumps(table))
+"""
+
+
+def test_the_fast_starts_table_is_invokes_collection():
+    """Every task of invoke's collection, by the same name, with the same long flags; a task module
+    that used invoke's own @task (so the fast start imports invoke for every task) fails here."""
+    def table(kind):
+        out = subprocess.run([sys.executable, "-c", TABLES, str(REPO_ROOT), kind], capture_output=True, text=True,
+                             check=True, timeout=120).stdout
+        return json.loads(out)
+
+    light, full = table("light"), table("invoke")
+    assert light.pop("(invoke imported)") is False, "a task module imports invoke"
+    assert sorted(light) == sorted(full)
+    fast = {name: flags for name, flags in light.items() if flags is not None}
+    assert "git.status" in fast and "worktree.create" in fast and "git.merge-up" in fast
+    for name, flags in fast.items():
+        assert flags == full[name], f"{name}: the fast start's flags {flags}, invoke's {full[name]}"
+
+
+def test_a_task_that_uses_its_context_gets_invokes_on_the_fast_start():
+    """No chtop task uses ``c`` today; one that does gets invoke's Context, made once, on first use."""
+    from invoke import Context
+
+    from chtop_tasks.faststart import LazyContext
+
+    context = LazyContext()
+    assert "_context" not in context.__dict__
+    assert context.config is context.config and isinstance(context.__dict__["_context"], Context)
+    assert callable(context.run)
