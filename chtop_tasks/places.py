@@ -123,6 +123,18 @@ def state_dir(group_dir: Path) -> Path:
     return Path(group_dir) / STATE_DIR_NAME
 
 
+def build_cache_dir(group_dir: Path, name: str) -> Path:
+    """``<group>/.chtop/build-cache/<name>``: the caches of one worktree's (or the toplevel's) venv
+    builds, read and written by that tree's builds alone."""
+    return state_dir(group_dir) / "build-cache" / name
+
+
+def compiler_cache_dir(group_dir: Path) -> Path:
+    """``<group>/.chtop/compiler-cache``: ccache's masquerade links and the store of the toplevel's
+    compiled objects, written by the toplevel's host builds, read-only to every other build."""
+    return state_dir(group_dir) / "compiler-cache"
+
+
 def group_lock_path(group_dir: Path) -> Path:
     """The flock every task that changes the group's worktrees or stores holds."""
     return state_dir(group_dir) / "group.lock"

@@ -16,13 +16,13 @@ import os
 from pathlib import Path
 
 from ..errors import CommandFailed, Refused, UsageError
-from ..places import read_user_config, state_dir, target_for
+from ..places import build_cache_dir, read_user_config, target_for
 from ..workspace import venvstamp as stamp
+from . import compcache
 from .build import base_python_choice, check_repos, choose_installer, format_plan, plan_build, retry_hint, venv_dir
 from .build_inside import plan_to_json
 
 PURPOSE = "venv-build"
-CACHE_DIR = "build-cache"
 # how pip and uv are told which index to use: passed to the build (values, never files)
 INDEX_ENV = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX", "PIP_TRUSTED_HOST",
              "UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_EXTRA_INDEX_URL", "UV_INDEX", "UV_NO_INDEX")
@@ -59,7 +59,7 @@ def build_workspace_venv(ws, *, recreate: bool = False, test: bool = False, inst
 def build_cache_dirs(group: Path, worktree: str) -> dict[str, Path]:
     """The cache of one worktree's sandboxed builds, one per installer: never the user's (host builds of
     the toplevel use those) nor another worktree's (one agent's build would plant what another's runs)."""
-    base = state_dir(group) / CACHE_DIR / worktree
+    base = build_cache_dir(group, worktree)
     return {"UV_CACHE_DIR": base / "uv", "PIP_CACHE_DIR": base / "pip"}
 
 
@@ -82,6 +82,9 @@ def build_in_sandbox(ws, *, recreate: bool = False, test: bool = False, installe
         if not path.is_dir():
             path.mkdir(parents=True, mode=0o700)
             owned_as_tree(path, root)
+    own_ccache = compcache.prepare(root)   # the compiler cache: its own rw, the toplevel's ro
+    if own_ccache is not None:
+        owned_as_tree(own_ccache, root)
     status = run_in_sandbox(ws, steps, root, chosen, test, base, vdir, caches)
     if status != 0:   # build_inside said what failed, above
         raise CommandFailed(f"venv build of {root} inside its sandbox failed (exit {status}); what failed is "
@@ -125,6 +128,7 @@ def run_in_sandbox(ws, steps, root: Path, installer: str, test: bool, base: Path
                plan_to_json(root, installer, test, steps)]
     prefix = Path(os.path.realpath(base)).parent.parent
     target = target_for(root)
+    ccache_rw, ccache_ro = compcache.sandbox_mounts(root)
     request = LaunchRequest(target, command, extra_env=env, purpose=PURPOSE, cwd=root,
-                            build_rw=(vdir, *caches.values()), build_ro=(prefix,))
+                            build_rw=(vdir, *caches.values(), *ccache_rw), build_ro=(prefix, *ccache_ro))
     return launch(request)

@@ -1,0 +1,169 @@
+"""The venv builds' compiler cache (``chtop_tasks/venv/compcache.py``): ccache in front of the
+compilers, each tree's own cache, the toplevel's store read-only to every other build.
+
+Real ccache, real g++ and nvcc (skipped without them), real venv builds of a tiny C++ extension
+in a toplevel and a feature worktree of the same group; and, from inside a real sandbox, a
+worktree's build that tries to write what another worktree's build reads.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import require_tool
+from test_venv import base_can_build  # noqa: F401  (fixture)
+
+from chtop_tasks.venv import build as V
+from chtop_tasks.venv import compcache
+from chtop_tasks.workspace.manifest import parse_manifest
+
+CX_SETUP = """\
+from setuptools import Extension, setup
+setup(name="cx", version="0.1", packages=["cx"],
+      ext_modules=[Extension("cx._fast", ["src/fast.cpp"], language="c++")])
+"""
+CX_PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=64"]
+build-backend = "setuptools.build_meta"
+"""
+CX_SOURCE = """\
+#include <Python.h>
+#include "value.h"
+static PyObject *value(PyObject *, PyObject *) { return PyLong_FromLong(CX_VALUE); }
+static PyMethodDef methods[] = {{"value", value, METH_NOARGS, nullptr}, {nullptr, nullptr, 0, nullptr}};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fast", nullptr, -1, methods};
+PyMODINIT_FUNC PyInit__fast(void) { return PyModule_Create(&module); }
+"""
+CX_MANIFEST = """\
+[[repo]]
+name = "cx"
+url = "file:///nowhere/cx.git"
+branch = "main"
+install = "editable-no-build-isolation"
+smoke_import = "cx"
+"""
+CU_SOURCE = '#include "k.h"\n__global__ void add(float *x) { x[threadIdx.x] += K; }\n'
+NVCC_ARGS = ("nvcc", "-std=c++17", "-O3", "--compiler-options", "-Wall,-fPIC",
+             "-gencode", "arch=compute_80,code=sm_80", "-MMD", "-MP", "-c", "-o", "k.o", "k.cu")
+
+
+@pytest.fixture
+def ccache():
+    return require_tool("ccache")
+
+
+def write_cx(root: Path, value: int) -> None:
+    """A C++ extension repo ``cx`` (``cx.value()`` returns ``value``, from a header)."""
+    cx = root / "cx"
+    (cx / "src").mkdir(parents=True, exist_ok=True)
+    (cx / "cx").mkdir(exist_ok=True)
+    (cx / "setup.py").write_text(CX_SETUP)
+    (cx / "pyproject.toml").write_text(CX_PYPROJECT)
+    (cx / "src" / "fast.cpp").write_text(CX_SOURCE)
+    (cx / "src" / "value.h").write_text(f"#define CX_VALUE {value}\n")
+    (cx / "cx" / "__init__.py").write_text("from ._fast import value\n")
+
+
+def cx_value(root: Path, scratch: Path) -> str:
+    proc = subprocess.run([str(V.venv_python(root)), "-c", "import cx; print(cx.value())"], cwd=scratch,
+                          capture_output=True, text=True, env=dict(os.environ, PYTHONSAFEPATH="1"))
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def step_env(root: Path) -> dict[str, str]:
+    """``compiler_env`` as a build step's runner sees it (``$PATH`` expanded)."""
+    env = dict(compcache.compiler_env(root))
+    env["PATH"] = env["PATH"].replace("$PATH", os.environ["PATH"])
+    return dict(os.environ, **env)
+
+
+def test_install_steps_carry_the_cache_env_the_toplevel_writes_the_store_worktrees_only_read(with_dev, ccache):
+    top, dev = with_dev.toplevel, with_dev.path("dev")
+    store = compcache.store_dir(with_dev.grouping)
+    envs = {}
+    for root in (top, dev):
+        (root / "cx").mkdir()
+        steps = V.plan_build(root, parse_manifest(root / "m.toml", CX_MANIFEST), installer="pip")
+        install = [s for s in steps if s.kind == "install"]
+        assert len(install) == 1
+        envs[root] = dict(install[0].env)
+        assert not any(dict(s.env).get("CCACHE_DIR") for s in steps if s.kind != "install")   # installs only
+    remote = "CCACHE_REMOTE_STORAGE" if compcache.ccache_version(ccache) >= (4, 8) else "CCACHE_SECONDARY_STORAGE"
+    assert envs[top][remote] == f"file:{store}"
+    assert envs[dev][remote] == f"file:{store}|read-only"
+    for root, env in envs.items():
+        assert env["CCACHE_DIR"] == str(with_dev.grouping / ".chtop" / "build-cache" / root.name / "ccache")
+        assert env["CCACHE_CONFIGPATH"] == os.devnull      # never a ccache.conf a build could have written
+        assert env["PATH"] == f"{compcache.masquerade_dir(with_dev.grouping)}{os.pathsep}$PATH"
+        assert env["CCACHE_BASEDIR"] == str(with_dev.grouping) and env["CCACHE_NOHASHDIR"] == "1"
+    assert envs[top]["CCACHE_DIR"] != envs[dev]["CCACHE_DIR"]
+
+
+@pytest.mark.slow
+def test_a_second_worktree_compiles_nothing_and_a_changed_source_compiles_again(
+        with_dev, ccache, base_can_build, tmp_path, monkeypatch):  # noqa: F811
+    """The toplevel's build compiles the C++ extension (ccache misses, the store gets it); the
+    worktree's build of the same sources at another path compiles nothing (hits from the store);
+    a changed header there compiles again, and the venv has the new value, not the cached one."""
+    require_tool("g++")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.delenv(V.INSTALLER_ENV, raising=False)
+    top, dev = with_dev.toplevel, with_dev.path("dev")
+    for root in (top, dev):
+        write_cx(root, 1)
+    manifest = parse_manifest(top / "m.toml", CX_MANIFEST)
+    V.build_venv(top, manifest, installer="pip")
+    first = compcache.stats(top)
+    assert first.get("cache_miss", 0) >= 1 and first.get("remote_storage_hit", 0) == 0, first
+    assert any(compcache.store_dir(with_dev.grouping).glob("*/*")), "the toplevel's build filled no store"
+    V.build_venv(dev, manifest, installer="pip")
+    second = compcache.stats(dev)
+    assert second.get("remote_storage_hit", 0) >= 1 and second.get("cache_miss", 0) == 0, second
+    assert cx_value(dev, tmp_path) == "1"
+    (dev / "cx" / "src" / "value.h").write_text("#define CX_VALUE 2\n")
+    V.build_venv(dev, manifest, installer="pip")
+    third = compcache.stats(dev)
+    assert third.get("cache_miss", 0) == 1, third
+    assert cx_value(dev, tmp_path) == "2"
+    assert cx_value(top, tmp_path) == "1"
+
+
+@pytest.mark.slow
+def test_nvcc_objects_come_from_the_toplevels_store_and_a_changed_header_compiles_again(with_dev, ccache):
+    """nvcc through the masquerade, as ksgpu's Makefile runs it (in-tree objects, depfiles)."""
+    require_tool("nvcc")
+    top, dev = with_dev.toplevel, with_dev.path("dev")
+    objects = {}
+    for root in (top, dev):
+        cu = root / "cu"
+        cu.mkdir()
+        (cu / "k.cu").write_text(CU_SOURCE)
+        (cu / "k.h").write_text("#define K 1.0f\n")
+        compcache.prepare(root)
+        proc = subprocess.run(NVCC_ARGS, cwd=cu, env=step_env(root), capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        objects[root] = (cu / "k.o").read_bytes()
+    assert compcache.stats(top).get("cache_miss") == 1
+    second = compcache.stats(dev)
+    assert second.get("remote_storage_hit") == 1 and second.get("cache_miss", 0) == 0, second
+    assert objects[top] == objects[dev]
+    assert "k.h" in (dev / "cu" / "k.d").read_text()      # the depfile make reads came back too
+    (dev / "cu" / "k.h").write_text("#define K 2.0f\n")
+    proc = subprocess.run(NVCC_ARGS, cwd=dev / "cu", env=step_env(dev), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert compcache.stats(dev).get("cache_miss") == 1
+    assert (dev / "cu" / "k.o").read_bytes() != objects[top]
+
+
+def test_without_ccache_the_build_runs_as_before(with_dev, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))     # no ccache on it
+    root = with_dev.path("dev")
+    (root / "cx").mkdir()
+    steps = V.plan_build(root, parse_manifest(root / "m.toml", CX_MANIFEST), installer="pip")
+    assert not any(k.startswith("CCACHE") or k == "PATH" for s in steps for k, _ in s.env)
+    assert compcache.prepare(root) is None and compcache.sandbox_mounts(root) == ((), ())
