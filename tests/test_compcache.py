@@ -167,3 +167,77 @@ def test_without_ccache_the_build_runs_as_before(with_dev, monkeypatch, tmp_path
     steps = V.plan_build(root, parse_manifest(root / "m.toml", CX_MANIFEST), installer="pip")
     assert not any(k.startswith("CCACHE") or k == "PATH" for s in steps for k, _ in s.env)
     assert compcache.prepare(root) is None and compcache.sandbox_mounts(root) == ((), ())
+
+
+# A feature worktree's build code (the agent's setup.py), run by its sandboxed venv build: it tries
+# to write every part of the compiler cache that another worktree's build reads, and its own cache.
+HOSTILE_SETUP = """\
+import os
+from pathlib import Path
+from setuptools import setup
+
+results = []
+
+def attempt(what, write):
+    try:
+        write()
+        results.append(what + ": written")
+    except OSError as exc:
+        results.append(what + ": " + type(exc).__name__)
+
+def swap_link():
+    Path({bin!r}, ".nvcc").symlink_to("/bin/sh")
+    os.replace(Path({bin!r}, ".nvcc"), Path({bin!r}, "nvcc"))
+
+attempt("store entry", lambda: Path({store!r}, "ab", "entry").write_text("planted\\n"))
+attempt("store new", lambda: Path({store!r}, "planted").write_text("planted\\n"))
+attempt("masquerade nvcc", swap_link)
+attempt("other worktree's cache", lambda: Path({other!r}, "planted").write_text("planted\\n"))
+attempt("own cache", lambda: Path({own!r}, "mine").write_text("mine\\n"))
+Path({where!r}).write_text("\\n".join(results) + "\\n")
+setup(name="alpha", version="0.1", packages=["alpha"])
+"""
+
+
+def _plant_cache_attack(group):
+    """As root, before the chown: the user opted in to sandboxed builds; the toplevel's store holds
+    an entry, worktree ``other`` has its own cache; dev's alpha has the hostile setup.py."""
+    from test_venv_sandboxed import _install_alpha, opt_in
+
+    opt_in(group.base / "home" / ".config")
+    store = compcache.store_dir(group.grouping)
+    (store / "ab").mkdir(parents=True)
+    (store / "ab" / "entry").write_text("trusted\n")
+    other = compcache.own_cache_dir(group.grouping / "other")
+    other.mkdir(parents=True)
+    dev = group.grouping / "dev"
+    alpha = dev / "alpha"
+    (alpha / "alpha").mkdir()
+    (alpha / "alpha" / "__init__.py").write_text("")
+    (alpha / "setup.py").write_text(HOSTILE_SETUP.format(
+        bin=str(compcache.masquerade_dir(group.grouping)), store=str(store), other=str(other),
+        own=str(compcache.own_cache_dir(dev)), where=str(alpha / "attempts.txt")))
+    _install_alpha(dev / "git_repositories.toml")
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_a_worktrees_build_cannot_write_what_another_worktrees_build_reads(remote_template, ccache):
+    """Inside its sandbox, dev's build writes its own compiler cache and nothing another build
+    reads: not the toplevel's store, not the masquerade links, not another worktree's cache; and
+    the agent's own sandbox (not a build) does not get even dev's cache."""
+    from sandbox_helpers import user_group_cm
+
+    with user_group_cm(remote_template, prepare=_plant_cache_attack) as g:
+        built = g.inv("venv.build", "--workdir", str(g.dev), "--installer", "pip", cwd=g.toplevel, timeout=600)
+        assert built.returncode == 0, built.stdout + built.stderr
+        attempts = (g.dev / "alpha" / "attempts.txt").read_text()
+        store, links = compcache.store_dir(g.grouping), compcache.masquerade_dir(g.grouping)
+        assert (store / "ab" / "entry").read_text() == "trusted\n", attempts
+        assert not (store / "planted").exists(), attempts
+        assert os.readlink(links / "nvcc") == compcache.ccache_path(), attempts
+        assert not (compcache.own_cache_dir(g.grouping / "other") / "planted").exists(), attempts
+        own = compcache.own_cache_dir(g.dev)
+        assert (own / "mine").read_text() == "mine\n", attempts      # the build did run, its cache writable
+        agent = g.sbox(f"echo agent > {own}/agent; echo planted > {store}/agent")
+        assert not (own / "agent").exists() and not (store / "agent").exists(), agent.stdout + agent.stderr
