@@ -56,9 +56,9 @@ def ccache():
     return require_tool("ccache")
 
 
-def write_cx(root: Path, value: int) -> None:
-    """A C++ extension repo ``cx`` (``cx.value()`` returns ``value``, from a header)."""
-    cx = root / "cx"
+def write_cx(root: Path, value: int, repo: str = "cx") -> None:
+    """A C++ extension repo ``root/repo`` (``cx.value()`` returns ``value``, from a header)."""
+    cx = root / repo
     (cx / "src").mkdir(parents=True, exist_ok=True)
     (cx / "cx").mkdir(exist_ok=True)
     (cx / "setup.py").write_text(CX_SETUP)
@@ -241,3 +241,40 @@ def test_a_worktrees_build_cannot_write_what_another_worktrees_build_reads(remot
         assert (own / "mine").read_text() == "mine\n", attempts      # the build did run, its cache writable
         agent = g.sbox(f"echo agent > {own}/agent; echo planted > {store}/agent")
         assert not (own / "agent").exists() and not (store / "agent").exists(), agent.stdout + agent.stderr
+
+
+def _plant_cx(group):
+    """As root, before the chown: opted in; repo alpha is the C++ extension cx, in the toplevel
+    and in dev, installed."""
+    from test_venv_sandboxed import opt_in
+
+    opt_in(group.base / "home" / ".config")
+    for root in (group.toplevel, group.grouping / "dev"):
+        write_cx(root, 1, repo="alpha")
+        manifest = root / "git_repositories.toml"
+        manifest.write_text(manifest.read_text().replace(
+            'install = "none"', 'install = "editable-no-build-isolation"\nsmoke_import = "cx"', 1))
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_a_worktrees_build_inside_its_sandbox_takes_the_toplevels_objects(remote_template, ccache):
+    """The toplevel's host build compiles cx; dev's build, inside its sandbox, compiles nothing
+    (ccache there: the masquerade links and the store read-only, its own cache writable), and the
+    venv works in the agent's sandbox."""
+    require_tool("g++")
+    from sandbox_helpers import user_group_cm
+
+    offline = {"PIP_NO_INDEX": "1"}
+    with user_group_cm(remote_template, prepare=_plant_cx) as g:
+        top = g.inv("venv.build", "--installer", "pip", cwd=g.toplevel, extra_env=offline, timeout=600)
+        assert top.returncode == 0, top.stdout + top.stderr
+        logs = "".join(p.read_text() for p in (g.grouping / ".chtop" / "logs").glob("venv-top-*.log"))
+        assert compcache.stats(g.toplevel).get("cache_miss", 0) >= 1, logs[-5000:]
+        dev = g.inv("venv.build", "--workdir", str(g.dev), "--installer", "pip", cwd=g.toplevel,
+                    extra_env=offline, timeout=600)
+        assert dev.returncode == 0 and "venv-build" in dev.stderr, dev.stdout + dev.stderr
+        counters = compcache.stats(g.dev)
+        assert counters.get("remote_storage_hit", 0) >= 1 and counters.get("cache_miss", 0) == 0, counters
+        used = g.sbox("python -c 'import cx; print(cx.value())'")
+        assert used.returncode == 0 and used.stdout.strip() == "1", used.stdout + used.stderr

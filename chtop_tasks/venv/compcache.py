@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import os
+import platform
 import re
 import shutil
 from pathlib import Path
@@ -43,7 +44,8 @@ from ..errors import ChtopError
 from ..places import build_cache_dir, compiler_cache_dir
 
 CCACHE = "ccache"
-MASQUERADE = ("nvcc", "gcc", "g++", "cc", "c++")   # the compilers builds find on PATH
+# the compilers builds find on PATH by name (Debian's python builds extensions with the triplet's)
+MASQUERADE = ("nvcc", "gcc", "g++", "cc", "c++", *(f"{platform.machine()}-linux-gnu-{c}" for c in ("gcc", "g++")))
 HOST_COMPILER = "g++"                              # nvcc's, when the user did not choose one
 MAX_SIZE = "5G"                                    # each worktree's own cache
 REMOTE_KEY_SINCE = (4, 8)                          # secondary_storage was renamed remote_storage
@@ -144,8 +146,12 @@ def prepare(root: Path) -> Path | None:
     links = masquerade_dir(group)
     for path in (compiler_cache_dir(group), links, store_dir(group)):
         path.mkdir(mode=0o755, parents=True, exist_ok=True)
-    for name in MASQUERADE:
-        link_to(links / name, ccache)
+    path_env = os.environ.get("PATH", "")
+    for name in MASQUERADE:   # a link only where the compiler is: a build may probe PATH for nvcc
+        if shutil.which(name, path=path_env):
+            link_to(links / name, ccache)
+        elif (links / name).is_symlink():
+            (links / name).unlink()
     own = own_cache_dir(root)
     own.mkdir(mode=0o700, parents=True, exist_ok=True)
     return own
