@@ -278,3 +278,32 @@ def test_a_worktrees_build_inside_its_sandbox_takes_the_toplevels_objects(remote
         assert counters.get("remote_storage_hit", 0) >= 1 and counters.get("cache_miss", 0) == 0, counters
         used = g.sbox("python -c 'import cx; print(cx.value())'")
         assert used.returncode == 0 and used.stdout.strip() == "1", used.stdout + used.stderr
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_as_root_a_worktrees_sandboxed_build_takes_the_toplevels_objects(initialized, ccache):
+    """As root (a rootful sandbox, the agent's ids): the toplevel's host build fills the store as
+    root, worktree.create's build inside dev's sandbox reads it and writes its own cache, owned as
+    the rest of the worktree."""
+    require_tool("g++")
+    from conftest import git
+    from test_venv_sandboxed import opt_in
+
+    g = initialized
+    opt_in(Path(os.environ["XDG_CONFIG_HOME"]))
+    write_cx(g.toplevel, 1, repo="alpha")
+    git(g.toplevel / "alpha", "add", "-A")
+    git(g.toplevel / "alpha", "commit", "-qm", "cx, a C++ extension")
+    manifest = g.toplevel / "git_repositories.toml"
+    manifest.write_text(manifest.read_text().replace(
+        'install = "none"', 'install = "editable-no-build-isolation"\nsmoke_import = "cx"', 1))
+    git(g.toplevel, "commit", "-qam", "install alpha")
+    offline = {"PIP_NO_INDEX": "1"}
+    g.inv(g.toplevel, "venv.build", "--installer", "pip", env=offline, timeout=600)
+    made = g.inv(g.toplevel, "worktree.create", "--name", "dev", check=False, env=offline, timeout=600)
+    assert made.returncode == 0 and "venv-build" in made.stderr, made.stdout + made.stderr
+    counters = compcache.stats(g.path("dev"))
+    assert counters.get("remote_storage_hit", 0) >= 1 and counters.get("cache_miss", 0) == 0, counters
+    own = compcache.own_cache_dir(g.path("dev"))
+    assert os.stat(own).st_uid == os.stat(g.path("dev")).st_uid
