@@ -307,3 +307,18 @@ def test_as_root_a_worktrees_sandboxed_build_takes_the_toplevels_objects(initial
     assert counters.get("remote_storage_hit", 0) >= 1 and counters.get("cache_miss", 0) == 0, counters
     own = compcache.own_cache_dir(g.path("dev"))
     assert os.stat(own).st_uid == os.stat(g.path("dev")).st_uid
+
+
+def test_a_deleted_worktrees_build_cache_goes_with_it(with_dev):
+    """What dev's builds wrote (its own compiler cache, its uv and pip caches) is not read by the
+    next worktree that gets the name dev (another agent's, maybe): delete removes it."""
+    from chtop_tasks.workspace.layout import find_workspace
+    from chtop_tasks.workspace.worktrees import create_worktree, delete_worktree
+
+    own = compcache.own_cache_dir(with_dev.path("dev"))
+    own.mkdir(parents=True)
+    (own / "planted").write_text("an object the old dev's build compiled\n")
+    delete_worktree(find_workspace(with_dev.toplevel), "dev")
+    assert not own.parent.exists()
+    create_worktree(find_workspace(with_dev.toplevel), "dev")
+    assert not (own / "planted").exists()

@@ -15,7 +15,7 @@ from pathlib import Path
 from .. import agentfile, atomic
 from ..errors import ChtopError, CommandFailed, Refused, UsageError, WorkspaceError
 from ..fanout import fan_out
-from ..places import create_journal_path, worktree_name_problem
+from ..places import build_cache_dir, create_journal_path, worktree_name_problem
 from ..term import say, warn
 from .dotfiles import refresh_workspace_files
 from .gitprobe import ahead_behind, branch_exists, dirty_paths, head_branch, local_branches, rev
@@ -431,7 +431,16 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
         shutil.rmtree(store_dir)
     git(ws.toplevel, ["worktree", "prune"], check=False, quiet=False, toplevel_only=True)
     remove_policy_layer(ws, name)
+    remove_build_cache(ws, name)
     return kept
+
+
+def remove_build_cache(ws: Workspace, name: str) -> None:
+    """What the worktree's builds wrote (its compiler, uv and pip caches: the agent's build could write
+    them) goes with it: a later worktree of the same name, another agent's maybe, must not install it."""
+    cache = build_cache_dir(ws.grouping, name)
+    if cache.is_dir() and not cache.is_symlink():
+        shutil.rmtree(cache)
 
 
 def remove_policy_layer(ws: Workspace, name: str) -> None:
