@@ -81,7 +81,7 @@ def store_dir(group: Path) -> Path:
 
 def own_cache_dir(root: Path) -> Path:
     """``root``'s builds' own ccache dir (read and written by them alone)."""
-    root = Path(root)
+    root = Path(root).resolve()
     return build_cache_dir(group_of(root), root.name) / "ccache"
 
 
@@ -172,8 +172,7 @@ def sandbox_mounts(root: Path) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
     own cache; the links and the store.  Nothing without ccache."""
     if ccache_path() is None:
         return (), ()
-    group = group_of(Path(root).resolve())
-    return (own_cache_dir(root),), (compiler_cache_dir(group),)
+    return (own_cache_dir(root),), (compiler_cache_dir(group_of(Path(root).resolve())),)
 
 
 def stats(root: Path) -> dict[str, int]:
@@ -182,7 +181,7 @@ def stats(root: Path) -> dict[str, int]:
     ccache = ccache_path()
     if ccache is None:
         return {}
-    env = {"CCACHE_DIR": str(own_cache_dir(Path(root).resolve())), "CCACHE_CONFIGPATH": os.devnull}
+    env = {"CCACHE_DIR": str(own_cache_dir(root)), "CCACHE_CONFIGPATH": os.devnull}
     result = runner.run([ccache, "--print-stats"], check=False, quiet=True, env=env, timeout=30)
     counters = {}
     for line in result.stdout.splitlines() if result.ok else ():
