@@ -129,11 +129,16 @@ def state_dir(group_dir: Path) -> Path:
     return Path(group_dir) / STATE_DIR_NAME
 
 
-def venv_build_dir(group_dir: Path, worktree: str) -> Path:
-    """``<group>/.chtop/build-cache/<worktree>``: what that worktree's sandboxed venv builds keep
-    (their uv and pip caches, the last build's log; writable for its builds only, removed by
-    ``worktree.delete``)."""
-    return state_dir(group_dir) / "build-cache" / check_worktree_name(worktree)
+def build_cache_dir(group_dir: Path, name: str) -> Path:
+    """``<group>/.chtop/build-cache/<name>``: the caches of one worktree's (or the toplevel's) venv
+    builds, read and written by that tree's builds alone."""
+    return state_dir(group_dir) / "build-cache" / name
+
+
+def compiler_cache_dir(group_dir: Path) -> Path:
+    """``<group>/.chtop/compiler-cache``: ccache's masquerade links and the store of the toplevel's
+    compiled objects, written by the toplevel's host builds, read-only to every other build."""
+    return state_dir(group_dir) / "compiler-cache"
 
 
 def group_lock_path(group_dir: Path) -> Path:

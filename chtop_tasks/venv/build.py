@@ -44,7 +44,7 @@ from ..places import read_user_config, state_dir
 from ..term import say
 from ..workspace import venvstamp as stamp
 from ..workspace.manifest import MANIFEST_NAME, Manifest, Repo
-from . import uvcache
+from . import compcache, uvcache
 from .buildlog import BuildLog, first_error_line
 from .tls import uv_trust_env
 
@@ -422,8 +422,9 @@ def install_steps(root: Path, manifest: Manifest, installer: str, vpy: Path) -> 
             steps.append(deps_step(vpy, f"before {repo.name}, which builds against the venv"))
             pending = False
         trust, why = uv_trust_env() if installer == "uv" else ((), "")
+        env = trust + compcache.compiler_env(root)   # ccache in front of nvcc/gcc (compcache.py)
         steps.append(BuildStep("install", repo.name, install_argv(installer, vpy, repo, root / repo.name), cwd=root,
-                               unset=CACHED_BYTECODE_ENV if installer == "uv" else (), env=trust, note=why))
+                               unset=CACHED_BYTECODE_ENV if installer == "uv" else (), env=env, note=why))
         pending = True
     isolated = tuple(root / r.name for r in manifest.repos if r.install == "editable")
     if installer == "uv" and isolated:
@@ -650,6 +651,7 @@ def build_venv(
         print(f"# base interpreter: {base} ({why})\n{format_plan(steps)}", flush=True)
         return
     log = BuildLog.create(log_dir or venv_log_dir(root), root.name)
+    compcache.prepare(root)   # the compiler cache the install steps' env names
     stamp.clear_stamp(venv_dir(root))
     report = run_build_steps(steps, root, test=test, installer=chosen, log=log)
     stamp.write_stamp(venv_dir(root))   # last: only a build that got here is complete

@@ -21,9 +21,10 @@ from pathlib import Path
 
 from .. import agentfile
 from ..errors import CommandFailed, Refused, UsageError
-from ..places import read_user_config, target_for, venv_build_dir
+from ..places import build_cache_dir, read_user_config, target_for
 from ..term import say
 from ..workspace import venvstamp as stamp
+from . import compcache
 from .build import (
     base_python_choice,
     check_repos,
@@ -76,13 +77,13 @@ def build_workspace_venv(ws, *, recreate: bool = False, test: bool = False, inst
 def build_cache_dirs(group: Path, worktree: str) -> dict[str, Path]:
     """The cache of one worktree's sandboxed builds, one per installer: never the user's (host builds of
     the toplevel use those) nor another worktree's (one agent's build would plant what another's runs)."""
-    base = venv_build_dir(group, worktree)
+    base = build_cache_dir(group, worktree)
     return {"UV_CACHE_DIR": base / "uv", "PIP_CACHE_DIR": base / "pip"}
 
 
 def build_log_dir(group: Path, worktree: str) -> Path:
     """Where the build inside writes its log, which the host then copies into the group's logs."""
-    return venv_build_dir(group, worktree) / "log"
+    return build_cache_dir(group, worktree) / "log"
 
 
 def build_in_sandbox(ws, *, recreate: bool = False, test: bool = False, installer: str | None = None,
@@ -108,6 +109,9 @@ def build_in_sandbox(ws, *, recreate: bool = False, test: bool = False, installe
         if not path.is_dir():
             path.mkdir(parents=True, mode=0o700)
             owned_as_tree(path, root)
+    own_ccache = compcache.prepare(root)   # the compiler cache: its own rw, the toplevel's ro
+    if own_ccache is not None:
+        owned_as_tree(own_ccache, root)
     inside_log = fresh_log(log_dir, root)
     status = run_in_sandbox(ws, steps, root, chosen, test, base, vdir, caches, log_dir, inside_log)
     log, text = copy_log(inside_log, root)
@@ -204,7 +208,8 @@ def run_in_sandbox(ws, steps, root: Path, installer: str, test: bool, base: Path
                plan_to_json(root, installer, test, steps, log=inside_log)]
     prefix = Path(os.path.realpath(base)).parent.parent
     target = target_for(root)
+    ccache_rw, ccache_ro = compcache.sandbox_mounts(root)
     request = LaunchRequest(target, command, extra_env=env, purpose=PURPOSE, cwd=root,
-                            build_rw=(vdir, *caches.values(), log_dir), build_ro=(prefix,),
-                            build_hosts=tuple(index_hosts()))
+                            build_rw=(vdir, *caches.values(), log_dir, *ccache_rw),
+                            build_ro=(prefix, *ccache_ro), build_hosts=tuple(index_hosts()))
     return launch(request)

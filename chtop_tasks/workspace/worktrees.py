@@ -15,7 +15,7 @@ from pathlib import Path
 from .. import agentfile, atomic
 from ..errors import ChtopError, CommandFailed, Refused, UsageError, WorkspaceError
 from ..fanout import fan_out
-from ..places import create_journal_path, venv_build_dir, worktree_name_problem
+from ..places import build_cache_dir, create_journal_path, worktree_name_problem
 from ..term import say, warn
 from .dotfiles import refresh_workspace_files
 from .gitprobe import ahead_behind, branch_exists, dirty_paths, head_branch, local_branches, rev
@@ -445,9 +445,10 @@ def remove_policy_layer(ws: Workspace, name: str) -> None:
 
 
 def remove_build_cache(ws: Workspace, name: str) -> None:
-    """What the worktree's sandboxed venv builds kept (``<group>/.chtop/build-cache/NAME``: its uv
-    and pip caches, its last build's log) goes with it."""
-    cache = venv_build_dir(ws.grouping, name)
+    """What the worktree's builds kept (``<group>/.chtop/build-cache/NAME``: its compiler, uv and pip
+    caches, its last build's log; the agent's build could write them) goes with it: a later worktree
+    of the same name, another agent's maybe, must not install it."""
+    cache = build_cache_dir(ws.grouping, name)
     if cache.is_dir() and not cache.is_symlink():
         shutil.rmtree(cache)
         say(f"removed its venv build cache {ws.display(cache)}/")
