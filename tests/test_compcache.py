@@ -201,11 +201,10 @@ setup(name="alpha", version="0.1", packages=["alpha"])
 
 
 def _plant_cache_attack(group):
-    """As root, before the chown: the user opted in to sandboxed builds; the toplevel's store holds
-    an entry, worktree ``other`` has its own cache; dev's alpha has the hostile setup.py."""
-    from test_venv_sandboxed import _install_alpha, opt_in
+    """As root, before the chown: the toplevel's store holds an entry, worktree ``other`` has its own
+    cache; dev's alpha has the hostile setup.py (feature worktrees build in their sandboxes)."""
+    from test_venv_sandboxed import _install_alpha
 
-    opt_in(group.base / "home" / ".config")
     store = compcache.store_dir(group.grouping)
     (store / "ab").mkdir(parents=True)
     (store / "ab" / "entry").write_text("trusted\n")
@@ -245,11 +244,8 @@ def test_a_worktrees_build_cannot_write_what_another_worktrees_build_reads(remot
 
 
 def _plant_cx(group):
-    """As root, before the chown: opted in; repo alpha is the C++ extension cx, in the toplevel
-    and in dev, installed."""
-    from test_venv_sandboxed import opt_in
-
-    opt_in(group.base / "home" / ".config")
+    """As root, before the chown: repo alpha is the C++ extension cx, in the toplevel and in dev,
+    installed."""
     for root in (group.toplevel, group.grouping / "dev"):
         write_cx(root, 1, repo="alpha")
         manifest = root / "git_repositories.toml"
@@ -289,10 +285,8 @@ def test_as_root_a_worktrees_sandboxed_build_takes_the_toplevels_objects(initial
     the rest of the worktree."""
     require_tool("g++")
     from conftest import git
-    from test_venv_sandboxed import opt_in
 
     g = initialized
-    opt_in(Path(os.environ["XDG_CONFIG_HOME"]))
     write_cx(g.toplevel, 1, repo="alpha")
     git(g.toplevel / "alpha", "add", "-A")
     git(g.toplevel / "alpha", "commit", "-qm", "cx, a C++ extension")

@@ -276,7 +276,7 @@ class MountContext:
     image_trees: tuple[Path, ...] = ()   # trees a local image has its own copy of (not bound from the host)
     agent_mounts: tuple = ()             # (src, dst, mode, why) inside config_dir (agent_config.py)
     build_rw: tuple[Path, ...] = ()      # venv.build only: the .venv and the group's build cache, writable
-    build_ro: tuple[Path, ...] = ()      # venv.build only: the base interpreter's prefix, when not yet in .venv
+    build_ro: tuple[Path, ...] = ()      # venv.build only: the base interpreter's prefix, uv's binary
 
 
 def plan_mounts(ctx: MountContext, fs_rules) -> MountPlan:
@@ -321,8 +321,8 @@ def build_mounts(plan: MountPlan, ctx: MountContext) -> None:
     """A venv build's own mounts (``venv/sandboxed.py``): its ``.venv`` and cache writable, its base
     interpreter readable; never a link, never chtop's state dir itself."""
     for path in ctx.build_ro:
-        if plan.effective_mode(path) in (None, "tmpfs") and path.is_dir() and not path.is_symlink():
-            plan.add(path, path, "ro", "venv.build: the venv's base interpreter")
+        if plan.effective_mode(path) in (None, "tmpfs") and (path.is_dir() or path.is_file()) and not path.is_symlink():
+            plan.add(path, path, "ro", "venv.build: the venv's base interpreter, or uv")
     for path in ctx.build_rw:
         if path.is_dir() and not path.is_symlink() and path not in ctx.state_dirs:
             plan.add(path, path, "rw", "venv.build only: the venv, or the group's build cache")

@@ -289,7 +289,10 @@ def choose_installer(installer: str | None = None) -> str:
 
 
 def uv_command() -> str:
-    return shutil.which("uv") or "uv"
+    """uv's own file (``~/.local/bin/uv`` is bootstrap's link into chtop's venv, which a sandboxed
+    build does not see: it mounts this file alone)."""
+    found = shutil.which("uv")
+    return os.path.realpath(found) if found else "uv"
 
 
 def create_argv(installer: str, base: Path, vdir: Path) -> tuple[str, ...]:

@@ -32,6 +32,7 @@ from .build import (
     format_plan,
     plan_build,
     retry_hint,
+    uv_command,
     venv_dir,
     venv_log_dir,
 )
@@ -192,6 +193,12 @@ def index_env(env=None) -> dict[str, str]:
     return out
 
 
+def uv_file(installer: str) -> tuple[Path, ...]:
+    """uv's binary, read-only, for a build on the uv path: an ordinary user's uv lives in chtop's own
+    venv under the home (through ``~/.local/bin/uv``), which no sandbox mounts."""
+    return (Path(uv_command()),) if installer == "uv" and Path(uv_command()).is_file() else ()
+
+
 def run_in_sandbox(ws, steps, root: Path, installer: str, test: bool, base: Path, vdir: Path,
                    caches: dict[str, Path], log_dir: Path, inside_log: Path) -> int:
     """One launch of ``ws``'s sandbox that runs the plan with the toplevel's ``build_inside``, on the
@@ -211,5 +218,5 @@ def run_in_sandbox(ws, steps, root: Path, installer: str, test: bool, base: Path
     ccache_rw, ccache_ro = compcache.sandbox_mounts(root)
     request = LaunchRequest(target, command, extra_env=env, purpose=PURPOSE, cwd=root,
                             build_rw=(vdir, *caches.values(), log_dir, *ccache_rw),
-                            build_ro=(prefix, *ccache_ro), build_hosts=tuple(index_hosts()))
+                            build_ro=(prefix, *uv_file(installer), *ccache_ro), build_hosts=tuple(index_hosts()))
     return launch(request)
