@@ -7,8 +7,9 @@ Makes a CHORD workspace from the real repos' bundles (``tests/real_repos.py``; p
 
 1. the toplevel's venv build (``venv.build`` on the host: every ksgpu object compiled by nvcc,
    through ccache into the group's empty compiler cache), then
-2. a feature worktree of the same sources (``worktree.create --no-venv``, then its venv build:
-   the objects come from the toplevel's store, read-only),
+2. a feature worktree of the same sources (``worktree.create --no-venv``, then its venv build,
+   the way every feature worktree's is built: inside its sandbox; the objects come from the
+   toplevel's store, read-only),
 
 and prints both times, the ratio second/first, the second's ccache counters, and the load
 (target: the second at most 60 s).  The Makefile's own three GPU architectures are built.  Not
@@ -35,6 +36,7 @@ from test_real_workspace import chord_group  # noqa: E402  (the tests' CHORD wor
 
 from chtop_tasks.venv import build as V  # noqa: E402
 from chtop_tasks.venv import compcache  # noqa: E402
+from chtop_tasks.venv.sandboxed import build_workspace_venv  # noqa: E402
 from chtop_tasks.workspace.layout import find_workspace  # noqa: E402
 
 SECOND_TARGET_S = 60.0
@@ -57,7 +59,7 @@ def timed_venv_build(root: Path, installer: str) -> float:
     start = time.perf_counter()
     try:
         with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-            V.build_venv(ws.root, ws.manifest, installer=installer)
+            build_workspace_venv(ws, installer=installer)   # the toplevel's on the host, a worktree's inside
     except Exception:
         print(sink.getvalue()[-6000:])
         raise
