@@ -25,7 +25,6 @@ from ..fanout import fan_out
 from ..places import group_id
 from ..proxy import approvals
 from ..proxy.control import status as proxy_status
-from ..proxy.hostmatch import DEFAULT_PORTS
 from ..proxy.logs import JSONL, net_dir, pending_item
 from ..workspace import gitrun
 from ..workspace.gitprobe import WORKTREE_DIFF_DRIVERS_OFF, WORKTREE_SUBMODULES
@@ -241,10 +240,8 @@ def take_snapshot(top: Workspace, sessions: SessionsProvider | None = None,
     worktrees, broken = feature_worktrees(top)
     repos = probe_all(worktrees)
     info = proxy_status(top.grouping)
-    if blocked is None:
-        pending = approvals.pending_requests(top.grouping, top.policy_dir, info or {})
-    else:
-        pending = pending_per_port(top, info or {}, blocked.read())
+    pending = approvals.pending_requests(top.grouping, top.policy_dir, info or {},
+                                         None if blocked is None else blocked.read())
     by_worktree = latest_sessions(sessions(top.grouping))
     rows = []
     for wt in worktrees:
@@ -255,27 +252,6 @@ def take_snapshot(top: Workspace, sessions: SessionsProvider | None = None,
     labels = [c.label for c in top.checkouts()]
     return Snapshot(time.time(), rows + broken, pending, info is not None, sessions_available, labels,
                     time.perf_counter() - t0)
-
-
-def pending_per_port(top: Workspace, info: dict, blocked: list[dict]) -> list[dict]:
-    """``approvals.pending_requests`` over the dashboard's own tail, keeping host:port apart.
-
-    Given a caller's tail it keys its rows by host alone (one row for
-    ``example.org`` on 443 and on 8443, the second port never allowed), so it
-    is asked once per port (443 and 80 are one: an entry without a port
-    allows both), each time with that port's blocked and held requests only;
-    newest first, as it sorts them."""
-    held = info.get("held", [])
-
-    def port_of(item: dict) -> int:
-        port = pending_item(item["host"], item.get("port"), item.get("worktree"))["port"]
-        return 0 if port in DEFAULT_PORTS else port
-    rows = []
-    for port in sorted({port_of(item) for item in blocked + held}):
-        rows += approvals.pending_requests(top.grouping, top.policy_dir,
-                                           dict(info, held=[h for h in held if port_of(h) == port]),
-                                           [item for item in blocked if port_of(item) == port])
-    return sorted(rows, key=lambda i: i["last"], reverse=True)
 
 
 def latest_sessions(sessions: list[dict]) -> dict[str, dict]:

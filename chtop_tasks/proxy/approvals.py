@@ -274,10 +274,8 @@ def pending_requests(group_dir: Path, policy_dir: Path, info: dict | None = None
     else:
         undecided = [dict(i) for i in blocked
                      if policy.judge(i["host"], i["worktree"], i.get("port")).decision == "blocked"]
-    by_port = blocked is None      # a caller's own tail (the dashboard's) keeps no ports: one item a host
-
-    def key(item: dict) -> tuple:
-        return (item.get("spec", item["host"]) if by_port else item["host"], item["worktree"])
+    def key(item: dict) -> tuple:      # host:port apart (``spec``: the port named unless 443 or 80)
+        return (item.get("spec", item["host"]), item["worktree"])
 
     items = {key(i): dict(i, held=False, waiting=0) for i in undecided}
     for hold in (info or {}).get("held", []):
