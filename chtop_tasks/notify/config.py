@@ -40,6 +40,8 @@ def button_layout(buttons: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str,
     if len(buttons) <= MAX_ACTIONS:
         return tuple(buttons), ()
     return tuple(buttons[:MAX_ACTIONS - 1]), tuple(buttons[MAX_ACTIONS - 1:])
+
+
 _TOPIC = re.compile(r"^[-_A-Za-z0-9]{1,64}$")
 _SECRET = re.compile(r"^[0-9a-f]{64}$")
 

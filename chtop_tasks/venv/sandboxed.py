@@ -196,7 +196,8 @@ def index_env(env=None) -> dict[str, str]:
 def uv_file(installer: str) -> tuple[Path, ...]:
     """uv's binary, read-only, for a build on the uv path: an ordinary user's uv lives in chtop's own
     venv under the home (through ``~/.local/bin/uv``), which no sandbox mounts."""
-    return (Path(uv_command()),) if installer == "uv" and Path(uv_command()).is_file() else ()
+    uv = Path(uv_command())
+    return (uv,) if installer == "uv" and uv.is_file() else ()
 
 
 def run_in_sandbox(ws, steps, root: Path, installer: str, test: bool, base: Path, vdir: Path,
