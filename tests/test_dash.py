@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import threading
 import time
 
 import pytest
@@ -126,6 +127,42 @@ def test_app_shows_rows_sessions_and_diff(busy_group):
         assert (g.base / "pilot.svg").read_text().startswith("<svg")
 
     asyncio.run(scenario())
+
+
+def test_an_older_slower_diff_answer_never_overwrites_the_newer_one(busy_group, monkeypatch):
+    """The stat diff asked for first answers only after ``f`` asked for the full one and it is shown:
+    the pane keeps the full diff (a thread worker is not stopped by a newer request)."""
+    g = busy_group
+    stat_may_answer, real_diff = threading.Event(), model.worktree_diff
+
+    def diff_with_a_slow_stat(ws, full=False):
+        if not full:
+            assert stat_may_answer.wait(60), "the test never let the stat diff answer"
+        return real_diff(ws, full)
+
+    monkeypatch.setattr(model, "worktree_diff", diff_with_a_slow_stat)
+
+    async def scenario():
+        app = DashApp(top_of(g), sessions=FakeSessions([]), refresh_seconds=0.5, hold_requests=False,
+                      sandbox_load=False)
+        answers = []
+        shown = app.show_diff
+        app.show_diff = lambda *args: (answers.append(args), shown(*args))
+        async with app.run_test(size=(180, 45)) as pilot:
+            table = app.query_one("#worktrees")
+            await wait_for(pilot, lambda: table.row_count == 2, what="two rows")
+            await pilot.press("f")
+            diff = app.query_one("#diff")
+            await wait_for(pilot, lambda: "+the dev feature" in str(diff.render()), what="the full diff")
+            stat_may_answer.set()
+            await wait_for(pilot, lambda: len(answers) >= 2, what="the stat diff's late answer")
+            await pilot.pause(0.2)
+            assert "+the dev feature" in str(diff.render()), f"the late stat answer replaced the full diff:\n{diff.render()}"
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        stat_may_answer.set()
 
 
 def unseen_parts(app) -> list[str]:

@@ -146,6 +146,7 @@ class DashApp(App):
         self.alert = ""          # an allowed request the proxy refused anyway
         self.watcher: HoldWatcher | None = None
         self._diff_for: str | None = None
+        self._diff_asked = 0     # the number of the newest diff request: an older one's answer is dropped
         self.blocked = model.BlockedTail(top.grouping)
         self._next_refresh = None
 
@@ -210,13 +211,20 @@ class DashApp(App):
         note.update(plain(load.unavailable))
         note.display = bool(load.unavailable)
 
-    @work(thread=True, exclusive=True, group="diff")
     def refresh_diff(self, name: str) -> None:
+        """Ask for ``name``'s diff as the pane now shows it (stat or full); only the newest request's
+        answer is shown: a thread worker is not stopped by a newer one, and a slower, older answer (the
+        stat diff still running when ``f`` asked for the full one) would otherwise overwrite it."""
+        self._diff_asked += 1
+        self.diff_worker(name, self.full_diff, self._diff_asked)
+
+    @work(thread=True, group="diff")
+    def diff_worker(self, name: str, full: bool, asked: int) -> None:
         try:
-            text = model.worktree_diff(find_workspace(self.top.worktree_root(name)), self.full_diff)
+            text = model.worktree_diff(find_workspace(self.top.worktree_root(name)), full)
         except ChtopError as exc:
             text = f"cannot diff {name}: {exc}"
-        self.call_from_thread(self.show_diff, name, text)
+        self.call_from_thread(self.show_diff, name, text, asked)
 
     def _on_proxy_event(self, event: dict) -> None:
         """From the watcher thread: a blocked request is held, an allowed one refused anyway (or the
@@ -264,8 +272,8 @@ class DashApp(App):
             self._diff_for = name
             self.refresh_diff(name)
 
-    def show_diff(self, name: str, text: str) -> None:
-        if name != self.selected_name():
+    def show_diff(self, name: str, text: str, asked: int) -> None:
+        if asked != self._diff_asked or name != self.selected_name():
             return
         self.query_one("#diff-title", Static).update(
             plain(f"diff of {name} vs integration ({'full' if self.full_diff else 'stat'}; f toggles)"))
