@@ -753,8 +753,10 @@ def test_uv_trust_follows_pips_cert_unless_the_user_set_uvs(tmp_path):
     env = {"HOME": str(tmp_path / "home"), "XDG_CONFIG_DIRS": str(tmp_path / "none"), "PIP_CONFIG_FILE": str(conf)}
     assert uv_trust_env(env)[0] == (("SSL_CERT_FILE", "/from/install.pem"),)
     assert uv_trust_env({**env, "PIP_CERT": "/from/env.pem"})[0] == (("SSL_CERT_FILE", "/from/env.pem"),)
-    assert uv_trust_env({**env, "SSL_CERT_FILE": "/mine.pem"}) == ((), "uv trusts $SSL_CERT_FILE (/mine.pem), as set")
-    assert uv_trust_env({**env, "UV_NATIVE_TLS": "1"})[0] == ()
+    # the user's own setting wins, and is passed on by name (a sandboxed build's env drops it otherwise)
+    assert uv_trust_env({**env, "SSL_CERT_FILE": "/mine.pem"}) == (
+        (("SSL_CERT_FILE", "/mine.pem"),), "uv trusts $SSL_CERT_FILE (/mine.pem), as set")
+    assert uv_trust_env({**env, "UV_NATIVE_TLS": "1"})[0] == (("UV_NATIVE_TLS", "1"),)
 
 
 def test_the_base_is_the_users_toolchain_configured_or_conda_and_dry_run_says_which(tmp_path, monkeypatch, capsys):

@@ -46,7 +46,7 @@ from ..workspace import venvstamp as stamp
 from ..workspace.manifest import MANIFEST_NAME, Manifest, Repo
 from . import compcache, uvcache
 from .buildlog import BuildLog, first_error_line
-from .tls import uv_trust_env
+from .tls import installer_trust_env
 
 VENV_DIR = ".venv"
 INSTALLERS = ("pip", "uv")
@@ -424,7 +424,7 @@ def install_steps(root: Path, manifest: Manifest, installer: str, vpy: Path) -> 
         if installer == "uv" and pending and repo.install == "editable-no-build-isolation":
             steps.append(deps_step(vpy, f"before {repo.name}, which builds against the venv"))
             pending = False
-        trust, why = uv_trust_env() if installer == "uv" else ((), "")
+        trust, why = installer_trust_env(installer)
         env = trust + compcache.compiler_env(root)   # ccache in front of nvcc/gcc (compcache.py)
         steps.append(BuildStep("install", repo.name, install_argv(installer, vpy, repo, root / repo.name), cwd=root,
                                unset=CACHED_BYTECODE_ENV if installer == "uv" else (), env=env, note=why))

@@ -39,6 +39,7 @@ from .build import (
 from .build_inside import LOG_NAME, plan_to_json
 from .buildlog import BuildLog, first_error_line
 from .indexhosts import index_hosts, without_credentials
+from .tls import trust_files
 
 PURPOSE = "venv-build"
 # how pip and uv are told which index to use: passed to the build (values, never files)
@@ -219,5 +220,5 @@ def run_in_sandbox(ws, steps, root: Path, installer: str, test: bool, base: Path
     ccache_rw, ccache_ro = compcache.sandbox_mounts(root)
     request = LaunchRequest(target, command, extra_env=env, purpose=PURPOSE, cwd=root,
                             build_rw=(vdir, *caches.values(), log_dir, *ccache_rw),
-                            build_ro=(prefix, *uv_file(installer), *ccache_ro), build_hosts=tuple(index_hosts()))
+                            build_ro=(prefix, *uv_file(installer), *trust_files(installer), *ccache_ro), build_hosts=tuple(index_hosts()))
     return launch(request)

@@ -4,7 +4,8 @@ it) becomes uv's ``SSL_CERT_FILE``.
 uv reads neither pip's config nor its ``cert``, and trusts its own bundled roots; behind a
 TLS-intercepting mirror whose CA is in pip.conf, pip works and uv fails (``invalid peer
 certificate: UnknownIssuer``).  Where the user set ``SSL_CERT_FILE`` or ``UV_NATIVE_TLS``
-already, uv is left as it is.
+already, uv keeps that, passed on by name: a feature worktree's build runs in its sandbox, whose
+env allowlist would drop it (uv there failed with ``UnknownIssuer`` behind such a mirror).
 """
 
 from __future__ import annotations
@@ -60,10 +61,33 @@ def uv_trust_env(env=None) -> tuple[tuple[tuple[str, str], ...], str]:
     """The variables that give uv pip's trust, and a line saying which trust uv has."""
     env = os.environ if env is None else env
     if env.get("SSL_CERT_FILE"):
-        return (), f"uv trusts $SSL_CERT_FILE ({env['SSL_CERT_FILE']}), as set"
+        return ((("SSL_CERT_FILE", env["SSL_CERT_FILE"]),),
+                f"uv trusts $SSL_CERT_FILE ({env['SSL_CERT_FILE']}), as set")
     if env.get("UV_NATIVE_TLS", "").lower() in ("1", "true", "yes", "on"):
-        return (), "uv trusts the system's certificate store ($UV_NATIVE_TLS)"
+        return (("UV_NATIVE_TLS", "1"),), "uv trusts the system's certificate store ($UV_NATIVE_TLS)"
     cert = pip_cert(env)
     if cert is None:
         return (), "uv trusts its bundled roots (pip sets no cert)"
     return (("SSL_CERT_FILE", cert[0]),), f"uv trusts pip's CA bundle {cert[0]} (from {cert[1]}) as SSL_CERT_FILE"
+
+
+def pip_trust_env(env=None) -> tuple[tuple[tuple[str, str], ...], str]:
+    """pip's CA bundle passed on by name (``PIP_CERT``): a sandboxed build's env allowlist and its
+    scratch home would drop the variable or the user's pip.conf that sets it."""
+    cert = pip_cert(env)
+    if cert is None:
+        return (), ""
+    return (("PIP_CERT", cert[0]),), f"pip trusts {cert[0]} (from {cert[1]})"
+
+
+def installer_trust_env(installer: str, env=None) -> tuple[tuple[tuple[str, str], ...], str]:
+    """The variables that give ``installer`` the CA trust of this user's pip, and a line saying which."""
+    return uv_trust_env(env) if installer == "uv" else pip_trust_env(env)
+
+
+def trust_files(installer: str, env=None) -> tuple[Path, ...]:
+    """The CA bundle files ``installer`` is told to trust (a build's sandbox mounts them read-only:
+    one in a home would be out of its sight)."""
+    trust, _ = installer_trust_env(installer, env)
+    files = (Path(value) for name, value in trust if name in ("SSL_CERT_FILE", "PIP_CERT"))
+    return tuple(path for path in files if path.is_file())
