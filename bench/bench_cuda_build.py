@@ -27,9 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import ipaddress
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,6 +38,7 @@ HERE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE / "tests"))
 
+from real_repos import mark_pypi_private_where_it_resolves_so, non_public_addresses  # noqa: E402
 from test_real_workspace import chord_group  # noqa: E402  (the tests' CHORD workspace)
 
 from chtop_tasks.venv import build as V  # noqa: E402
@@ -61,22 +60,11 @@ def inv(cwd: Path, *args: str) -> None:
         sys.exit(f"inv {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr[-4000:]}")
 
 
-def non_public(host: str) -> list[str]:
-    """The addresses ``host`` resolves to here that are not public (none when it does not resolve)."""
-    try:
-        infos = socket.getaddrinfo(host, 443, proto=socket.IPPROTO_TCP)
-    except OSError:
-        return []
-    return sorted({info[4][0] for info in infos if not ipaddress.ip_address(info[4][0]).is_global})
-
-
 def allow_a_private_pypi(top: Path) -> None:
     """PyPI's hosts as ``private`` build entries where they resolve to non-public addresses here."""
-    hosts = [h for h in ("pypi.org", "files.pythonhosted.org") if non_public(h)]
+    hosts = mark_pypi_private_where_it_resolves_so(top)
     if hosts:
-        with open(top / "sandbox" / "net-allow-build.txt", "a") as fh:
-            fh.write("".join(f"{h} private\n" for h in hosts))
-        print(f"{', '.join(hosts)} resolve to non-public addresses here ({', '.join(non_public(hosts[0]))}): "
+        print(f"{', '.join(hosts)} resolve to non-public addresses here ({', '.join(non_public_addresses(hosts[0]))}): "
               "marked private in the toplevel's sandbox/net-allow-build.txt for the second build", flush=True)
 
 

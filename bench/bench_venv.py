@@ -7,7 +7,12 @@
    median wall time of a fresh build (new venv: create it, install, smoke
    imports), of a rebuild that reuses the venv (installs + smoke imports),
    and the ratio uv/pip for each (targets: 0.20x fresh, 0.25x rebuild).
-2. Runs ``inv worktree.create`` end to end (a new ``inv`` process, as a user
+2. The same two packages as the repos of a feature worktree, whose venv builds the way every
+   feature worktree's does: inside its sandbox (``build_workspace_venv``), fresh and reused, with
+   each installer; the isolated build's setuptools comes from a local index on 127.0.0.2 through
+   the build's proxy socket (the index a build's allowance names), and the ratio uv/pip for each
+   (the same targets: the sandbox costs both installers the same launch).
+3. Runs ``inv worktree.create`` end to end (a new ``inv`` process, as a user
    types it) on the demo's two repos, with its venv (the default installer)
    and with ``--no-venv``, and prints both medians and the venv's extra
    (target: at most 1.5 s).
@@ -20,12 +25,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
+import http.server
 import io
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -33,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from chtop_tasks import demo  # noqa: E402
 from chtop_tasks.venv import build as V  # noqa: E402
+from chtop_tasks.venv.sandboxed import build_workspace_venv  # noqa: E402
 from chtop_tasks.workspace.layout import find_workspace  # noqa: E402
 from chtop_tasks.workspace.manifest import parse_manifest  # noqa: E402
 from chtop_tasks.workspace.worktrees import delete_worktree  # noqa: E402
@@ -87,6 +96,118 @@ def bench_installers(tmp: Path, rounds: int) -> dict[str, dict[str, float]]:
               f"rebuild (venv reused) {results[installer]['reuse']:6.2f}s   "
               f"(median of {rounds})", flush=True)
     return results
+
+
+SANDBOXED_MANIFEST = MANIFEST.replace("file:///nowhere/a.git", "{remotes}/a.git").replace(
+    "file:///nowhere/b.git", "{remotes}/b.git")
+NO_INDEX_ENV = ("PIP_NO_INDEX", "PIP_FIND_LINKS", "UV_NO_INDEX", "UV_FIND_LINKS", "UV_CONFIG_FILE")
+
+
+@contextlib.contextmanager
+def local_index(wheels: Path, base: Path):
+    """A PEP 503 index of ``wheels`` on 127.0.0.2 (loopback, not the sandbox's NO_PROXY 127.0.0.1):
+    its URL."""
+    simple = base / "index" / "simple"
+    for wheel in wheels.glob("*.whl"):
+        project = simple / wheel.name.split("-")[0].lower().replace("_", "-")
+        project.mkdir(parents=True, exist_ok=True)
+        (project / wheel.name).write_bytes(wheel.read_bytes())
+    quiet = type("Quiet", (http.server.SimpleHTTPRequestHandler,), {"log_message": lambda *a: None})
+    server = http.server.ThreadingHTTPServer(("127.0.0.2", 0), functools.partial(quiet, directory=str(simple.parent)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.2:{server.server_address[1]}/simple/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def sample_remotes(remotes: Path) -> None:
+    """The samples ``a`` and ``b`` as bare remotes in ``remotes``."""
+    seeds = remotes / "seeds"
+    write_sample_packages(seeds)
+    for name in ("a", "b"):
+        spec = {"branch": "main", "files": {str(f.relative_to(seeds / name)): f.read_text()
+                                           for f in (seeds / name).rglob("*") if f.is_file()}}
+        demo.make_sample_remote(remotes, name, spec)
+
+
+def sample_worktree(base: Path) -> Path:
+    """A toplevel whose repos are the samples, initialised, and its feature worktree ``dev`` with no
+    venv yet: dev's path."""
+    remotes, grouping = base / "remotes", base / "ch"
+    remotes.mkdir(parents=True)
+    grouping.mkdir()
+    with contextlib.redirect_stderr(io.StringIO()):
+        sample_remotes(remotes)
+        top = demo.clone_project_as_toplevel(grouping, SANDBOXED_MANIFEST.format(remotes=remotes))
+    for args in (("toplevel.init", "--no-venv"), ("worktree.create", "--name", "dev", "--no-venv")):
+        proc = subprocess.run([sys.executable, "-m", "invoke", *args], cwd=top, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL)
+        if proc.returncode:
+            raise SystemExit(f"inv {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return grouping / "dev"
+
+
+@contextlib.contextmanager
+def output_to(path: Path):
+    """This process's stdout and stderr, its children's too (the sandbox's), into ``path``."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(path, "w") as sink:
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+                yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+
+
+def timed_sandboxed_build(dev: Path, installer: str, recreate: bool) -> float:
+    out = dev.parent / "build-output.txt"
+    start = time.perf_counter()
+    try:
+        with output_to(out):
+            build_workspace_venv(find_workspace(dev), installer=installer, recreate=recreate)
+    except Exception:
+        print(out.read_text()[-4000:])
+        raise
+    return time.perf_counter() - start
+
+
+def bench_sandboxed(tmp: Path, house: Path, rounds: int) -> dict[str, dict[str, float]]:
+    """Median fresh-build and rebuild times per installer of a feature worktree's venv, in its sandbox."""
+    saved = {name: os.environ.pop(name) for name in NO_INDEX_ENV if name in os.environ}
+    results: dict[str, dict[str, float]] = {}
+    try:
+        with local_index(house, tmp / "sandboxed") as url:
+            os.environ.update({"PIP_INDEX_URL": url, "UV_DEFAULT_INDEX": url})
+            dev = sample_worktree(tmp / "sandboxed")
+            for installer in V.INSTALLERS:
+                timed_sandboxed_build(dev, installer, recreate=True)   # warm-up: the build's own cache
+                fresh = [timed_sandboxed_build(dev, installer, recreate=True) for _ in range(rounds)]
+                reuse = [timed_sandboxed_build(dev, installer, recreate=False) for _ in range(rounds)]
+                results[installer] = {"fresh": statistics.median(fresh), "reuse": statistics.median(reuse)}
+                print(f"{installer:4} in the sandbox: fresh build {results[installer]['fresh']:6.2f}s   "
+                      f"rebuild (venv reused) {results[installer]['reuse']:6.2f}s   (median of {rounds})", flush=True)
+    finally:
+        for name in ("PIP_INDEX_URL", "UV_DEFAULT_INDEX"):
+            os.environ.pop(name, None)
+        os.environ.update(saved)
+    return results
+
+
+def report_ratios(results: dict[str, dict[str, float]], where: str) -> None:
+    for kind, target in (("fresh", FRESH_TARGET), ("reuse", REUSE_TARGET)):
+        ratio = results["uv"][kind] / results["pip"][kind]
+        print(f"uv/pip {kind:5}{where}: {ratio:.2f}x (target <= {target:.2f}x: {verdict(ratio <= target)})")
 
 
 def demo_group(base: Path) -> Path:
@@ -146,10 +267,8 @@ def main() -> int:
                            **offline_env(house, tmp / "offline")})
         os.environ.pop("UV_CACHE_DIR", None)
         os.environ.pop(V.INSTALLER_ENV, None)
-        results = bench_installers(tmp, args.rounds)
-        for kind, target in (("fresh", FRESH_TARGET), ("reuse", REUSE_TARGET)):
-            ratio = results["uv"][kind] / results["pip"][kind]
-            print(f"uv/pip {kind:5}: {ratio:.2f}x (target <= {target:.2f}x: {verdict(ratio <= target)})")
+        report_ratios(bench_installers(tmp, args.rounds), " (host, the toplevel's build)")
+        report_ratios(bench_sandboxed(tmp, house, args.rounds), " (a feature worktree's, in its sandbox)")
         with_venv, without = bench_create(tmp, args.rounds)
         extra = with_venv - without
         print(f"worktree.create, demo's 2 repos, end to end (median of {args.rounds}): with its venv "

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import socket
 import subprocess
 from pathlib import Path
 
@@ -37,3 +39,26 @@ def bare_remotes_from_bundles(dest: Path) -> dict[str, Path]:
                        check=True, stdin=subprocess.DEVNULL, capture_output=True)
         remotes[name] = bare
     return remotes
+
+
+PYPI_HOSTS = ("pypi.org", "files.pythonhosted.org")
+
+
+def non_public_addresses(host: str) -> list[str]:
+    """The addresses ``host`` resolves to here that are not public (none when it does not resolve)."""
+    try:
+        infos = socket.getaddrinfo(host, 443, proto=socket.IPPROTO_TCP)
+    except OSError:
+        return []
+    return sorted({info[4][0] for info in infos if not ipaddress.ip_address(info[4][0]).is_global})
+
+
+def mark_pypi_private_where_it_resolves_so(top: Path) -> list[str]:
+    """PyPI's hosts as ``private`` build entries in ``top``'s ``sandbox/net-allow-build.txt`` where
+    they resolve to non-public addresses here (a registry mirror on a build machine, which the proxy
+    refuses unless told): the hosts marked."""
+    hosts = [host for host in PYPI_HOSTS if non_public_addresses(host)]
+    if hosts:
+        with open(top / "sandbox" / "net-allow-build.txt", "a") as fh:
+            fh.write("".join(f"{host} private\n" for host in hosts))
+    return hosts

@@ -759,6 +759,23 @@ def test_uv_trust_follows_pips_cert_unless_the_user_set_uvs(tmp_path):
     assert uv_trust_env({**env, "UV_NATIVE_TLS": "1"})[0] == (("UV_NATIVE_TLS", "1"),)
 
 
+def test_pips_cert_goes_to_a_build_by_name_and_its_file_is_mounted(tmp_path):
+    """pip inside a sandboxed build has no pip.conf of the user's home and no PIP_CERT of the host's
+    env: both come in by name, and the bundle file is mounted read-only wherever it lives."""
+    from chtop_tasks.venv.tls import installer_trust_env, trust_files
+
+    bundle = tmp_path / "home" / "corp-ca.pem"
+    bundle.parent.mkdir()
+    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    conf = tmp_path / "pip.conf"
+    conf.write_text(f"[global]\ncert = {bundle}\n")
+    env = {"HOME": str(tmp_path / "home"), "XDG_CONFIG_DIRS": str(tmp_path / "none"), "PIP_CONFIG_FILE": str(conf)}
+    assert installer_trust_env("pip", env)[0] == (("PIP_CERT", str(bundle)),)
+    assert installer_trust_env("uv", env)[0] == (("SSL_CERT_FILE", str(bundle)),)
+    assert trust_files("pip", env) == trust_files("uv", env) == (bundle,)
+    assert trust_files("uv", {**env, "SSL_CERT_FILE": str(tmp_path / "nowhere.pem")}) == ()   # no such file
+
+
 def test_the_base_is_the_users_toolchain_configured_or_conda_and_dry_run_says_which(tmp_path, monkeypatch, capsys):
     """A configured `python`, else the active conda env's, else chtop's own base; the same for
     every worktree, and printed by --dry-run."""
