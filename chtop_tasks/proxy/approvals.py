@@ -206,7 +206,8 @@ def held_for(group_dir: Path, host: str, worktree: str | None) -> list[dict]:
 
 
 def apply_decision(group_dir: Path, policy_dir: Path, d: Decision, via: str) -> list[str]:
-    """Carry out one decision, release the held requests it covers, audit it; lines saying what changed."""
+    """Carry out one decision: its list entry, its audit record, then the held requests it covers
+    released (so a request it let through is always in the audit log); lines saying what changed."""
     if d.scope == "once":
         if not held_for(group_dir, d.domain, d.worktree):
             where = f" on worktree {d.worktree}'s socket" if d.worktree else ""
@@ -214,16 +215,16 @@ def apply_decision(group_dir: Path, policy_dir: Path, d: Decision, via: str) -> 
                 f"no request for {d.domain}{where} is held right now, so there is nothing to allow once.\n"
                 f"The proxy holds blocked requests only while `inv net.watch` or `inv dash` is attached; "
                 f"to allow later requests use `inv net.allow {d.domain} --for 1h` (or without --for, for good)")
+        record_decision(group_dir, d, via)     # audited before anything it allows goes through
         released = release_held(group_dir, d.domain, "allow-once-private" if d.private else "allow-once", d.worktree)
-        lines = [f"{d.domain}: {released} held request(s) let through once; the next one is blocked again"]
-    else:
-        lines = [_write_list_entry(group_dir, policy_dir, d)]
-        released = release_held(group_dir, d.domain, _RELEASE_ANSWER[d.scope], d.worktree)
-        if released:
-            lines.append(f"  {released} held request(s) released")
-        if d.scope != "deny" and policy_for(group_dir, policy_dir).judge(d.domain, d.worktree).decision == "denied":
-            lines.append(f"  note: {d.domain} is also denied (net-deny.txt wins)")
-    record_decision(group_dir, d, via)
+        return [f"{d.domain}: {released} held request(s) let through once; the next one is blocked again"]
+    lines = [_write_list_entry(group_dir, policy_dir, d)]
+    record_decision(group_dir, d, via)         # audited before the held requests it covers go through
+    released = release_held(group_dir, d.domain, _RELEASE_ANSWER[d.scope], d.worktree)
+    if released:
+        lines.append(f"  {released} held request(s) released")
+    if d.scope != "deny" and policy_for(group_dir, policy_dir).judge(d.domain, d.worktree).decision == "denied":
+        lines.append(f"  note: {d.domain} is also denied (net-deny.txt wins)")
     return lines
 
 
