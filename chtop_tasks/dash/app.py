@@ -2,7 +2,8 @@
 
 Every probe runs in a thread worker (never on the UI thread); a watcher
 thread keeps the proxy holding blocked requests and wakes the app when one
-arrives.  Keys that hand the terminal to another program (attach, shell,
+arrives; with hosts recorded, ``remote`` polls each one in its own threads
+(its rows carry its name; a host that does not answer is greyed out).  Keys that hand the terminal to another program (attach, shell,
 rebase-down, merge-up, new worktree) suspend the app and resume it after.
 
 Every text a widget shows goes through ``plain``: a rich ``Text`` (never parsed as Rich markup,
