@@ -116,10 +116,10 @@ def test_a_good_pending_answer_keeps_its_fields_and_a_decision_is_the_hosts_own_
 
 # -- the app, with the sshd's host -------------------------------------------------------------------
 
-def run_app(g, hosts, scenario, **kw):
+def run_app(g, hosts, scenario, hold=False):
     async def main():
         app = DashApp(top_of(g), sessions=FakeSessions([]), refresh_seconds=0.3, sandbox_load=False,
-                      hold_requests=False, hosts=hosts, host_seconds=0.5, **kw)
+                      hold_requests=hold, hosts=hosts, host_seconds=0.5)
         async with app.run_test(size=(200, 50)) as pilot:
             await scenario(app, pilot)
     asyncio.run(main())
@@ -224,3 +224,73 @@ def test_poll_host_says_unreachable_when_the_sshd_is_gone(with_dev, gpu1):
     state = remote.poll_host(gpu1.host)
     assert not state.reachable and state.error.startswith("unreachable: host gpu1 (gpu1) is unreachable")
     assert state.worktrees == [] and state.pending == []
+
+
+# -- the whole loop: a real chtop and proxy on the host, a held request answered from here ----------
+
+@pytest.mark.slow
+def test_a_request_held_by_the_hosts_proxy_is_allowed_from_this_dash_and_goes_through(
+        initialized, fleet_config, remote_base):  # noqa: F811 - the fixtures of test_hosts
+    from proxy_helpers import EchoServer, free_port, read_head
+    from ssh_helpers import remote_python
+
+    g, server = initialized, fleet_config
+    top = g.toplevel
+    remote_top = remote_base / "grp" / "top"
+    python = remote_python()
+    echo = EchoServer()
+    port = free_port()
+    names = remote_base / "proxy-hosts"
+    names.write_text("127.0.0.1 echo.example.test\n")
+    subprocess.run(["chown", f"{server.user.pw_uid}:{server.user.pw_gid}", str(names)], check=True)
+    results = []
+
+    def client():
+        import socket
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+            s.sendall(f"CONNECT echo.example.test:{echo.port} HTTP/1.1\r\n\r\n".encode())
+            status, _ = read_head(s)
+            if status == 200:
+                s.sendall(b"ping\n")
+            results.append((status, s.recv(5) if status == 200 else b""))
+
+    def remote_inv(*args):
+        env = f"CHTOP_PROXY_PORT={port} CHTOP_PROXY_HOSTS_FILE={names} CHTOP_PROXY_HOLD_SECONDS=40"
+        return server.ssh(f"cd {remote_top} && {env} {python} -m invoke {' '.join(args)}").stdout
+
+    async def scenario(app, pilot):
+        await wait_for(pilot, lambda: "1 watcher(s)" in remote_inv("net.status"), timeout=60,
+                       what="this dash's net.hold attached to gpu1's proxy")
+        loop = asyncio.get_running_loop()
+        request = loop.run_in_executor(None, client)
+        key = f"@gpu1|echo.example.test:{echo.port}|"
+        await wait_for(pilot, lambda: "HELD" in rows_of(app, "#pending").get(key, []), timeout=60,
+                       what="gpu1's held request in the pending pane")
+        assert rows_of(app, "#pending")[key][:3] == ["gpu1", f"echo.example.test:{echo.port}", "(group)"]
+        select_pending(app, key)
+        await pilot.press("p", "o")
+        await request
+        assert results == [(200, b"ping\n")], results
+        await wait_for(pilot, lambda: "allow once" in app.message, what="the decision's message")
+        assert "gpu1: " in app.message and "let through once" in app.message, app.message
+
+    try:
+        added = g.inv(top, "host.add", "gpu1", server.alias, "--group", str(remote_base / "grp"),
+                      "--python", str(python))
+        assert "added host gpu1" in added.stdout
+        remote_inv("net.start")
+        run_app(g, [records.get_host("gpu1")], scenario, hold=True)
+        decisions = server.ssh(f"cat {remote_top}/../.chtop/net/decisions.jsonl").stdout
+        assert '"scope":"once"' in decisions and '"via":"cli"' in decisions   # gpu1's own net.allow decided
+    finally:
+        try:
+            remote_inv("net.stop", "--force")
+        finally:
+            echo.close()
+            server.stop()
+            close_masters(g, server)
+
+
+def select_pending(app, key: str) -> None:
+    table = app.query_one("#pending", DataTable)
+    table.move_cursor(row=[str(k.value) for k in table.rows].index(key))
