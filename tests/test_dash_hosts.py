@@ -294,3 +294,27 @@ def test_a_request_held_by_the_hosts_proxy_is_allowed_from_this_dash_and_goes_th
 def select_pending(app, key: str) -> None:
     table = app.query_one("#pending", DataTable)
     table.move_cursor(row=[str(k.value) for k in table.rows].index(key))
+
+
+# -- the tasks another machine runs here, and this side's --host -------------------------------------
+
+def test_net_pending_json_is_what_the_schema_accepts(initialized):
+    from chtop_tasks.proxy.logs import JSONL, net_dir
+
+    g = initialized
+    log = net_dir(g.grouping) / JSONL
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(json.dumps({"time": 1700000000.5, "decision": "blocked", "host": "x.example", "port": 8443,
+                               "worktree": None}) + "\n")
+    out = g.inv(g.toplevel, "net.pending", "--json").stdout
+    [item] = answers.parse_answer(out, host_approvals.PENDING, "here: net.pending")
+    assert (item["spec"], item["worktree"], item["count"], item["held"]) == ("x.example:8443", None, 1, False)
+
+
+def test_net_allow_and_deny_with_host_run_the_hosts_own_task(initialized, gpu1):
+    g = initialized
+    allowed = g.inv(g.toplevel, "net.allow", "a.example", "--host", "gpu1", "--once", "--worktree", "dev")
+    assert "$ ssh " in allowed.stderr and "net.allow" in allowed.stderr        # echoed, as every command
+    g.inv(g.toplevel, "net.deny", "--host", "gpu1", "b.example", "--", "c.example")
+    assert gpu1.decisions() == ["-m invoke net.allow --worktree dev --once -- a.example",
+                                "-m invoke net.deny -- b.example c.example"]
