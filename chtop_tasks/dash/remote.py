@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import ChtopError
+from ..fanout import fan_out
 from ..hosts import approvals as host_approvals
 from ..hosts import fleet
 from ..hosts.answers import BadAnswer
@@ -46,13 +47,15 @@ class RemoteState:
 
 
 def poll_host(host: Host) -> RemoteState:
-    """Ask ``host`` once; a failure of any part keeps nothing of its answers (only why)."""
+    """Ask ``host`` once (its three questions at once); a failure of any part keeps nothing of its
+    answers (only why)."""
     t0 = time.perf_counter()
     state = RemoteState(host, asked=True)
-    try:
-        state.worktrees = fleet.ask_worktrees(host, quiet=True)
-        state.sessions = fleet.ask_sessions(host, quiet=True)
-        state.pending = [dict(item, remote=host.name) for item in host_approvals.ask_pending(host, quiet=True)]
+    asks = (lambda: fleet.ask_worktrees(host, quiet=True), lambda: fleet.ask_sessions(host, quiet=True),
+            lambda: host_approvals.ask_pending(host, quiet=True))
+    try:                              # at once, over the host's one shared connection
+        state.worktrees, state.sessions, pending = fan_out(lambda ask: ask(), asks)
+        state.pending = [dict(item, remote=host.name) for item in pending]
     except BadAnswer as exc:
         state = RemoteState(host, asked=True, error=f"refused its answer: {str(exc).splitlines()[0]}")
     except ChtopError as exc:         # Unreachable, a command failed there
