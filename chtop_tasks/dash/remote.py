@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import ChtopError
-from ..fanout import fan_out
 from ..hosts import approvals as host_approvals
 from ..hosts import fleet
 from ..hosts.answers import BadAnswer
@@ -54,7 +54,7 @@ def poll_host(host: Host) -> RemoteState:
     asks = (lambda: fleet.ask_worktrees(host, quiet=True), lambda: fleet.ask_sessions(host, quiet=True),
             lambda: host_approvals.ask_pending(host, quiet=True))
     try:                              # at once, over the host's one shared connection
-        state.worktrees, state.sessions, pending = fan_out(lambda ask: ask(), asks)
+        state.worktrees, state.sessions, pending = ask_at_once(asks)
         state.pending = [dict(item, remote=host.name) for item in pending]
     except BadAnswer as exc:
         state = RemoteState(host, asked=True, error=f"refused its answer: {str(exc).splitlines()[0]}")
@@ -62,6 +62,15 @@ def poll_host(host: Host) -> RemoteState:
         state = RemoteState(host, asked=True, error=f"unreachable: {str(exc).splitlines()[0]}")
     state.took, state.at = time.perf_counter() - t0, time.time()
     return state
+
+
+def ask_at_once(asks) -> list:
+    """Each of ``asks`` called in its own thread (they wait on the host, not on our CPUs: a pool
+    of the CPU count would run a third one after the first two, and a host that does not answer
+    would take twice its bound); their results in order, the first failure in order raised."""
+    with ThreadPoolExecutor(max_workers=len(asks), thread_name_prefix="chtop-dash-ask") as pool:
+        futures = [pool.submit(ask) for ask in asks]
+        return [f.result() for f in futures]
 
 
 class HostPoller:
