@@ -21,7 +21,7 @@ from test_hosts import close_masters, fleet_config, remote_base, sshd  # noqa: F
 from textual.widgets import DataTable
 
 from chtop_tasks.dash import remote
-from chtop_tasks.dash.app import DashApp
+from chtop_tasks.dash.app import DashApp, pending_key
 from chtop_tasks.hosts import answers, records
 from chtop_tasks.hosts import approvals as host_approvals
 
@@ -147,10 +147,11 @@ def test_a_hosts_worktrees_and_held_request_show_with_its_host_and_an_allow_goes
         assert rows["gpu1:dev"][column(app, "alpha")] == "+2/-0"
         await wait_for(pilot, lambda: "@gpu1|gpu.example.org:8443|dev" in rows_of(app, "#pending"),
                        what="gpu1's pending request")
+        assert app.selected_pending()["remote"] == "gpu1"         # held: selected for its key
         assert rows_of(app, "#pending")["@gpu1|gpu.example.org:8443|dev"][:3] == [
             "gpu1", "gpu.example.org:8443", "dev"]
         assert "HELD" in rows_of(app, "#pending")["@gpu1|gpu.example.org:8443|dev"]
-        await pilot.press("tab", "o")
+        await pilot.press("o")
         await wait_for(pilot, lambda: "allow once" in app.message, what="the decision's message")
         assert "gpu1: gpu.example.org:8443: allowed there" in app.message, app.message
         assert "hosts: gpu1 " in str(app.query_one("#status").render())
@@ -208,6 +209,7 @@ def test_a_frozen_host_greys_out_within_its_timeout_while_local_rows_keep_refres
         assert row[1].startswith("unreachable: host gpu1 (gpu1) did not answer within 4s"), row
         assert took < 4 + 0.5 + 3, f"gpu1 marked unreachable {took:.1f}s after it froze"
         assert "gpu1 UNREACHABLE" in str(app.query_one("#status").render())
+        assert all(c.style == "dim" for c in app.query_one("#worktrees", DataTable).get_row("gpu1:"))
         taken = app.snapshot.taken
         await wait_for(pilot, lambda: app.snapshot.taken > taken + 0.5, what="local refreshes")
         assert rows_of(app, "#worktrees")["dev"][:2] == ["local", "dev"]
@@ -267,7 +269,7 @@ def test_a_request_held_by_the_hosts_proxy_is_allowed_from_this_dash_and_goes_th
         await wait_for(pilot, lambda: "HELD" in rows_of(app, "#pending").get(key, []), timeout=60,
                        what="gpu1's held request in the pending pane")
         assert rows_of(app, "#pending")[key][:3] == ["gpu1", f"echo.example.test:{echo.port}", "(group)"]
-        select_pending(app, key)
+        assert pending_key(app.selected_pending()) == key          # a newly held request is selected, any host's
         await pilot.press("p", "o")
         await request
         assert results == [(200, b"ping\n")], results
@@ -291,9 +293,6 @@ def test_a_request_held_by_the_hosts_proxy_is_allowed_from_this_dash_and_goes_th
             close_masters(g, server)
 
 
-def select_pending(app, key: str) -> None:
-    table = app.query_one("#pending", DataTable)
-    table.move_cursor(row=[str(k.value) for k in table.rows].index(key))
 
 
 # -- the tasks another machine runs here, and this side's --host -------------------------------------

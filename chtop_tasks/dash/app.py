@@ -155,6 +155,7 @@ class DashApp(App):
         self._diff_asked = 0     # the number of the newest diff request: an older one's answer is dropped
         self.blocked = model.BlockedTail(top.grouping)
         self._next_refresh = None
+        self._held_shown: list[str] = []      # the held rows last shown: a new one is selected
 
     # -- layout ------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -255,20 +256,17 @@ class DashApp(App):
 
     # -- showing -------------------------------------------------------------------------------------
     def show_snapshot(self, snap: model.Snapshot) -> None:
-        was_selected, was_held = self.selected_pending(), held_keys(self.snapshot)
         self.snapshot = snap
         self.show_tables()
-        newly_held = [key for key in held_keys(snap) if key not in was_held]
-        if newly_held and not (was_selected and was_selected["held"]):
-            select_key(self.query_one("#pending", DataTable), newly_held[0])
         self.diff_selected()
 
     def show_tables(self) -> None:
         """Both tables from the last local snapshot and every host's last answer; with hosts
         recorded each row starts with its host (``local`` for this machine's)."""
         snap = self.snapshot
-        if snap is None:
+        if snap is None or not self.query("#worktrees"):     # the app is closing: its widgets are gone
             return
+        was_selected, was_held = self.selected_pending(), self._held_shown
         now, hosts = time.time(), self.remote_states()
         host_cell = [LOCAL] if self.hosts else []
         rows = []
@@ -295,6 +293,10 @@ class DashApp(App):
                                                 when, "HELD" if item["held"] else ""]))
         fill_table(self.query_one("#pending", DataTable),
                    [*(["host"] if self.hosts else []), "domain", "worktree", "count", "last seen", "held"], pending)
+        self._held_shown = held_keys(self.all_pending())
+        newly_held = [key for key in self._held_shown if key not in was_held]
+        if newly_held and not (was_selected and was_selected["held"]):      # any host's: its key answers it
+            select_key(self.query_one("#pending", DataTable), newly_held[0])
         self.update_status()
 
     def remote_states(self) -> list[remote.RemoteState]:
@@ -522,9 +524,9 @@ def pending_key(item: dict) -> str:
     return f"{where}{item['spec']}|{item['worktree'] or ''}"
 
 
-def held_keys(snap: model.Snapshot | None) -> list[str]:
-    """The pending rows the proxy holds open (what ``o`` can let through), newest first."""
-    return [pending_key(p) for p in (snap.pending if snap else []) if p["held"]]
+def held_keys(pending: list[dict]) -> list[str]:
+    """The pending rows a proxy holds open (what ``o`` can let through), in the pane's order."""
+    return [pending_key(p) for p in pending if p["held"]]
 
 
 def select_key(table: DataTable, key: str) -> None:
