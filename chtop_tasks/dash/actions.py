@@ -1,6 +1,7 @@
 """What the dashboard's keys do, as plain functions: the same calls and tasks as the CLI.
 
-Approvals go through ``approvals`` (audited as interface ``dash``);
+Approvals go through ``approvals`` (audited as interface ``dash``), those of another host's
+requests through that host's own ``net.allow``/``net.deny`` (``hosts.approvals``);
 rebase-down, merge-up, sbox.shell and worktree.create run the real ``inv``
 tasks, so their checks and messages are the tasks' own: first with
 ``--dry-run`` (the plan, shown for confirmation), then for real in the
@@ -15,6 +16,8 @@ from pathlib import Path
 
 from .. import runner
 from ..errors import UsageError
+from ..hosts import approvals as host_approvals
+from ..hosts.records import Host
 from ..proxy import approvals
 from ..workspace.layout import Workspace
 from . import sessions_adapter
@@ -104,3 +107,15 @@ def stop_session(top: Workspace, worktree: str, session: dict | None) -> str:
         raise UsageError(f"no live agent session in {worktree}")
     sessions_adapter.stop_session(top.grouping, sessions_adapter.session_name(session))
     return f"stopped the session in {worktree}"
+
+
+def decide_remote(host: Host, item: dict, scope: str, ttl: str | None = None, private: bool = False) -> list[str]:
+    """A decision on a pending request of another host (a row its ``net.pending --json`` gave),
+    taken there by its own ``net.allow``/``net.deny``: its lists, its proxy, its audit log."""
+    worktree = item.get("worktree")
+    if scope == "worktree" and not worktree:
+        raise UsageError(f"{item['host']} was asked for on {host.name}'s group socket, not a worktree's: allow "
+                         "it for the group (g) or once (o) instead")
+    domain = item["host"] if scope == "deny" else item.get("spec", item["host"])
+    lines = host_approvals.decide_there(host, domain, scope, worktree, ttl or ALLOW_FOR_DEFAULT, private)
+    return [f"{host.name}: {line}" for line in lines]

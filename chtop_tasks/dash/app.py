@@ -2,7 +2,8 @@
 
 Every probe runs in a thread worker (never on the UI thread); a watcher
 thread keeps the proxy holding blocked requests and wakes the app when one
-arrives.  Keys that hand the terminal to another program (attach, shell,
+arrives; with hosts recorded, ``remote`` polls each one in its own threads
+(its rows carry its name; a host that does not answer is greyed out).  Keys that hand the terminal to another program (attach, shell,
 rebase-down, merge-up, new worktree) suspend the app and resume it after.
 
 Every text a widget shows goes through ``plain``: a rich ``Text`` (never parsed as Rich markup,
@@ -25,13 +26,15 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Input, Static
 
 from ..errors import ChtopError
+from ..hosts.records import LOCAL, load_hosts
 from ..proxy.watch import refused_anyway_text
 from ..term import inert
 from ..workspace.layout import Workspace, find_workspace
-from . import actions, model
+from . import actions, model, remote
 from .holds import HoldWatcher
 
 REFRESH_SECONDS = 2.0
+DIM = "dim"              # the rows of a host that did not answer
 WIDE_COLUMNS = 120       # narrower: requests above the diff instead of beside it
 LOAD_SECONDS = 5.0
 BUSY_SHARE = 0.25        # refresh no more often than 4x the time one refresh takes (keeps CPU for the agents)
@@ -131,8 +134,11 @@ class DashApp(App):
     ]
 
     def __init__(self, top: Workspace, sessions=None, refresh_seconds: float = REFRESH_SECONDS,
-                 hold_requests: bool = True, sandbox_load: bool = True):
+                 hold_requests: bool = True, sandbox_load: bool = True, hosts=(),
+                 host_seconds: float = remote.POLL_SECONDS):
         super().__init__()
+        self.hosts, self.host_seconds = list(hosts), host_seconds     # other machines (hosts.records.Host)
+        self.fleet: remote.Fleet | None = None
         self.top = top
         self.sessions = sessions
         self.refresh_seconds = refresh_seconds
@@ -149,6 +155,7 @@ class DashApp(App):
         self._diff_asked = 0     # the number of the newest diff request: an older one's answer is dropped
         self.blocked = model.BlockedTail(top.grouping)
         self._next_refresh = None
+        self._held_shown: list[str] = []      # the held rows last shown: a new one is selected
 
     # -- layout ------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -174,6 +181,8 @@ class DashApp(App):
         if self.hold_requests:
             self.watcher = HoldWatcher(self.top.grouping, self._on_proxy_event).start()
         self.refresh_data()
+        if self.hosts:
+            self.fleet = remote.Fleet(self.hosts, self._on_remote, self.host_seconds, self.hold_requests).start()
         if self.with_load:
             self.refresh_load()
             self.set_interval(LOAD_SECONDS, self.refresh_load)
@@ -181,6 +190,15 @@ class DashApp(App):
     def on_unmount(self) -> None:
         if self.watcher is not None:
             self.watcher.stop()
+        if self.fleet is not None:
+            self.fleet.stop()
+
+    def _on_remote(self, state: remote.RemoteState) -> None:
+        """From a host's poller thread: its new answer (or why none) is shown."""
+        try:
+            self.call_from_thread(self.show_tables)
+        except (RuntimeError, CancelledError):        # the app is closing (or has closed)
+            pass
 
     # -- data (thread workers) -------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="snapshot")
@@ -238,9 +256,19 @@ class DashApp(App):
 
     # -- showing -------------------------------------------------------------------------------------
     def show_snapshot(self, snap: model.Snapshot) -> None:
-        was_selected, was_held = self.selected_pending(), held_keys(self.snapshot)
         self.snapshot = snap
-        now = time.time()
+        self.show_tables()
+        self.diff_selected()
+
+    def show_tables(self) -> None:
+        """Both tables from the last local snapshot and every host's last answer; with hosts
+        recorded each row starts with its host (``local`` for this machine's)."""
+        snap = self.snapshot
+        if snap is None or not self.query("#worktrees"):     # the app is closing: its widgets are gone
+            return
+        was_selected, was_held = self.selected_pending(), self._held_shown
+        now, hosts = time.time(), self.remote_states()
+        host_cell = [LOCAL] if self.hosts else []
         rows = []
         for wt in snap.worktrees:
             if wt.problem:
@@ -249,21 +277,35 @@ class DashApp(App):
                 cells = [r.cell(wt.name) for r in wt.repos]
                 cells += [""] * (len(snap.repo_labels) - len(cells))
             agent = " ".join(filter(None, model.describe_session(wt.session, now)))
-            rows.append((wt.name, [wt.name, *cells, agent, str(wt.pending or ""), wt.cpu, wt.mem]))
-        columns = ["worktree", *snap.repo_labels, "agent", "req", "cpu", "mem"]
-        fill_table(self.query_one("#worktrees", DataTable), columns, rows)
+            rows.append((wt.name, [*host_cell, wt.name, *cells, agent, str(wt.pending or ""), wt.cpu, wt.mem]))
+        dim = set()
+        for state in hosts:
+            host_rows = remote.worktree_rows(state, snap.repo_labels, now)
+            rows += host_rows
+            dim |= set() if state.reachable else {key for key, _ in host_rows}
+        columns = [*(["host"] if self.hosts else []), "worktree", *snap.repo_labels, "agent", "req", "cpu", "mem"]
+        fill_table(self.query_one("#worktrees", DataTable), columns, rows, dim)
         pending = []
-        for item in snap.pending:
+        for item in self.all_pending():
             when = time.strftime("%H:%M:%S", time.localtime(item["last"])) if item["last"] else ""
-            pending.append((pending_key(item), [item["spec"], item["worktree"] or "(group)", str(item["count"]),
+            pending.append((pending_key(item), [*([item.get("remote") or LOCAL] if self.hosts else []), item["spec"],
+                                                item["worktree"] or "(group)", str(item["count"]),
                                                 when, "HELD" if item["held"] else ""]))
-        fill_table(self.query_one("#pending", DataTable), ["domain", "worktree", "count", "last seen", "held"],
-                   pending)
-        newly_held = [key for key in held_keys(snap) if key not in was_held]
-        if newly_held and not (was_selected and was_selected["held"]):
+        fill_table(self.query_one("#pending", DataTable),
+                   [*(["host"] if self.hosts else []), "domain", "worktree", "count", "last seen", "held"], pending)
+        self._held_shown = held_keys(self.all_pending())
+        newly_held = [key for key in self._held_shown if key not in was_held]
+        if newly_held and not (was_selected and was_selected["held"]):      # any host's: its key answers it
             select_key(self.query_one("#pending", DataTable), newly_held[0])
         self.update_status()
-        self.diff_selected()
+
+    def remote_states(self) -> list[remote.RemoteState]:
+        return self.fleet.states() if self.fleet is not None else []
+
+    def all_pending(self) -> list[dict]:
+        """This machine's pending requests, then each reachable host's (``remote``: its name)."""
+        local = self.snapshot.pending if self.snapshot is not None else []
+        return local + [item for state in self.remote_states() for item in state.pending]
 
     def diff_selected(self) -> None:
         """Refresh the diff pane when the selected worktree is not the one it shows."""
@@ -290,6 +332,8 @@ class DashApp(App):
                       f"refresh {snap.took * 1000:.0f} ms"]
             if not snap.sessions_available:
                 parts.append("sessions: not available")
+            if self.hosts:
+                parts.append("hosts: " + ", ".join(remote.status_part(state) for state in self.remote_states()))
         parts.append(f"group {self.top.grouping.name}")     # its name: the whole path is cut at 80 columns
         self.query_one("#status", Static).update(plain("  |  ".join(parts)))
         alert = self.query_one("#alert", Static)
@@ -325,7 +369,7 @@ class DashApp(App):
         if not table.row_count or self.snapshot is None:
             return None
         key = str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
-        return next((p for p in self.snapshot.pending if pending_key(p) == key), None)
+        return next((p for p in self.all_pending() if pending_key(p) == key), None)
 
     def on_resize(self, event) -> None:
         """Below WIDE_COLUMNS the requests and the diff are stacked, each the whole width."""
@@ -376,15 +420,27 @@ class DashApp(App):
     @work(thread=True, group="decide")
     def run_decision(self, item: dict, scope: str, ttl: str | None) -> None:
         try:
-            lines = actions.decide(self.top, item, scope, ttl, self.private)
+            if item.get("remote"):
+                host = next(h for h in self.hosts if h.name == item["remote"])
+                lines = actions.decide_remote(host, item, scope, ttl, self.private)
+            else:
+                lines = actions.decide(self.top, item, scope, ttl, self.private)
             message = f"{actions.KEY_SCOPES[scope]}: " + "; ".join(lines)
         except ChtopError as exc:
             message = f"error: {exc}"
         self.call_from_thread(self.say, message)
+        if item.get("remote") and self.fleet is not None:
+            self.fleet.poke(item["remote"])
         self.call_from_thread(self.refresh_data)
 
     def _worktree_or_say(self) -> model.WorktreeState | None:
         wt = self.selected_worktree()
+        name = self.selected_name() or ""
+        if wt is None and ":" in name:
+            host, worktree = name.split(":", 1)
+            self.say(f"{name} is on host {host}: its keys here are the pending pane's; for the rest use "
+                     f"inv session.attach --host {host} --name {worktree} (or git.* --host {host})")
+            return None
         if wt is None or wt.problem:
             self.say("no usable worktree selected")
             return None
@@ -463,12 +519,14 @@ class DashApp(App):
 
 
 def pending_key(item: dict) -> str:
-    return f"{item['spec']}|{item['worktree'] or ''}"
+    """A pending row's key: another host's rows start with ``@HOST|`` (a host name has no '|')."""
+    where = f"@{item['remote']}|" if item.get("remote") else ""
+    return f"{where}{item['spec']}|{item['worktree'] or ''}"
 
 
-def held_keys(snap: model.Snapshot | None) -> list[str]:
-    """The pending rows the proxy holds open (what ``o`` can let through), newest first."""
-    return [pending_key(p) for p in (snap.pending if snap else []) if p["held"]]
+def held_keys(pending: list[dict]) -> list[str]:
+    """The pending rows a proxy holds open (what ``o`` can let through), in the pane's order."""
+    return [pending_key(p) for p in pending if p["held"]]
 
 
 def select_key(table: DataTable, key: str) -> None:
@@ -477,9 +535,10 @@ def select_key(table: DataTable, key: str) -> None:
         table.move_cursor(row=keys.index(key))
 
 
-def fill_table(table: DataTable, columns: list[str], rows: list[tuple[str, list[str]]]) -> None:
+def fill_table(table: DataTable, columns: list[str], rows: list[tuple[str, list[str]]], dim=frozenset()) -> None:
     """Show ``rows`` (key, cells): in place when the rows and columns are the same as shown, else rebuilt
-    (columns too, so their widths fit), keeping the cursor on the same key."""
+    (columns too, so their widths fit), keeping the cursor on the same key; the rows keyed in ``dim``
+    greyed out (a host that did not answer)."""
     keys = [key for key, _ in rows]
     shown_columns = [str(c.label) for c in table.columns.values()]
     shown_keys = [str(k.value) for k in table.rows]
@@ -487,19 +546,19 @@ def fill_table(table: DataTable, columns: list[str], rows: list[tuple[str, list[
         for key, cells in rows:
             for i, value in enumerate(cells):
                 if str(table.get_cell(key, f"c{i}")) != inert(value):
-                    table.update_cell(key, f"c{i}", plain(value), update_width=True)
+                    table.update_cell(key, f"c{i}", plain(value, DIM if key in dim else ""), update_width=True)
         return
     selected = shown_keys[table.cursor_row] if shown_keys and 0 <= table.cursor_row < len(shown_keys) else None
     table.clear(columns=True)
     for i, column in enumerate(columns):          # keyed by position: a repo may be named "agent"
         table.add_column(plain(column), key=f"c{i}")
     for key, cells in rows:
-        table.add_row(*map(plain, cells), key=key)
+        table.add_row(*map(plain, cells, [DIM if key in dim else ""] * len(cells)), key=key)
     if selected is not None:
         select_key(table, selected)
 
 
 def run_dash(ws: Workspace, refresh_seconds: float = REFRESH_SECONDS) -> int:
     top = ws.for_root(ws.toplevel)
-    DashApp(top, refresh_seconds=refresh_seconds).run()
+    DashApp(top, refresh_seconds=refresh_seconds, hosts=load_hosts().values()).run()
     return 0

@@ -11,6 +11,8 @@ compares it.  Names that later reach a command (a worktree's) must also pass the
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
 
 from ..errors import ChtopError
 from ..places import worktree_name_problem
@@ -29,6 +31,17 @@ class BadAnswer(ChtopError):
 # whose name ends in '?' may be absent or null) or a one-item list (a list of that schema).
 # str means an inert string; WORKTREE_NAME a string that is also a valid worktree name.
 WORKTREE_NAME = "worktree-name"
+
+
+@dataclass(frozen=True)
+class Matching:
+    """A schema: a string that matches ``pattern`` whole (before it is made inert: it must need no
+    making inert), e.g. a host:port the answer names that a later command passes on."""
+    pattern: str
+    what: str
+
+    def problem(self, value: str) -> str | None:
+        return None if re.fullmatch(self.pattern, value) else f"is not {self.what}"
 
 REPO = {"repo": str, "branch?": str, "integration": str, "ahead": int, "behind": int, "dirty": bool,
         "problem?": str}
@@ -56,6 +69,11 @@ def checked(value, schema, where: str):
         if why:
             raise BadAnswer(f"{where}: {name!r} is not a worktree name ({why})")
         return name
+    if isinstance(schema, Matching):
+        text = checked(value, str, where)
+        if text != value or schema.problem(value):
+            raise BadAnswer(f"{where}: {text!r} {schema.problem(value) or 'has control characters'}")
+        return text
     if isinstance(schema, list):
         if not isinstance(value, list) or len(value) > MAX_ITEMS:
             raise BadAnswer(f"{where}: expected a list (of at most {MAX_ITEMS})")

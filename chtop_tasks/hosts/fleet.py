@@ -39,13 +39,13 @@ def local_version(ws: Workspace) -> str:
     return rev(ws.toplevel, "HEAD")
 
 
-def ask_worktrees(host: Host) -> list[dict]:
-    out = install.remote_inv(host, "worktree.list", "--json").stdout
+def ask_worktrees(host: Host, quiet: bool = False) -> list[dict]:
+    out = install.remote_inv(host, "worktree.list", "--json", quiet=quiet).stdout
     return answers.parse_answer(out, answers.WORKTREES, f"host {host.name}: worktree.list")
 
 
-def ask_sessions(host: Host) -> list[dict]:
-    out = install.remote_inv(host, "session.list", "--json").stdout
+def ask_sessions(host: Host, quiet: bool = False) -> list[dict]:
+    out = install.remote_inv(host, "session.list", "--json", quiet=quiet).stdout
     return answers.parse_answer(out, answers.SESSIONS, f"host {host.name}: session.list")
 
 

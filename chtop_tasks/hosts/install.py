@@ -83,9 +83,11 @@ def push_mirror(host: Host, mirror: Mirror) -> None:
         quiet=False, toplevel_only=True, timeout=LONG_TIMEOUT)
 
 
-def remote_inv(host: Host, *args: str, shown: bool = False, timeout: float | None = None):
+def remote_inv(host: Host, *args: str, shown: bool = False, timeout: float | None = None, check: bool = True,
+               quiet: bool = False):
     """``python -m invoke ARGS`` in the host's toplevel, with its recorded python."""
-    return run_on(host, [host.python, "-m", "invoke", *args], host.toplevel, shown=shown, timeout=timeout)
+    return run_on(host, [host.python, "-m", "invoke", *args], host.toplevel, shown=shown, timeout=timeout,
+                  check=check, quiet=quiet)
 
 
 def push_checkouts(ws: Workspace, host: Host) -> None:

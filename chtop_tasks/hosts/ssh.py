@@ -71,15 +71,16 @@ def git_ssh_command() -> str:
 
 
 def run_on(host: Host, argv: list[str], cwd: str | None = None, *, timeout: float | None = None,
-           check: bool = True, shown: bool = False) -> runner.Result:
+           check: bool = True, shown: bool = False, quiet: bool = False) -> runner.Result:
     """``argv`` on ``host`` (in ``cwd`` there); Unreachable when ssh itself failed or ran past its bound.
 
-    ``shown``: the remote output reaches our terminal as it comes, made inert (a long remote task).
+    ``shown``: the remote output reaches our terminal as it comes, made inert (a long remote task);
+    ``quiet``: not echoed (the dashboard's background polls, which would write over its screen).
     """
     timeout = timeout or ask_timeout()
     full = ssh_argv(host, argv, cwd)
     try:
-        result = runner.run(full, check=False, timeout=timeout, shown_inert=shown)
+        result = runner.run(full, check=False, timeout=timeout, shown_inert=shown, quiet=quiet)
     except CommandFailed as exc:
         if "timed out" in str(exc):
             raise Unreachable(f"host {host.name} ({host.target}) did not answer within {timeout:.0f}s") from None

@@ -15,6 +15,7 @@ import os
 import select
 import sys
 import termios
+import time
 import tty
 from pathlib import Path
 
@@ -156,3 +157,17 @@ def watch(group_dir: Path, policy_dir: Path, stdin=None, stdout=None) -> int:
         if saved is not None:
             termios.tcsetattr(in_fd, termios.TCSADRAIN, saved)
         sock.close()
+
+
+def hold_open(group_dir: Path, seconds: float) -> int:
+    """Keep a watcher attached for ``seconds`` without prompting (``net.hold``): meanwhile the proxy
+    holds blocked requests open for an answer from elsewhere (the dashboard of another machine,
+    through this host's ``net.allow``).  0 when the time ran out, 1 when the proxy stopped first."""
+    sock, _, _ = control_protocol.attach_watcher(group_dir)
+    deadline = time.monotonic() + seconds
+    with sock:
+        while (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select([sock], [], [], left)
+            if ready and not sock.recv(65536):          # its events are not needed: net.pending has them
+                return 1
+    return 0

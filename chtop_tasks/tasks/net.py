@@ -1,5 +1,6 @@
 """net.*: the per-group egress proxy and its allow/deny lists."""
 
+import json as json_
 import os
 
 from ..argv import remainder_args
@@ -10,6 +11,7 @@ from .common import lazy, reports_errors
 
 approvals = lazy("proxy.approvals")
 control = lazy("proxy.control")
+fleet = lazy("hosts.fleet")
 report = lazy("proxy.report")
 watching = lazy("proxy.watch")
 
@@ -81,17 +83,28 @@ def log(c, follow=False, lines=40, decisions=False):
     os.execvp("tail", ["tail", "-n", str(int(lines))] + (["-F"] if follow else []) + [str(path)])
 
 
-def _add(kind, domain, worktree, private, once=False, ttl=""):
+def _add(kind, domain, worktree, private, once=False, ttl="", host=""):
     domains = ([domain] if domain else []) + remainder_args()
+    if host:
+        return _add_there(host, kind, domains, worktree, private, once, ttl)
     group, policy = report.locate()
     for line in approvals.decide_all(group, policy, domains, "cli", worktree=worktree or None, once=once,
                                      ttl=ttl or None, private=private, deny=(kind == "deny")):
         say(line)
 
 
+def _add_there(host, kind, domains, worktree, private, once, ttl):
+    """The same decision taken by the host's own ``net.allow``/``net.deny`` (its lists, its proxy);
+    the domains after ``--``, so none is read there as a flag."""
+    flags = (["--worktree", worktree] if worktree else []) + (["--private"] if private else []) + \
+        (["--once"] if once else []) + (["--for", ttl] if ttl else [])
+    return fleet.task_there(host, f"net.{kind}", *flags, "--", *domains)
+
+
 _LIST_HELP = {
     "domain": "a domain (covers its subdomains) or *.domain; more after `--`",
     "worktree": "write the per-worktree layer of this worktree instead of the group list",
+    "host": "decide on this recorded host (inv host.list): its own net.allow/net.deny, for its proxy",
 }
 
 
@@ -101,25 +114,36 @@ _LIST_HELP = {
     once="let only the request(s) held now through (while net.watch or dash is attached); the next is blocked",
     for_="allow for a while only, e.g. 90s, 15m, 2h, 1d (with --worktree: that worktree only)"))
 @reports_errors
-def allow(c, domain=None, worktree="", private=False, once=False, for_=""):
+def allow(c, domain=None, worktree="", private=False, once=False, for_="", host=""):
     """Allow DOMAIN (more after --): for the group, --worktree NAME only, --once, or --for 2h."""
-    _add("allow", domain, worktree, private, once, for_)
+    return _add("allow", domain, worktree, private, once, for_, host)
 
 
 @task(positional=["domain"], help=dict(_LIST_HELP, private="(ignored for deny)"))
 @reports_errors
-def deny(c, domain=None, worktree="", private=False):
+def deny(c, domain=None, worktree="", private=False, host=""):
     """Deny DOMAIN (more after --) for good; deny wins, never prompted again."""
     if private:
         warn("--private is ignored for deny")
-    _add("deny", domain, worktree, False)
+    return _add("deny", domain, worktree, False, host=host)
 
 
-@task
+@task(help={"json": "print them as JSON (host, port, spec, worktree, count, last, held, waiting): "
+                    "what another machine's dashboard reads"})
 @reports_errors
-def pending(c):
-    """List blocked domains not yet allowed or denied, newest first."""
+def pending(c, json=False):
+    """List blocked domains not yet allowed or denied, newest first (--json: as data)."""
+    if json:
+        print(json_.dumps(approvals.pending_requests(*report.locate())), flush=True)
+        return 0
     say(approvals.format_pending(*report.locate()))
+
+
+@task(help={"seconds": "how long to stay attached (default 30)"})
+@reports_errors
+def hold(c, seconds=30):
+    """Hold blocked requests open for SECONDS without prompting (for answers from another machine)."""
+    return watching.hold_open(report.locate()[0], float(seconds))
 
 
 @task
