@@ -376,11 +376,8 @@ def relation_in_toplevel(ws: Workspace, checkout: Checkout, tips: dict[str, str]
 def check_outcome(ws: Workspace, steps: list[GitStep], outcome, what: str, relation=relation_of) -> None:
     """Re-read the relations of the repos acted on; fail if one is not what the plan meant."""
     acted = [step.checkout for step in steps]
-    wrong = []
-    for checkout in acted:
-        problem = outcome(ws, relation(ws, checkout))
-        if problem:
-            wrong.append(f"{ws.display(checkout.path)} {problem}")
+    found = fan_out(lambda checkout: outcome(ws, relation(ws, checkout)), acted)      # read-only git
+    wrong = [f"{ws.display(checkout.path)} {problem}" for checkout, problem in zip(acted, found, strict=True) if problem]
     if wrong:
         raise CommandFailed(f"{what} ran, but the result is not what was planned:\n  " + "\n  ".join(wrong))
 
@@ -560,8 +557,9 @@ def parse_expect(ws: Workspace, text: str) -> dict[str, str]:
 
 def tips_to_land(ws: Workspace, rels: list[Relation]) -> dict[str, str]:
     """The imported tip of branch NAME in the toplevel's store, per repo that has commits to land."""
-    return {rel.checkout.name: rev(ws.main_checkout_dir(rel.checkout), f"refs/heads/{ws.name}")
-            for rel in rels if rel.ahead}
+    ahead = [rel for rel in rels if rel.ahead]
+    shas = fan_out(lambda rel: rev(ws.main_checkout_dir(rel.checkout), f"refs/heads/{ws.name}"), ahead)
+    return {rel.checkout.name: sha for rel, sha in zip(ahead, shas, strict=True)}
 
 
 def tips_problems(ws: Workspace, expected: dict[str, str], tips: dict[str, str]) -> list[str]:
