@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .. import agentfile, atomic
 from ..errors import ChtopError, CommandFailed, Refused, UsageError, WorkspaceError
-from ..fanout import fan_out
+from ..fanout import fan_out, in_background
 from ..places import build_cache_dir, create_journal_path, worktree_name_problem
 from ..term import say, warn
 from .dotfiles import refresh_workspace_files
@@ -369,6 +369,20 @@ def delete_problems(wt: Workspace, checkouts: list[Checkout] | None = None,
     return [p for problems in fan_out(check, checkouts or wt.checkouts()) for p in problems]
 
 
+def delete_checks(wt: Workspace, top: Workspace, checkouts: list[Checkout]):
+    """What deleting would lose: (problems, unsaved tips per checkout), after the agent's latest
+    commits are imported (the git dirs verified first)."""
+    verify_git_dirs(wt, [c.name for c in wt.checkouts() if c.store.is_dir()])
+    extra_problems = [p for c in checkouts[len(wt.checkouts()):] if (p := checkout_problem(wt, c))]
+    if extra_problems:
+        raise WorkspaceError("refusing to run git: a checkout's git dir is not the one the workspace layout "
+                             "says:\n  " + "\n  ".join(extra_problems))
+    sync_worktree(wt, strict=True)     # nothing the agent committed is left behind
+    problems = delete_problems(wt, checkouts, top)
+    unsaved = unsaved_in_worktree(wt, checkouts)
+    return problems + unsaved_problems(wt, unsaved), unsaved
+
+
 @holds_group_lock("worktree.delete")
 def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | None = None,
                     refuse_if_busy=None) -> list[str]:
@@ -384,19 +398,16 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
     here = (cwd or Path.cwd()).resolve()
     if here == wt.root or wt.root in here.parents:
         raise Refused(f"you are inside {wt.root}; run worktree.delete from elsewhere (e.g. {ws.toplevel})")
-    if refuse_if_busy is not None:
-        refuse_if_busy(wt)
+    # the busy check (podman ps) runs while the read-only checks go on; it is answered first
+    busy_check = in_background(refuse_if_busy, wt) if refuse_if_busy is not None else (lambda: None)
     top = ws.for_root(ws.toplevel)
     checkouts = checkouts_to_delete(wt, top)
-    verify_git_dirs(wt, [c.name for c in wt.checkouts() if c.store.is_dir()])
-    extra_problems = [p for c in checkouts[len(wt.checkouts()):] if (p := checkout_problem(wt, c))]
-    if extra_problems:
-        raise WorkspaceError("refusing to run git: a checkout's git dir is not the one the workspace layout "
-                             "says:\n  " + "\n  ".join(extra_problems))
-    sync_worktree(wt, strict=True)     # nothing the agent committed is left behind
-    problems = delete_problems(wt, checkouts, top)
-    unsaved = unsaved_in_worktree(wt, checkouts)
-    problems += unsaved_problems(wt, unsaved)
+    try:
+        problems, unsaved = delete_checks(wt, top, checkouts)
+    except BaseException:
+        busy_check()
+        raise
+    busy_check()
     if problems and not force:
         raise Refused(f"refusing to delete {wt.root}:\n  " + "\n  ".join(problems)
                       + "\nCommit or merge up, or pass --force to delete the directory anyway "
@@ -409,6 +420,9 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
         say(line)
     kept += keep_worktree_commits(wt, unsaved)     # before anything is removed
     # only the worktree's own branch: what its HEAD says inside is the agent's to choose
+    has_branch = dict(zip(map(id, checkouts), fan_out(
+        lambda c: (top.main_checkout_dir(c) / ".git").exists() and branch_exists(top.main_checkout_dir(c), name),
+        checkouts), strict=True))
     for checkout in reversed(checkouts):
         main_dir = top.main_checkout_dir(checkout)
         if not (main_dir / ".git").exists():
@@ -419,7 +433,7 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
             # not moved onto private git state (a repo only the toplevel's manifest names): still a
             # linked worktree of the shared store, which keeps its branch checked out until removed
             git(main_dir, ["worktree", "remove", "--force", str(checkout.path)], quiet=False)
-        if branch_exists(main_dir, name):
+        if has_branch[id(checkout)]:
             result = git(main_dir, ["branch", "-d", name], check=False, quiet=False, toplevel_only=True)
             if not result.ok:
                 kept.append(f"{ws.display(main_dir)}: branch {name} (unmerged commits; "
