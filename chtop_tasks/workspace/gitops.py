@@ -19,6 +19,7 @@ from .gitprobe import (
     WORKTREE_SUBMODULES,
     ahead_behind,
     dirty_paths,
+    git_dir_as_data,
     head_branch,
     operation_in_progress,
     rev,
@@ -440,7 +441,7 @@ def toplevel_checkout_problems(ws: Workspace, rel: Relation) -> list[str]:
     main_dir = ws.main_checkout_dir(rel.checkout)
     here = ws.display(main_dir)
     problems = []
-    gitdir = Path(git(main_dir, ["rev-parse", "--absolute-git-dir"]).stdout.strip())
+    gitdir = git_dir_as_data(main_dir) or Path(git(main_dir, ["rev-parse", "--absolute-git-dir"]).stdout.strip())
     if (gitdir / "index.lock").exists():
         problems.append(f"{here}: a leftover {gitdir / 'index.lock'} (a git still running there, or one that "
                         f"crashed); if none runs: rm {gitdir / 'index.lock'}")
