@@ -28,7 +28,7 @@ from .gitprobe import (
 from .gitrun import HOST_GIT_OPTS, git
 from .grouplock import holds_group_lock
 from .layout import Checkout, Workspace, verify_git_dirs
-from .quarantine import SHA_RE, sync_worktree
+from .quarantine import SHA_RE, read_ref, sync_worktree
 
 
 def present_checkouts(ws: Workspace) -> list[Checkout]:
@@ -559,8 +559,17 @@ def parse_expect(ws: Workspace, text: str) -> dict[str, str]:
 def tips_to_land(ws: Workspace, rels: list[Relation]) -> dict[str, str]:
     """The imported tip of branch NAME in the toplevel's store, per repo that has commits to land."""
     ahead = [rel for rel in rels if rel.ahead]
-    shas = fan_out(lambda rel: rev(ws.main_checkout_dir(rel.checkout), f"refs/heads/{ws.name}"), ahead)
+    shas = fan_out(lambda rel: imported_tip(ws, rel.checkout), ahead)
     return {rel.checkout.name: sha for rel, sha in zip(ahead, shas, strict=True)}
+
+
+def imported_tip(ws: Workspace, checkout: Checkout) -> str:
+    """Branch NAME's commit in the toplevel's store: its ref read as data where it is a plain sha
+    (that store is the host's, and the import put a commit there), else git is asked."""
+    sha = read_ref(checkout.store, f"refs/heads/{ws.name}")
+    if sha is not None and SHA_RE.match(sha):
+        return sha
+    return rev(ws.main_checkout_dir(checkout), f"refs/heads/{ws.name}")
 
 
 def tips_problems(ws: Workspace, expected: dict[str, str], tips: dict[str, str]) -> list[str]:

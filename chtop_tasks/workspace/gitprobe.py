@@ -146,4 +146,6 @@ def commits_missing_from(repo_dir: Path, tip: str, bases: list[str]) -> list[str
         out = git(repo_dir, ["cherry", base, tip]).stdout
         plus = {line[2:].strip() for line in out.splitlines() if line.startswith("+ ")}
         missing = plus if missing is None else missing & plus
+        if not missing:
+            break               # every change is in some base already: no other base can add one
     return sorted(missing or ())
