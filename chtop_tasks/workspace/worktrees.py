@@ -17,6 +17,7 @@ from ..errors import ChtopError, CommandFailed, Refused, UsageError, WorkspaceEr
 from ..fanout import fan_out, in_background
 from ..places import build_cache_dir, create_journal_path, worktree_name_problem
 from ..term import say, warn
+from .bytecode import seed_worktree_bytecode
 from .dotfiles import refresh_workspace_files
 from .gitprobe import ahead_behind, branch_exists, dirty_paths, head_branch, local_branches, rev
 from .gitrun import git
@@ -249,6 +250,7 @@ def create_worktree(ws: Workspace, name: str, build_venv=None) -> Workspace:
         run_venv_step(build_venv, kept)
         return kept
     new_ws = make_worktree(ws, name)
+    seed_worktree_bytecode(new_ws.root)      # its first inv compiles nothing (see bytecode.py)
     if build_venv is not None:
         run_venv_step(build_venv, new_ws)
     return new_ws
