@@ -66,17 +66,28 @@ def test_a_source_changed_after_seeding_is_compiled_afresh_even_with_its_size_an
     assert import_value(new, cache) == "agnt"
 
 
-def test_a_module_that_differs_or_has_no_current_bytecode_is_left_to_compile(tmp_path, monkeypatch):
+def test_a_module_that_differs_is_left_to_compile(tmp_path, monkeypatch):
     top, new = two_checkouts(tmp_path)
     (new / PKG / "probe.py").write_text("VALUE = 'other'\n")
     cache = tmp_path / "cache"
     assert seeded(top, new, cache, monkeypatch) == 1               # only __init__.py
     assert not Path(bytecode.importlib.util.cache_from_source(str(new / PKG / "probe.py"))).exists()
     assert import_value(new, cache) == "other"
-    (top / PKG / "__init__.py").write_text("# changed since its pyc\n")
-    (new / PKG / "__init__.py").write_text("# changed since its pyc\n")
-    monkeypatch.setattr(sys, "pycache_prefix", str(tmp_path / "cache2"))
-    assert bytecode.seed_worktree_bytecode(new, top) == 0
+
+
+def test_a_module_without_current_bytecode_is_compiled_once_for_the_running_checkout_too(tmp_path, monkeypatch):
+    top, new = two_checkouts(tmp_path)
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(bytecode, "PACKAGE", PKG)
+    monkeypatch.setattr(sys, "pycache_prefix", str(cache))
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    assert bytecode.seed_worktree_bytecode(new, top) == 2
+    top_pyc = Path(bytecode.importlib.util.cache_from_source(str(top / PKG / "probe.py")))
+    assert bytecode.current_code(top / PKG / "probe.py", MODULE.encode()) is not None
+    before = top_pyc.stat().st_mtime_ns
+    assert import_value(top, cache) == "host"
+    assert top_pyc.stat().st_mtime_ns == before                    # Python took it as current
+    assert import_value(new, cache) == "host"
 
 
 def test_nothing_is_seeded_without_a_cache_of_the_hosts_own(tmp_path, monkeypatch):

@@ -4,8 +4,9 @@ The host keeps bytecode only in its own cache (``sys.pycache_prefix``, set by ``
 there), never beside the sources, where the agent could write it.  A fresh worktree's modules
 have new paths, so without this their first task compiles every module it imports (tens of ms).
 Where a module of the new worktree has the same bytes as the running checkout's, and the running
-one's cached bytecode is current (its timestamp header matches the source), that code is written
-to the cache under the new path as a *checked-hash* pyc: Python hashes the worktree's source on
+one's cached bytecode is current (its timestamp header matches the source; else that module is
+compiled once, and cached for the running checkout too), that code is written to the cache under
+the new path as a *checked-hash* pyc: Python hashes the worktree's source on
 every import and compiles it afresh when the agent changed it, so nothing the agent wrote runs
 unchecked, and no compile runs here (a read and a write per module).
 """
@@ -13,6 +14,7 @@ unchecked, and no compile runs here (a read and a write per module).
 from __future__ import annotations
 
 import importlib.util
+import marshal
 import os
 import sys
 from pathlib import Path
@@ -64,15 +66,33 @@ def seed_one(source: Path, new_root: Path, from_root: Path) -> bool:
     source_bytes = agentfile.read_bytes(source)
     if source_bytes is None or agentfile.read_bytes(target) != source_bytes:
         return False
-    code = current_code(source, source_bytes)
-    if code is None:
-        return False
     pyc = Path(importlib.util.cache_from_source(str(target)))
     if pyc.exists():
         return False
-    pyc.parent.mkdir(parents=True, exist_ok=True)
+    code = current_code(source, source_bytes)
+    if code is None:
+        try:
+            code = compile_into_cache(source, source_bytes)
+        except (SyntaxError, ValueError):
+            return False            # its import says why, as without this
     header = importlib.util.MAGIC_NUMBER + FLAGS_CHECKED_HASH + importlib.util.source_hash(source_bytes)
-    partial = pyc.with_name(f"{pyc.name}.{os.getpid()}.tmp")
-    partial.write_bytes(header + code)
-    os.replace(partial, pyc)
+    write_pyc(pyc, header + code)
     return True
+
+
+def compile_into_cache(source: Path, source_bytes: bytes) -> bytes:
+    """``source`` (the running checkout's, the code this process runs) compiled, and its timestamp
+    pyc written to the host's cache as its own first import would; the marshalled code."""
+    code = marshal.dumps(compile(source_bytes, str(source), "exec", dont_inherit=True))
+    st = source.stat()
+    header = (importlib.util.MAGIC_NUMBER + bytes(4) + (int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
+              + (len(source_bytes) & 0xFFFFFFFF).to_bytes(4, "little"))
+    write_pyc(Path(importlib.util.cache_from_source(str(source))), header + code)
+    return code
+
+
+def write_pyc(pyc: Path, data: bytes) -> None:
+    pyc.parent.mkdir(parents=True, exist_ok=True)
+    partial = pyc.with_name(f"{pyc.name}.{os.getpid()}.tmp")
+    partial.write_bytes(data)
+    os.replace(partial, pyc)
