@@ -91,7 +91,8 @@ def plan_create(ws: Workspace, name: str) -> list[AddStep]:
     verify_git_dirs(top)
     # the container's integration branch: what the toplevel has checked out
     integration = {c.name: top.integration_branch(c) for c in top.checkouts()}
-    branches = {c.name: local_branches(c.path) for c in top.checkouts()}
+    found = fan_out(lambda c: local_branches(c.path), top.checkouts())      # one for-each-ref per repo, at once
+    branches = {c.name: got for c, got in zip(top.checkouts(), found, strict=True)}
     return steps_for_create(ws, top, name, integration, branches)
 
 
@@ -177,7 +178,8 @@ class CreateRun:
             self.journal.unlink(missing_ok=True)
 
 
-def add_worktrees(steps: list[AddStep], name: str, run: CreateRun) -> None:
+def add_worktrees(steps: list[AddStep], name: str, run: CreateRun, added=lambda checkout: None) -> None:
+    """Each step's branch and checkout, one repo after another; ``added(checkout)`` after each."""
     gitdir = steps[0].store.parent if steps else None      # .chtop/git/<name>/
     if gitdir is not None and not (gitdir.is_dir() and not gitdir.is_symlink()
                                    and all(e.name == ".lock" for e in gitdir.iterdir())):
@@ -193,6 +195,7 @@ def add_worktrees(steps: list[AddStep], name: str, run: CreateRun) -> None:
                              step.start, step.start_sha)
         if step.submodules:
             init_submodules(step.checkout.path, step.checkout.name)
+        added(step.checkout)
 
 
 def wants_submodules(ws: Workspace, repo_name: str) -> bool:
@@ -250,7 +253,6 @@ def create_worktree(ws: Workspace, name: str, build_venv=None) -> Workspace:
         run_venv_step(build_venv, kept)
         return kept
     new_ws = make_worktree(ws, name)
-    seed_worktree_bytecode(new_ws.root)      # its first inv compiles nothing (see bytecode.py)
     if build_venv is not None:
         run_venv_step(build_venv, new_ws)
     return new_ws
@@ -263,10 +265,17 @@ def make_worktree(ws: Workspace, name: str) -> Workspace:
     steps = plan_create(ws, name)
     run = CreateRun(name, create_journal_path(ws.grouping, name))
     root = ws.worktree_root(name)
+    seeding = []
+
+    def added(checkout: Checkout) -> None:
+        if not checkout.name:       # chtop's own copy is there: its bytecode is seeded while git adds the rest
+            seeding.append(in_background(seed_quietly, checkout.path))
     try:
-        add_worktrees(steps, name, run)
+        add_worktrees(steps, name, run, added)
         new_ws = find_workspace(root)
         refresh_workspace_files(new_ws)
+        for wait in seeding:
+            wait()
     except (ChtopError, OSError, KeyboardInterrupt) as exc:
         notes = run.undo()
         detail = "\n".join(notes)
@@ -277,6 +286,16 @@ def make_worktree(ws: Workspace, name: str) -> Workspace:
         ) from exc
     run.done()
     return new_ws
+
+
+def seed_quietly(root: Path) -> int:
+    """``seed_worktree_bytecode`` (its first inv compiles nothing: see bytecode.py); a failure only means
+    that first inv compiles, so it is a warning, never a reason to undo the create."""
+    try:
+        return seed_worktree_bytecode(root)
+    except OSError as exc:
+        warn(f"bytecode for {root} not seeded ({exc}); its first task compiles chtop's modules")
+        return 0
 
 
 def kept_worktree_to_resume(ws: Workspace, name: str, build_venv) -> Workspace | None:
