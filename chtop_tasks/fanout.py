@@ -42,3 +42,26 @@ def fan_out(func, items):
         if failure is not None:
             raise failure
     return [result for _failure, result in outcomes]
+
+
+def in_background(func, *args):
+    """Start ``func(*args)`` in a thread now; the returned function waits for it and returns its result,
+    or raises what it raised (a check that waits on a process, run while other work goes on)."""
+    outcome: list = []
+
+    def work() -> None:
+        try:
+            outcome.append((None, func(*args)))
+        except BaseException as exc:  # noqa: BLE001 - raised again by the waiter
+            outcome.append((exc, None))
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+
+    def wait():
+        thread.join()
+        failure, result = outcome[0]
+        if failure is not None:
+            raise failure
+        return result
+    return wait

@@ -439,3 +439,29 @@ def test_ctrl_c_in_the_venv_step_keeps_the_checkouts_and_the_same_create_resumes
     # without a venv step there is nothing to resume: an existing worktree is refused as before
     with pytest.raises(UsageError, match="already exists"):
         create_worktree(find_workspace(g.toplevel), "dev")
+
+
+def test_delete_answers_the_busy_check_first_though_it_runs_alongside_the_other_checks(with_dev):
+    """The busy check (the task's: podman ps) runs in a thread while the worktree is checked; its
+    refusal still comes first, over any other, and nothing is removed or imported past it."""
+    import threading
+    import time
+
+    g = with_dev
+    (g.path("dev", "alpha") / "dirty.txt").write_text("untracked\n")        # a problem of its own
+    threads = []
+
+    def busy(wt):
+        threads.append(threading.current_thread() is not threading.main_thread())
+        time.sleep(0.3)                      # slower than the checks: they are not waited for first
+        raise Refused(f"refusing to delete {wt.root}: 1 sandbox(es) still run in it")
+    with pytest.raises(Refused, match="still run in it"):
+        delete_worktree(find_workspace(g.toplevel), "dev", cwd=g.toplevel, refuse_if_busy=busy)
+    assert threads == [True]
+    assert g.path("dev", "alpha", "dirty.txt").exists() and "dev" in branches(g.toplevel / "alpha")
+    with pytest.raises(Refused, match="still run in it"):
+        delete_worktree(find_workspace(g.toplevel), "dev", force=True, cwd=g.toplevel, refuse_if_busy=busy)
+    assert g.path("dev").exists()
+    kept = delete_worktree(find_workspace(g.toplevel), "dev", force=True, cwd=g.toplevel,
+                           refuse_if_busy=lambda wt: None)
+    assert not g.path("dev").exists() and kept == []

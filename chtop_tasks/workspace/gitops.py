@@ -19,6 +19,7 @@ from .gitprobe import (
     WORKTREE_SUBMODULES,
     ahead_behind,
     dirty_paths,
+    git_dir_as_data,
     head_branch,
     operation_in_progress,
     rev,
@@ -27,7 +28,7 @@ from .gitprobe import (
 from .gitrun import HOST_GIT_OPTS, git
 from .grouplock import holds_group_lock
 from .layout import Checkout, Workspace, verify_git_dirs
-from .quarantine import SHA_RE, sync_worktree
+from .quarantine import SHA_RE, read_ref, sync_worktree
 
 
 def present_checkouts(ws: Workspace) -> list[Checkout]:
@@ -376,11 +377,8 @@ def relation_in_toplevel(ws: Workspace, checkout: Checkout, tips: dict[str, str]
 def check_outcome(ws: Workspace, steps: list[GitStep], outcome, what: str, relation=relation_of) -> None:
     """Re-read the relations of the repos acted on; fail if one is not what the plan meant."""
     acted = [step.checkout for step in steps]
-    wrong = []
-    for checkout in acted:
-        problem = outcome(ws, relation(ws, checkout))
-        if problem:
-            wrong.append(f"{ws.display(checkout.path)} {problem}")
+    found = fan_out(lambda checkout: outcome(ws, relation(ws, checkout)), acted)      # read-only git
+    wrong = [f"{ws.display(checkout.path)} {problem}" for checkout, problem in zip(acted, found, strict=True) if problem]
     if wrong:
         raise CommandFailed(f"{what} ran, but the result is not what was planned:\n  " + "\n  ".join(wrong))
 
@@ -443,7 +441,7 @@ def toplevel_checkout_problems(ws: Workspace, rel: Relation) -> list[str]:
     main_dir = ws.main_checkout_dir(rel.checkout)
     here = ws.display(main_dir)
     problems = []
-    gitdir = Path(git(main_dir, ["rev-parse", "--absolute-git-dir"]).stdout.strip())
+    gitdir = git_dir_as_data(main_dir) or Path(git(main_dir, ["rev-parse", "--absolute-git-dir"]).stdout.strip())
     if (gitdir / "index.lock").exists():
         problems.append(f"{here}: a leftover {gitdir / 'index.lock'} (a git still running there, or one that "
                         f"crashed); if none runs: rm {gitdir / 'index.lock'}")
@@ -560,8 +558,18 @@ def parse_expect(ws: Workspace, text: str) -> dict[str, str]:
 
 def tips_to_land(ws: Workspace, rels: list[Relation]) -> dict[str, str]:
     """The imported tip of branch NAME in the toplevel's store, per repo that has commits to land."""
-    return {rel.checkout.name: rev(ws.main_checkout_dir(rel.checkout), f"refs/heads/{ws.name}")
-            for rel in rels if rel.ahead}
+    ahead = [rel for rel in rels if rel.ahead]
+    shas = fan_out(lambda rel: imported_tip(ws, rel.checkout), ahead)
+    return {rel.checkout.name: sha for rel, sha in zip(ahead, shas, strict=True)}
+
+
+def imported_tip(ws: Workspace, checkout: Checkout) -> str:
+    """Branch NAME's commit in the toplevel's store: its ref read as data where it is a plain sha
+    (that store is the host's, and the import put a commit there), else git is asked."""
+    sha = read_ref(checkout.store, f"refs/heads/{ws.name}")
+    if sha is not None and SHA_RE.match(sha):
+        return sha
+    return rev(ws.main_checkout_dir(checkout), f"refs/heads/{ws.name}")
 
 
 def tips_problems(ws: Workspace, expected: dict[str, str], tips: dict[str, str]) -> list[str]:

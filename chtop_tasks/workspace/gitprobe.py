@@ -6,8 +6,10 @@ dashboard and the quarantine's import ask these; nothing here changes a repo.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from .. import agentfile
 from .gitrun import git
 
 # In a feature worktree, submodule gitdirs live in the agent-writable admin dir:
@@ -19,10 +21,68 @@ WORKTREE_SUBMODULES = "--ignore-submodules=dirty"
 WORKTREE_DIFF_DRIVERS_OFF = ("--no-ext-diff", "--no-textconv")
 
 
+SHA_HEX = frozenset("0123456789abcdef")
+
+
+def git_dir_as_data(checkout_dir: Path) -> Path | None:
+    """The checkout's git dir read from its ``.git`` (a dir, or a ``gitdir:`` file read as data:
+    agent-writable, so no link followed), or None when it is neither (the caller asks git)."""
+    dot_git = checkout_dir / ".git"
+    if dot_git.is_dir() and not dot_git.is_symlink():
+        return dot_git
+    text = agentfile.read_text(dot_git, limit=4096)
+    if text is None or not text.startswith("gitdir:") or "\n" in text.strip():
+        return None
+    target = Path(text[len("gitdir:"):].strip())
+    gitdir = Path(os.path.normpath(target if target.is_absolute() else checkout_dir / target))
+    return gitdir if gitdir.is_dir() and not gitdir.is_symlink() else None
+
+
+def head_branch_as_data(checkout_dir: Path) -> tuple[bool, str | None]:
+    """(known, branch) from the HEAD file: a plain ``ref: refs/heads/X`` or a detached sha; anything
+    else (no such file, a reftable stub, another kind of ref) is not known."""
+    gitdir = git_dir_as_data(checkout_dir)
+    text = None if gitdir is None else agentfile.read_text(gitdir / "HEAD", limit=4096)
+    if text is None:
+        return False, None
+    text = text.strip()
+    if text.startswith("ref: refs/heads/"):
+        name = text[len("ref: refs/heads/"):]
+        if name and name != ".invalid" and name.isprintable() and " " not in name:
+            return True, name
+        return False, None
+    if len(text) in (40, 64) and set(text) <= SHA_HEX:
+        return True, None
+    return False, None
+
+
 def head_branch(checkout_dir: Path) -> str | None:
-    """The branch checked out in ``checkout_dir``, None when detached."""
+    """The branch checked out in ``checkout_dir``, None when detached (the HEAD file read as data
+    where it is plain; else git is asked)."""
+    known, branch = head_branch_as_data(checkout_dir)
+    if known and (branch is None or not ambiguous_short_name(checkout_dir, branch)):
+        return branch
     result = git(checkout_dir, ["symbolic-ref", "--quiet", "--short", "HEAD"], check=False)
     return result.stdout.strip() if result.ok else None
+
+
+def ambiguous_short_name(checkout_dir: Path, branch: str) -> bool:
+    """Whether git's ``--short`` might not shorten ``refs/heads/BRANCH`` to BRANCH: another ref its
+    rules read BRANCH as (a tag, a remote, ``refs/BRANCH``, a file of that name in the git dir),
+    loose or packed, exists; then git is asked."""
+    gitdir = git_dir_as_data(checkout_dir)
+    common = gitdir
+    if gitdir is not None:
+        pointer = agentfile.read_text(gitdir / "commondir", limit=4096)
+        if pointer is not None:
+            common = Path(os.path.normpath(gitdir / pointer.strip()))
+    if common is None:
+        return True
+    others = (branch, f"refs/{branch}", f"refs/tags/{branch}", f"refs/remotes/{branch}", f"refs/remotes/{branch}/HEAD")
+    if any(os.path.lexists(base / name) for base in {gitdir, common} for name in others):
+        return True
+    packed = agentfile.read_text(common / "packed-refs", limit=64 << 20) or ""
+    return any(line.endswith(tuple(f" {name}" for name in others[1:])) for line in packed.splitlines())
 
 
 def ahead_behind(checkout_dir: Path, base: str, tip: str = "HEAD") -> tuple[int, int]:
@@ -40,6 +100,8 @@ def dirty_paths(checkout_dir: Path) -> list[str]:
 
 def operation_in_progress(checkout_dir: Path, gitdir: Path | None = None) -> str | None:
     """``gitdir``: the checkout's (``git rev-parse --absolute-git-dir``), when the caller has it already."""
+    if gitdir is None:
+        gitdir = git_dir_as_data(checkout_dir)
     if gitdir is None:
         gitdir = Path(git(checkout_dir, ["rev-parse", "--absolute-git-dir"]).stdout.strip())
     for marker, name in (("rebase-merge", "rebase"), ("rebase-apply", "rebase"), ("MERGE_HEAD", "merge")):
@@ -84,4 +146,6 @@ def commits_missing_from(repo_dir: Path, tip: str, bases: list[str]) -> list[str
         out = git(repo_dir, ["cherry", base, tip]).stdout
         plus = {line[2:].strip() for line in out.splitlines() if line.startswith("+ ")}
         missing = plus if missing is None else missing & plus
+        if not missing:
+            break               # every change is in some base already: no other base can add one
     return sorted(missing or ())

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .. import agentfile
 from ..errors import CommandFailed
+from ..fanout import fan_out
 from .gitprobe import commits_missing_from
 from .gitrun import git
 from .layout import Checkout, Workspace, private_store
@@ -250,15 +251,14 @@ def keep_unsaved(checkout_path: Path, shared: Path, name: str, unsaved: list[Uns
 
 def unsaved_in_worktree(wt: Workspace, checkouts: list[Checkout]) -> dict[Checkout, list[Unsaved]]:
     """Per checkout with a private store: its tips whose commits the toplevel's store lacks."""
-    found = {}
-    for checkout in checkouts:
+    def one(checkout: Checkout) -> list[Unsaved]:
         store = private_store(wt.grouping, wt.name, checkout.name)
         if (store.is_dir() and not store.is_symlink() and (checkout.path / ".git").is_file()
                 and checkout.store.is_dir()):
-            unsaved = unsaved_tips(checkout.path, store, checkout.store, [wt.integration_branch(checkout)])
-            if unsaved:
-                found[checkout] = unsaved
-    return found
+            return unsaved_tips(checkout.path, store, checkout.store, [wt.integration_branch(checkout)])
+        return []
+    found = fan_out(one, checkouts)          # read-only git, each repo in a thread of its own
+    return {checkout: unsaved for checkout, unsaved in zip(checkouts, found, strict=True) if unsaved}
 
 
 def unsaved_problems(wt: Workspace, unsaved: dict[Checkout, list[Unsaved]]) -> list[str]:
@@ -281,17 +281,27 @@ def keep_worktree_commits(wt: Workspace, unsaved: dict[Checkout, list[Unsaved]])
 # -- kept refs that are no longer needed --------------------------------------------------------------
 
 
-def prune_kept(shared: Path, name: str, integration: str) -> tuple[list[str], list[tuple[str, int]]]:
-    """Drop the ``refs/chtop/kept/NAME/...`` refs of ``shared`` whose commits are all in
-    ``integration`` (by id or patch-id: ``git cherry``); (dropped, [(still kept, commits not in it)])."""
+def kept_refs_missing(shared: Path, name: str, integration: str) -> list[tuple[str, str, int]]:
+    """(ref, sha, commits of it not in ``integration`` by id or patch-id) per ``refs/chtop/kept/NAME/...``
+    ref of ``shared`` (read-only)."""
     out = git(shared, ["for-each-ref", "--format=%(objectname) %(refname)", f"{KEPT_PREFIX}/{name}/"],
               toplevel_only=True).stdout
-    dropped, kept = [], []
+    found = []
     for line in out.splitlines():
         sha, _, ref = line.partition(" ")
-        missing = commits_missing_from(shared, sha, [integration])
+        found.append((ref, sha, len(commits_missing_from(shared, sha, [integration]))))
+    return found
+
+
+def prune_kept(shared: Path, name: str, integration: str,
+               status: list[tuple[str, str, int]] | None = None) -> tuple[list[str], list[tuple[str, int]]]:
+    """Drop the ``refs/chtop/kept/NAME/...`` refs of ``shared`` whose commits are all in
+    ``integration`` (by id or patch-id: ``git cherry``); (dropped, [(still kept, commits not in it)]).
+    ``status``: ``kept_refs_missing``'s answer, when the caller has it already."""
+    dropped, kept = [], []
+    for ref, sha, missing in kept_refs_missing(shared, name, integration) if status is None else status:
         if missing:
-            kept.append((ref, len(missing)))
+            kept.append((ref, missing))
         else:
             git(shared, ["update-ref", "-d", ref, sha], quiet=False, toplevel_only=True)
             dropped.append(ref)
@@ -302,11 +312,12 @@ def prune_worktree_kept(wt: Workspace, checkouts: list[Checkout], integration_of
     """``prune_kept`` in every repo of the worktree: (lines saying what went, lines saying what stays
     and why)."""
     gone, stays = [], []
-    for checkout in checkouts:
-        if not (checkout.store / "refs").is_dir():
-            continue
+    present = [c for c in checkouts if (c.store / "refs").is_dir()]
+    # the read-only part in a thread per repo; the deletions (echoed) one repo after another
+    statuses = fan_out(lambda c: kept_refs_missing(c.store, wt.name, integration_of(c)), present)
+    for checkout, status in zip(present, statuses, strict=True):
         integ = integration_of(checkout)
-        dropped, kept = prune_kept(checkout.store, wt.name, integ)
+        dropped, kept = prune_kept(checkout.store, wt.name, integ, status)
         here = wt.display(checkout.store.parent)
         gone += [f"{here}: dropped {ref} (its commits are all in {integ}, by id or patch-id)" for ref in dropped]
         stays += [f"{here}: {ref} (an earlier tip of {wt.name}: {n} commit{'s' if n != 1 else ''} not in {integ}, "

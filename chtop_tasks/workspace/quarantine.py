@@ -42,6 +42,7 @@ from pathlib import Path
 
 from .. import agentfile, atomic
 from ..errors import ChtopError, CommandFailed, Refused, WorkspaceError
+from ..fanout import fan_out
 from ..places import state_dir
 from ..term import warn
 from .gitprobe import commits_missing_from
@@ -471,21 +472,14 @@ def _sync_locked(ws: Workspace, mine: list[Checkout], convert: bool, refresh: bo
                   f"(the shared store is read-only in the sandbox now)", file=sys.stderr, flush=True)
         legacy = []
     verify_git_dirs(ws, walk=walk)
+    outcomes = fan_out(lambda checkout: _sync_checkout(ws, checkout, refresh, rewritten_by_host),
+                       [c for c in mine if c not in legacy and store_of(ws, c).is_dir()])
     done, failures = [], []
-    for checkout in mine:
-        store = store_of(ws, checkout)
-        if checkout in legacy or not store.is_dir():
-            continue            # not converted yet: the next task or launch does it
-        _drop_stale_shared_admin(checkout)
-        if refresh:
-            refresh_integration(store, checkout.store, ws.integration_branch(checkout))
-        try:
-            bases = [ws.integration_branch(checkout)] if rewritten_by_host else None
-            imported = import_branch(checkout.path, store, checkout.store, ws.name, bases)
-        except CommandFailed as exc:
-            failures.append(str(exc))
-            continue
-        if imported is not None:
+    for checkout, outcome in outcomes:
+        if isinstance(outcome, str):
+            failures.append(outcome)
+        elif outcome is not None:
+            imported = outcome
             done.append(imported)
             if imported.kept and rewritten_by_host:
                 warn(f"{checkout.path}: rebase-down left some commits of {ws.name}'s old tip out of the new "
@@ -499,6 +493,21 @@ def _sync_locked(ws: Workspace, mine: list[Checkout], convert: bool, refresh: bo
     for line in failures:
         warn(line)
     return done
+
+
+def _sync_checkout(ws: Workspace, checkout: Checkout, refresh: bool,
+                   rewritten_by_host: bool) -> tuple[Checkout, Imported | str | None]:
+    """One repo's refresh and import (each repo's own stores: the repos run in parallel threads,
+    waiting on their git processes); a failed import is its message."""
+    store = store_of(ws, checkout)
+    _drop_stale_shared_admin(checkout)
+    if refresh:
+        refresh_integration(store, checkout.store, ws.integration_branch(checkout))
+    try:
+        bases = [ws.integration_branch(checkout)] if rewritten_by_host else None
+        return checkout, import_branch(checkout.path, store, checkout.store, ws.name, bases)
+    except CommandFailed as exc:
+        return checkout, str(exc)
 
 
 def branch_ref_pairs(ws: Workspace) -> list[tuple[Path, Path]]:

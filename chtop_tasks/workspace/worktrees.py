@@ -14,9 +14,10 @@ from pathlib import Path
 
 from .. import agentfile, atomic
 from ..errors import ChtopError, CommandFailed, Refused, UsageError, WorkspaceError
-from ..fanout import fan_out
+from ..fanout import fan_out, in_background
 from ..places import build_cache_dir, create_journal_path, worktree_name_problem
 from ..term import say, warn
+from .bytecode import seed_worktree_bytecode
 from .dotfiles import refresh_workspace_files
 from .gitprobe import ahead_behind, branch_exists, dirty_paths, head_branch, local_branches, rev
 from .gitrun import git
@@ -90,7 +91,8 @@ def plan_create(ws: Workspace, name: str) -> list[AddStep]:
     verify_git_dirs(top)
     # the container's integration branch: what the toplevel has checked out
     integration = {c.name: top.integration_branch(c) for c in top.checkouts()}
-    branches = {c.name: local_branches(c.path) for c in top.checkouts()}
+    found = fan_out(lambda c: local_branches(c.path), top.checkouts())      # one for-each-ref per repo, at once
+    branches = {c.name: got for c, got in zip(top.checkouts(), found, strict=True)}
     return steps_for_create(ws, top, name, integration, branches)
 
 
@@ -176,7 +178,8 @@ class CreateRun:
             self.journal.unlink(missing_ok=True)
 
 
-def add_worktrees(steps: list[AddStep], name: str, run: CreateRun) -> None:
+def add_worktrees(steps: list[AddStep], name: str, run: CreateRun, added=lambda checkout: None) -> None:
+    """Each step's branch and checkout, one repo after another; ``added(checkout)`` after each."""
     gitdir = steps[0].store.parent if steps else None      # .chtop/git/<name>/
     if gitdir is not None and not (gitdir.is_dir() and not gitdir.is_symlink()
                                    and all(e.name == ".lock" for e in gitdir.iterdir())):
@@ -192,6 +195,7 @@ def add_worktrees(steps: list[AddStep], name: str, run: CreateRun) -> None:
                              step.start, step.start_sha)
         if step.submodules:
             init_submodules(step.checkout.path, step.checkout.name)
+        added(step.checkout)
 
 
 def wants_submodules(ws: Workspace, repo_name: str) -> bool:
@@ -261,10 +265,17 @@ def make_worktree(ws: Workspace, name: str) -> Workspace:
     steps = plan_create(ws, name)
     run = CreateRun(name, create_journal_path(ws.grouping, name))
     root = ws.worktree_root(name)
+    seeding = []
+
+    def added(checkout: Checkout) -> None:
+        if not checkout.name:       # chtop's own copy is there: its bytecode is seeded while git adds the rest
+            seeding.append(in_background(seed_quietly, checkout.path))
     try:
-        add_worktrees(steps, name, run)
+        add_worktrees(steps, name, run, added)
         new_ws = find_workspace(root)
         refresh_workspace_files(new_ws)
+        for wait in seeding:
+            wait()
     except (ChtopError, OSError, KeyboardInterrupt) as exc:
         notes = run.undo()
         detail = "\n".join(notes)
@@ -275,6 +286,16 @@ def make_worktree(ws: Workspace, name: str) -> Workspace:
         ) from exc
     run.done()
     return new_ws
+
+
+def seed_quietly(root: Path) -> int:
+    """``seed_worktree_bytecode`` (its first inv compiles nothing: see bytecode.py); a failure only means
+    that first inv compiles, so it is a warning, never a reason to undo the create."""
+    try:
+        return seed_worktree_bytecode(root)
+    except OSError as exc:
+        warn(f"bytecode for {root} not seeded ({exc}); its first task compiles chtop's modules")
+        return 0
 
 
 def kept_worktree_to_resume(ws: Workspace, name: str, build_venv) -> Workspace | None:
@@ -369,6 +390,20 @@ def delete_problems(wt: Workspace, checkouts: list[Checkout] | None = None,
     return [p for problems in fan_out(check, checkouts or wt.checkouts()) for p in problems]
 
 
+def delete_checks(wt: Workspace, top: Workspace, checkouts: list[Checkout]):
+    """What deleting would lose: (problems, unsaved tips per checkout), after the agent's latest
+    commits are imported (the git dirs verified first)."""
+    verify_git_dirs(wt, [c.name for c in wt.checkouts() if c.store.is_dir()])
+    extra_problems = [p for c in checkouts[len(wt.checkouts()):] if (p := checkout_problem(wt, c))]
+    if extra_problems:
+        raise WorkspaceError("refusing to run git: a checkout's git dir is not the one the workspace layout "
+                             "says:\n  " + "\n  ".join(extra_problems))
+    sync_worktree(wt, strict=True)     # nothing the agent committed is left behind
+    problems = delete_problems(wt, checkouts, top)
+    unsaved = unsaved_in_worktree(wt, checkouts)
+    return problems + unsaved_problems(wt, unsaved), unsaved
+
+
 @holds_group_lock("worktree.delete")
 def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | None = None,
                     refuse_if_busy=None) -> list[str]:
@@ -384,19 +419,16 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
     here = (cwd or Path.cwd()).resolve()
     if here == wt.root or wt.root in here.parents:
         raise Refused(f"you are inside {wt.root}; run worktree.delete from elsewhere (e.g. {ws.toplevel})")
-    if refuse_if_busy is not None:
-        refuse_if_busy(wt)
+    # the busy check (podman ps) runs while the read-only checks go on; it is answered first
+    busy_check = in_background(refuse_if_busy, wt) if refuse_if_busy is not None else (lambda: None)
     top = ws.for_root(ws.toplevel)
     checkouts = checkouts_to_delete(wt, top)
-    verify_git_dirs(wt, [c.name for c in wt.checkouts() if c.store.is_dir()])
-    extra_problems = [p for c in checkouts[len(wt.checkouts()):] if (p := checkout_problem(wt, c))]
-    if extra_problems:
-        raise WorkspaceError("refusing to run git: a checkout's git dir is not the one the workspace layout "
-                             "says:\n  " + "\n  ".join(extra_problems))
-    sync_worktree(wt, strict=True)     # nothing the agent committed is left behind
-    problems = delete_problems(wt, checkouts, top)
-    unsaved = unsaved_in_worktree(wt, checkouts)
-    problems += unsaved_problems(wt, unsaved)
+    try:
+        problems, unsaved = delete_checks(wt, top, checkouts)
+    except BaseException:
+        busy_check()
+        raise
+    busy_check()
     if problems and not force:
         raise Refused(f"refusing to delete {wt.root}:\n  " + "\n  ".join(problems)
                       + "\nCommit or merge up, or pass --force to delete the directory anyway "
@@ -409,6 +441,9 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
         say(line)
     kept += keep_worktree_commits(wt, unsaved)     # before anything is removed
     # only the worktree's own branch: what its HEAD says inside is the agent's to choose
+    has_branch = dict(zip(map(id, checkouts), fan_out(
+        lambda c: (top.main_checkout_dir(c) / ".git").exists() and branch_exists(top.main_checkout_dir(c), name),
+        checkouts), strict=True))
     for checkout in reversed(checkouts):
         main_dir = top.main_checkout_dir(checkout)
         if not (main_dir / ".git").exists():
@@ -419,7 +454,7 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
             # not moved onto private git state (a repo only the toplevel's manifest names): still a
             # linked worktree of the shared store, which keeps its branch checked out until removed
             git(main_dir, ["worktree", "remove", "--force", str(checkout.path)], quiet=False)
-        if branch_exists(main_dir, name):
+        if has_branch[id(checkout)]:
             result = git(main_dir, ["branch", "-d", name], check=False, quiet=False, toplevel_only=True)
             if not result.ok:
                 kept.append(f"{ws.display(main_dir)}: branch {name} (unmerged commits; "
