@@ -165,6 +165,30 @@ def test_an_older_slower_diff_answer_never_overwrites_the_newer_one(busy_group, 
         stat_may_answer.set()
 
 
+def test_answers_that_come_back_while_the_app_closes_fill_nothing_and_fail_no_worker(busy_group):
+    """A refresh, load or diff answer that a worker hands over after the app's widgets are gone
+    (the app closing: stop 32's full run saw NoMatches('#worktrees') fail the refresh worker)."""
+    g = busy_group
+
+    async def scenario():
+        app = DashApp(top_of(g), sessions=FakeSessions([]), refresh_seconds=0.5, hold_requests=False,
+                      sandbox_load=False)
+        async with app.run_test(size=(180, 45)) as pilot:
+            table = app.query_one("#worktrees")
+            await wait_for(pilot, lambda: table.row_count == 2, what="two rows")
+            snap, asked = app.snapshot, app._diff_asked
+            for widget in list(app.screen.children):
+                await widget.remove()
+            assert not app.query("#worktrees")
+            app.show_snapshot(snap)             # none of these may raise now
+            app.show_load(model.sandbox_load(top_of(g).grouping))
+            app.show_diff("dev", "late text", asked)
+            app.say("late message")
+            assert app.selected_name() is None
+
+    asyncio.run(scenario())
+
+
 def unseen_parts(app) -> list[str]:
     """What of the screen is cut: a widget past the screen's edge, a table wider than its pane (its
     columns scrolled off), a text taller than its widget."""

@@ -225,6 +225,8 @@ class DashApp(App):
     def show_load(self, load: model.SandboxLoad) -> None:
         """The next refresh's cpu/mem cells; below the table, why they say n/a (if they do)."""
         self.load = load.by_worktree
+        if self.widgets_gone():
+            return
         note = self.query_one("#load-note", Static)
         note.update(plain(load.unavailable))
         note.display = bool(load.unavailable)
@@ -255,8 +257,14 @@ class DashApp(App):
             pass
 
     # -- showing -------------------------------------------------------------------------------------
+    def widgets_gone(self) -> bool:
+        """The app is closing: a worker's answer that comes back now has no table to fill."""
+        return not self.query("#worktrees")
+
     def show_snapshot(self, snap: model.Snapshot) -> None:
         self.snapshot = snap
+        if self.widgets_gone():
+            return
         self.show_tables()
         self.diff_selected()
 
@@ -264,7 +272,7 @@ class DashApp(App):
         """Both tables from the last local snapshot and every host's last answer; with hosts
         recorded each row starts with its host (``local`` for this machine's)."""
         snap = self.snapshot
-        if snap is None or not self.query("#worktrees"):     # the app is closing: its widgets are gone
+        if snap is None or self.widgets_gone():
             return
         was_selected, was_held = self.selected_pending(), self._held_shown
         now, hosts = time.time(), self.remote_states()
@@ -315,13 +323,15 @@ class DashApp(App):
             self.refresh_diff(name)
 
     def show_diff(self, name: str, text: str, asked: int) -> None:
-        if asked != self._diff_asked or name != self.selected_name():
+        if asked != self._diff_asked or self.widgets_gone() or name != self.selected_name():
             return
         self.query_one("#diff-title", Static).update(
             plain(f"diff of {name} vs integration ({'full' if self.full_diff else 'stat'}; f toggles)"))
         self.query_one("#diff", Static).update(plain(text))
 
     def update_status(self) -> None:
+        if self.widgets_gone():
+            return
         snap = self.snapshot
         parts = []
         if snap is not None:
@@ -355,6 +365,8 @@ class DashApp(App):
 
     # -- selection -----------------------------------------------------------------------------------
     def selected_name(self) -> str | None:
+        if self.widgets_gone():
+            return None
         table = self.query_one("#worktrees", DataTable)
         if not table.row_count:
             return None
