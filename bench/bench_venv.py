@@ -25,15 +25,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
-import http.server
 import io
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -47,6 +44,7 @@ from chtop_tasks.workspace.manifest import parse_manifest  # noqa: E402
 from chtop_tasks.workspace.worktrees import delete_worktree  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from test_venv_sandboxed import local_index  # noqa: E402  (the tests' index on 127.0.0.2)
 from venv_samples import offline_env, write_sample_packages  # noqa: E402  (the tests' own samples)
 
 FRESH_TARGET, REUSE_TARGET, CREATE_EXTRA_TARGET = 0.20, 0.25, 1.5
@@ -101,25 +99,6 @@ def bench_installers(tmp: Path, rounds: int) -> dict[str, dict[str, float]]:
 SANDBOXED_MANIFEST = MANIFEST.replace("file:///nowhere/a.git", "{remotes}/a.git").replace(
     "file:///nowhere/b.git", "{remotes}/b.git")
 NO_INDEX_ENV = ("PIP_NO_INDEX", "PIP_FIND_LINKS", "UV_NO_INDEX", "UV_FIND_LINKS", "UV_CONFIG_FILE")
-
-
-@contextlib.contextmanager
-def local_index(wheels: Path, base: Path):
-    """A PEP 503 index of ``wheels`` on 127.0.0.2 (loopback, not the sandbox's NO_PROXY 127.0.0.1):
-    its URL."""
-    simple = base / "index" / "simple"
-    for wheel in wheels.glob("*.whl"):
-        project = simple / wheel.name.split("-")[0].lower().replace("_", "-")
-        project.mkdir(parents=True, exist_ok=True)
-        (project / wheel.name).write_bytes(wheel.read_bytes())
-    quiet = type("Quiet", (http.server.SimpleHTTPRequestHandler,), {"log_message": lambda *a: None})
-    server = http.server.ThreadingHTTPServer(("127.0.0.2", 0), functools.partial(quiet, directory=str(simple.parent)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.2:{server.server_address[1]}/simple/"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def sample_remotes(remotes: Path) -> None:
@@ -187,7 +166,7 @@ def bench_sandboxed(tmp: Path, house: Path, rounds: int) -> dict[str, dict[str, 
     saved = {name: os.environ.pop(name) for name in NO_INDEX_ENV if name in os.environ}
     results: dict[str, dict[str, float]] = {}
     try:
-        with local_index(house, tmp / "sandboxed") as url:
+        with local_index(house, tmp / "sandboxed") as (url, _asked):
             os.environ.update({"PIP_INDEX_URL": url, "UV_DEFAULT_INDEX": url})
             dev = sample_worktree(tmp / "sandboxed")
             for installer in V.INSTALLERS:
