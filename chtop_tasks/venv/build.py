@@ -588,10 +588,10 @@ def _record(step: BuildStep, report: BuildReport) -> None:
 
 def compile_build_requirements(step: BuildStep, scratch: Path) -> None:
     """The "bytecode" step: compile what it finds uncompiled; a failure only warns (it is a speed-up)."""
-    found = runner.run([uv_command(), "cache", "dir"], check=False, timeout=CHECK_TIMEOUT)
-    if not found.ok or not found.stdout.strip():
+    cache_dir = uv_cache_dir()
+    if cache_dir is None:
         return
-    wheels = uvcache.wheels_to_compile(Path(found.stdout.strip()), list(step.paths))
+    wheels = uvcache.wheels_to_compile(cache_dir, list(step.paths))
     if not wheels:
         return
     result = runner.run([*step.argv, *map(str, wheels)], scratch, check=False, env=_runtime_env(step),
@@ -599,6 +599,18 @@ def compile_build_requirements(step: BuildStep, scratch: Path) -> None:
     if not result.ok:
         print(f"# byte-compiling uv's cached build requirements failed (exit {result.returncode}); "
               "later isolated builds compile them themselves, as before", file=sys.stderr, flush=True)
+
+
+def uv_cache_dir(env=None) -> Path | None:
+    """uv's cache: ``$UV_CACHE_DIR`` when it names an absolute path (uv takes it over every other
+    setting but ``--cache-dir``, which the plan never passes; a sandboxed build always sets it), else
+    what ``uv cache dir`` says; None when uv cannot say."""
+    env = os.environ if env is None else env
+    named = env.get("UV_CACHE_DIR", "")
+    if named and os.path.isabs(named):
+        return Path(named)
+    found = runner.run([uv_command(), "cache", "dir"], check=False, timeout=CHECK_TIMEOUT)
+    return Path(found.stdout.strip()) if found.ok and found.stdout.strip() else None
 
 
 def declares_requirements(vdir: Path) -> bool:

@@ -17,6 +17,7 @@ own checkout and builds on the host (``build``).
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from .. import agentfile
@@ -30,6 +31,7 @@ from .build import (
     check_repos,
     choose_installer,
     format_plan,
+    own_base_python,
     plan_build,
     retry_hint,
     uv_command,
@@ -201,6 +203,17 @@ def uv_file(installer: str) -> tuple[Path, ...]:
     return (uv,) if installer == "uv" and uv.is_file() else ()
 
 
+def runner_flags(base: Path) -> tuple[str, ...]:
+    """The interpreter flags of ``build_inside``'s own python: ``-S`` (no ``site``: none of the
+    base's ``.pth`` files run before the first step, tens of ms on a box with many) when ``base`` is
+    the python running chtop and has ``tomllib`` (3.11+); build_inside imports only the standard
+    library and the toplevel's chtop (``PYTHONPATH``).  A python of the user's config or conda env
+    may be 3.10, whose TOML reader (tomli) lives in site-packages: it keeps ``site``."""
+    if sys.version_info >= (3, 11) and Path(base) == own_base_python():
+        return ("-S",)
+    return ()
+
+
 def run_in_sandbox(ws, steps, root: Path, installer: str, test: bool, base: Path, vdir: Path,
                    caches: dict[str, Path], log_dir: Path, inside_log: Path) -> int:
     """One launch of ``ws``'s sandbox that runs the plan with the toplevel's ``build_inside``, on the
@@ -213,7 +226,7 @@ def run_in_sandbox(ws, steps, root: Path, installer: str, test: bool, base: Path
                       "toplevel's chtop (git pull there), then retry")
     env = index_env()
     env.update({name: str(path) for name, path in caches.items()})
-    command = ["env", f"PYTHONPATH={ws.toplevel}", str(base), "-m", "chtop_tasks.venv.build_inside",
+    command = ["env", f"PYTHONPATH={ws.toplevel}", str(base), *runner_flags(base), "-m", "chtop_tasks.venv.build_inside",
                plan_to_json(root, installer, test, steps, log=inside_log)]
     prefix = Path(os.path.realpath(base)).parent.parent
     target = target_for(root)
