@@ -15,13 +15,16 @@ Requests (one JSON object a line, one reply a line):
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import ChtopError
 from ..places import command_for_group, runtime_dir
+
+if TYPE_CHECKING:   # the proxy's server imports asyncio; a client of the control socket need not (~10 ms of a launch)
+    import asyncio
 
 # What a decision tells held requests: "allow-once*" lets them through by itself; after the
 # others the requests are judged again by the lists (which the decider has already written).

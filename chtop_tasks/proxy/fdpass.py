@@ -22,7 +22,6 @@ connection; the caps (``Handoff``) count per sandbox.
 
 from __future__ import annotations
 
-import asyncio
 import fcntl
 import os
 import socket
@@ -30,6 +29,10 @@ import stat
 import struct
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:   # only the proxy's server, which imports it itself, runs the hand-off's loop
+    import asyncio
 
 HANDOFF_NAME = "handoff.sock"
 MAGIC = b"CHTOP-LISTEN 1\n"

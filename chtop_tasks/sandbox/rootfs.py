@@ -13,17 +13,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .mounts import Mount, is_within
+from .mounts import Mount
 
 BASE_DIRS = ("usr", "etc", "tmp", "proc", "dev", "sys", "root", "run", "var/tmp", "home")
 
 
-def _covered(dst: Path, mounts: list[Mount]) -> bool:
-    """True when a shallower mount provides ``dst``'s parent (crun makes it there)."""
-    for mount in mounts:
-        if mount.dst != dst and is_within(dst, mount.dst):
-            return True
-    return False
+def _covered(dst: Path, dsts: set[Path]) -> bool:
+    """True when a shallower mount (one of ``dsts``, every mount's destination) provides ``dst``'s
+    parent (crun makes it there)."""
+    return any(parent in dsts for parent in dst.parents)
 
 
 def ensure_skeleton(skel: Path, mounts: list[Mount], extra_paths=()) -> Path:
@@ -43,13 +41,14 @@ def ensure_skeleton(skel: Path, mounts: list[Mount], extra_paths=()) -> Path:
                     link.symlink_to(target)
         elif host.is_dir():
             link.mkdir(exist_ok=True)
+    dsts = {mount.dst for mount in mounts}
     for mount in mounts:
-        if _covered(mount.dst, mounts):
+        if _covered(mount.dst, dsts):
             continue
         _mount_point(skel, mount.dst, is_dir=mount.src is None or mount.src.is_dir())
-    for path in extra_paths:
-        if not any(is_within(Path(path), m.dst) for m in mounts):
-            _mount_point(skel, Path(path), is_dir=Path(path).is_dir())
+    for path in map(Path, extra_paths):
+        if path not in dsts and not _covered(path, dsts):
+            _mount_point(skel, path, is_dir=path.is_dir())
     return skel
 
 

@@ -18,7 +18,6 @@ writes file capabilities, CAP_CHOWN/CAP_FOWNER reach other owners' files) are dr
 
 from __future__ import annotations
 
-import copy
 import json
 import stat
 from pathlib import Path
@@ -69,7 +68,7 @@ def no_setid_profile(default: dict) -> dict:
     if default.get("defaultAction") == "SCMP_ACT_ALLOW":
         raise ChtopError("podman's default seccomp profile allows every syscall by default; chtop cannot "
                          "restrict setuid/setgid bits on top of it")
-    profile = copy.deepcopy(default)
+    profile = dict(default)   # its rules are replaced by new ones below, never changed in place
     filtered = set(MODE_ARG) | set(OPEN_ARGS) | set(NOT_ALLOWED)
     kept = []
     for rule in profile.get("syscalls") or []:
