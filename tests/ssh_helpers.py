@@ -90,11 +90,15 @@ def remote_podman_works(host: "SshHost") -> None:
 
 
 def write_login_file(user: pwd.struct_passwd, relative: str, text: str) -> Path:
-    """``text`` in ``relative`` under the account's HOME, owned by it (its dirs too)."""
+    """``text`` in ``relative`` under the account's HOME, owned by it (its dirs too), replaced whole
+    (a test running at the same time reads the old file or the new one, never half of one)."""
     home, rel = Path(user.pw_dir), Path(relative)
     (home / rel).parent.mkdir(parents=True, exist_ok=True)
-    (home / rel).write_text(text)
-    for part in [rel, *rel.parents][:-1]:            # the file and each dir above it, up to HOME
+    fresh = (home / rel).with_name(f".{rel.name}.{os.getpid()}")
+    fresh.write_text(text)
+    os.chown(fresh, user.pw_uid, user.pw_gid)
+    os.replace(fresh, home / rel)
+    for part in [*rel.parents][:-1]:                 # each dir above it, up to HOME
         os.chown(home / part, user.pw_uid, user.pw_gid)
     return home / rel
 

@@ -22,6 +22,8 @@ import pytest
 from ssh_helpers import remote_podman_works, remote_python, write_login_file
 from test_hosts import close_masters, fleet_config, remote_base, sshd  # noqa: F401 - fixtures
 
+from chtop_tasks.places import group_id
+
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
 # Prints its argv one [..] each, then keeps its screen changing until it is stopped.
@@ -29,7 +31,11 @@ STAND_IN = r"""
 printf 'STANDIN-ARGS:'; printf '[%s]' "$@"; echo
 i=0; while :; do echo "tick $i"; i=$((i+1)); sleep 1; done
 """
-AGENTS_TOML = f"[standin]\ncommand = ['sh', '-c', '''{STAND_IN}''', 'standin']\n"
+# The ssh account's agents: the stand-in by its own name, and as claude (the dashboard's s starts
+# the default agent).  Every test here writes the same file and none removes it, so tests running
+# at the same time (xdist) never take it from each other; the account is the tests' own.
+AGENTS_TOML = (f"[standin]\ncommand = ['sh', '-c', '''{STAND_IN}''', 'standin']\n"
+               f"[claude]\ncommand = ['sh', '-c', '''{STAND_IN}''', 'standin', 'from the dash']\n")
 
 # inside: the account's own files there (its agents.toml) are not to be seen, CHTOP_SANDBOX is set
 INSIDE = ("[ -e /home/chtop-ssh/.config/chtop/agents.toml ] || echo HOST-HOME-HIDDEN; "
@@ -67,11 +73,14 @@ def attach_and_detach(top: Path) -> tuple[str, int | None]:
 
 
 def remote_cleanup(sshd, remote_top: Path, python: Path) -> None:  # noqa: F811 - the fixture's name
-    """What the test started there: the session (and its tmux server), the group's containers, its proxy."""
+    """What the test started there: the session (and its tmux server), the group's containers, its
+    proxy, and the group's runtime dir (the account's is /tmp/chtop-UID: it has no XDG_RUNTIME_DIR)."""
     grouping = remote_top.parent
+    runtime = f"/tmp/chtop-{sshd.user.pw_uid}/{group_id(grouping)}"
     sshd.ssh(f"cd {remote_top} && {python} -m invoke session.stop --all --grace 1; "
+             f"tmux -S {runtime}/tmux.sock kill-server 2>/dev/null; "
              f"podman ps -aq --filter label=chtop.group={grouping} | xargs -r podman rm -f -t 0; "
-             f"{python} -m invoke net.stop --force", check=False, timeout=120)
+             f"{python} -m invoke net.stop --force; rm -rf {runtime}", check=False, timeout=120)
 
 
 def test_a_commit_in_the_hosts_sandbox_and_a_session_there_started_listed_attached_and_stopped_from_here(
@@ -81,7 +90,7 @@ def test_a_commit_in_the_hosts_sandbox_and_a_session_there_started_listed_attach
     remote_top = remote_base / "grp" / "top"
     python = remote_python()
     remote_podman_works(server)
-    agents = write_login_file(server.user, ".config/chtop/agents.toml", AGENTS_TOML)
+    write_login_file(server.user, ".config/chtop/agents.toml", AGENTS_TOML)
     try:
         added = g.inv(top, "host.add", "gpu1", server.alias, "--group", str(remote_base / "grp"),
                       "--python", str(python))
@@ -123,6 +132,87 @@ def test_a_commit_in_the_hosts_sandbox_and_a_session_there_started_listed_attach
         assert "no sandboxes running" in ps, ps
     finally:
         remote_cleanup(server, remote_top, python)
-        agents.unlink(missing_ok=True)
         server.stop()
         close_masters(g, server)
+
+
+# -- the dashboard's worktree keys on a host's row, in a real terminal ------------------------------
+
+def test_the_dash_keys_on_a_hosts_row_diff_start_attach_shell_rebase_and_stop_there(
+        initialized, fleet_config, remote_base, tmp_path):  # noqa: F811 - the fixtures of test_hosts
+    """``inv dash`` in a real terminal (tmux) with gpu1 recorded: on gpu1's row the diff pane shows
+    the host's own diff, s starts a session there (its default agent: a stand-in registered there
+    as claude), a attaches to it over ssh -t with the dashboard suspended and C-b d comes back, h
+    is a shell in the worktree there, r shows the host's rebase-down plan, x stops the session."""
+    from test_dash_tmux import Tmux
+
+    g, server = initialized, fleet_config
+    top = g.toplevel
+    remote_top, remote_dev = remote_base / "grp" / "top", remote_base / "grp" / "dev"
+    python = remote_python()
+    remote_podman_works(server)
+    write_login_file(server.user, ".config/chtop/agents.toml", AGENTS_TOML)
+    tmux = None
+    try:
+        g.inv(top, "host.add", "gpu1", server.alias, "--group", str(remote_base / "grp"), "--python", str(python))
+        g.inv(top, "worktree.create", "--name", "dev", "--host", "gpu1", "--no-venv")
+        server.ssh(f"cd {remote_dev}/alpha && echo made-remotely > remote.txt && git add remote.txt && "
+                   "git commit -q -m 'made on gpu1'")
+        tmux = Tmux(tmp_path, top, f"env TERM=xterm-256color {sys.executable} -m invoke dash --interval 0.5; "
+                                   "sleep 600")
+        screen = tmux.wait(lambda s: "+1/-0" in gpu1_row(s), "gpu1's row")   # the only row: selected
+        assert " dev " in gpu1_row(screen), screen
+        tmux.wait(lambda s: "diff of gpu1:dev" in s and "remote.txt" in s, "the host's diff (stat)")
+        tmux.keys("f")
+        tmux.wait_text("+made-remotely")                                        # the full diff, from there
+
+        tmux.keys("s")
+        tmux.wait(lambda s: "working" in gpu1_row(s), "gpu1's session working", timeout=90)
+        assert sessions_there(server, remote_top, python) == ["dev claude"]
+
+        tmux.keys("a")                                 # the dashboard steps aside: the host's tmux
+        tmux.wait_text("STANDIN-ARGS:[from the dash]")
+        tmux.wait(lambda s: "tick " in s, "the agent's pane, live")
+        tmux.keys("C-b", "d")                          # to the inner (the host's) tmux: detach
+        screen = tmux.wait(lambda s: "working" in gpu1_row(s) and "attach gpu1:dev: exit 0" in s, "the dashboard, back")
+        assert "STANDIN-ARGS" not in screen
+
+        tmux.keys("h")                                 # chtop go dev --host gpu1: a shell there
+        tmux.wait(lambda s: not gpu1_row(s), "the shell", timeout=60)
+        tmux.keys("pwd; echo SHELL-ON-$(id -un)", "Enter")
+        tmux.wait_text(f"{remote_dev}")
+        tmux.wait_text("SHELL-ON-chtop-ssh")
+        tmux.keys("exit", "Enter")
+        tmux.wait_text("press Enter to return to the dashboard")
+        tmux.keys("Enter")
+        tmux.wait(lambda s: "working" in gpu1_row(s), "the dashboard, back from the shell")
+
+        tmux.keys("r")                                 # the host's own rebase-down plan, for confirmation
+        screen = tmux.wait_text("git.rebase-down --host gpu1 --name dev --dry-run")
+        tmux.keys("n")
+        tmux.wait_text("git.rebase-down in gpu1:dev: not run")
+
+        tmux.keys("x")
+        tmux.wait(lambda s: "gpu1: stopped dev (claude)" in s, "the stop's message", timeout=90)
+        tmux.wait(lambda s: "working" not in gpu1_row(s), "gpu1's row without a session")
+        assert sessions_there(server, remote_top, python) == []
+    finally:
+        if tmux is not None:
+            tmux.close()
+        remote_cleanup(server, remote_top, python)
+        server.stop()
+        close_masters(g, server)
+
+
+def gpu1_row(screen: str) -> str:
+    """The worktree table's row of gpu1's dev (``gpu1  dev  ...``), or ""."""
+    return next((line for line in screen.splitlines() if line.replace("\u258a", " ").split()[:2] == ["gpu1", "dev"]),
+                "")
+
+
+def sessions_there(server, remote_top: Path, python: Path) -> list[str]:
+    """The host's own session.list --json, as ``worktree agent`` words."""
+    import json
+
+    out = server.ssh(f"cd {remote_top} && {python} -m invoke session.list --json").stdout
+    return [f"{s['worktree']} {s['agent']}" for s in json.loads(out)]
