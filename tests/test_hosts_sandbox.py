@@ -6,8 +6,11 @@ chtop fall back to their dirs under /tmp, as on a box without a systemd user ses
 toplevel: host.add, worktree.create --host, a commit made inside the sandbox there (the host's own
 ``sbox.run``), git.status here showing it ahead; a session there with a stand-in agent (registered
 as data in the account's agents.toml, as tests/test_sessions_standin.py does locally) started,
-listed here with its host, attached under a real pty (``ssh -t`` into the host's tmux) and
-detached back here, its log read, and stopped.
+listed here with its host, attached under a real pty (``ssh -t`` into the host's tmux, by
+``session.attach --host`` and by ``chtop go --host --agent``) and detached back here, its log
+read, and stopped.  Then the dashboard's worktree keys on a host's row: what each acts on (no
+processes), a hostile host's diff and messages shown inert, and ``inv dash`` in a real terminal
+driving the host's diff, session start, attach, shell, rebase-down plan and stop.
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ import pytest
 from ssh_helpers import remote_podman_works, remote_python, write_login_file
 from test_hosts import close_masters, fleet_config, remote_base, sshd  # noqa: F401 - fixtures
 
+from chtop_tasks.dash import actions, remote
+from chtop_tasks.errors import UsageError
+from chtop_tasks.hosts import records
 from chtop_tasks.places import group_id
-
-pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
 # Prints its argv one [..] each, then keeps its screen changing until it is stopped.
 STAND_IN = r"""
@@ -55,12 +59,16 @@ def wait_listed(g, line: str, timeout: float = 60) -> str:
         time.sleep(1)
 
 
-def attach_and_detach(top: Path) -> tuple[str, int | None]:
-    """``inv session.attach --host gpu1 --name dev`` in a real terminal: the agent's screen comes,
-    C-b d detaches, and the command returns here.  (What the terminal showed, its exit status.)"""
-    child = pexpect.spawn(sys.executable, ["-m", "invoke", "session.attach", "--host", "gpu1", "--name", "dev"],
-                          cwd=str(top), env=dict(os.environ, TERM="xterm"), dimensions=(30, 120),
-                          encoding="utf-8", codec_errors="replace", timeout=90)
+ATTACH = ["-m", "invoke", "session.attach", "--host", "gpu1", "--name", "dev"]
+GO_AGENT = ["-m", "chtop_tasks.cli", "go", "dev", "--host", "gpu1", "--agent"]
+
+
+def attach_and_detach(top: Path, args: list[str]) -> tuple[str, int | None]:
+    """``python ARGS`` (an attach to gpu1's dev session) in a real terminal: the agent's screen
+    comes, C-b d detaches, and the command returns here.  (What the terminal showed, its exit status.)"""
+    child = pexpect.spawn(sys.executable, args, cwd=str(top), dimensions=(30, 120), timeout=90,
+                          env=dict(os.environ, TERM="xterm", PYTHONPATH=str(top)),
+                          encoding="utf-8", codec_errors="replace")
     try:
         child.expect(r"STANDIN-ARGS:\[two words\]\[it's\]")
         child.expect(r"tick \d+")                              # the pane, live
@@ -83,6 +91,8 @@ def remote_cleanup(sshd, remote_top: Path, python: Path) -> None:  # noqa: F811 
              f"{python} -m invoke net.stop --force; rm -rf {runtime}", check=False, timeout=120)
 
 
+@pytest.mark.podman
+@pytest.mark.slow
 def test_a_commit_in_the_hosts_sandbox_and_a_session_there_started_listed_attached_and_stopped_from_here(
         initialized, fleet_config, remote_base):  # noqa: F811 - the fixtures of test_hosts
     g, server = initialized, fleet_config
@@ -117,10 +127,11 @@ def test_a_commit_in_the_hosts_sandbox_and_a_session_there_started_listed_attach
         listed = g.inv(top, "session.list").stdout
         assert not any(line.startswith("local ") for line in listed.splitlines()), listed   # none here
 
-        shown, status_code = attach_and_detach(top)
-        assert status_code == 0, shown
-        assert "detached" in shown, shown[-2000:]
-        wait_listed(g, "gpu1             dev              standin  working")   # still running after detach
+        for args in (ATTACH, GO_AGENT):               # session.attach --host; chtop go dev --host gpu1 --agent
+            shown, status_code = attach_and_detach(top, args)
+            assert status_code == 0, shown
+            assert "detached" in shown, shown[-2000:]
+            wait_listed(g, "gpu1             dev              standin  working")   # still running after detach
 
         log = g.inv(top, "session.log", "--host", "gpu1", "--name", "dev").stdout
         assert "STANDIN-ARGS:[two words][it's]" in log and "tick " in log, log[-2000:]
@@ -136,8 +147,113 @@ def test_a_commit_in_the_hosts_sandbox_and_a_session_there_started_listed_attach
         close_masters(g, server)
 
 
+# -- the dashboard's worktree keys on a host's row: what each acts on (no processes) -----------------
+
+HOST = records.Host("gpu1", "gpu1", "ch/top", "python3")
+
+
+def remote_state(**overrides) -> remote.RemoteState:
+    state = remote.RemoteState(HOST, asked=True, worktrees=[{"name": "dev", "root": "/r/dev", "venv": "missing",
+                                                             "problem": None, "repos": []}],
+                               sessions=[{"worktree": "dev", "agent": "claude", "state": "exited", "since": 1.0,
+                                          "exit_status": 0, "pending": 0}])
+    for key, value in overrides.items():
+        setattr(state, key, value)
+    return state
+
+
+def test_a_hosts_row_names_its_worktree_and_session_and_an_unusable_one_says_why_doing_nothing():
+    row = remote.row_of(remote_state(), "dev")
+    assert (row.host, row.worktree, row.session["state"]) == (HOST, "dev", "exited")
+    assert actions.remote_task_args(row) == ("--host", "gpu1", "--name", "dev")
+    with pytest.raises(UsageError, match="no live agent session in gpu1:dev: start one with s"):
+        actions.remote_attach_argv(row)                    # an exited session: nothing to attach to
+    with pytest.raises(UsageError, match="no live agent session"):
+        actions.remote_stop_session(row)
+    live = remote.row_of(remote_state(sessions=[dict(remote_state().sessions[0], state="working")]), "dev")
+    with pytest.raises(UsageError, match="already has a live session: attach with a"):
+        actions.remote_start_session(live)
+    for gone in (remote.row_of(remote_state(error="unreachable: host gpu1 (gpu1) did not answer"), ""),
+                 remote.row_of(remote_state(), "other")):
+        assert gone.worktree == ""
+        for act in (actions.remote_attach_argv, actions.remote_shell_argv, actions.remote_task_args,
+                    actions.remote_start_session):
+            with pytest.raises(UsageError, match="nothing there to act on"):
+                act(gone)
+        assert actions.remote_diff(gone, False).startswith("host gpu1: ")     # said, not asked
+
+
+def test_the_last_line_a_hosts_task_said_is_its_message_and_a_failure_an_error():
+    from chtop_tasks.errors import ChtopError
+    from chtop_tasks.runner import Result
+
+    row = remote.row_of(remote_state(), "dev")
+    said = Result(["ssh"], None, 0, "started dev: claude in tmux session chtop-dev.  Attach: ...\n", "$ tmux new\n")
+    assert actions.said_there(row, "session.start", said) == "gpu1: started dev: claude in tmux session " \
+                                                             "chtop-dev.  Attach: ..."
+    failed = Result(["ssh"], None, 3, "", "$ podman run ...\nerror: no session for worktree dev\n")
+    with pytest.raises(ChtopError, match=r"gpu1: session.stop failed \(exit 3\): error: no session for worktree dev"):
+        actions.said_there(row, "session.stop", failed)
+
+
+# -- a hostile host's diff and session answers, shown inert (its chtop a stand-in, the real sshd) -----
+
+HOSTILE_CHTOP = """#!/bin/sh
+# the host's chtop, as one of its agents could have rewritten it
+case "$*" in
+  *worktree.list*) cat "{dir}/worktrees.json" ;;
+  *session.list*) cat "{dir}/sessions.json" ;;
+  *net.pending*) cat "{dir}/pending.json" ;;
+  *git.diff*) echo "$@" >> "{dir}/asked.txt"; printf 'diff \\033]2;pwned\\007 [bold]loud[/bold]\\033[2J\\nsecond line\\n' ;;
+  *session.start*) echo "$@" >> "{dir}/asked.txt"; printf 'started \\033]52;c;cm0gLXJm\\007[red]x[/red]\\n' ;;
+  *net.hold*) sleep 5; exit 3 ;;
+  *) exit 2 ;;
+esac
+"""
+
+
+def test_a_hosts_diff_and_session_start_answers_reach_the_dash_inert(initialized, fleet_config, remote_base):  # noqa: F811
+
+    from test_dash import wait_for
+    from test_dash_hosts import StandinHost, run_app
+
+    from chtop_tasks.dash.app import DashApp
+
+    gpu1 = StandinHost(fleet_config, remote_base)
+    script = remote_base / "standin-python"
+    script.write_text(HOSTILE_CHTOP.replace("{dir}", str(remote_base)))
+    (remote_base / "dev").mkdir()                           # the worktree's dir there: its tasks run in it
+    gpu1.answer()                                           # owned by the account again
+    asked = remote_base / "asked.txt"
+
+    async def scenario(app: DashApp, pilot):
+        diff = app.query_one("#diff")
+        await wait_for(pilot, lambda: "pwned" in str(diff.render()), what="gpu1's diff")
+        shown = diff.render()
+        assert "\x1b" not in str(shown) and "diff ^[]2;pwned^G [bold]loud[/bold]^[[2J\nsecond line" in str(shown)
+        assert not shown.spans                                  # Text, never parsed as markup
+        await pilot.press("f")
+        await wait_for(pilot, lambda: asked.exists() and len(asked.read_text().splitlines()) == 2,
+                       what="the full diff asked")
+        await pilot.press("s")
+        await wait_for(pilot, lambda: "started" in app.message, what="the start's message")
+        shown = app.query_one("#message").render()
+        assert str(shown) == "gpu1: started ^[]52;c;cm0gLXJm^G[red]x[/red]" and not shown.spans, str(shown)
+
+    try:
+        run_app(initialized, [gpu1.host], scenario)
+    finally:
+        close_masters(None, fleet_config)
+    lines = asked.read_text().splitlines()
+    dev = f"--search-root {remote_base}/dev"
+    assert lines == [f"-m invoke {dev} git.diff --integration -- --stat", f"-m invoke {dev} git.diff --integration",
+                     f"-m invoke {dev} session.start --agent claude"], lines
+
+
 # -- the dashboard's worktree keys on a host's row, in a real terminal ------------------------------
 
+@pytest.mark.podman
+@pytest.mark.slow
 def test_the_dash_keys_on_a_hosts_row_diff_start_attach_shell_rebase_and_stop_there(
         initialized, fleet_config, remote_base, tmp_path):  # noqa: F811 - the fixtures of test_hosts
     """``inv dash`` in a real terminal (tmux) with gpu1 recorded: on gpu1's row the diff pane shows
