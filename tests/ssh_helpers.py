@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbox_helpers import _locked, ensure_user_venv, missing
+from sandbox_helpers import _locked, cgroup_hint, ensure_user_venv, missing
 
 SSH_USER = "chtop-ssh"
 ALIAS = "gpu1"
@@ -56,6 +56,51 @@ def ensure_ssh_user() -> pwd.struct_passwd:
                                  "[init]\n\tdefaultBranch = main\n[commit]\n\tgpgSign = false\n")
             os.chown(gitconfig, user.pw_uid, user.pw_gid)
     return user
+
+
+def has_subordinate_ids(name: str) -> bool:
+    """Whether /etc/subuid and /etc/subgid give ``name`` a range (rootless podman maps its
+    container's users there; ``useradd -m`` adds them for a new account)."""
+    for path in ("/etc/subuid", "/etc/subgid"):
+        try:
+            lines = Path(path).read_text().splitlines()
+        except OSError:
+            return False
+        if not any(line.split(":")[0] == name for line in lines):
+            return False
+    return True
+
+
+def remote_podman_works(host: "SshHost") -> None:
+    """Rootless podman as the ssh account, in a plain ssh login: skip (fail in CI) with podman's
+    reason when it cannot run.  No logind runs here, so the login has no XDG_RUNTIME_DIR, as on a
+    box reached over ssh without a systemd user session: podman then keeps its runtime state in
+    /tmp/podman-run-UID, and chtop its own in /tmp/chtop-UID (``places.runtime_base``)."""
+    if not has_subordinate_ids(SSH_USER):
+        missing(f"{SSH_USER} has no /etc/subuid or /etc/subgid range (useradd -m adds one): "
+                "rootless podman cannot run as it")
+    probe = ('set -e; r=$(mktemp -d); cd "$r"; mkdir usr etc proc dev sys tmp run; ln -s usr/bin bin; '
+             'ln -s usr/lib lib; ln -s usr/lib64 lib64; '
+             'podman run --rm --network=none -v /usr:/usr:ro -v /etc:/etc:ro --rootfs "$r" /bin/echo podman-ok; '
+             'cd /; rm -rf "$r"')
+    proc = host.ssh(probe, check=False, timeout=180)
+    if "podman-ok" not in proc.stdout:
+        missing(f"rootless podman does not run as {SSH_USER} over ssh: {proc.stderr.strip()[-300:]}"
+                f"{cgroup_hint(proc.stderr)}")
+
+
+def write_login_file(user: pwd.struct_passwd, relative: str, text: str) -> Path:
+    """``text`` in ``relative`` under the account's HOME, owned by it (its dirs too), replaced whole
+    (a test running at the same time reads the old file or the new one, never half of one)."""
+    home, rel = Path(user.pw_dir), Path(relative)
+    (home / rel).parent.mkdir(parents=True, exist_ok=True)
+    fresh = (home / rel).with_name(f".{rel.name}.{os.getpid()}")
+    fresh.write_text(text)
+    os.chown(fresh, user.pw_uid, user.pw_gid)
+    os.replace(fresh, home / rel)
+    for part in [*rel.parents][:-1]:                 # each dir above it, up to HOME
+        os.chown(home / part, user.pw_uid, user.pw_gid)
+    return home / rel
 
 
 def free_port() -> int:

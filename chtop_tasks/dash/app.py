@@ -4,7 +4,8 @@ Every probe runs in a thread worker (never on the UI thread); a watcher
 thread keeps the proxy holding blocked requests and wakes the app when one
 arrives; with hosts recorded, ``remote`` polls each one in its own threads
 (its rows carry its name; a host that does not answer is greyed out).  Keys that hand the terminal to another program (attach, shell,
-rebase-down, merge-up, new worktree) suspend the app and resume it after.
+rebase-down, merge-up, new worktree) suspend the app and resume it after.  On another host's row the
+worktree keys run that host's own tasks over ssh, as their ``--host`` forms do (``actions``).
 
 Every text a widget shows goes through ``plain``: a rich ``Text`` (never parsed as Rich markup,
 where ``[@click=...]`` in a git error would be an action) with its control characters made visible
@@ -234,14 +235,18 @@ class DashApp(App):
     def refresh_diff(self, name: str) -> None:
         """Ask for ``name``'s diff as the pane now shows it (stat or full); only the newest request's
         answer is shown: a thread worker is not stopped by a newer one, and a slower, older answer (the
-        stat diff still running when ``f`` asked for the full one) would otherwise overwrite it."""
+        stat diff still running when ``f`` asked for the full one) would otherwise overwrite it.
+        Another host's worktree: that host's own ``git.diff --integration``, asked over ssh."""
         self._diff_asked += 1
-        self.diff_worker(name, self.full_diff, self._diff_asked)
+        self.diff_worker(name, self.full_diff, self._diff_asked, self.remote_row(name))
 
     @work(thread=True, group="diff")
-    def diff_worker(self, name: str, full: bool, asked: int) -> None:
+    def diff_worker(self, name: str, full: bool, asked: int, row: remote.RemoteRow | None = None) -> None:
         try:
-            text = model.worktree_diff(find_workspace(self.top.worktree_root(name)), full)
+            if row is not None:
+                text = actions.remote_diff(row, full)
+            else:
+                text = model.worktree_diff(find_workspace(self.top.worktree_root(name)), full)
         except ChtopError as exc:
             text = f"cannot diff {name}: {exc}"
         self.call_from_thread(self.show_diff, name, text, asked)
@@ -376,6 +381,15 @@ class DashApp(App):
         name = self.selected_name()
         return self.snapshot.worktree(name) if (name and self.snapshot) else None
 
+    def remote_row(self, name: str | None) -> remote.RemoteRow | None:
+        """The row ``name`` when it is another host's (``HOST:WORKTREE``, or ``HOST:`` when that host
+        has no rows now); None for this machine's."""
+        if not name or ":" not in name:
+            return None
+        host, worktree = name.split(":", 1)
+        state = next((s for s in self.remote_states() if s.host.name == host), None)
+        return remote.row_of(state, worktree) if state is not None else None
+
     def selected_pending(self) -> dict | None:
         table = self.query_one("#pending", DataTable)
         if not table.row_count or self.snapshot is None:
@@ -447,18 +461,29 @@ class DashApp(App):
 
     def _worktree_or_say(self) -> model.WorktreeState | None:
         wt = self.selected_worktree()
-        name = self.selected_name() or ""
-        if wt is None and ":" in name:
-            host, worktree = name.split(":", 1)
-            self.say(f"{name} is on host {host}: its keys here are the pending pane's; for the rest use "
-                     f"inv session.attach --host {host} --name {worktree} (or git.* --host {host})")
-            return None
         if wt is None or wt.problem:
             self.say("no usable worktree selected")
             return None
         return wt
 
+    def selected_remote(self) -> remote.RemoteRow | None:
+        """The selected row when it is another host's: its keys run that host's own tasks there."""
+        return self.remote_row(self.selected_name())
+
+    def run_remote(self, what: str, row: remote.RemoteRow, build_argv, pause: bool = True) -> None:
+        """``build_argv()`` (an ``ssh -t`` into the host) run on the terminal, or why it cannot be."""
+        try:
+            argv = build_argv()
+        except ChtopError as exc:
+            self.say(f"error: {exc}")
+            return
+        self.run_suspended(argv, self.top.toplevel, pause=pause, label=f"{what} {row.host.name}:{row.worktree}")
+
     def action_attach(self) -> None:
+        row = self.selected_remote()
+        if row is not None:
+            self.run_remote("attach", row, lambda: actions.remote_attach_argv(row), pause=False)
+            return
         wt = self._worktree_or_say()
         if wt is None:
             return
@@ -470,43 +495,73 @@ class DashApp(App):
         self.run_suspended(argv, wt.root, pause=False)
 
     def action_start_session(self) -> None:
+        row = self.selected_remote()
+        if row is not None:
+            self.say(f"starting a session on {row.host.name} ...")
+            self.session_call(lambda: actions.remote_start_session(row), row.host.name)
+            return
         wt = self._worktree_or_say()
         if wt is not None:
             self.session_call(lambda: actions.start_session(find_workspace(wt.root)))
 
     def action_stop_session(self) -> None:
+        row = self.selected_remote()
+        if row is not None:
+            self.say(f"stopping the session on {row.host.name} ...")
+            self.session_call(lambda: actions.remote_stop_session(row), row.host.name)
+            return
         wt = self._worktree_or_say()
         if wt is not None:
             self.session_call(lambda: actions.stop_session(self.top, wt.name, wt.session))
 
     @work(thread=True, group="session")
-    def session_call(self, call) -> None:
+    def session_call(self, call, host: str = "") -> None:
         try:
             message = call()
         except ChtopError as exc:
             message = f"error: {exc}"
         self.call_from_thread(self.say, message)
+        if host and self.fleet is not None:          # that host's rows: asked again now
+            self.fleet.poke(host)
         self.call_from_thread(self.refresh_data)
 
     def action_git_task(self, task: str) -> None:
-        wt = self._worktree_or_say()
-        if wt is not None:
-            self.say(f"planning {task} in {wt.name} ...")
-            self.plan_git_task(task, wt)
+        row = self.selected_remote()
+        if row is not None:
+            try:
+                args = actions.remote_task_args(row)
+            except ChtopError as exc:
+                self.say(f"error: {exc}")
+                return
+            where, cwd = f"{row.host.name}:{row.worktree}", self.top.toplevel
+        else:
+            wt = self._worktree_or_say()
+            if wt is None:
+                return
+            args, where, cwd = (), wt.name, wt.root
+        self.say(f"planning {task} in {where} ...")
+        self.plan_git_task(task, where, cwd, args)
 
     @work(thread=True, group="plan")
-    def plan_git_task(self, task: str, wt: model.WorktreeState) -> None:
-        text, ok = actions.dry_run(wt.root, task)
-        screen = ConfirmScreen(f"{task} in {wt.name} (inv {task} --dry-run):", text, ok)
+    def plan_git_task(self, task: str, where: str, cwd, args: tuple[str, ...] = ()) -> None:
+        """``task``'s dry run (another host's worktree: ``--host H --name N``, the host's own plan),
+        shown for confirmation; ``y`` runs it on the terminal."""
+        text, ok = actions.dry_run(cwd, task, *args)
+        shown = " ".join((task, *args, "--dry-run"))
+        screen = ConfirmScreen(f"{task} in {where} (inv {shown}):", text, ok)
 
         def answered(yes: bool) -> None:
             if yes:
-                self.run_suspended(actions.confirmed_argv(task, text), wt.root)
+                self.run_suspended(actions.confirmed_argv(task, text, *args), cwd)
             else:
-                self.say(f"{task} in {wt.name}: not run")
+                self.say(f"{task} in {where}: not run")
         self.call_from_thread(self.push_screen, screen, answered)
 
     def action_shell(self) -> None:
+        row = self.selected_remote()
+        if row is not None:
+            self.run_remote("shell", row, lambda: actions.remote_shell_argv(row))
+            return
         wt = self._worktree_or_say()
         if wt is not None:
             self.run_suspended(actions.inv_argv("sbox.shell"), wt.root)
@@ -517,15 +572,16 @@ class DashApp(App):
                 self.run_suspended(actions.inv_argv("worktree.create", "--name", name), self.top.toplevel)
         self.push_screen(AskScreen("new worktree name (inv worktree.create --name NAME):"), create)
 
-    def run_suspended(self, argv: list[str], cwd, pause: bool = True) -> None:
-        """Hand the terminal to ``argv`` until it exits, then come back and refresh."""
+    def run_suspended(self, argv: list[str], cwd, pause: bool = True, label: str = "") -> None:
+        """Hand the terminal to ``argv`` until it exits, then come back and refresh (``label``: what
+        the message calls it; by default its last two words)."""
         try:
             with self.suspend():
                 code = actions.run_in_terminal(argv, cwd, pause=pause)
         except Exception as exc:  # SuspendNotSupported (no real terminal), a missing program
             self.say(f"cannot run {argv[0]}: {exc}")
             return
-        self.say(f"{' '.join(argv[-2:])}: exit {code}")
+        self.say(f"{label or ' '.join(argv[-2:])}: exit {code}")
         self._diff_for = None
         self.refresh_data()
 

@@ -142,6 +142,25 @@ class Fleet:
 
 # -- rows --------------------------------------------------------------------------------------
 
+@dataclass
+class RemoteRow:
+    """A selected row of another host: what its keys act on (there, through the host's own tasks)."""
+    host: Host
+    worktree: str                 # "" on the row that says why the host did not answer
+    session: dict | None = None   # its latest session, as the host answered
+    error: str = ""               # why the host has no rows now
+
+
+def row_of(state: RemoteState, worktree: str) -> RemoteRow:
+    """The row ``HOST:worktree`` of ``state`` (its session from the host's last answer)."""
+    if not state.reachable:
+        return RemoteRow(state.host, "", error=state.error or "not asked yet")
+    known = {wt["name"] for wt in state.worktrees}
+    if worktree not in known:
+        return RemoteRow(state.host, "", error=f"no worktree {worktree!r} in its last answer")
+    return RemoteRow(state.host, worktree, model.latest_sessions(state.sessions).get(worktree))
+
+
 def repo_cell(repo: dict, expected: str) -> str:
     """A host's repo record as the local cells show one (``RepoState.cell``)."""
     return model.RepoState(repo["repo"], repo["branch"], repo["integration"], repo["ahead"], repo["behind"],

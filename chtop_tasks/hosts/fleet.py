@@ -201,16 +201,27 @@ def worktree_dir_there(host: Host, name: str) -> str:
     return f"{host.toplevel.rsplit('/', 1)[0]}/{name}" if "/" in host.toplevel else name
 
 
+def task_command_there(host: Host, args: tuple[str, ...], worktree: str = "") -> tuple[list[str], str]:
+    """(argv, cwd) of a chtop task run by the host's own chtop, in its toplevel or in ``worktree`` there."""
+    cwd = worktree_dir_there(host, check_worktree_name(worktree)) if worktree else host.toplevel
+    # in a worktree, tasks.py is looked for at its root only (as chtop's inv does), never in a dir below
+    search = ["--search-root", cwd] if worktree else []
+    return [host.python, "-m", "invoke", *search, *args], cwd
+
+
 def task_there(host_name: str, *args: str, worktree: str = "") -> int:
     """A chtop task run by the host's own chtop, in its toplevel (or in ``worktree`` there), its
     output shown as it comes (inert); the task's exit status there, passed through."""
     host = get_host(host_name)
-    cwd = worktree_dir_there(host, check_worktree_name(worktree)) if worktree else host.toplevel
-    # in a worktree, tasks.py is looked for at its root only (as chtop's inv does), never in a dir below
-    search = ["--search-root", cwd] if worktree else []
-    result = run_on(host, [host.python, "-m", "invoke", *search, *args], cwd, shown=True, check=False,
-                    timeout=LONG_TIMEOUT)
-    return result.returncode
+    argv, cwd = task_command_there(host, args, worktree)
+    return run_on(host, argv, cwd, shown=True, check=False, timeout=LONG_TIMEOUT).returncode
+
+
+def task_output_there(host: Host, *args: str, worktree: str = "", timeout: float | None = None):
+    """The same task there, not echoed and its output kept (``runner.Result``: the host's words, for
+    a caller that shows them inert, as the dashboard does); Unreachable when the host did not answer."""
+    argv, cwd = task_command_there(host, args, worktree)
+    return run_on(host, argv, cwd, check=False, quiet=True, timeout=timeout)
 
 
 def go_argv_there(host_name: str, name: str, agent: bool = False) -> list[str]:
@@ -283,5 +294,5 @@ def session_states() -> list[HostState]:
 
 
 __all__ = ["LOCAL", "Unreachable", "add_host", "update_hosts", "remove_host", "host_lines",
-           "create_remote_worktree", "task_there", "attach_argv_there", "go_argv_there", "worktree_lines", "status_lines",
+           "create_remote_worktree", "task_there", "task_output_there", "attach_argv_there", "go_argv_there", "worktree_lines", "status_lines",
            "session_states"]

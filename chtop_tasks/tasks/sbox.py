@@ -26,10 +26,15 @@ def _request(command, interactive, purpose, dir, network, allow_self_edit):  # n
                                  allow_self_edit=allow_self_edit, cwd=Path.cwd(), replace_process=True)
 
 
-@task(help={**_COMMON_HELP, "dry_run": "print the podman command line and exit: nothing is started or written"})
+@task(help={**_COMMON_HELP, "dry_run": "print the podman command line and exit: nothing is started or written",
+            "host": "run it in the sandbox of worktree --name on this recorded host (the host's own sbox.run; "
+                    "its output inert)",
+            "name": "with --host: the worktree there"})
 @reports_errors
-def run(c, dir=None, network="proxy", allow_self_edit=False, dry_run=False):  # noqa: A002
+def run(c, dir=None, network="proxy", allow_self_edit=False, dry_run=False, host="", name=""):  # noqa: A002
     """Run a command in this worktree's sandbox: inv sbox.run -- CMD [ARGS...]."""
+    if host or name:
+        return _run_there(host, name, network, dry_run, dir, allow_self_edit)
     request = _request(remainder_args(), False, "run", dir, network, allow_self_edit)
     if dry_run:
         plan = sandbox.plan_launch(request.target, request.command, interactive=False, purpose="run",
@@ -38,6 +43,21 @@ def run(c, dir=None, network="proxy", allow_self_edit=False, dry_run=False):  # 
         say(format_command(plan.argv))
         return 0
     return sandbox.launch(request)
+
+
+def _run_there(host, name, network, dry_run, dir, allow_self_edit) -> int:  # noqa: A002
+    """``sbox.run`` by the host's own chtop in its worktree ``name``: the host is a place."""
+    from ..errors import UsageError
+    from ..hosts.fleet import task_there
+
+    if not host or not name:
+        raise UsageError("sbox.run --host HOST needs --name NAME (the worktree there), and --name needs --host "
+                         "(here, run it in the worktree: cd ../NAME)")
+    if dir or allow_self_edit:
+        raise UsageError("sbox.run --host runs in the host's worktree --name: --dir and --allow-self-edit "
+                         "work on the host itself")
+    flags = [*(["--network", network] if network != "proxy" else []), *(["--dry-run"] if dry_run else [])]
+    return task_there(host, "sbox.run", *flags, "--", *remainder_args(), worktree=name)
 
 
 @task(help=_COMMON_HELP)
