@@ -89,6 +89,11 @@ class AskScreen(ModalScreen[str | None]):
         self.dismiss(None)
 
 
+# every widget a worker's answer, a key or a focus change fills (``widgets_gone``)
+FILLED_WIDGETS = ("#worktrees", "#pending", "#status", "#alert", "#message", "#diff", "#diff-title", "#load-note",
+                  "#keys")
+
+
 class DashApp(App):
     """One screen: worktrees (top), pending requests and the diff of the selected worktree (below)."""
 
@@ -263,8 +268,10 @@ class DashApp(App):
 
     # -- showing -------------------------------------------------------------------------------------
     def widgets_gone(self) -> bool:
-        """The app is closing: a worker's answer that comes back now has no table to fill."""
-        return not self.query("#worktrees")
+        """The app is closing: a worker's answer that comes back now has nothing to fill.  Any of the
+        filled widgets counts, since they go one at a time (the tables, the status and key lines):
+        with ``#worktrees`` alone, a refresh between two removals failed on ``#pending``."""
+        return any(not self.query(selector) for selector in FILLED_WIDGETS)
 
     def show_snapshot(self, snap: model.Snapshot) -> None:
         self.snapshot = snap
@@ -391,6 +398,8 @@ class DashApp(App):
         return remote.row_of(state, worktree) if state is not None else None
 
     def selected_pending(self) -> dict | None:
+        if self.widgets_gone():
+            return None
         table = self.query_one("#pending", DataTable)
         if not table.row_count or self.snapshot is None:
             return None
@@ -407,6 +416,8 @@ class DashApp(App):
     def show_keys(self) -> None:
         """The key line: what Up/Down moves now and that Tab switches (the focused table also has a
         coloured left edge), then the shown BINDINGS (the keys on the selected worktree)."""
+        if self.widgets_gone():
+            return
         moving = "requests" if self.focused is self.query_one("#pending") else "worktrees"
         other = "worktrees" if moving == "requests" else "requests"
         keys = "  ".join(f"{b.key} {b.description}" for b in self.BINDINGS if b.show)
