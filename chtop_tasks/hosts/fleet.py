@@ -118,11 +118,14 @@ def update_hosts(ws: Workspace, name: str = "", every: bool = False) -> tuple[li
 
 def update_host(ws: Workspace, host: Host, here: str) -> str:
     before = install.remote_version(host)
-    if before == here:
+    behind = install.out_of_date(ws, host)        # a merge-up --host may have moved only a repo's branch
+    if not behind:
         return f"{host.name}: up to date (chtop {here[:12]})"
     install.push_checkouts(ws, host)
     install.init_there(host)
     check_installed(ws, host)
+    if before == here:
+        return f"{host.name}: updated " + ", ".join(f"{m.remote} {m.branch} -> {m.tip[:12]}" for m in behind)
     return f"{host.name}: updated chtop {before[:12]} -> {here[:12]}"
 
 
