@@ -160,6 +160,8 @@ def test_fleet_loop_add_list_create_commit_status_remove_update_unreachable(init
 
         listed = g.inv(top, "host.list").stdout
         assert "gpu1" in listed and "reachable, same chtop as here, 0 worktree(s)" in listed
+        assert "0 session(s), pending: none" in listed
+        assert_pending_listed_from_the_hosts_proxy(g, sshd, remote_top)
 
         again = g.inv(top, "host.add", "gpu1", sshd.alias, check=False)
         assert again.returncode == 2 and "already recorded" in again.stderr
@@ -214,12 +216,30 @@ def test_fleet_loop_add_list_create_commit_status_remove_update_unreachable(init
         assert "gpu1:dev/alpha: 1 commit(s) ahead of, 0 behind main" in rebased, rebased
         assert "up to date" in g.inv(top, "host.update", "--all").stdout
 
+        # merge-up --host: the commit made there lands here, exactly; then the host is brought up to date
+        before = stores_here(g)
+        dry = g.inv(top, "git.merge-up", "--host", "gpu1", "--name", "dev", "--dry-run")
+        assert stores_here(g) == before, dry
+        remote_tip = sshd.ssh(f"git -C {remote_base}/grp/dev/alpha rev-parse HEAD").stdout.strip()
+        landed = g.inv(top, "git.merge-up", "--host", "gpu1", "--name", "dev")
+        assert git(top / "alpha", "rev-parse", "main") == remote_tip, landed
+        assert (top / "alpha" / "remote.txt").read_text() == "remote\n"
+        assert "inv host.update --name gpu1, then inv git.rebase-down --host gpu1 --name dev" in landed.stdout
+        assert "gpu1: updated " in g.inv(top, "host.update", "--name", "gpu1").stdout
+        assert sshd.ssh(f"git -C {remote_top}/alpha rev-parse main").stdout.strip() == remote_tip
+        assert "gpu1:dev is up to date with its integration branches" in g.inv(top, "git.status").stdout
+        host = records.get_host("gpu1")
+        assert "removed host gpu1" in g.inv(top, "host.remove", "gpu1").stdout     # its commits are here now
+        records.record_host(host)
+        sshd.ssh(f"cd {remote_base}/grp/dev/alpha && echo more > more.txt && git add more.txt && "
+                 "git commit -q -m 'more on gpu1'")
+
         sessions = g.inv(top, "session.list").stdout
         assert "unreachable" not in sessions
 
         g.inv(top, "worktree.delete", "--name", "dev", "--host", "gpu1", "--force")
         assert sshd.ssh(f"test -e {remote_base}/grp/dev", check=False).returncode == 1
-        assert sshd.ssh(f"git -C {remote_top}/alpha log -1 --format=%s dev").stdout.strip() == "made on gpu1"
+        assert sshd.ssh(f"git -C {remote_top}/alpha log -1 --format=%s dev").stdout.strip() == "more on gpu1"
         host = records.get_host("gpu1")
         assert "removed host gpu1" in g.inv(top, "host.remove", "gpu1").stdout
         assert "gpu1" not in records.load_hosts()
@@ -239,6 +259,26 @@ def test_fleet_loop_add_list_create_commit_status_remove_update_unreachable(init
     finally:
         sshd.stop()
         close_masters(g, sshd)
+
+
+def assert_pending_listed_from_the_hosts_proxy(g, sshd, remote_top) -> None:
+    """A request the host's own proxy blocked is named on the host's line of host.list here."""
+    import socket
+
+    from proxy_helpers import free_port, read_head
+
+    there = f"cd {remote_top} && CHTOP_PROXY_PORT={free_port()} {remote_python()} -m invoke"
+    port = int(there.split("CHTOP_PROXY_PORT=")[1].split()[0])
+    sshd.ssh(f"{there} net.start")
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+            s.sendall(b"CONNECT blocked.example.test:443 HTTP/1.1\r\nHost: blocked.example.test:443\r\n\r\n")
+            status, _ = read_head(s)
+        assert status == 403
+        listed = g.inv(g.toplevel, "host.list").stdout
+        assert "pending: 1 (blocked.example.test from (group))" in listed, listed
+    finally:
+        sshd.ssh(f"{there} net.stop --force", check=False)
 
 
 EVIL_PYTHON = """#!/bin/sh
@@ -486,3 +526,13 @@ def test_merge_up_host_refuses_a_commit_other_than_the_one_the_host_named(initia
         close_masters(None, server)
         server.stop()
         shutil.rmtree(server.base, ignore_errors=True)
+
+
+def test_host_list_names_a_hosts_pending_requests_and_counts_the_rest():
+    from chtop_tasks.hosts.fleet import pending_words
+
+    items = [{"spec": f"h{i}.example:8443", "worktree": "dev" if i % 2 else None} for i in range(7)]
+    assert pending_words([]) == "pending: none"
+    assert pending_words(items) == ("pending: 7 (h0.example:8443 from (group), h1.example:8443 from dev, "
+                                    "h2.example:8443 from (group), h3.example:8443 from dev, "
+                                    "h4.example:8443 from (group), 2 more)")

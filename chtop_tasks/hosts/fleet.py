@@ -16,7 +16,7 @@ from ..places import check_worktree_name
 from ..term import say
 from ..workspace.gitprobe import rev
 from ..workspace.layout import Workspace
-from . import answers, install
+from . import answers, approvals, install
 from .records import LOCAL, Host, check_host, forget_host, get_host, load_hosts, record_host, target_problem
 from .ssh import LONG_TIMEOUT, Unreachable, close_connection, run_on, ssh_argv
 
@@ -29,6 +29,7 @@ class HostState:
     version: str | None = None
     worktrees: list = field(default_factory=list)
     sessions: list = field(default_factory=list)
+    pending: list = field(default_factory=list)
 
     @property
     def reachable(self) -> bool:
@@ -58,6 +59,8 @@ def host_state(host: Host, what=("version", "worktrees", "sessions")) -> HostSta
             state.worktrees = ask_worktrees(host)
         if "sessions" in what:
             state.sessions = ask_sessions(host)
+        if "pending" in what:
+            state.pending = approvals.ask_pending(host)
     except ChtopError as exc:          # Unreachable, BadAnswer, a failed command there
         state.error = str(exc).splitlines()[0]
     return state
@@ -161,22 +164,34 @@ def remove_host(name: str, force: bool = False) -> str:
     return f"removed host {name} (nothing on {host.target} was changed; its toplevel {host.toplevel} stays there)"
 
 
+PENDING_SHOWN = 5          # requests host.list names on a host's line; the rest are counted
+
+
+def pending_words(items: list[dict]) -> str:
+    """``pending: 2 (pypi.org:443 from dev, x.example:443 from (group))``: a host's ``net.pending``
+    answer (checked: each spec a host:port, each worktree a worktree name), newest first."""
+    if not items:
+        return "pending: none"
+    named = [f"{item['spec']} from {item['worktree'] or '(group)'}" for item in items[:PENDING_SHOWN]]
+    more = [f"{len(items) - PENDING_SHOWN} more"] if len(items) > PENDING_SHOWN else []
+    return f"pending: {len(items)} ({', '.join(named + more)})"
+
+
 def host_lines(ws: Workspace) -> list[str]:
     """``host.list``: each host, reachable or why not, its chtop version against this one's,
-    its worktrees and sessions."""
+    its worktrees, sessions and pending requests (``inv net.allow DOMAIN --host HOST`` answers one)."""
     here = local_version(ws)
     lines = []
-    for state in every_host_state():
+    for state in every_host_state(("version", "worktrees", "sessions", "pending")):
         host = state.host
         if not state.reachable:
             lines.append(f"{host.name:12} {host.target:20} unreachable: {state.error}")
             continue
         version = "same chtop as here" if state.version == here else \
             f"behind: chtop {state.version[:12]}, here {here[:12]} (inv host.update --name {host.name})"
-        pending = sum(row["pending"] for row in state.sessions)
         lines.append(f"{host.name:12} {host.target:20} reachable, {version}, "
                      f"{len(state.worktrees)} worktree(s), {len(state.sessions)} session(s), "
-                     f"{pending} pending approval(s)")
+                     f"{pending_words(state.pending)}")
         for wt in state.worktrees:
             session = next((s for s in state.sessions if s["worktree"] == wt["name"]), None)
             lines.append(f"  {wt['name']:16} " + (f"session {session['state']}" if session else "no session"))
