@@ -22,6 +22,7 @@ old tip as ``refs/chtop/host-kept/HOST/NAME/<sha>``), and lands them.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -186,7 +187,9 @@ def reached_cap(repo: Path, cap: int) -> bool:
 def objects_visible(repos: list[Path]):
     """Git run by this process sees the quarantines' objects too (as alternates), for the plan."""
     before = os.environ.get(ALTERNATES)
-    os.environ[ALTERNATES] = os.pathsep.join([str(repo / "objects") for repo in repos] + ([before] if before else []))
+    # one entry per path, ':'-separated; git reads an entry in double quotes C-style (a ':' in a path)
+    paths = [json.dumps(str(repo / "objects"), ensure_ascii=False) for repo in repos]
+    os.environ[ALTERNATES] = ":".join(paths + ([before] if before else []))
     try:
         yield
     finally:
