@@ -225,14 +225,16 @@ def test_fleet_loop_add_list_create_commit_status_remove_update_unreachable(init
         assert git(top / "alpha", "rev-parse", "main") == remote_tip, landed
         assert (top / "alpha" / "remote.txt").read_text() == "remote\n"
         assert "inv host.update --name gpu1, then inv git.rebase-down --host gpu1 --name dev" in landed.stdout
-        assert "gpu1: updated " in g.inv(top, "host.update", "--name", "gpu1").stdout
-        assert sshd.ssh(f"git -C {remote_top}/alpha rev-parse main").stdout.strip() == remote_tip
-        assert "gpu1:dev is up to date with its integration branches" in g.inv(top, "git.status").stdout
         host = records.get_host("gpu1")
         assert "removed host gpu1" in g.inv(top, "host.remove", "gpu1").stdout     # its commits are here now
         records.record_host(host)
+        assert "gpu1: updated " in g.inv(top, "host.update", "--name", "gpu1").stdout
+        assert sshd.ssh(f"git -C {remote_top}/alpha rev-parse main").stdout.strip() == remote_tip
+        assert "gpu1:dev is up to date with its integration branches" in g.inv(top, "git.status").stdout
         sshd.ssh(f"cd {remote_base}/grp/dev/alpha && echo more > more.txt && git add more.txt && "
                  "git commit -q -m 'more on gpu1'")
+        refused = g.inv(top, "host.remove", "gpu1", check=False)
+        assert refused.returncode == 3 and "dev/alpha: 1 commit(s) not merged up" in refused.stderr, refused
 
         sessions = g.inv(top, "session.list").stdout
         assert "unreachable" not in sessions

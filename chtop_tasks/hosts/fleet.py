@@ -15,6 +15,7 @@ from ..fanout import fan_out
 from ..places import check_worktree_name
 from ..term import say
 from ..workspace.gitprobe import rev
+from ..workspace.gitrun import git
 from ..workspace.layout import Workspace
 from . import answers, approvals, install
 from .records import LOCAL, Host, check_host, forget_host, get_host, load_hosts, record_host, target_problem
@@ -132,30 +133,55 @@ def update_host(ws: Workspace, host: Host, here: str) -> str:
     return f"{host.name}: updated chtop {before[:12]} -> {here[:12]}"
 
 
-def unlanded(state: HostState) -> list[str]:
-    """Each worktree repo there with commits not merged up, uncommitted changes, or that chtop could not read."""
+def unlanded(state: HostState, landed: set[tuple[str, str]] = frozenset()) -> list[str]:
+    """Each worktree repo there with commits not merged up, uncommitted changes, or that chtop could
+    not read; ``landed``: (worktree, repo) whose branch there is in this toplevel's integration
+    branch already (merged up here with ``git.merge-up --host``, before ``host.update``)."""
     out = []
     for wt in state.worktrees:
         if wt["problem"]:
             out.append(f"{wt['name']}: {wt['problem']}")
         for repo in wt["repos"]:
-            why = [f"{repo['ahead']} commit(s) not merged up" if repo["ahead"] else "",
+            ahead = repo["ahead"] and (wt["name"], repo["repo"]) not in landed
+            why = [f"{repo['ahead']} commit(s) not merged up" if ahead else "",
                    "uncommitted changes" if repo["dirty"] else "", repo["problem"] or ""]
             if any(why):
                 out.append(f"{wt['name']}/{repo['repo']}: " + ", ".join(w for w in why if w))
     return out
 
 
-def remove_host(name: str, force: bool = False) -> str:
-    """Forget a host (its files there stay); refused while its worktrees hold unlanded work, or
-    while it cannot be asked (``force``: forget it anyway)."""
+def landed_here(ws: Workspace | None, host: Host, state: HostState) -> set[tuple[str, str]]:
+    """(worktree, repo) of the host's worktrees with commits there whose branch tip, as the host's
+    toplevel names it, this toplevel's integration branch already holds."""
+    asks = [(wt["name"], repo["repo"]) for wt in state.worktrees for repo in wt["repos"] if repo["ahead"]]
+    if ws is None or not asks:
+        return set()
+    top = ws.for_root(ws.toplevel)
+    where = {checkout.label: (checkout, mirror)
+             for checkout, mirror in zip(top.checkouts(), install.mirrors(top, host), strict=True)}
+    asks = [(wt, label) for wt, label in asks if label in where]
+    tips = install.remote_branch_tips(host, [(where[label][1].remote, wt) for wt, label in asks]) if asks else []
+    landed = set()
+    for (wt, label), tip in zip(asks, tips, strict=True):
+        checkout = where[label][0]
+        if tip and git(top.main_checkout_dir(checkout), ["merge-base", "--is-ancestor", tip,
+                                                         f"refs/heads/{top.integration_branch(checkout)}"],
+                       check=False).ok:
+            landed.add((wt, label))
+    return landed
+
+
+def remove_host(name: str, force: bool = False, ws: Workspace | None = None) -> str:
+    """Forget a host (its files there stay); refused while its worktrees hold unlanded work (commits
+    neither merged up there nor in ``ws``'s integration branches), or while it cannot be asked
+    (``force``: forget it anyway)."""
     host = get_host(name)
     state = host_state(host, ("worktrees",))
     if not force:
         if not state.reachable:
             raise Refused(f"cannot check host {name} for unlanded work: {state.error}\n"
                           f"Forget it anyway (its worktrees there stay as they are): inv host.remove {name} --force")
-        problems = unlanded(state)
+        problems = unlanded(state, landed_here(ws, host, state))
         if problems:
             raise Refused(f"host {name} holds worktrees with unlanded work:\n  " + "\n  ".join(problems)
                           + f"\nMerge them up (or delete them there), then inv host.remove {name} again")
