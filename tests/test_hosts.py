@@ -538,3 +538,36 @@ def test_host_list_names_a_hosts_pending_requests_and_counts_the_rest():
     assert pending_words(items) == ("pending: 7 (h0.example:8443 from (group), h1.example:8443 from dev, "
                                     "h2.example:8443 from (group), h3.example:8443 from dev, "
                                     "h4.example:8443 from (group), 2 more)")
+
+
+def test_a_tip_taken_from_a_host_then_rewritten_there_is_kept_unless_it_landed(initialized, tmp_path):
+    from chtop_tasks.hosts import merge
+    from chtop_tasks.workspace.layout import find_workspace
+
+    g = initialized
+    top = find_workspace(g.toplevel)
+    alpha = next(c for c in top.checkouts() if c.name == "alpha")
+    here = g.toplevel / "alpha"
+    scratch = tmp_path / "scratch"                      # the host's branch dev, rewritten twice
+    git(tmp_path, "clone", "-q", str(here), str(scratch))
+    first = g.commit(scratch, "a.txt", "a\n", "first")
+    git(scratch, "reset", "-q", "--hard", "HEAD~1")
+    second = g.commit(scratch, "b.txt", "b\n", "second")
+    git(scratch, "reset", "-q", "--hard", "HEAD~1")
+    third = g.commit(scratch, "c.txt", "c\n", "third")
+    host = records.Host("gpu1", "gpu1", "ch/top", "python3")
+
+    def take(tip):
+        base = tmp_path / f"q-{tip[:8]}"
+        base.mkdir()
+        repo = merge.make_quarantine(base, alpha)
+        git(scratch, "push", "-q", str(repo), f"{tip}:{merge.QUARANTINE_REF}")
+        return merge.take_in(top, host, "dev", merge.Incoming(alpha, "gpu1:dev/alpha", tip, repo, tip))
+
+    assert take(first) is None
+    assert take(second) == f"refs/chtop/host-kept/gpu1/dev/{first}"     # rewritten there: the old tip stays here
+    assert git(here, "rev-parse", "refs/chtop/hosts/gpu1/dev") == second
+    assert git(here, "rev-parse", f"refs/chtop/host-kept/gpu1/dev/{first}") == first
+    git(here, "merge", "-q", "--ff-only", second)       # landed here: nothing of it to keep
+    assert take(third) is None
+    assert git(here, "for-each-ref", "refs/chtop/host-kept/").count("refs/chtop/host-kept/") == 1

@@ -201,7 +201,8 @@ def objects_visible(repos: list[Path]):
 
 def take_in(top: Workspace, host: Host, name: str, item: Incoming) -> str | None:
     """The quarantine's commit into the toplevel's store (a local fetch, checked again), as
-    ``refs/chtop/hosts/HOST/NAME``; the old tip when the host had rewritten it (then kept)."""
+    ``refs/chtop/hosts/HOST/NAME``; the tip taken before, when the host has rewritten it since and
+    the integration branch here lacks it (then kept)."""
     main_dir = top.main_checkout_dir(item.checkout)
     landed, incoming = f"{LANDED_PREFIX}/{host.name}/{name}", f"{INCOMING_PREFIX}/{host.name}/{name}"
     git(main_dir, ["-c", "transfer.fsckObjects=true", "fetch", "--no-tags", "--no-write-fetch-head",
@@ -209,8 +210,9 @@ def take_in(top: Workspace, host: Host, name: str, item: Incoming) -> str | None
                    f"+{QUARANTINE_REF}:{incoming}"])
     old = read_ref(item.checkout.store, landed)
     lines, kept = [f"update {landed} {item.tip}"], None
-    if old and SHA_RE.match(old) and old != item.tip and \
-            not git(main_dir, ["merge-base", "--is-ancestor", old, item.tip], check=False).ok:
+    if old and SHA_RE.match(old) and old != item.tip and not any(
+            git(main_dir, ["merge-base", "--is-ancestor", old, newer], check=False).ok
+            for newer in (item.tip, f"refs/heads/{top.integration_branch(item.checkout)}")):
         kept = f"{KEPT_PREFIX}/{host.name}/{name}/{old}"
         lines.append(f"update {kept} {old}")
     lines.append(f"delete {incoming}")
