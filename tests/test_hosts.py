@@ -460,8 +460,23 @@ def prepare_other_ref_name(there):
     there.run("beta", "git branch -q -m dev dev-elsewhere")
 
 
+def prepare_attribute_driver(there):
+    """dev adds an attribute line that routes files through a filter this toplevel's config defines."""
+    git(there.g.toplevel / "alpha", "config", "filter.x.clean", "cat")
+    there.run("alpha", "git checkout -q dev && echo '*.txt filter=x' > .gitattributes && git add .gitattributes && "
+                       "git commit -q -m attributes")
+
+
+def prepare_untracked_here(there):
+    """dev adds a file that is an untracked file in this toplevel's checkout (the merge would overwrite it)."""
+    there.commit_on_dev("alpha", "remote.txt")
+    (there.g.toplevel / "alpha" / "remote.txt").write_text("mine, not committed\n")
+
+
 @pytest.mark.parametrize("prepare, code, says", [
     (prepare_corrupt_commit, 1, "fetching gpu1:dev/alpha from host gpu1 failed"),
+    (prepare_attribute_driver, 3, "routes files through filter=x"),
+    (prepare_untracked_here, 3, "untracked remote.txt would be overwritten by the merge"),
     (prepare_oversized_pack, 1, "a pack larger than 1 MiB"),
     (prepare_other_ref_name, 3, "there is no branch dev in gpu1:"),
     (lambda there: there.say_worktree(dirty=True), 3, "gpu1:dev/alpha: uncommitted changes"),
@@ -477,7 +492,7 @@ def test_merge_up_host_refuses_a_bad_branch_there_and_changes_nothing_here(mirro
     assert stores_here(g) == before and not leftover_quarantines(g)
 
 
-def test_merge_up_host_takes_only_branch_dev_and_refuses_what_is_no_fast_forward(mirror_host):
+def test_merge_up_host_takes_only_branch_dev_and_refuses_what_is_no_fast_forward_unless_no_ff(mirror_host):
     g, there = mirror_host.g, mirror_host
     evil = prepare_extra_refs(there)
     tip = there.run("alpha", "git rev-parse dev")
@@ -487,9 +502,9 @@ def test_merge_up_host_takes_only_branch_dev_and_refuses_what_is_no_fast_forward
     assert refused.returncode == 3 and "not a fast-forward" in refused.stderr, refused
     assert "inv git.rebase-down --host gpu1 --name dev" in refused.stderr
     assert stores_here(g) == before
-    git(g.toplevel / "alpha", "reset", "-q", "--hard", "HEAD~1")        # the integration branch as the host has it
-    g.inv(g.toplevel, "git.merge-up", "--host", "gpu1", "--name", "dev")
-    assert git(g.toplevel / "alpha", "rev-parse", "main") == tip
+    g.inv(g.toplevel, "git.merge-up", "--host", "gpu1", "--name", "dev", "--no-ff")
+    assert git(g.toplevel / "alpha", "rev-parse", "main^2") == tip                  # a merge commit of the tip
+    assert git(g.toplevel / "alpha", "log", "-1", "--format=%s", "main") == "Merge branch 'dev' of host gpu1"
     assert subprocess.run(["git", "cat-file", "-e", evil], cwd=g.toplevel / "alpha").returncode != 0
     assert "planted" not in git(g.toplevel / "alpha", "tag") and "evil" not in git(g.toplevel / "alpha", "branch")
 
