@@ -81,7 +81,7 @@ def rebase_down(c, dry_run=False, host="", name=""):
                              "name": "with --host: the worktree there"})
 @reports_errors
 def merge_up(c, dry_run=False, no_ff=False, expect=None, host="", name=""):
-    """In a worktree: fast-forward each integration branch to this feature (in the toplevel)."""
+    """In a worktree: fast-forward each integration branch to this feature (in the toplevel); --host: a host's."""
     if host:
         if not name:
             raise UsageError("git.merge-up --host HOST needs --name NAME (the worktree there)")
