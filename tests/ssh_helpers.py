@@ -204,8 +204,10 @@ class SshHost:
         self.proc.wait(timeout=30)
 
 
-def start_sshd() -> SshHost:
-    """sshd on a free port as root, for ``chtop-ssh``, keys and configs in a fresh dir under /tmp."""
+def start_sshd(extra_config: str = "") -> SshHost:
+    """sshd on a free port as root, for ``chtop-ssh``, keys and configs in a fresh dir under /tmp;
+    ``extra_config``: lines added to its sshd_config (a test's ``ForceCommand``: a host that does
+    more than it is asked)."""
     sshd = require_sshd()
     user = ensure_ssh_user()
     base = Path(tempfile.mkdtemp(prefix="csh-", dir="/tmp"))
@@ -215,7 +217,7 @@ def start_sshd() -> SshHost:
     (base / "authorized_keys").write_text(keygen(base / "client_key") + "\n")
     (base / "authorized_keys").chmod(0o644)
     port = free_port()
-    (base / "sshd_config").write_text(SSHD_CONFIG.format(port=port, base=base, user=SSH_USER))
+    (base / "sshd_config").write_text(SSHD_CONFIG.format(port=port, base=base, user=SSH_USER) + extra_config)
     (base / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_pub}\n")
     config = base / "ssh_config"
     config.write_text(CLIENT_CONFIG.format(alias=ALIAS, port=port, user=SSH_USER, base=base))

@@ -15,8 +15,9 @@ from ..fanout import fan_out
 from ..places import check_worktree_name
 from ..term import say
 from ..workspace.gitprobe import rev
+from ..workspace.gitrun import git
 from ..workspace.layout import Workspace
-from . import answers, install
+from . import answers, approvals, install
 from .records import LOCAL, Host, check_host, forget_host, get_host, load_hosts, record_host, target_problem
 from .ssh import LONG_TIMEOUT, Unreachable, close_connection, run_on, ssh_argv
 
@@ -29,6 +30,7 @@ class HostState:
     version: str | None = None
     worktrees: list = field(default_factory=list)
     sessions: list = field(default_factory=list)
+    pending: list = field(default_factory=list)
 
     @property
     def reachable(self) -> bool:
@@ -58,6 +60,8 @@ def host_state(host: Host, what=("version", "worktrees", "sessions")) -> HostSta
             state.worktrees = ask_worktrees(host)
         if "sessions" in what:
             state.sessions = ask_sessions(host)
+        if "pending" in what:
+            state.pending = approvals.ask_pending(host)
     except ChtopError as exc:          # Unreachable, BadAnswer, a failed command there
         state.error = str(exc).splitlines()[0]
     return state
@@ -118,38 +122,66 @@ def update_hosts(ws: Workspace, name: str = "", every: bool = False) -> tuple[li
 
 def update_host(ws: Workspace, host: Host, here: str) -> str:
     before = install.remote_version(host)
-    if before == here:
+    behind = install.out_of_date(ws, host)        # a merge-up --host may have moved only a repo's branch
+    if not behind:
         return f"{host.name}: up to date (chtop {here[:12]})"
     install.push_checkouts(ws, host)
     install.init_there(host)
     check_installed(ws, host)
+    if before == here:
+        return f"{host.name}: updated " + ", ".join(f"{m.remote} {m.branch} -> {m.tip[:12]}" for m in behind)
     return f"{host.name}: updated chtop {before[:12]} -> {here[:12]}"
 
 
-def unlanded(state: HostState) -> list[str]:
-    """Each worktree repo there with commits not merged up, uncommitted changes, or that chtop could not read."""
+def unlanded(state: HostState, landed: set[tuple[str, str]] = frozenset()) -> list[str]:
+    """Each worktree repo there with commits not merged up, uncommitted changes, or that chtop could
+    not read; ``landed``: (worktree, repo) whose branch there is in this toplevel's integration
+    branch already (merged up here with ``git.merge-up --host``, before ``host.update``)."""
     out = []
     for wt in state.worktrees:
         if wt["problem"]:
             out.append(f"{wt['name']}: {wt['problem']}")
         for repo in wt["repos"]:
-            why = [f"{repo['ahead']} commit(s) not merged up" if repo["ahead"] else "",
+            ahead = repo["ahead"] and (wt["name"], repo["repo"]) not in landed
+            why = [f"{repo['ahead']} commit(s) not merged up" if ahead else "",
                    "uncommitted changes" if repo["dirty"] else "", repo["problem"] or ""]
             if any(why):
                 out.append(f"{wt['name']}/{repo['repo']}: " + ", ".join(w for w in why if w))
     return out
 
 
-def remove_host(name: str, force: bool = False) -> str:
-    """Forget a host (its files there stay); refused while its worktrees hold unlanded work, or
-    while it cannot be asked (``force``: forget it anyway)."""
+def landed_here(ws: Workspace | None, host: Host, state: HostState) -> set[tuple[str, str]]:
+    """(worktree, repo) of the host's worktrees with commits there whose branch tip, as the host's
+    toplevel names it, this toplevel's integration branch already holds."""
+    asks = [(wt["name"], repo["repo"]) for wt in state.worktrees for repo in wt["repos"] if repo["ahead"]]
+    if ws is None or not asks:
+        return set()
+    top = ws.for_root(ws.toplevel)
+    where = {checkout.label: (checkout, mirror)
+             for checkout, mirror in zip(top.checkouts(), install.mirrors(top, host), strict=True)}
+    asks = [(wt, label) for wt, label in asks if label in where]
+    tips = install.remote_branch_tips(host, [(where[label][1].remote, wt) for wt, label in asks]) if asks else []
+    landed = set()
+    for (wt, label), tip in zip(asks, tips, strict=True):
+        checkout = where[label][0]
+        if tip and git(top.main_checkout_dir(checkout), ["merge-base", "--is-ancestor", tip,
+                                                         f"refs/heads/{top.integration_branch(checkout)}"],
+                       check=False).ok:
+            landed.add((wt, label))
+    return landed
+
+
+def remove_host(name: str, force: bool = False, ws: Workspace | None = None) -> str:
+    """Forget a host (its files there stay); refused while its worktrees hold unlanded work (commits
+    neither merged up there nor in ``ws``'s integration branches), or while it cannot be asked
+    (``force``: forget it anyway)."""
     host = get_host(name)
     state = host_state(host, ("worktrees",))
     if not force:
         if not state.reachable:
             raise Refused(f"cannot check host {name} for unlanded work: {state.error}\n"
                           f"Forget it anyway (its worktrees there stay as they are): inv host.remove {name} --force")
-        problems = unlanded(state)
+        problems = unlanded(state, landed_here(ws, host, state))
         if problems:
             raise Refused(f"host {name} holds worktrees with unlanded work:\n  " + "\n  ".join(problems)
                           + f"\nMerge them up (or delete them there), then inv host.remove {name} again")
@@ -158,22 +190,34 @@ def remove_host(name: str, force: bool = False) -> str:
     return f"removed host {name} (nothing on {host.target} was changed; its toplevel {host.toplevel} stays there)"
 
 
+PENDING_SHOWN = 5          # requests host.list names on a host's line; the rest are counted
+
+
+def pending_words(items: list[dict]) -> str:
+    """``pending: 2 (pypi.org:443 from dev, x.example:443 from (group))``: a host's ``net.pending``
+    answer (checked: each spec a host:port, each worktree a worktree name), newest first."""
+    if not items:
+        return "pending: none"
+    named = [f"{item['spec']} from {item['worktree'] or '(group)'}" for item in items[:PENDING_SHOWN]]
+    more = [f"{len(items) - PENDING_SHOWN} more"] if len(items) > PENDING_SHOWN else []
+    return f"pending: {len(items)} ({', '.join(named + more)})"
+
+
 def host_lines(ws: Workspace) -> list[str]:
     """``host.list``: each host, reachable or why not, its chtop version against this one's,
-    its worktrees and sessions."""
+    its worktrees, sessions and pending requests (``inv net.allow DOMAIN --host HOST`` answers one)."""
     here = local_version(ws)
     lines = []
-    for state in every_host_state():
+    for state in every_host_state(("version", "worktrees", "sessions", "pending")):
         host = state.host
         if not state.reachable:
             lines.append(f"{host.name:12} {host.target:20} unreachable: {state.error}")
             continue
         version = "same chtop as here" if state.version == here else \
             f"behind: chtop {state.version[:12]}, here {here[:12]} (inv host.update --name {host.name})"
-        pending = sum(row["pending"] for row in state.sessions)
         lines.append(f"{host.name:12} {host.target:20} reachable, {version}, "
                      f"{len(state.worktrees)} worktree(s), {len(state.sessions)} session(s), "
-                     f"{pending} pending approval(s)")
+                     f"{pending_words(state.pending)}")
         for wt in state.worktrees:
             session = next((s for s in state.sessions if s["worktree"] == wt["name"]), None)
             lines.append(f"  {wt['name']:16} " + (f"session {session['state']}" if session else "no session"))

@@ -28,6 +28,8 @@ PROBE = 'for t in "$@"; do if command -v "$t" >/dev/null 2>&1; then echo "$t yes
 PREPARE = ('set -e; mkdir -p "$1"; cd "$1"; [ -e .git ] || git init -q -b "$2" .; '
            'git config receive.denyCurrentBranch updateInstead; '
            'if [ -n "$3" ] && ! git config remote.origin.url >/dev/null; then git remote add origin "$3"; fi')
+BRANCH_TIPS = ('while [ "$#" -gt 1 ]; do git -C "$1" rev-parse -q --verify "refs/heads/$2^{commit}" '
+               '|| echo missing; shift 2; done')
 VENV_PYTHON = ('p="${CHTOP_VENV:-${XDG_DATA_HOME:-$HOME/.local/share}/chtop/venv}/bin/python"; '
                'if [ -x "$p" ]; then echo "$p"; else command -v python3; fi')
 
@@ -113,6 +115,23 @@ def run_bootstrap(host: Host) -> str:
     if path_problem(python):
         raise BadAnswer(f"host {host.name}: bootstrap left no python chtop can name ({python[:80]!r})")
     return python
+
+
+def remote_branch_tips(host: Host, branches: list[tuple[str, str]]) -> list[str | None]:
+    """The commit of each (dir there, branch) the host's checkouts hold (None: no such branch), in
+    one call; its answer is data: one commit id or ``missing`` a line, one line per branch."""
+    words = [word for pair in branches for word in pair]
+    lines = run_on(host, ["sh", "-c", BRANCH_TIPS, "sh", *words]).stdout.splitlines()
+    if len(lines) != len(branches) or any(line != "missing" and not _SHA.match(line) for line in lines):
+        raise BadAnswer(f"host {host.name}: its branch tips are not one commit id (or 'missing') a branch")
+    return [None if line == "missing" else line for line in lines]
+
+
+def out_of_date(ws: Workspace, host: Host) -> list[Mirror]:
+    """The checkouts whose branch there is not at this toplevel's tip (what ``host.update`` pushes)."""
+    every = mirrors(ws, host)
+    there = remote_branch_tips(host, [(m.remote, m.branch) for m in every])
+    return [m for m, tip in zip(every, there, strict=True) if tip != m.tip]
 
 
 def remote_version(host: Host) -> str:

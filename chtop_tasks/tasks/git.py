@@ -11,6 +11,7 @@ dotfiles = lazy("workspace.dotfiles")
 layout = lazy("workspace.layout")
 remotes = lazy("workspace.remotes")
 fleet = lazy("hosts.fleet")
+host_merge = lazy("hosts.merge")
 
 
 @task
@@ -74,10 +75,18 @@ def rebase_down(c, dry_run=False, host="", name=""):
 @task(name="merge-up", help={"dry_run": "print what would run, change nothing",
                              "no_ff": "make a merge commit instead of --ff-only",
                              "expect": "REPO=SHA,... (the dry run's last line): refuse, moving nothing, "
-                                       "unless exactly these tips land"})
+                                       "unless exactly these tips land",
+                             "host": "land worktree --name of this recorded host here: its branch fetched over "
+                                     "SSH into a quarantine and checked as a local import is",
+                             "name": "with --host: the worktree there"})
 @reports_errors
-def merge_up(c, dry_run=False, no_ff=False, expect=None):
-    """In a worktree: fast-forward each integration branch to this feature (in the toplevel)."""
+def merge_up(c, dry_run=False, no_ff=False, expect=None, host="", name=""):
+    """In a worktree: fast-forward each integration branch to this feature (in the toplevel); --host: a host's."""
+    if host:
+        if not name:
+            raise UsageError("git.merge-up --host HOST needs --name NAME (the worktree there)")
+        return host_merge.merge_up_there(layout.find_workspace(), host, name, no_ff=no_ff, dry_run=dry_run,
+                                         expect=expect)
     return gitops.merge_up(layout.find_workspace(), no_ff=no_ff, dry_run=dry_run, expect=expect)
 
 

@@ -43,6 +43,6 @@ def update(c, name="", all=False):  # noqa: A002 - --all is the flag's name
                      "(nothing on it is deleted; that work stays only there)"})
 @reports_errors
 def remove(c, name, force=False):
-    """Forget a host; refused while its worktrees hold commits not merged up."""
-    line = fleet.remove_host(name, force)
+    """Forget a host; refused while its worktrees hold commits not merged up (there or here)."""
+    line = fleet.remove_host(name, force, layout.find_workspace())
     (warn if force else say)(line)

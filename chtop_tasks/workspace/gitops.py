@@ -432,10 +432,11 @@ def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool) -> list[str]:
     return problems
 
 
-def toplevel_checkout_problems(ws: Workspace, rel: Relation) -> list[str]:
+def toplevel_checkout_problems(ws: Workspace, rel: Relation, tip: str | None = None) -> list[str]:
     """What would stop the merge in ``rel``'s toplevel checkout (where it lands), asked before any
     repo moves: a leftover ``index.lock``, a merge or rebase in progress, uncommitted or untracked
-    files where the merge changes them.  Repos with nothing to land are not asked."""
+    files where the merge changes them.  Repos with nothing to land are not asked.  ``tip``: the
+    commit to land (another host's branch), else branch NAME here."""
     if not rel.ahead:
         return []
     main_dir = ws.main_checkout_dir(rel.checkout)
@@ -448,7 +449,7 @@ def toplevel_checkout_problems(ws: Workspace, rel: Relation) -> list[str]:
     busy = operation_in_progress(main_dir, gitdir)
     if busy:
         problems.append(f"{here}: a {busy} is in progress; finish it or abort it (git -C {main_dir} {busy} --abort)")
-    touched = set(git(main_dir, ["diff", "--name-only", f"{rel.integration}...{ws.name}"]).stdout.splitlines())
+    touched = set(git(main_dir, ["diff", "--name-only", f"{rel.integration}...{tip or ws.name}"]).stdout.splitlines())
     tracked, untracked = [], []
     for line in dirty_paths(main_dir):
         paths = set(line[3:].split(" -> "))
