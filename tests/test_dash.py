@@ -577,3 +577,16 @@ def test_the_dry_run_shown_for_confirmation_names_the_key_not_the_flag(with_dev)
     assert actions.CLI_EXPECT_HINT not in text and actions.CLI_RUN_HINT not in text
     tip = git(g.path("dev", "beta"), "rev-parse", "HEAD")
     assert actions.confirmed_argv("git.merge-up", text)[-2:] == ["--expect", f"beta={tip}"]
+
+
+def test_a_hosts_merge_up_plan_gives_the_confirmed_run_its_tips():
+    """``m`` on another host's row: the dry run here (``merge-up --host H --name N``) names its tips
+    with ``--host``/``--name`` in the line; the confirmed run lands exactly those, or refuses."""
+    from chtop_tasks.dash import actions
+
+    sha = "a" * 40
+    plan = ("merge-up from gpu1:dev into /ch/top (dry run: nothing will be changed):\n"
+            f"{actions.CLI_EXPECT_HINT} inv git.merge-up --host gpu1 --name dev --expect alpha={sha}\n")
+    argv = actions.confirmed_argv("git.merge-up", plan, "--host", "gpu1", "--name", "dev")
+    assert argv[-6:] == ["--host", "gpu1", "--name", "dev", "--expect", f"alpha={sha}"]
+    assert actions.confirmed_argv("git.merge-up", "nothing to land\n")[-2:] == ["--expect", ""]

@@ -72,7 +72,7 @@ CLI_RUN_HINT = "run again without --dry-run"
 CLI_EXPECT_HINT = "to land exactly these tips:"          # merge-up's; the line after it stays (EXPECT_LINE)
 
 
-EXPECT_LINE = re.compile(r"inv git\.merge-up --expect (\S+)")
+EXPECT_LINE = re.compile(r"inv git\.merge-up (?:--host \S+ --name \S+ )?--expect (\S+)")   # a host's too
 
 
 def confirmed_argv(task: str, plan: str, *args: str) -> list[str]:
