@@ -1,7 +1,7 @@
 """git.status / diff / rebase-down / merge-up across real repos."""
 
-
-from conftest import git
+import pytest
+from conftest import REPO_ROOT, git
 
 
 def test_status_headers_passthrough_and_relations(with_dev):
@@ -247,3 +247,26 @@ def test_merge_up_says_what_landed(with_dev):
     g.commit(dev / "beta", "b2.txt", "x\n", "three")
     assert "landed dev: alpha 1, beta 2 commits" in g.inv(dev, "git.merge-up").stdout
     assert "landed nothing: every integration branch already has dev" in g.inv(dev, "git.merge-up").stdout
+
+
+def test_dotfiles_render_without_jinja_as_jinja_does(tmp_path):
+    """The shipped templates (only ``{{ name }}``) are rendered without importing Jinja, to the same
+    text; any other markup, a name the context lacks, or a Jinja literal goes to Jinja."""
+    from chtop_tasks.workspace.dotfiles import TEMPLATE_DIR, render_jinja, render_plain, render_text, template_files
+
+    context = {"root": "/home/u/ch/dev"}
+    shipped = template_files(REPO_ROOT / TEMPLATE_DIR)
+    assert shipped
+    for template in shipped:
+        source = template.read_text()
+        assert render_plain(source, context) == render_jinja(source, context) != source
+    for source in ("{% if root %}x{% endif %}\n", "{{ root | upper }}\n", "{# note #}{{ root }}", "{{root}} }}",
+                   "{{ missing }}", "{{ true }}", "{{- root }}"):
+        assert render_plain(source, {**context, "true": "t"}) is None, source
+    assert render_plain("a {{root}} b {{ root }}\n", context) == "a /home/u/ch/dev b /home/u/ch/dev\n"
+    odd = tmp_path / "odd.j2"
+    odd.write_text("{% for x in 'ab' %}{{ x }}{{ root }}{% endfor %}\n")
+    assert render_text(odd, context) == "a/home/u/ch/devb/home/u/ch/dev\n"
+    odd.write_text("{{ missing }}")
+    with pytest.raises(Exception, match="missing"):
+        render_text(odd, context)
