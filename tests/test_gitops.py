@@ -1,5 +1,8 @@
 """git.status / diff / rebase-down / merge-up across real repos."""
 
+import os
+import shutil
+
 import pytest
 from conftest import REPO_ROOT, git
 
@@ -270,3 +273,33 @@ def test_dotfiles_render_without_jinja_as_jinja_does(tmp_path):
     odd.write_text("{{ missing }}")
     with pytest.raises(Exception, match="missing"):
         render_text(odd, context)
+
+
+def test_merge_up_asks_for_attribute_drivers_only_where_an_attributes_file_lands(with_dev, tmp_path):
+    """A nested ``.gitattributes`` that routes files through a driver of the toplevel's config is
+    refused (dry run too); where the landed commits touch no ``.gitattributes``, neither the config
+    nor the attribute diff is asked."""
+    g = with_dev
+    dev = g.path("dev")
+    git(g.toplevel / "alpha", "config", "filter.x.clean", "cat")
+    git(g.toplevel / "beta", "config", "filter.x.clean", "cat")
+    (dev / "alpha" / "sub").mkdir()
+    g.commit(dev / "alpha", "sub/.gitattributes", "*.txt filter=x\n", "route files through x")
+    g.commit(dev / "beta", "b.txt", "x\n", "no attributes")
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    real = shutil.which("git")
+    (shim / "git").write_text(f'#!/bin/sh\necho "$PWD $*" >> {shim}/log\nexec {real} "$@"\n')
+    (shim / "git").chmod(0o755)
+    env = {"PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+    result = g.inv(dev, "git.merge-up", "--dry-run", check=False, env=env)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "sub/.gitattributes adds `*.txt filter=x`" in result.stderr, result.stderr
+    asked = [line for line in (shim / "log").read_text().splitlines() if "--get-regexp" in line]
+    assert len(asked) == 1 and asked[0].startswith(f"{g.toplevel / 'alpha'} "), asked
+    git(dev / "alpha", "reset", "-q", "--hard", "HEAD~1")
+    g.commit(dev / "alpha", "a.txt", "x\n", "no attributes either")
+    (shim / "log").write_text("")
+    g.inv(dev, "git.merge-up", env=env)
+    assert "--get-regexp" not in (shim / "log").read_text()
+    assert git(g.toplevel / "beta", "log", "-1", "--format=%s", "kms") == "no attributes"

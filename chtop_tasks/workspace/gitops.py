@@ -255,6 +255,18 @@ def problems_of(rels: list[Relation], *checks) -> list[str]:
     return [problem for index in range(len(checks)) for per_repo in found for problem in per_repo[index]]
 
 
+def per_relation(compute):
+    """``compute(rel)``, asked once per relation however often it is wanted (each relation's checks run
+    in one thread of ``problems_of``)."""
+    answers: dict[int, object] = {}
+
+    def answer(rel: Relation):
+        if id(rel) not in answers:
+            answers[id(rel)] = compute(rel)
+        return answers[id(rel)]
+    return answer
+
+
 def raise_if_problems(problems: list[str], what: str) -> None:
     if problems:
         raise Refused(f"{what}: nothing was changed, because:\n  " + "\n  ".join(problems))
@@ -413,7 +425,8 @@ def conflict_instructions(ws: Workspace, step: GitStep) -> str:
     )
 
 
-def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool) -> list[str]:
+def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool, touched: set[str] | None = None) -> list[str]:
+    """``touched``: ``landing_paths(ws, rel)``, when the caller has it already."""
     problems = preflight_problems(ws, rel)
     main_dir = ws.main_checkout_dir(rel.checkout)
     main_branch = head_branch(main_dir) if rel.ahead else None     # asked only where a merge lands
@@ -423,7 +436,7 @@ def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool) -> list[str]:
             f"but the merge lands on {rel.integration!r} there; check it out first"
         )
     if rel.ahead:
-        problems += attribute_driver_problems(ws, rel)
+        problems += attribute_driver_problems(ws, rel, landing_paths(ws, rel) if touched is None else touched)
     if rel.ahead and rel.behind and not no_ff:
         problems.append(
             f"{ws.display(rel.checkout.path)}: {rel.integration} moved ({rel.behind} new commit(s)) "
@@ -432,11 +445,20 @@ def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool) -> list[str]:
     return problems
 
 
-def toplevel_checkout_problems(ws: Workspace, rel: Relation, tip: str | None = None) -> list[str]:
+def landing_paths(ws: Workspace, rel: Relation, tip: str | None = None) -> set[str]:
+    """The paths the feature (``tip``, else branch NAME here) changed since it left its integration
+    branch (what a merge changes), as ``git diff --name-only`` in the toplevel checkout prints them."""
+    main_dir = ws.main_checkout_dir(rel.checkout)
+    return set(git(main_dir, ["diff", "--name-only", f"{rel.integration}...{tip or ws.name}"]).stdout.splitlines())
+
+
+def toplevel_checkout_problems(ws: Workspace, rel: Relation, tip: str | None = None,
+                               touched: set[str] | None = None) -> list[str]:
     """What would stop the merge in ``rel``'s toplevel checkout (where it lands), asked before any
     repo moves: a leftover ``index.lock``, a merge or rebase in progress, uncommitted or untracked
     files where the merge changes them.  Repos with nothing to land are not asked.  ``tip``: the
-    commit to land (another host's branch), else branch NAME here."""
+    commit to land (another host's branch), else branch NAME here.  ``touched``:
+    ``landing_paths(ws, rel, tip)``, when the caller has it already."""
     if not rel.ahead:
         return []
     main_dir = ws.main_checkout_dir(rel.checkout)
@@ -449,7 +471,7 @@ def toplevel_checkout_problems(ws: Workspace, rel: Relation, tip: str | None = N
     busy = operation_in_progress(main_dir, gitdir)
     if busy:
         problems.append(f"{here}: a {busy} is in progress; finish it or abort it (git -C {main_dir} {busy} --abort)")
-    touched = set(git(main_dir, ["diff", "--name-only", f"{rel.integration}...{tip or ws.name}"]).stdout.splitlines())
+    touched = landing_paths(ws, rel, tip) if touched is None else touched
     tracked, untracked = [], []
     for line in dirty_paths(main_dir):
         paths = set(line[3:].split(" -> "))
@@ -492,10 +514,16 @@ def added_attribute_lines(repo_dir: Path, base: str, tip: str) -> list[tuple[str
     return found
 
 
-def attribute_driver_problems(ws: Workspace, rel: Relation) -> list[str]:
+def attribute_driver_problems(ws: Workspace, rel: Relation, touched: set[str] | None = None) -> list[str]:
     """Attribute lines the landed commits add that name a driver your config defines: landing them
     would run that program on the agent's files (the agent cannot define a driver, but it can
-    choose yours), so merge-up refuses and says how to land by hand after reading them."""
+    choose yours), so merge-up refuses and says how to land by hand after reading them.
+
+    ``touched``: ``landing_paths(ws, rel)``; when no path of it is (or, quoted, holds) a
+    ``.gitattributes``, the landed commits add no attribute line, and neither your config nor the
+    diff is asked (a merge keeps the integration branch's version of every file the feature left)."""
+    if touched is not None and not any(".gitattributes" in path for path in touched):
+        return []
     main_dir = ws.main_checkout_dir(rel.checkout)
     drivers = configured_drivers(main_dir)
     if not drivers:
@@ -594,8 +622,9 @@ def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False, expect: 
     verify_git_dirs(ws)
     verify_git_dirs(ws.for_root(ws.toplevel))
     rels = relations(ws)
-    raise_if_problems(problems_of(rels, lambda rel: merge_up_problems(ws, rel, no_ff),
-                                  lambda rel: toplevel_checkout_problems(ws, rel)), "merge-up")
+    touched = per_relation(lambda rel: landing_paths(ws, rel) if rel.ahead else set())   # one diff, both checks
+    raise_if_problems(problems_of(rels, lambda rel: merge_up_problems(ws, rel, no_ff, touched(rel)),
+                                  lambda rel: toplevel_checkout_problems(ws, rel, touched=touched(rel))), "merge-up")
     tips = tips_to_land(ws, rels)
     if expected is not None:
         raise_if_problems(tips_problems(ws, expected, tips), "merge-up")
