@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .. import runner
 from ..errors import ChtopError, CommandFailed, Refused, UsageError
-from ..fanout import fan_out
+from ..fanout import fan_out, in_background
 from ..term import bold, git_color_args, say, warn
 from .gitprobe import (
     WORKTREE_DIFF_DRIVERS_OFF,
@@ -332,10 +332,12 @@ def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False,
     sync_worktree(ws, strict=True)     # imports first; the integration branches inside are the host's latest
     verify_git_dirs(ws)
     rels = relations(ws)
+    # the busy check (podman ps) runs while the repos are checked; it is answered before any rebase
+    busy = in_background(running_sandboxes, ws) if any(rel.behind for rel in rels) and not dry_run else None
     raise_if_problems(problems_of(rels, lambda rel: rebase_problems(ws, rel)), "rebase-down")
     steps = plan_rebase_down(ws, rels, rebase_args)
     if steps and not dry_run:
-        refuse_while_sandboxed(ws, running_sandboxes(ws), "rebase-down")
+        refuse_while_sandboxed(ws, busy(), "rebase-down")
     try:
         carry_out(ws, rels, steps, "rebase-down", dry_run, lambda step: ChtopError(conflict_instructions(ws, step)),
                   rebased_onto_integration, writes_worktree=True)
