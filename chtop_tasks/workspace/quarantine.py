@@ -45,7 +45,7 @@ from ..errors import ChtopError, CommandFailed, Refused, WorkspaceError
 from ..fanout import fan_out
 from ..places import state_dir
 from ..term import warn
-from .gitprobe import commits_missing_from
+from .gitprobe import commits_missing_from, rev
 from .gitrun import git
 from .layout import (
     Checkout,
@@ -302,20 +302,33 @@ def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str,
     if not result.ok:
         raise CommandFailed(f"importing {branch} from {checkout_path} into {shared} failed: "
                             f"{result.error_tail(3)}")
-    got = git(shared, ["rev-parse", "--verify", f"{incoming}^{{commit}}"]).stdout.strip()
-    if got == old:
+    if read_ref(shared, incoming) == old:       # the host's store, the ref fetch just wrote: data
         git(shared, ["update-ref", "-d", incoming])
         return None
+    got = f"{incoming}^{{commit}}"       # what was fetched, as a commit: git fails on anything else
     kept = None
-    lines = [f"update {ref} {got} {old or '0' * len(got)}"]
-    if old and not git(shared, ["merge-base", "--is-ancestor", old, got], check=False).ok and not (
-            host_rewrite_bases and not commits_missing_from(shared, old, [got, *host_rewrite_bases])):
+    if old and rewritten(shared, old, got, host_rewrite_bases, f"importing {branch} from {checkout_path}"):
         kept = f"{KEPT_PREFIX}/{branch}/{old}"
-        lines.append(f"update {kept} {old}")
+    lines = [f"update {ref} {got} {old}" if old else f"create {ref} {got}"]
+    lines += [f"update {kept} {old}"] if kept else []
     lines.append(f"delete {incoming}")
     git(shared, ["update-ref", "-m", f"chtop: import {branch} from its sandbox", "--stdin"],
         input="\n".join(lines) + "\n")
-    return Imported(checkout_path, branch, old, got, kept)
+    new = read_ref(shared, ref)
+    return Imported(checkout_path, branch, old, new if new and SHA_RE.match(new) else rev(shared, ref), kept)
+
+
+def rewritten(shared: Path, old: str, got: str, host_rewrite_bases: list[str] | None, what: str) -> bool:
+    """Whether importing ``got`` (a commit expression) over ``old`` loses commits of ``old``, so its tip
+    is kept: ``old`` is no ancestor of ``got`` (one ``rev-list``, which also fails when ``got`` is no
+    commit: the import fails then), and, where chtop's own rebase-down rewrote the branch, some commit
+    of ``old`` is in neither ``got`` nor those bases (by id or patch-id)."""
+    result = git(shared, ["rev-list", "--max-count=1", old, f"^{got}"], check=False)
+    if not result.ok:
+        raise CommandFailed(f"{what} into {shared} failed: {result.error_tail(3)}")
+    if not result.stdout.strip():
+        return False                     # a fast-forward (or the same commit)
+    return not (host_rewrite_bases and not commits_missing_from(shared, old, [got, *host_rewrite_bases]))
 
 
 def owned_by_me(path: Path) -> bool:
