@@ -270,13 +270,16 @@ def _locked(worktree_git_dir: Path):
 
 
 def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str,
-                  host_rewrite_bases: list[str] | None = None) -> Imported | None:
+                  host_rewrite_bases: list[str] | None = None, present_tips: tuple[str, ...] = ()) -> Imported | None:
     """Bring ``branch`` from the private store into ``shared`` (None when there is nothing new).
 
     The "nothing new" answer reads two ref files and runs no process.  The
     caller holds the worktree's lock (``sync_worktree`` does).  ``host_rewrite_bases``: chtop
     itself rewrote the branch on the host (rebase-down); the old tip is kept only if some of its
-    commits are in neither the new tip nor these branches (by id or patch-id).
+    commits are in neither the new tip nor these branches (by id or patch-id).  ``present_tips``:
+    branches of ``shared`` (the integration branch); when the new tip is one's commit (a rebase-down
+    with no commits of its own ends there), the shared store has it and all it reaches already, and
+    the ref moves without a fetch.
     """
     ref = f"refs/heads/{branch}"
     if (store / ref).is_symlink():
@@ -295,23 +298,28 @@ def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str,
     planted = planted_file_problem(store)          # git would block on a FIFO there, or follow a link
     if planted:
         raise CommandFailed(f"{branch} is not imported from {checkout_path}: {planted}")
-    incoming = f"{INCOMING_PREFIX}/{branch}"
-    argv = ["-c", "transfer.fsckObjects=true", "fetch", "--no-tags", "--no-write-fetch-head",
-            "--no-auto-maintenance", "--no-recurse-submodules", "--quiet", str(checkout_path), f"+{ref}:{incoming}"]
-    result = git(shared, argv, check=False)
-    if not result.ok:
-        raise CommandFailed(f"importing {branch} from {checkout_path} into {shared} failed: "
-                            f"{result.error_tail(3)}")
-    if read_ref(shared, incoming) == old:       # the host's store, the ref fetch just wrote: data
-        git(shared, ["update-ref", "-d", incoming])
-        return None
-    got = f"{incoming}^{{commit}}"       # what was fetched, as a commit: git fails on anything else
+    if SHA_RE.match(new) and any(read_ref(shared, f"refs/heads/{name}") == new for name in present_tips):
+        # a branch tip of the host's own store (with all it reaches): nothing to fetch, nothing to check
+        got, incoming = f"{new}^{{commit}}", None
+    else:
+        incoming = f"{INCOMING_PREFIX}/{branch}"
+        argv = ["-c", "transfer.fsckObjects=true", "fetch", "--no-tags", "--no-write-fetch-head",
+                "--no-auto-maintenance", "--no-recurse-submodules", "--quiet", str(checkout_path),
+                f"+{ref}:{incoming}"]
+        result = git(shared, argv, check=False)
+        if not result.ok:
+            raise CommandFailed(f"importing {branch} from {checkout_path} into {shared} failed: "
+                                f"{result.error_tail(3)}")
+        if read_ref(shared, incoming) == old:       # the host's store, the ref fetch just wrote: data
+            git(shared, ["update-ref", "-d", incoming])
+            return None
+        got = f"{incoming}^{{commit}}"       # what was fetched, as a commit: git fails on anything else
     kept = None
     if old and rewritten(shared, old, got, host_rewrite_bases, f"importing {branch} from {checkout_path}"):
         kept = f"{KEPT_PREFIX}/{branch}/{old}"
     lines = [f"update {ref} {got} {old}" if old else f"create {ref} {got}"]
     lines += [f"update {kept} {old}"] if kept else []
-    lines.append(f"delete {incoming}")
+    lines += [f"delete {incoming}"] if incoming else []
     git(shared, ["update-ref", "-m", f"chtop: import {branch} from its sandbox", "--stdin"],
         input="\n".join(lines) + "\n")
     new = read_ref(shared, ref)
@@ -518,7 +526,8 @@ def _sync_checkout(ws: Workspace, checkout: Checkout, refresh: bool,
         refresh_integration(store, checkout.store, ws.integration_branch(checkout))
     try:
         bases = [ws.integration_branch(checkout)] if rewritten_by_host else None
-        return checkout, import_branch(checkout.path, store, checkout.store, ws.name, bases)
+        return checkout, import_branch(checkout.path, store, checkout.store, ws.name, bases,
+                                       (ws.integration_branch(checkout),))
     except CommandFailed as exc:
         return checkout, str(exc)
 
