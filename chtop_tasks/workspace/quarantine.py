@@ -35,6 +35,7 @@ import fcntl
 import os
 import re
 import shutil
+import stat
 import sys
 import threading
 from dataclasses import dataclass
@@ -110,6 +111,17 @@ def read_packed_refs(gitdir: Path) -> tuple[str, list[tuple[str, str, str | None
             sha, name = line.split(" ", 1)
             entries.append((sha, name.strip(), None))
     return header, entries
+
+
+def packed_refs_read(store: Path) -> bool:
+    """Whether ``read_ref`` saw all of ``store``'s packed refs: none there, or a plain file it reads whole."""
+    try:
+        info = os.lstat(store / "packed-refs")
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_size <= PACKED_REFS_MAX
 
 
 def read_ref(gitdir: Path, name: str) -> str | None:
