@@ -303,3 +303,37 @@ def test_merge_up_asks_for_attribute_drivers_only_where_an_attributes_file_lands
     g.inv(dev, "git.merge-up", env=env)
     assert "--get-regexp" not in (shim / "log").read_text()
     assert git(g.toplevel / "beta", "log", "-1", "--format=%s", "kms") == "no attributes"
+
+
+def test_the_outcome_checks_read_refs_where_the_branch_is_at_its_integration_tip(with_dev, monkeypatch):
+    """After a rebase-down that leaves a branch at its integration tip, and a merge-up that
+    fast-forwards the integration branch to the landed tip, the outcome checks answer from the ref
+    files; anything else (a commit of its own, a tip not landed) is git's answer, so a result other
+    than the plan's is still caught."""
+    from chtop_tasks import runner
+    from chtop_tasks.workspace.gitops import relation_after_rebase, relation_in_toplevel
+    from chtop_tasks.workspace.layout import find_workspace
+    from chtop_tasks.workspace.quarantine import sync_worktree
+
+    g = with_dev
+    dev = g.path("dev")
+    ws = find_workspace(dev)
+    alpha = next(c for c in ws.checkouts() if c.name == "alpha")
+    calls = []
+    real = runner.run
+    monkeypatch.setattr(runner, "run", lambda argv, *a, **k: calls.append(list(argv)) or real(argv, *a, **k))
+    at_tip = relation_after_rebase(ws, alpha)
+    assert (at_tip.ahead, at_tip.behind, at_tip.off_branch) == (0, 0, False) and calls == []
+    tip = g.commit(dev / "alpha", "a.txt", "x\n", "own work")
+    ahead = relation_after_rebase(ws, alpha)
+    assert (ahead.ahead, ahead.behind) == (1, 0) and any("rev-list" in argv for argv in calls)
+    g.push_upstream_commit("alpha", "up.txt", "up\n")
+    calls.clear()
+    behind = relation_after_rebase(ws, alpha)       # the private copy of main is not refreshed: git says
+    assert (behind.ahead, behind.behind) == (1, 0) and calls
+    landed = git(g.toplevel / "alpha", "rev-parse", "HEAD")
+    calls.clear()
+    assert (relation_in_toplevel(ws, alpha, {"alpha": landed}).ahead, calls) == (0, [])
+    sync_worktree(ws)                                           # dev's tip imported, not landed
+    not_landed = relation_in_toplevel(ws, alpha, {"alpha": tip})
+    assert not_landed.ahead == 1 and calls

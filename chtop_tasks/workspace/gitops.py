@@ -28,7 +28,7 @@ from .gitprobe import (
 from .gitrun import HOST_GIT_OPTS, git
 from .grouplock import holds_group_lock
 from .layout import Checkout, Workspace, verify_git_dirs
-from .quarantine import SHA_RE, read_ref, sync_worktree
+from .quarantine import SHA_RE, read_ref, store_of, sync_worktree
 
 
 def present_checkouts(ws: Workspace) -> list[Checkout]:
@@ -340,7 +340,7 @@ def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False,
         refuse_while_sandboxed(ws, busy(), "rebase-down")
     try:
         carry_out(ws, rels, steps, "rebase-down", dry_run, lambda step: ChtopError(conflict_instructions(ws, step)),
-                  rebased_onto_integration, writes_worktree=True)
+                  rebased_onto_integration, relation=relation_after_rebase, writes_worktree=True)
     finally:
         if steps and not dry_run:      # imported at once, as chtop's own rewrite (not the agent's)
             sync_worktree(ws, rewritten_by_host=True)
@@ -382,10 +382,28 @@ def landed_on_integration(ws: Workspace, rel: Relation) -> str | None:
 def relation_in_toplevel(ws: Workspace, checkout: Checkout, tips: dict[str, str] | None = None) -> Relation:
     """The feature branch (or its tip in ``tips``, the one merge-up landed) against its integration
     branch as the toplevel's store has them (where merge-up lands; a worktree's own copy of the
-    integration branch is refreshed later)."""
+    integration branch is refreshed later).  Where the integration branch is that very tip (a
+    fast-forward landed it), read as data from the toplevel's store, no git is asked."""
     integ = ws.integration_branch(checkout)
-    ahead, behind = ahead_behind(ws.main_checkout_dir(checkout), integ, (tips or {}).get(checkout.name, ws.name))
+    tip = (tips or {}).get(checkout.name)
+    if tip is not None and SHA_RE.match(tip) and read_ref(checkout.store, f"refs/heads/{integ}") == tip:
+        return Relation(checkout, ws.name, integ, 0, 0, ws.name)
+    ahead, behind = ahead_behind(ws.main_checkout_dir(checkout), integ, tip or ws.name)
     return Relation(checkout, ws.name, integ, ahead, behind, ws.name)
+
+
+def relation_after_rebase(ws: Workspace, checkout: Checkout) -> Relation:
+    """``relation_of`` a feature checkout; where its branch is at its integration tip (as a
+    rebase-down with no commits of its own leaves it), read as data from its private store (no
+    sandbox runs during a rebase-down), no git is asked."""
+    integ = ws.integration_branch(checkout)
+    branch = head_branch(checkout.path)
+    if branch == ws.name:
+        store = store_of(ws, checkout)
+        tip = read_ref(store, f"refs/heads/{branch}")
+        if tip is not None and SHA_RE.match(tip) and read_ref(store, f"refs/heads/{integ}") == tip:
+            return Relation(checkout, branch, integ, 0, 0, ws.name)
+    return relation_of(ws, checkout)
 
 
 def check_outcome(ws: Workspace, steps: list[GitStep], outcome, what: str, relation=relation_of) -> None:
