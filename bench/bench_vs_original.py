@@ -30,7 +30,7 @@ the temp dir removed at the end.  Bytecode as on a user's machine: PYTHONDONTWRI
 this build machine) is taken out, else every module of both tools is compiled from source on every
 run (for chtop, about 30 ms of a `git.status`).
 
-    python bench/bench_vs_original.py [--rounds N] [--profile]
+    python bench/bench_vs_original.py [--rounds N] [--profile] [--steps rebase-down,merge-up]
 """
 
 from __future__ import annotations
@@ -198,7 +198,23 @@ def check_landed(step: str, tool: str, top: Path, wt: Path) -> None:
             raise SystemExit(f"{tool}'s {step} left {feature} at {head}, its integration branch at {integration}")
 
 
-def run_round(tools: dict[str, Path], rnd: int, times: dict) -> None:
+# what the later steps need done (the worktree, the rebase a merge-up lands on, the delete that ends the
+# round): run, untimed, when ``--steps`` leaves them out
+NEEDED = ("create --no-venv", "rebase-down", "merge-up", "delete")
+
+
+def chosen_steps(words: str | None) -> list[str]:
+    """The steps whose names contain one of the comma-separated ``words`` (all without any)."""
+    if not words:
+        return list(STEPS)
+    chosen = [step for step in STEPS if any(word.strip() == step for word in words.split(","))]
+    chosen = chosen or [step for step in STEPS if any(word.strip() in step for word in words.split(","))]
+    if not chosen:
+        raise SystemExit(f"--steps {words!r} names none of: {', '.join(STEPS)}")
+    return chosen
+
+
+def run_round(tools: dict[str, Path], rnd: int, times: dict, timed_steps: list[str] | None = None) -> None:
     order = list(tools) if rnd % 2 == 0 else list(tools)[::-1]
     wt_name = f"w{rnd}"
     for step, (original, chtop, where) in STEPS.items():
@@ -206,11 +222,15 @@ def run_round(tools: dict[str, Path], rnd: int, times: dict) -> None:
             top = tools[tool]
             wt = top.parent / wt_name
             setup_for(step, top, wt, rnd)
+            if timed_steps is not None and step not in timed_steps and step not in NEEDED:
+                continue
             argv = [a.format(wt=wt_name) for a in (original if tool == "original" else chtop)]
             cwd = top if where == "top" else wt
             before = children_cpu()
-            times[step, tool].append(timed(lambda argv=argv, cwd=cwd: must(argv, cwd)))
-            times[step, tool, "cpu"].append(children_cpu() - before)
+            took = timed(lambda argv=argv, cwd=cwd: must(argv, cwd))
+            if timed_steps is None or step in timed_steps:
+                times[step, tool].append(took)
+                times[step, tool, "cpu"].append(children_cpu() - before)
             if step in ("rebase-down", "merge-up"):
                 check_landed(step, tool, top, wt)
 
@@ -359,7 +379,11 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     parser.add_argument("--profile", action="store_true", help="also break `inv git.status` down")
+    parser.add_argument("--steps", help="time only these steps (comma-separated, exact names or parts of "
+                                        "them: --steps rebase-down,merge-up); the ones later steps need "
+                                        "still run, untimed")
     args = parser.parse_args()
+    timed_steps = chosen_steps(args.steps) if args.steps else None
     bundles = real_repos()
     base = Path(tempfile.mkdtemp(prefix="chtop-vs-original-"))
     try:
@@ -371,7 +395,7 @@ def main() -> None:
               f"on {os.cpu_count()} cores", flush=True)
         times: dict = defaultdict(list)
         for rnd in range(args.rounds):
-            run_round(tools, rnd, times)
+            run_round(tools, rnd, times, timed_steps)
             print(f"round {rnd + 1}/{args.rounds} done", flush=True)
         report(times, args.rounds)
         if args.profile:

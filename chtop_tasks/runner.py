@@ -81,8 +81,8 @@ def run(
                 full_env.pop(key, None)
             else:
                 full_env[key] = value
-    if shown_inert:
-        return _run_shown_inert(argv, cwd, full_env, stdin, timeout, check)
+    if shown_inert or (not capture and input is None):
+        return _run_streamed(argv, cwd, full_env, stdin, timeout, check, shown_inert)
     try:
         proc = subprocess.run(
             argv,
@@ -124,24 +124,51 @@ def _pump_inert(source, sink) -> None:
     sink.flush()
 
 
-def _run_shown_inert(argv, cwd, env, stdin, timeout, check) -> Result:
+def wait_killing_after(proc: subprocess.Popen, timeout: float | None) -> bool:
+    """Wait for ``proc`` in one blocking ``waitpid``; kill it once ``timeout`` seconds have passed.
+    True when it was killed so.  (``Popen.wait(timeout)`` polls, sleeping up to 50 ms a step: every
+    command waited for that way ended up to 50 ms late, a rebase-down's and a merge-up's git steps too.)"""
+    if timeout is None:
+        proc.wait()
+        return False
+    fired = threading.Event()
+
+    def kill() -> None:
+        fired.set()
+        proc.kill()
+
+    timer = threading.Timer(timeout, kill)
+    timer.daemon = True
+    timer.start()
     try:
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
+        proc.wait()
+    finally:
+        timer.cancel()
+    return fired.is_set()
+
+
+def _run_streamed(argv, cwd, env, stdin, timeout, check, shown_inert: bool) -> Result:
+    """The child's output straight to ours (``shown_inert``: through ``_pump_inert``), not captured."""
+    pipe = subprocess.PIPE if shown_inert else None
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=pipe, stderr=pipe)
     except FileNotFoundError as exc:
+        if cwd is not None and not Path(cwd).is_dir():
+            raise CommandFailed(f"cannot run {argv[0]}: its directory {cwd} does not exist") from exc
         raise CommandFailed(f"{argv[0]}: command not found ({exc})") from exc
     pumps = [threading.Thread(target=_pump_inert, args=pair, daemon=True)
-             for pair in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))]
+             for pair in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))] if shown_inert else []
     for pump in pumps:
         pump.start()
     try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        proc.kill()
-        proc.wait()
-        raise CommandFailed(f"timed out after {timeout}s: {format_command(argv, cwd)}") from exc
+        if wait_killing_after(proc, timeout):
+            raise CommandFailed(f"timed out after {timeout}s: {format_command(argv, cwd)}")
+    except KeyboardInterrupt:
+        if not shown_inert:         # as subprocess.run does (the inert path always left it to end)
+            proc.kill()
+            proc.wait()
+        raise
     finally:
         for pump in pumps:
             pump.join()
     return _checked(Result(argv, Path(cwd) if cwd else None, proc.returncode, "", ""), check)
-

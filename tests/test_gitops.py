@@ -1,7 +1,10 @@
 """git.status / diff / rebase-down / merge-up across real repos."""
 
+import os
+import shutil
 
-from conftest import git
+import pytest
+from conftest import REPO_ROOT, git
 
 
 def test_status_headers_passthrough_and_relations(with_dev):
@@ -247,3 +250,90 @@ def test_merge_up_says_what_landed(with_dev):
     g.commit(dev / "beta", "b2.txt", "x\n", "three")
     assert "landed dev: alpha 1, beta 2 commits" in g.inv(dev, "git.merge-up").stdout
     assert "landed nothing: every integration branch already has dev" in g.inv(dev, "git.merge-up").stdout
+
+
+def test_dotfiles_render_without_jinja_as_jinja_does(tmp_path):
+    """The shipped templates (only ``{{ name }}``) are rendered without importing Jinja, to the same
+    text; any other markup, a name the context lacks, or a Jinja literal goes to Jinja."""
+    from chtop_tasks.workspace.dotfiles import TEMPLATE_DIR, render_jinja, render_plain, render_text, template_files
+
+    context = {"root": "/home/u/ch/dev"}
+    shipped = template_files(REPO_ROOT / TEMPLATE_DIR)
+    assert shipped
+    for template in shipped:
+        source = template.read_text()
+        assert render_plain(source, context) == render_jinja(source, context) != source
+    for source in ("{% if root %}x{% endif %}\n", "{{ root | upper }}\n", "{# note #}{{ root }}", "{{root}} }}",
+                   "{{ missing }}", "{{ true }}", "{{- root }}"):
+        assert render_plain(source, {**context, "true": "t"}) is None, source
+    assert render_plain("a {{root}} b {{ root }}\n", context) == "a /home/u/ch/dev b /home/u/ch/dev\n"
+    odd = tmp_path / "odd.j2"
+    odd.write_text("{% for x in 'ab' %}{{ x }}{{ root }}{% endfor %}\n")
+    assert render_text(odd, context) == "a/home/u/ch/devb/home/u/ch/dev\n"
+    odd.write_text("{{ missing }}")
+    with pytest.raises(Exception, match="missing"):
+        render_text(odd, context)
+
+
+def test_merge_up_asks_for_attribute_drivers_only_where_an_attributes_file_lands(with_dev, tmp_path):
+    """A nested ``.gitattributes`` that routes files through a driver of the toplevel's config is
+    refused (dry run too); where the landed commits touch no ``.gitattributes``, neither the config
+    nor the attribute diff is asked."""
+    g = with_dev
+    dev = g.path("dev")
+    git(g.toplevel / "alpha", "config", "filter.x.clean", "cat")
+    git(g.toplevel / "beta", "config", "filter.x.clean", "cat")
+    (dev / "alpha" / "sub").mkdir()
+    g.commit(dev / "alpha", "sub/.gitattributes", "*.txt filter=x\n", "route files through x")
+    g.commit(dev / "beta", "b.txt", "x\n", "no attributes")
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    real = shutil.which("git")
+    (shim / "git").write_text(f'#!/bin/sh\necho "$PWD $*" >> {shim}/log\nexec {real} "$@"\n')
+    (shim / "git").chmod(0o755)
+    env = {"PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+    result = g.inv(dev, "git.merge-up", "--dry-run", check=False, env=env)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "sub/.gitattributes adds `*.txt filter=x`" in result.stderr, result.stderr
+    asked = [line for line in (shim / "log").read_text().splitlines() if "--get-regexp" in line]
+    assert len(asked) == 1 and asked[0].startswith(f"{g.toplevel / 'alpha'} "), asked
+    git(dev / "alpha", "reset", "-q", "--hard", "HEAD~1")
+    g.commit(dev / "alpha", "a.txt", "x\n", "no attributes either")
+    (shim / "log").write_text("")
+    g.inv(dev, "git.merge-up", env=env)
+    assert "--get-regexp" not in (shim / "log").read_text()
+    assert git(g.toplevel / "beta", "log", "-1", "--format=%s", "kms") == "no attributes"
+
+
+def test_the_outcome_checks_read_refs_where_the_branch_is_at_its_integration_tip(with_dev, monkeypatch):
+    """After a rebase-down that leaves a branch at its integration tip, and a merge-up that
+    fast-forwards the integration branch to the landed tip, the outcome checks answer from the ref
+    files; anything else (a commit of its own, a tip not landed) is git's answer, so a result other
+    than the plan's is still caught."""
+    from chtop_tasks import runner
+    from chtop_tasks.workspace.gitops import relation_after_rebase, relation_in_toplevel
+    from chtop_tasks.workspace.layout import find_workspace
+    from chtop_tasks.workspace.quarantine import sync_worktree
+
+    g = with_dev
+    dev = g.path("dev")
+    ws = find_workspace(dev)
+    alpha = next(c for c in ws.checkouts() if c.name == "alpha")
+    calls = []
+    real = runner.run
+    monkeypatch.setattr(runner, "run", lambda argv, *a, **k: calls.append(list(argv)) or real(argv, *a, **k))
+    at_tip = relation_after_rebase(ws, alpha)
+    assert (at_tip.ahead, at_tip.behind, at_tip.off_branch) == (0, 0, False) and calls == []
+    tip = g.commit(dev / "alpha", "a.txt", "x\n", "own work")
+    ahead = relation_after_rebase(ws, alpha)
+    assert (ahead.ahead, ahead.behind) == (1, 0) and any("rev-list" in argv for argv in calls)
+    g.push_upstream_commit("alpha", "up.txt", "up\n")
+    calls.clear()
+    behind = relation_after_rebase(ws, alpha)       # the private copy of main is not refreshed: git says
+    assert (behind.ahead, behind.behind) == (1, 0) and calls
+    landed = git(g.toplevel / "alpha", "rev-parse", "HEAD")
+    calls.clear()
+    assert (relation_in_toplevel(ws, alpha, {"alpha": landed}).ahead, calls) == (0, [])
+    sync_worktree(ws)                                           # dev's tip imported, not landed
+    not_landed = relation_in_toplevel(ws, alpha, {"alpha": tip})
+    assert not_landed.ahead == 1 and calls

@@ -97,6 +97,35 @@ def test_an_import_with_nothing_new_runs_no_process(with_dev, monkeypatch):
     assert calls == []
 
 
+def test_a_branch_moved_to_its_integration_tip_imports_without_a_fetch(with_dev, monkeypatch):
+    """The host's store has its integration tip and everything it reaches: a branch that ends there
+    (a rebase-down with no commits of its own) moves in the shared store with no fetch, and a
+    rewritten tip is still kept."""
+    g = with_dev
+    dev, shared = g.path("dev"), g.toplevel / "alpha"
+    ws = find_workspace(dev)
+    first = g.commit(dev / "alpha", "a.txt", "1\n", "first")
+    quarantine.sync_worktree(ws)
+    assert git(shared, "rev-parse", "dev") == first
+    integration = ws.integration_branch(next(c for c in ws.checkouts() if c.name == "alpha"))
+    tip = g.push_upstream_commit("alpha", "up.txt", "up\n")
+    git(dev / "alpha", "reset", "-q", "--hard", tip)          # the integration tip, as a rebase leaves it
+    calls = []
+    real = runner.run
+    monkeypatch.setattr(runner, "run", lambda argv, *a, **k: calls.append(list(argv)) or real(argv, *a, **k))
+    imported = quarantine.sync_worktree(ws, convert=False)
+    assert [(i.old, i.new) for i in imported] == [(first, tip)]
+    assert git(shared, "rev-parse", "dev") == tip == git(shared, "rev-parse", integration)
+    assert git(shared, "rev-parse", f"refs/chtop/kept/dev/{first}") == first
+    assert not any("fetch" in argv for argv in calls), calls
+    assert git(shared, "for-each-ref", "refs/chtop/incoming") == ""
+    # a new commit on top is fetched (and fsck'ed) as before
+    second = g.commit(dev / "alpha", "b.txt", "2\n", "second")
+    quarantine.sync_worktree(ws, convert=False)
+    assert git(shared, "rev-parse", "dev") == second
+    assert sum("fetch" in argv for argv in calls) == 1, calls
+
+
 def test_worktree_delete_imports_first_and_never_loses_a_commit(with_dev):
     g = with_dev
     sha = g.commit(g.path("dev", "beta"), "x.txt", "x\n", "unimported")

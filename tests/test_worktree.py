@@ -197,6 +197,18 @@ def test_delete_clean_removes_everything(with_dev):
         assert "dev" not in branches(g.toplevel / repo)
 
 
+def test_delete_removes_a_branch_the_toplevel_holds_packed_or_loose(with_dev):
+    """delete reads whether each toplevel clone has the branch from its store (loose ref or
+    packed-refs): a packed one is found and removed too."""
+    g = with_dev
+    git(g.toplevel / "alpha", "pack-refs", "--all")
+    assert not (g.toplevel / "alpha" / ".git" / "refs" / "heads" / "dev").exists()
+    assert "refs/heads/dev" in (g.toplevel / "alpha" / ".git" / "packed-refs").read_text()
+    g.inv(g.toplevel, "worktree.delete", "--name", "dev")
+    for repo in ("", "alpha", "beta"):
+        assert "dev" not in branches(g.toplevel / repo)
+
+
 def test_delete_refuses_from_inside_and_unknown_names(with_dev):
     g = with_dev
     result = g.inv(g.path("dev", "alpha"), "worktree.delete", "--name", "dev", check=False)
@@ -465,3 +477,46 @@ def test_delete_answers_the_busy_check_first_though_it_runs_alongside_the_other_
     kept = delete_worktree(find_workspace(g.toplevel), "dev", force=True, cwd=g.toplevel,
                            refuse_if_busy=lambda wt: None)
     assert not g.path("dev").exists() and kept == []
+
+
+def test_a_name_create_takes_without_asking_git_is_one_git_takes():
+    """create skips `git check-ref-format --branch` only for names every rule of it allows."""
+    from chtop_tasks.workspace.worktrees import plainly_a_branch_name
+
+    names = ["dev", "a-b", "A_1", "9", "head", "FETCH_HEAD", "a_-", "x" * 64, "HEAD", "-x", "x.y", "x..y", "x.lock",
+             "@", "a@{b", "_a", "a/b", "a b", "a~1", "a^", "a:b", "a?", "a*", "a[", "a\\b", "é"]
+    for name in names:
+        takes = subprocess.run(["git", "check-ref-format", "--branch", name], capture_output=True).returncode == 0
+        assert takes or not plainly_a_branch_name(name), name
+    assert plainly_a_branch_name("dev") and not plainly_a_branch_name("HEAD") and not plainly_a_branch_name("x.y")
+
+
+def test_delete_reads_the_toplevels_refs_as_git_lists_them(with_dev):
+    """The refs delete reads from a toplevel store's files (loose over packed, symbolic refs left
+    out) name what `git for-each-ref` names; anything there git might read otherwise (a link, a
+    FIFO, a value that is no sha) sends the question back to git."""
+    from chtop_tasks.workspace.keep import host_refs
+
+    g = with_dev
+    store = g.toplevel / "alpha" / ".git"
+    git(g.toplevel / "alpha", "tag", "-a", "-m", "t", "t1")
+    git(g.toplevel / "alpha", "update-ref", "refs/chtop/kept/dev/abc", git(g.toplevel / "alpha", "rev-parse", "HEAD"))
+    git(g.toplevel / "alpha", "symbolic-ref", "refs/remotes/origin/HEAD", "refs/remotes/origin/main")
+
+    def listed(prefix=""):
+        out = git(g.toplevel / "alpha", "for-each-ref", "--format=%(objectname) %(refname)", *([prefix] if prefix else []))
+        return {ref: sha for sha, _, ref in (line.partition(" ") for line in out.splitlines())}
+    for packed in (False, True):
+        if packed:
+            git(g.toplevel / "alpha", "pack-refs", "--all")
+        assert set(host_refs(store).values()) == set(listed().values())
+        assert host_refs(store, "refs/chtop/kept/dev/") == listed("refs/chtop/kept/dev/") != {}
+        assert host_refs(store, "refs/chtop/kept/other/") == {}
+    (store / "refs" / "heads" / "odd").symlink_to(store / "packed-refs")
+    assert host_refs(store) is None
+    (store / "refs" / "heads" / "odd").unlink()
+    os.mkfifo(store / "refs" / "heads" / "odd")
+    assert host_refs(store) is None
+    (store / "refs" / "heads" / "odd").unlink()
+    (store / "refs" / "heads" / "odd").write_text("junk\n")
+    assert host_refs(store) is None

@@ -10,21 +10,17 @@ May import: ``errors``, ``runner``, ``places``, ``workspace`` and ``proxy``
 (to start the group's proxy); never ``agents`` or ``tasks``.
 """
 
-from .launcher import (
-    LaunchPlan,
-    LaunchRequest,
-    format_sandbox_table,
-    launch,
-    launch_line,
-    list_sandboxes,
-    plan_launch,
-    plan_request,
-    prepare_launch,
-    run_plan,
-    sandboxes_in,
-    shell_command,
-    show_warnings,
-)
+from .running import sandboxes_in
 
 __all__ = ["LaunchPlan", "LaunchRequest", "format_sandbox_table", "launch", "launch_line", "list_sandboxes",
            "plan_launch", "plan_request", "prepare_launch", "run_plan", "sandboxes_in", "shell_command", "show_warnings"]
+
+
+def __getattr__(name: str):
+    """The launcher's names, imported when first asked for: the busy checks (``sandboxes_in``, from
+    the small ``running`` module) do not pay for the launcher and what a launch needs."""
+    if name in __all__:
+        from . import launcher
+
+        return getattr(launcher, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

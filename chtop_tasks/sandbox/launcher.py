@@ -7,7 +7,6 @@ closed), computes the mount plan and returns the full ``podman run`` argv;
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import secrets
@@ -36,6 +35,7 @@ from .mounts import MountContext, plan_mounts
 from .once import VERBOSE_ENV, verbose
 from .policy import STRUCTURAL_ENV, load_policy
 from .rootfs import claim_run_dir, ensure_skeleton, remove_run_dir, stale_run_dirs
+from .running import LABEL, ps_rows
 
 NETWORKS = ("proxy", "host", "open")
 PURPOSE_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
@@ -48,7 +48,6 @@ PODMAN_ENV = ("PATH", "HOME", "USER", "LOGNAME", "TERM", "TMPDIR", "XDG_RUNTIME_
               "XDG_DATA_HOME", "CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF", "CONTAINERS_REGISTRIES_CONF",
               "PYTHONPYCACHEPREFIX")
 NO_PROXY = "localhost,127.0.0.1,::1"
-LABEL = "chtop"
 
 
 @dataclass(frozen=True)
@@ -659,36 +658,11 @@ def shell_command(interactive: bool = True) -> list[str]:
 def list_sandboxes(group_dir: Path) -> list[dict[str, str]]:
     """The running sandboxes of a group: name, worktree, purpose, network, status, command, limits
     (``memory 256M pids 32``, with ``(NOT enforced)`` where the host could not)."""
-    argv = ["podman", "ps", "--filter", f"label={LABEL}.group_id={group_id(group_dir)}", "--format", "json"]
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60)
-    except FileNotFoundError as exc:
-        raise CommandFailed("podman is not installed") from exc
-    if proc.returncode:
-        raise CommandFailed(f"podman ps failed: {proc.stderr.strip()}")
-    rows = []
-    for item in json.loads(proc.stdout or "[]"):
-        labels = item.get("Labels") or {}
-        names = item.get("Names") or ["?"]
-        command = item.get("Command") or []
-        rows.append({"name": names[0], "worktree": labels.get(f"{LABEL}.worktree", "?"),
-                     "root": labels.get(f"{LABEL}.root", "?"),
-                     "purpose": labels.get(f"{LABEL}.purpose", "?"),
-                     "network": labels.get(f"{LABEL}.network", "?"), "status": item.get("Status", "?"),
-                     "command": " ".join(command[4:] if command[:2] == ["/bin/sh", podman_mod.ENTRY] else command),
-                     "limits": labels.get(f"{LABEL}.limits", "?")})
+    rows = ps_rows(group_dir)
+    for row in rows:
+        command = row["command"]
+        row["command"] = " ".join(command[4:] if command[:2] == ["/bin/sh", podman_mod.ENTRY] else command)
     return rows
-
-
-def sandboxes_in(group_dir: Path, root: Path) -> list[dict[str, str]]:
-    """The running sandboxes of ``group_dir`` whose root is ``root`` (none when podman is absent)."""
-    try:
-        rows = list_sandboxes(group_dir)
-    except CommandFailed as exc:
-        if "not installed" in str(exc):
-            return []
-        raise
-    return [row for row in rows if row["root"] == str(root)]
 
 
 PS_COLUMNS = ("name", "worktree", "purpose", "network", "status", "limits", "command")

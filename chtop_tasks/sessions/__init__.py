@@ -13,9 +13,18 @@ The stable API (the dashboard and the ``session.*`` tasks use it):
   ``refuse_while_in_use(wt)`` (worktree.delete's check: no session, no sandbox running).
 """
 
-from .lifecycle import SessionRunning, attach_argv, restore_sessions, start_session, stop_all, stop_session
-from .listing import list_sessions, refuse_delete_while_running, refuse_while_in_use, running_session
-from .screenlog import session_log
+from importlib import import_module
 
-__all__ = ["SessionRunning", "attach_argv", "list_sessions", "refuse_delete_while_running", "refuse_while_in_use", "restore_sessions",
-           "running_session", "session_log", "start_session", "stop_all", "stop_session"]
+# each name of the API, and the module that has it: imported when first asked for, so that
+# worktree.delete's busy check (``refuse_while_in_use``) does not import the launch side
+_WHERE = {"SessionRunning": "lifecycle", "attach_argv": "lifecycle", "restore_sessions": "lifecycle",
+          "start_session": "lifecycle", "stop_all": "lifecycle", "stop_session": "lifecycle",
+          "list_sessions": "listing", "refuse_delete_while_running": "listing", "refuse_while_in_use": "listing",
+          "running_session": "listing", "session_log": "screenlog"}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(import_module(f"{__name__}.{_WHERE[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

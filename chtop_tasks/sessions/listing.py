@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from ..errors import ChtopError, CommandFailed, Refused
-from ..sandbox import sandboxes_in
+from ..sandbox.running import sandboxes_in
 from ..term import warn
 from . import records, tmux
 from .agent_state import STATES

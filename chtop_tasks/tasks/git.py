@@ -48,7 +48,7 @@ def diff(c, integration=False, host="", name=""):
 
 
 def sandbox_names(ws) -> list[str]:
-    from ..sandbox.launcher import sandboxes_in
+    from ..sandbox.running import sandboxes_in
 
     return [row["name"] for row in sandboxes_in(ws.grouping, ws.root)]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .. import runner
 from ..errors import ChtopError, CommandFailed, Refused, UsageError
-from ..fanout import fan_out
+from ..fanout import fan_out, in_background
 from ..term import bold, git_color_args, say, warn
 from .gitprobe import (
     WORKTREE_DIFF_DRIVERS_OFF,
@@ -28,7 +28,7 @@ from .gitprobe import (
 from .gitrun import HOST_GIT_OPTS, git
 from .grouplock import holds_group_lock
 from .layout import Checkout, Workspace, verify_git_dirs
-from .quarantine import SHA_RE, read_ref, sync_worktree
+from .quarantine import SHA_RE, read_ref, store_of, sync_worktree
 
 
 def present_checkouts(ws: Workspace) -> list[Checkout]:
@@ -255,6 +255,18 @@ def problems_of(rels: list[Relation], *checks) -> list[str]:
     return [problem for index in range(len(checks)) for per_repo in found for problem in per_repo[index]]
 
 
+def per_relation(compute):
+    """``compute(rel)``, asked once per relation however often it is wanted (each relation's checks run
+    in one thread of ``problems_of``)."""
+    answers: dict[int, object] = {}
+
+    def answer(rel: Relation):
+        if id(rel) not in answers:
+            answers[id(rel)] = compute(rel)
+        return answers[id(rel)]
+    return answer
+
+
 def raise_if_problems(problems: list[str], what: str) -> None:
     if problems:
         raise Refused(f"{what}: nothing was changed, because:\n  " + "\n  ".join(problems))
@@ -320,13 +332,15 @@ def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False,
     sync_worktree(ws, strict=True)     # imports first; the integration branches inside are the host's latest
     verify_git_dirs(ws)
     rels = relations(ws)
+    # the busy check (podman ps) runs while the repos are checked; it is answered before any rebase
+    busy = in_background(running_sandboxes, ws) if any(rel.behind for rel in rels) and not dry_run else None
     raise_if_problems(problems_of(rels, lambda rel: rebase_problems(ws, rel)), "rebase-down")
     steps = plan_rebase_down(ws, rels, rebase_args)
     if steps and not dry_run:
-        refuse_while_sandboxed(ws, running_sandboxes(ws), "rebase-down")
+        refuse_while_sandboxed(ws, busy(), "rebase-down")
     try:
         carry_out(ws, rels, steps, "rebase-down", dry_run, lambda step: ChtopError(conflict_instructions(ws, step)),
-                  rebased_onto_integration, writes_worktree=True)
+                  rebased_onto_integration, relation=relation_after_rebase, writes_worktree=True)
     finally:
         if steps and not dry_run:      # imported at once, as chtop's own rewrite (not the agent's)
             sync_worktree(ws, rewritten_by_host=True)
@@ -368,10 +382,28 @@ def landed_on_integration(ws: Workspace, rel: Relation) -> str | None:
 def relation_in_toplevel(ws: Workspace, checkout: Checkout, tips: dict[str, str] | None = None) -> Relation:
     """The feature branch (or its tip in ``tips``, the one merge-up landed) against its integration
     branch as the toplevel's store has them (where merge-up lands; a worktree's own copy of the
-    integration branch is refreshed later)."""
+    integration branch is refreshed later).  Where the integration branch is that very tip (a
+    fast-forward landed it), read as data from the toplevel's store, no git is asked."""
     integ = ws.integration_branch(checkout)
-    ahead, behind = ahead_behind(ws.main_checkout_dir(checkout), integ, (tips or {}).get(checkout.name, ws.name))
+    tip = (tips or {}).get(checkout.name)
+    if tip is not None and SHA_RE.match(tip) and read_ref(checkout.store, f"refs/heads/{integ}") == tip:
+        return Relation(checkout, ws.name, integ, 0, 0, ws.name)
+    ahead, behind = ahead_behind(ws.main_checkout_dir(checkout), integ, tip or ws.name)
     return Relation(checkout, ws.name, integ, ahead, behind, ws.name)
+
+
+def relation_after_rebase(ws: Workspace, checkout: Checkout) -> Relation:
+    """``relation_of`` a feature checkout; where its branch is at its integration tip (as a
+    rebase-down with no commits of its own leaves it), read as data from its private store (no
+    sandbox runs during a rebase-down), no git is asked."""
+    integ = ws.integration_branch(checkout)
+    branch = head_branch(checkout.path)
+    if branch == ws.name:
+        store = store_of(ws, checkout)
+        tip = read_ref(store, f"refs/heads/{branch}")
+        if tip is not None and SHA_RE.match(tip) and read_ref(store, f"refs/heads/{integ}") == tip:
+            return Relation(checkout, branch, integ, 0, 0, ws.name)
+    return relation_of(ws, checkout)
 
 
 def check_outcome(ws: Workspace, steps: list[GitStep], outcome, what: str, relation=relation_of) -> None:
@@ -413,7 +445,8 @@ def conflict_instructions(ws: Workspace, step: GitStep) -> str:
     )
 
 
-def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool) -> list[str]:
+def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool, touched: set[str] | None = None) -> list[str]:
+    """``touched``: ``landing_paths(ws, rel)``, when the caller has it already."""
     problems = preflight_problems(ws, rel)
     main_dir = ws.main_checkout_dir(rel.checkout)
     main_branch = head_branch(main_dir) if rel.ahead else None     # asked only where a merge lands
@@ -423,7 +456,7 @@ def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool) -> list[str]:
             f"but the merge lands on {rel.integration!r} there; check it out first"
         )
     if rel.ahead:
-        problems += attribute_driver_problems(ws, rel)
+        problems += attribute_driver_problems(ws, rel, landing_paths(ws, rel) if touched is None else touched)
     if rel.ahead and rel.behind and not no_ff:
         problems.append(
             f"{ws.display(rel.checkout.path)}: {rel.integration} moved ({rel.behind} new commit(s)) "
@@ -432,11 +465,20 @@ def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool) -> list[str]:
     return problems
 
 
-def toplevel_checkout_problems(ws: Workspace, rel: Relation, tip: str | None = None) -> list[str]:
+def landing_paths(ws: Workspace, rel: Relation, tip: str | None = None) -> set[str]:
+    """The paths the feature (``tip``, else branch NAME here) changed since it left its integration
+    branch (what a merge changes), as ``git diff --name-only`` in the toplevel checkout prints them."""
+    main_dir = ws.main_checkout_dir(rel.checkout)
+    return set(git(main_dir, ["diff", "--name-only", f"{rel.integration}...{tip or ws.name}"]).stdout.splitlines())
+
+
+def toplevel_checkout_problems(ws: Workspace, rel: Relation, tip: str | None = None,
+                               touched: set[str] | None = None) -> list[str]:
     """What would stop the merge in ``rel``'s toplevel checkout (where it lands), asked before any
     repo moves: a leftover ``index.lock``, a merge or rebase in progress, uncommitted or untracked
     files where the merge changes them.  Repos with nothing to land are not asked.  ``tip``: the
-    commit to land (another host's branch), else branch NAME here."""
+    commit to land (another host's branch), else branch NAME here.  ``touched``:
+    ``landing_paths(ws, rel, tip)``, when the caller has it already."""
     if not rel.ahead:
         return []
     main_dir = ws.main_checkout_dir(rel.checkout)
@@ -449,7 +491,7 @@ def toplevel_checkout_problems(ws: Workspace, rel: Relation, tip: str | None = N
     busy = operation_in_progress(main_dir, gitdir)
     if busy:
         problems.append(f"{here}: a {busy} is in progress; finish it or abort it (git -C {main_dir} {busy} --abort)")
-    touched = set(git(main_dir, ["diff", "--name-only", f"{rel.integration}...{tip or ws.name}"]).stdout.splitlines())
+    touched = landing_paths(ws, rel, tip) if touched is None else touched
     tracked, untracked = [], []
     for line in dirty_paths(main_dir):
         paths = set(line[3:].split(" -> "))
@@ -492,10 +534,16 @@ def added_attribute_lines(repo_dir: Path, base: str, tip: str) -> list[tuple[str
     return found
 
 
-def attribute_driver_problems(ws: Workspace, rel: Relation) -> list[str]:
+def attribute_driver_problems(ws: Workspace, rel: Relation, touched: set[str] | None = None) -> list[str]:
     """Attribute lines the landed commits add that name a driver your config defines: landing them
     would run that program on the agent's files (the agent cannot define a driver, but it can
-    choose yours), so merge-up refuses and says how to land by hand after reading them."""
+    choose yours), so merge-up refuses and says how to land by hand after reading them.
+
+    ``touched``: ``landing_paths(ws, rel)``; when no path of it is (or, quoted, holds) a
+    ``.gitattributes``, the landed commits add no attribute line, and neither your config nor the
+    diff is asked (a merge keeps the integration branch's version of every file the feature left)."""
+    if touched is not None and not any(".gitattributes" in path for path in touched):
+        return []
     main_dir = ws.main_checkout_dir(rel.checkout)
     drivers = configured_drivers(main_dir)
     if not drivers:
@@ -594,8 +642,9 @@ def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False, expect: 
     verify_git_dirs(ws)
     verify_git_dirs(ws.for_root(ws.toplevel))
     rels = relations(ws)
-    raise_if_problems(problems_of(rels, lambda rel: merge_up_problems(ws, rel, no_ff),
-                                  lambda rel: toplevel_checkout_problems(ws, rel)), "merge-up")
+    touched = per_relation(lambda rel: landing_paths(ws, rel) if rel.ahead else set())   # one diff, both checks
+    raise_if_problems(problems_of(rels, lambda rel: merge_up_problems(ws, rel, no_ff, touched(rel)),
+                                  lambda rel: toplevel_checkout_problems(ws, rel, touched=touched(rel))), "merge-up")
     tips = tips_to_land(ws, rels)
     if expected is not None:
         raise_if_problems(tips_problems(ws, expected, tips), "merge-up")

@@ -22,11 +22,12 @@ from ..fanout import fan_out
 from .gitprobe import commits_missing_from
 from .gitrun import git
 from .layout import Checkout, Workspace, private_store
-from .quarantine import KEPT_PREFIX, SHA_RE
+from .quarantine import KEPT_PREFIX, SHA_RE, packed_refs_read, read_packed_refs
 
 REFLOG_DAYS = 30          # git's own default for expiring unreachable reflog entries
 MAX_REF_FILES = 5000      # an agent-made store with more is read only this far
 # a ref name chtop repeats in a kept ref's name and in its messages; others are kept by sha
+PLAIN_COMPONENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")      # of a ref name read without git
 PLAIN_REF = re.compile(r"^refs/(heads|tags)/[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*$")
 
 
@@ -147,8 +148,54 @@ def store_tips(store: Path, now: float | None = None) -> list[Tip]:
 # -- which of them the toplevel lacks -----------------------------------------------------------------
 
 
+def host_refs(store: Path, prefix: str = "refs/") -> dict[str, str] | None:
+    """ref -> sha of every ref named ``prefix...`` of a toplevel store (the host's: no sandbox writes
+    it), read from its files as ``git for-each-ref`` lists them: a loose ref over a packed one, a
+    symbolic ref left out (what it names is listed itself).  None where that reading could differ
+    from git's: anything there that is not a plain file or directory, a value that is no sha, more
+    than MAX_REF_FILES files, a packed-refs not read whole; the caller asks git then."""
+    if not packed_refs_read(store):
+        return None
+    refs = {name: sha for sha, name, _ in read_packed_refs(store)[1] if name.startswith(prefix)}
+    budget = [MAX_REF_FILES]
+
+    def walk(path: Path, name: str) -> bool:
+        try:
+            entries = list(os.scandir(path))
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        for entry in entries:
+            budget[0] -= 1
+            if entry.name.endswith(".lock") and not entry.is_symlink():
+                continue                  # a git writing that ref: git's own listing skips it too
+            if budget[0] < 0 or entry.is_symlink() or not PLAIN_COMPONENT.match(entry.name):
+                return False
+            if entry.is_dir(follow_symlinks=False):
+                if not walk(Path(entry.path), f"{name}{entry.name}/"):
+                    return False
+            elif not entry.is_file(follow_symlinks=False):
+                return False
+            else:
+                text = (agentfile.read_text(entry.path, limit=4096) or "").strip()
+                if SHA_RE.match(text):
+                    refs[name + entry.name] = text
+                elif not text.startswith("ref: refs/"):
+                    return False
+        return True
+    root = store / prefix.rstrip("/")
+    if os.path.lexists(root) and not (root.is_dir() and not root.is_symlink()):
+        return None
+    return refs if walk(root, prefix if prefix.endswith("/") else prefix + "/") else None
+
+
 def shared_tips(shared: Path) -> list[str]:
-    """What every ref of the toplevel's store names (kept refs included: those commits are safe)."""
+    """What every ref of the toplevel's store names (kept refs included: those commits are safe):
+    its files read as data where plain, else ``git for-each-ref``."""
+    refs = host_refs(shared)
+    if refs is not None:
+        return sorted(set(refs.values()))
     out = git(shared, ["for-each-ref", "--format=%(objectname)"], toplevel_only=True).stdout
     return sorted(set(out.split()))
 
@@ -284,13 +331,12 @@ def keep_worktree_commits(wt: Workspace, unsaved: dict[Checkout, list[Unsaved]])
 def kept_refs_missing(shared: Path, name: str, integration: str) -> list[tuple[str, str, int]]:
     """(ref, sha, commits of it not in ``integration`` by id or patch-id) per ``refs/chtop/kept/NAME/...``
     ref of ``shared`` (read-only)."""
-    out = git(shared, ["for-each-ref", "--format=%(objectname) %(refname)", f"{KEPT_PREFIX}/{name}/"],
-              toplevel_only=True).stdout
-    found = []
-    for line in out.splitlines():
-        sha, _, ref = line.partition(" ")
-        found.append((ref, sha, len(commits_missing_from(shared, sha, [integration]))))
-    return found
+    refs = host_refs(shared, f"{KEPT_PREFIX}/{name}/")
+    if refs is None:
+        out = git(shared, ["for-each-ref", "--format=%(objectname) %(refname)", f"{KEPT_PREFIX}/{name}/"],
+                  toplevel_only=True).stdout
+        refs = {ref: sha for sha, _, ref in (line.partition(" ") for line in out.splitlines())}
+    return [(ref, sha, len(commits_missing_from(shared, sha, [integration]))) for ref, sha in sorted(refs.items())]
 
 
 def prune_kept(shared: Path, name: str, integration: str,

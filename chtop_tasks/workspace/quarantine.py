@@ -35,6 +35,7 @@ import fcntl
 import os
 import re
 import shutil
+import stat
 import sys
 import threading
 from dataclasses import dataclass
@@ -45,7 +46,7 @@ from ..errors import ChtopError, CommandFailed, Refused, WorkspaceError
 from ..fanout import fan_out
 from ..places import state_dir
 from ..term import warn
-from .gitprobe import commits_missing_from
+from .gitprobe import commits_missing_from, rev
 from .gitrun import git
 from .layout import (
     Checkout,
@@ -110,6 +111,17 @@ def read_packed_refs(gitdir: Path) -> tuple[str, list[tuple[str, str, str | None
             sha, name = line.split(" ", 1)
             entries.append((sha, name.strip(), None))
     return header, entries
+
+
+def packed_refs_read(store: Path) -> bool:
+    """Whether ``read_ref`` saw all of ``store``'s packed refs: none there, or a plain file it reads whole."""
+    try:
+        info = os.lstat(store / "packed-refs")
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_size <= PACKED_REFS_MAX
 
 
 def read_ref(gitdir: Path, name: str) -> str | None:
@@ -270,13 +282,16 @@ def _locked(worktree_git_dir: Path):
 
 
 def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str,
-                  host_rewrite_bases: list[str] | None = None) -> Imported | None:
+                  host_rewrite_bases: list[str] | None = None, present_tips: tuple[str, ...] = ()) -> Imported | None:
     """Bring ``branch`` from the private store into ``shared`` (None when there is nothing new).
 
     The "nothing new" answer reads two ref files and runs no process.  The
     caller holds the worktree's lock (``sync_worktree`` does).  ``host_rewrite_bases``: chtop
     itself rewrote the branch on the host (rebase-down); the old tip is kept only if some of its
-    commits are in neither the new tip nor these branches (by id or patch-id).
+    commits are in neither the new tip nor these branches (by id or patch-id).  ``present_tips``:
+    branches of ``shared`` (the integration branch); when the new tip is one's commit (a rebase-down
+    with no commits of its own ends there), the shared store has it and all it reaches already, and
+    the ref moves without a fetch.
     """
     ref = f"refs/heads/{branch}"
     if (store / ref).is_symlink():
@@ -295,27 +310,45 @@ def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str,
     planted = planted_file_problem(store)          # git would block on a FIFO there, or follow a link
     if planted:
         raise CommandFailed(f"{branch} is not imported from {checkout_path}: {planted}")
-    incoming = f"{INCOMING_PREFIX}/{branch}"
-    argv = ["-c", "transfer.fsckObjects=true", "fetch", "--no-tags", "--no-write-fetch-head",
-            "--no-auto-maintenance", "--no-recurse-submodules", "--quiet", str(checkout_path), f"+{ref}:{incoming}"]
-    result = git(shared, argv, check=False)
-    if not result.ok:
-        raise CommandFailed(f"importing {branch} from {checkout_path} into {shared} failed: "
-                            f"{result.error_tail(3)}")
-    got = git(shared, ["rev-parse", "--verify", f"{incoming}^{{commit}}"]).stdout.strip()
-    if got == old:
-        git(shared, ["update-ref", "-d", incoming])
-        return None
+    if SHA_RE.match(new) and any(read_ref(shared, f"refs/heads/{name}") == new for name in present_tips):
+        # a branch tip of the host's own store (with all it reaches): nothing to fetch, nothing to check
+        got, incoming = f"{new}^{{commit}}", None
+    else:
+        incoming = f"{INCOMING_PREFIX}/{branch}"
+        argv = ["-c", "transfer.fsckObjects=true", "fetch", "--no-tags", "--no-write-fetch-head",
+                "--no-auto-maintenance", "--no-recurse-submodules", "--quiet", str(checkout_path),
+                f"+{ref}:{incoming}"]
+        result = git(shared, argv, check=False)
+        if not result.ok:
+            raise CommandFailed(f"importing {branch} from {checkout_path} into {shared} failed: "
+                                f"{result.error_tail(3)}")
+        if read_ref(shared, incoming) == old:       # the host's store, the ref fetch just wrote: data
+            git(shared, ["update-ref", "-d", incoming])
+            return None
+        got = f"{incoming}^{{commit}}"       # what was fetched, as a commit: git fails on anything else
     kept = None
-    lines = [f"update {ref} {got} {old or '0' * len(got)}"]
-    if old and not git(shared, ["merge-base", "--is-ancestor", old, got], check=False).ok and not (
-            host_rewrite_bases and not commits_missing_from(shared, old, [got, *host_rewrite_bases])):
+    if old and rewritten(shared, old, got, host_rewrite_bases, f"importing {branch} from {checkout_path}"):
         kept = f"{KEPT_PREFIX}/{branch}/{old}"
-        lines.append(f"update {kept} {old}")
-    lines.append(f"delete {incoming}")
+    lines = [f"update {ref} {got} {old}" if old else f"create {ref} {got}"]
+    lines += [f"update {kept} {old}"] if kept else []
+    lines += [f"delete {incoming}"] if incoming else []
     git(shared, ["update-ref", "-m", f"chtop: import {branch} from its sandbox", "--stdin"],
         input="\n".join(lines) + "\n")
-    return Imported(checkout_path, branch, old, got, kept)
+    new = read_ref(shared, ref)
+    return Imported(checkout_path, branch, old, new if new and SHA_RE.match(new) else rev(shared, ref), kept)
+
+
+def rewritten(shared: Path, old: str, got: str, host_rewrite_bases: list[str] | None, what: str) -> bool:
+    """Whether importing ``got`` (a commit expression) over ``old`` loses commits of ``old``, so its tip
+    is kept: ``old`` is no ancestor of ``got`` (one ``rev-list``, which also fails when ``got`` is no
+    commit: the import fails then), and, where chtop's own rebase-down rewrote the branch, some commit
+    of ``old`` is in neither ``got`` nor those bases (by id or patch-id)."""
+    result = git(shared, ["rev-list", "--max-count=1", old, f"^{got}"], check=False)
+    if not result.ok:
+        raise CommandFailed(f"{what} into {shared} failed: {result.error_tail(3)}")
+    if not result.stdout.strip():
+        return False                     # a fast-forward (or the same commit)
+    return not (host_rewrite_bases and not commits_missing_from(shared, old, [got, *host_rewrite_bases]))
 
 
 def owned_by_me(path: Path) -> bool:
@@ -505,7 +538,8 @@ def _sync_checkout(ws: Workspace, checkout: Checkout, refresh: bool,
         refresh_integration(store, checkout.store, ws.integration_branch(checkout))
     try:
         bases = [ws.integration_branch(checkout)] if rewritten_by_host else None
-        return checkout, import_branch(checkout.path, store, checkout.store, ws.name, bases)
+        return checkout, import_branch(checkout.path, store, checkout.store, ws.name, bases,
+                                       (ws.integration_branch(checkout),))
     except CommandFailed as exc:
         return checkout, str(exc)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,16 @@ from .grouplock import holds_group_lock
 from .keep import keep_worktree_commits, prune_worktree_kept, unsaved_in_worktree, unsaved_problems
 from .layout import Checkout, Workspace, checkout_problem, find_workspace, private_store, verify_git_dirs
 from .manifest import MANIFEST_NAME
-from .quarantine import KEPT_PREFIX, add_private_worktree, group_git_dir, private_worktree_names, sync_worktree
+from .quarantine import (
+    KEPT_PREFIX,
+    SHA_RE,
+    add_private_worktree,
+    group_git_dir,
+    packed_refs_read,
+    private_worktree_names,
+    read_ref,
+    sync_worktree,
+)
 from .venvstamp import is_complete, venv_state
 
 
@@ -36,13 +46,23 @@ def name_problem(ws: Workspace, name: str, check_path: bool = True) -> str | Non
         return f"worktree name {name!r} {why}"
     if name in ws.reserved_names():
         return f"worktree name {name!r} is reserved in the grouping dir ({', '.join(ws.reserved_names())})"
-    check = git(None, ["check-ref-format", "--branch", name], check=False, toplevel_only=True)
-    if not check.ok:
+    if not plainly_a_branch_name(name) and not git(None, ["check-ref-format", "--branch", name], check=False,
+                                                   toplevel_only=True).ok:
         return f"worktree name {name!r} is not a valid git branch name"
     path = ws.worktree_root(name)
     if check_path and (path.exists() or path.is_symlink()):
         return f"{path} already exists"
     return None
+
+
+PLAIN_BRANCH_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+
+
+def plainly_a_branch_name(name: str) -> bool:
+    """Letters, digits, ``_`` and ``-`` only, not starting with ``-`` and not ``HEAD``: a name every
+    rule of ``git check-ref-format --branch`` allows (no dot, slash, ``@``, control or special
+    character to break one), so git need not be asked (create asked it twice)."""
+    return bool(PLAIN_BRANCH_NAME.match(name)) and name != "HEAD"
 
 
 @dataclass
@@ -441,9 +461,8 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
         say(line)
     kept += keep_worktree_commits(wt, unsaved)     # before anything is removed
     # only the worktree's own branch: what its HEAD says inside is the agent's to choose
-    has_branch = dict(zip(map(id, checkouts), fan_out(
-        lambda c: (top.main_checkout_dir(c) / ".git").exists() and branch_exists(top.main_checkout_dir(c), name),
-        checkouts), strict=True))
+    has_branch = dict(zip(map(id, checkouts), fan_out(lambda c: toplevel_has_branch(top, c, name), checkouts),
+                          strict=True))
     for checkout in reversed(checkouts):
         main_dir = top.main_checkout_dir(checkout)
         if not (main_dir / ".git").exists():
@@ -468,6 +487,23 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
     remove_policy_layer(ws, name)
     remove_build_cache(ws, name)
     return kept
+
+
+def toplevel_has_branch(top: Workspace, checkout: Checkout, name: str) -> bool:
+    """Whether the toplevel's clone of ``checkout`` has branch ``name``: its ref read as data from the
+    toplevel's own store (no sandbox writes it) where it is a plain sha or plainly absent, else git is
+    asked."""
+    main_dir = top.main_checkout_dir(checkout)
+    if not (main_dir / ".git").exists():
+        return False
+    store = main_dir / ".git"
+    if store.is_dir() and not store.is_symlink():
+        sha = read_ref(store, f"refs/heads/{name}")
+        if sha is not None and SHA_RE.match(sha):
+            return True
+        if sha is None and not os.path.lexists(store / "refs" / "heads" / name) and packed_refs_read(store):
+            return False
+    return branch_exists(main_dir, name)
 
 
 def remove_policy_layer(ws: Workspace, name: str) -> None:

@@ -1,0 +1,49 @@
+"""The one runner: a streamed command (its output not captured, or shown inert) ends when the child
+does, and one that runs past its timeout is killed and reported."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import pytest
+
+from chtop_tasks import runner
+from chtop_tasks.errors import CommandFailed
+
+
+@pytest.mark.parametrize("shown_inert", [False, True])
+def test_a_streamed_command_past_its_timeout_is_killed_and_reported(tmp_path, shown_inert):
+    pidfile = tmp_path / "pid"
+    script = f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    started = time.monotonic()
+    with pytest.raises(CommandFailed, match=r"timed out after 0.5s"):
+        runner.run([sys.executable, "-c", script], capture=False, shown_inert=shown_inert, quiet=True, timeout=0.5)
+    assert time.monotonic() - started < 30
+    pid = int(pidfile.read_text())
+    with pytest.raises(ProcessLookupError):      # killed and reaped: no such process any more
+        os.kill(pid, 0)
+
+
+@pytest.mark.parametrize("shown_inert", [False, True])
+def test_a_streamed_command_gives_its_exit_status_and_its_output(capfd, shown_inert):
+    result = runner.run([sys.executable, "-c", "print('out \\x1b[2Jhere'); raise SystemExit(3)"], capture=False,
+                        shown_inert=shown_inert, quiet=True, check=False, timeout=30)
+    assert result.returncode == 3
+    out = capfd.readouterr().out
+    assert "out" in out and "here" in out
+    assert ("\x1b[2J" in out) != shown_inert          # shown inert: the escape made visible, not sent
+
+
+def test_a_failed_streamed_command_raises_when_checked():
+    with pytest.raises(CommandFailed, match="exit 2"):
+        runner.run([sys.executable, "-c", "raise SystemExit(2)"], capture=False, quiet=True, timeout=30)
+
+
+def test_waiting_does_not_poll(monkeypatch):
+    """One blocking wait, no sleeping in steps (Popen.wait with a timeout sleeps up to 50 ms a step)."""
+    def no_sleep(seconds):
+        raise AssertionError(f"slept {seconds}s while waiting")
+    monkeypatch.setattr(time, "sleep", no_sleep)
+    assert runner.run([sys.executable, "-c", "import os; os.times()"], capture=False, quiet=True, timeout=30).ok
