@@ -337,3 +337,34 @@ def test_the_outcome_checks_read_refs_where_the_branch_is_at_its_integration_tip
     sync_worktree(ws)                                           # dev's tip imported, not landed
     not_landed = relation_in_toplevel(ws, alpha, {"alpha": tip})
     assert not_landed.ahead == 1 and calls
+
+
+def test_merge_up_lands_only_the_commits_it_checked_when_the_import_moves_the_branch_meanwhile(
+        with_dev, monkeypatch):
+    """The proxy's import (under the worktree's lock alone) can move branch NAME in the toplevel's
+    store while merge-up runs.  Here it imports, just as merge-up reads the tips to land, a commit
+    whose ``.gitattributes`` routes files through a driver of your config: merge-up must check that
+    very commit and refuse, landing nothing (it used to check NAME first and read the tips after,
+    so the unchecked commit landed)."""
+    from chtop_tasks.errors import Refused
+    from chtop_tasks.workspace import gitops
+    from chtop_tasks.workspace.layout import find_workspace
+    from chtop_tasks.workspace.quarantine import sync_worktree
+
+    g = with_dev
+    dev = g.path("dev")
+    git(g.toplevel / "alpha", "config", "filter.x.clean", "cat")
+    g.commit(dev / "alpha", "a.txt", "checked\n", "a commit merge-up checks")
+    before = git(g.toplevel / "alpha", "rev-parse", "main")
+    ws = find_workspace(dev)
+    read_tips = gitops.tips_to_land
+
+    def import_meanwhile(ws_, rels):
+        g.commit(dev / "alpha", ".gitattributes", "*.txt filter=x\n", "route files through x")
+        sync_worktree(ws_)                       # what the proxy's import timer does
+        return read_tips(ws_, rels)
+
+    monkeypatch.setattr(gitops, "tips_to_land", import_meanwhile)
+    with pytest.raises(Refused, match=r"\.gitattributes adds `\*\.txt filter=x`"):
+        gitops.merge_up(ws)
+    assert git(g.toplevel / "alpha", "rev-parse", "main") == before      # nothing landed

@@ -445,8 +445,10 @@ def conflict_instructions(ws: Workspace, step: GitStep) -> str:
     )
 
 
-def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool, touched: set[str] | None = None) -> list[str]:
-    """``touched``: ``landing_paths(ws, rel)``, when the caller has it already."""
+def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool, touched: set[str] | None = None,
+                      tip: str | None = None) -> list[str]:
+    """``touched``: ``landing_paths(ws, rel, tip)``, when the caller has it already; ``tip``: the commit
+    that lands (else branch NAME as it is now)."""
     problems = preflight_problems(ws, rel)
     main_dir = ws.main_checkout_dir(rel.checkout)
     main_branch = head_branch(main_dir) if rel.ahead else None     # asked only where a merge lands
@@ -456,7 +458,8 @@ def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool, touched: set[st
             f"but the merge lands on {rel.integration!r} there; check it out first"
         )
     if rel.ahead:
-        problems += attribute_driver_problems(ws, rel, landing_paths(ws, rel) if touched is None else touched)
+        problems += attribute_driver_problems(ws, rel, landing_paths(ws, rel, tip) if touched is None else touched,
+                                              tip)
     if rel.ahead and rel.behind and not no_ff:
         problems.append(
             f"{ws.display(rel.checkout.path)}: {rel.integration} moved ({rel.behind} new commit(s)) "
@@ -534,14 +537,16 @@ def added_attribute_lines(repo_dir: Path, base: str, tip: str) -> list[tuple[str
     return found
 
 
-def attribute_driver_problems(ws: Workspace, rel: Relation, touched: set[str] | None = None) -> list[str]:
+def attribute_driver_problems(ws: Workspace, rel: Relation, touched: set[str] | None = None,
+                              tip: str | None = None) -> list[str]:
     """Attribute lines the landed commits add that name a driver your config defines: landing them
     would run that program on the agent's files (the agent cannot define a driver, but it can
     choose yours), so merge-up refuses and says how to land by hand after reading them.
 
-    ``touched``: ``landing_paths(ws, rel)``; when no path of it is (or, quoted, holds) a
+    ``touched``: ``landing_paths(ws, rel, tip)``; when no path of it is (or, quoted, holds) a
     ``.gitattributes``, the landed commits add no attribute line, and neither your config nor the
-    diff is asked (a merge keeps the integration branch's version of every file the feature left)."""
+    diff is asked (a merge keeps the integration branch's version of every file the feature left).
+    ``tip``: the commit that lands (else ``rel``'s branch as it is now)."""
     if touched is not None and not any(".gitattributes" in path for path in touched):
         return []
     main_dir = ws.main_checkout_dir(rel.checkout)
@@ -549,13 +554,14 @@ def attribute_driver_problems(ws: Workspace, rel: Relation, touched: set[str] | 
     if not drivers:
         return []
     problems = []
-    for path, line in added_attribute_lines(main_dir, rel.integration, rel.branch or ws.name):
+    landing = tip or rel.branch or ws.name
+    for path, line in added_attribute_lines(main_dir, rel.integration, landing):
         named = sorted(word for word in line.split()[1:] if word in drivers)
         if named:
             problems.append(f"{ws.display(rel.checkout.path)}: {path} adds `{line.strip()}`, which routes files "
                             f"through {', '.join(named)} (a driver your git config defines); merge-up lands no "
                             f"attribute that runs one. Read it, then land by hand: "
-                            f"git -C {main_dir} merge --ff-only {rel.branch or ws.name}")
+                            f"git -C {main_dir} merge --ff-only {landing}")
     return problems
 
 
@@ -642,10 +648,13 @@ def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False, expect: 
     verify_git_dirs(ws)
     verify_git_dirs(ws.for_root(ws.toplevel))
     rels = relations(ws)
-    touched = per_relation(lambda rel: landing_paths(ws, rel) if rel.ahead else set())   # one diff, both checks
-    raise_if_problems(problems_of(rels, lambda rel: merge_up_problems(ws, rel, no_ff, touched(rel)),
-                                  lambda rel: toplevel_checkout_problems(ws, rel, touched=touched(rel))), "merge-up")
+    # the commits checked are the ones that land: read before any check, since the proxy's import
+    # (under the worktree's lock alone) may move branch NAME here at any time meanwhile
     tips = tips_to_land(ws, rels)
+    touched = per_relation(lambda rel: landing_paths(ws, rel, tips.get(rel.checkout.name)) if rel.ahead else set())
+    raise_if_problems(problems_of(
+        rels, lambda rel: merge_up_problems(ws, rel, no_ff, touched(rel), tips.get(rel.checkout.name)),
+        lambda rel: toplevel_checkout_problems(ws, rel, tips.get(rel.checkout.name), touched(rel))), "merge-up")
     if expected is not None:
         raise_if_problems(tips_problems(ws, expected, tips), "merge-up")
     steps = plan_merge_up(ws, rels, no_ff, tips)
