@@ -41,7 +41,10 @@ from ..workspace.gitops import (
     dry_run_footer,
     format_expect,
     landed_on_integration,
+    landing_branch_problems,
+    landing_paths,
     parse_expect,
+    per_relation,
     plan_merge_up,
     print_plan,
     problems_of,
@@ -50,7 +53,7 @@ from ..workspace.gitops import (
     tips_problems,
     toplevel_checkout_problems,
 )
-from ..workspace.gitprobe import ahead_behind, head_branch
+from ..workspace.gitprobe import ahead_behind
 from ..workspace.gitrun import HOST_GIT_OPTS, git
 from ..workspace.grouplock import holds_group_lock
 from ..workspace.layout import Checkout, Workspace, verify_git_dirs
@@ -230,18 +233,14 @@ def relation_of_tip(top: Workspace, checkout: Checkout, tip: str) -> Relation:
     return Relation(checkout, tip, integ, ahead, behind, tip)
 
 
-def landing_problems(top: Workspace, host: Host, name: str, rel: Relation, no_ff: bool) -> list[str]:
+def landing_problems(top: Workspace, host: Host, name: str, rel: Relation, no_ff: bool,
+                     touched: set[str]) -> list[str]:
     """What stops ``rel``'s tip landing here: the toplevel checkout off its integration branch, an
-    attribute naming a driver of your config, or (without ``no_ff``) no fast-forward."""
+    attribute naming a driver of your config (``touched``: the paths the tip changes), or (without
+    ``no_ff``) no fast-forward."""
     if not rel.ahead:
         return []
-    main_dir = top.main_checkout_dir(rel.checkout)
-    problems = []
-    branch = head_branch(main_dir)
-    if branch != rel.integration:
-        problems.append(f"{top.display(main_dir)}: has {branch or 'a detached HEAD'} checked out, but the merge "
-                        f"lands on {rel.integration!r} there; check it out first")
-    problems += attribute_driver_problems(top, rel)
+    problems = landing_branch_problems(top, rel) + attribute_driver_problems(top, rel, touched, rel.branch)
     if rel.behind and not no_ff:
         problems.append(f"{host.name}:{name}/{rel.checkout.label}: {rel.integration} here has {rel.behind} commit(s) "
                         f"the branch there lacks (not a fast-forward): inv host.update --name {host.name}, then "
@@ -266,8 +265,10 @@ def merge_up_there(ws: Workspace, host_name: str, name: str, no_ff: bool = False
         tips = {item.checkout.name: item.tip for item in incoming}
         with objects_visible([item.quarantine for item in incoming]):
             rels = [relation_of_tip(top, item.checkout, item.tip) for item in incoming]
-            raise_if_problems(problems_of(rels, lambda rel: landing_problems(top, host, name, rel, no_ff),
-                                          lambda rel: toplevel_checkout_problems(top, rel, rel.branch)), what)
+            touched = per_relation(lambda rel: landing_paths(top, rel, rel.branch) if rel.ahead else set())
+            raise_if_problems(problems_of(rels, lambda rel: landing_problems(top, host, name, rel, no_ff, touched(rel)),
+                                          lambda rel: toplevel_checkout_problems(top, rel, rel.branch, touched(rel))),
+                              what)
         to_land = {rel.checkout.name: rel.branch for rel in rels if rel.ahead}
         if expected is not None:
             raise_if_problems(tips_problems(top, expected, to_land), what)

@@ -450,14 +450,8 @@ def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool, touched: set[st
     """``touched``: ``landing_paths(ws, rel, tip)``, when the caller has it already; ``tip``: the commit
     that lands (else branch NAME as it is now)."""
     problems = preflight_problems(ws, rel)
-    main_dir = ws.main_checkout_dir(rel.checkout)
-    main_branch = head_branch(main_dir) if rel.ahead else None     # asked only where a merge lands
-    if rel.ahead and main_branch != rel.integration:
-        problems.append(
-            f"{ws.display(main_dir)}: has {main_branch or 'a detached HEAD'} checked out, "
-            f"but the merge lands on {rel.integration!r} there; check it out first"
-        )
     if rel.ahead:
+        problems += landing_branch_problems(ws, rel)
         problems += attribute_driver_problems(ws, rel, landing_paths(ws, rel, tip) if touched is None else touched,
                                               tip)
     if rel.ahead and rel.behind and not no_ff:
@@ -466,6 +460,17 @@ def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool, touched: set[st
             f"since you rebased; run `inv git.rebase-down` and retry (or pass --no-ff for a merge commit)"
         )
     return problems
+
+
+def landing_branch_problems(ws: Workspace, rel: Relation) -> list[str]:
+    """The toplevel checkout where ``rel`` lands has another branch checked out (asked only where a
+    merge lands)."""
+    main_dir = ws.main_checkout_dir(rel.checkout)
+    main_branch = head_branch(main_dir)
+    if main_branch == rel.integration:
+        return []
+    return [f"{ws.display(main_dir)}: has {main_branch or 'a detached HEAD'} checked out, "
+            f"but the merge lands on {rel.integration!r} there; check it out first"]
 
 
 def landing_paths(ws: Workspace, rel: Relation, tip: str | None = None) -> set[str]:
