@@ -22,6 +22,7 @@ from conftest import git
 from sandbox_helpers import as_owner_python, as_user, rootful_podman_env, user_group_cm
 
 from chtop_tasks import runner
+from chtop_tasks.errors import CommandFailed
 from chtop_tasks.workspace import quarantine
 from chtop_tasks.workspace.layout import find_workspace, private_store, read_gitdir_file, verify_git_dirs
 
@@ -124,6 +125,53 @@ def test_a_branch_moved_to_its_integration_tip_imports_without_a_fetch(with_dev,
     quarantine.sync_worktree(ws, convert=False)
     assert git(shared, "rev-parse", "dev") == second
     assert sum("fetch" in argv for argv in calls) == 1, calls
+
+
+def git_subcommand(argv: list[str]) -> str | None:
+    """``fetch`` of ``git --no-replace-objects -c a=b fetch ...``."""
+    words = iter(argv[1:])
+    for word in words:
+        if word == "-c":
+            next(words)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def test_a_fast_forward_imports_in_one_fetch_and_a_branch_at_no_commit_never_lands(with_dev, monkeypatch):
+    """A new commit on top of the imported tip (the common import) is fetched straight onto the
+    branch: one fsck'ed fetch, no ``incoming`` ref, no rev-list, no update-ref.  A branch the agent
+    points at a tree (git writes only commits to a branch) or rewrites takes the long way: the tree
+    never lands (the import fails, the branch stays at its commit), the rewritten tip is kept."""
+    g = with_dev
+    dev, shared = g.path("dev"), g.toplevel / "alpha"
+    ws = find_workspace(dev)
+    first = g.commit(dev / "alpha", "a.txt", "1\n", "first")
+    quarantine.sync_worktree(ws)
+    calls = []
+    real = runner.run
+    monkeypatch.setattr(runner, "run", lambda argv, *a, **k: calls.append(list(argv)) or real(argv, *a, **k))
+    second = g.commit(dev / "alpha", "b.txt", "2\n", "second")
+    imported = quarantine.sync_worktree(ws, convert=False)
+    assert [(i.old, i.new, i.kept) for i in imported] == [(first, second, None)]
+    assert git(shared, "rev-parse", "dev") == second
+    assert [git_subcommand(argv) for argv in calls] == ["fetch"], calls
+    assert "refs/heads/dev:refs/heads/dev" in calls[0]
+    assert "chtop: import dev from its sandbox" in git(shared, "reflog", "-1", "--format=%gs", "dev")
+    # the agent points its branch at a tree: refused, the branch stays at its commit
+    tree = git(dev / "alpha", "rev-parse", "HEAD^{tree}")       # as the agent writes it (git refuses to)
+    (private_store(g.grouping, "dev", "alpha") / "refs" / "heads" / "dev").write_text(tree + "\n")
+    with pytest.raises(CommandFailed, match="importing dev"):
+        quarantine.sync_worktree(ws, convert=False, strict=True)
+    assert git(shared, "rev-parse", "dev") == second
+    assert git(shared, "cat-file", "-t", "dev") == "commit"
+    # rewritten inside: the long way, the old tip kept
+    (private_store(g.grouping, "dev", "alpha") / "refs" / "heads" / "dev").write_text(first + "\n")
+    third = g.commit(dev / "alpha", "c.txt", "3\n", "third")
+    imported = quarantine.sync_worktree(ws, convert=False)
+    assert [(i.old, i.new) for i in imported] == [(second, third)]
+    assert git(shared, "rev-parse", f"refs/chtop/kept/dev/{second}") == second
+    assert git(shared, "for-each-ref", "refs/chtop/incoming") == ""
 
 
 def test_worktree_delete_imports_first_and_never_loses_a_commit(with_dev):

@@ -18,12 +18,13 @@ HOST_GIT_OPTS = ("--no-replace-objects", "-c", "core.fsmonitor=false", "-c", "su
 
 
 def git(cwd: Path | None, args, *, check=True, quiet=True, capture=True, timeout=300,
-        input: str | None = None, toplevel_only: bool = False) -> runner.Result:
+        input: str | None = None, toplevel_only: bool = False, env: dict | None = None) -> runner.Result:
     """``git ARGS`` in ``cwd`` with HOST_GIT_OPTS; echoed unless ``quiet``.
 
     ``toplevel_only``: the command reads and writes nothing but the toplevel's own checkouts and
     stores (a clone, a branch made or deleted there), which no sandbox can write: plain git, and
-    the echoed line is the one a user would type.
+    the echoed line is the one a user would type.  ``env``: variables set for this git alone.
     """
     argv = ["git", *args] if toplevel_only else ["git", *HOST_GIT_OPTS, *args]
-    return runner.run(argv, cwd=cwd, check=check, quiet=quiet, capture=capture, timeout=timeout, input=input)
+    return runner.run(argv, cwd=cwd, check=check, quiet=quiet, capture=capture, timeout=timeout, input=input,
+                      env=env)

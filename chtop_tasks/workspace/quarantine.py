@@ -313,12 +313,11 @@ def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str,
     if SHA_RE.match(new) and any(read_ref(shared, f"refs/heads/{name}") == new for name in present_tips):
         # a branch tip of the host's own store (with all it reaches): nothing to fetch, nothing to check
         got, incoming = f"{new}^{{commit}}", None
+    elif old and host_rewrite_bases is None and (moved := fast_forwarded(checkout_path, shared, ref, branch)):
+        return None if moved == old else Imported(checkout_path, branch, old, moved, None)
     else:
         incoming = f"{INCOMING_PREFIX}/{branch}"
-        argv = ["-c", "transfer.fsckObjects=true", "fetch", "--no-tags", "--no-write-fetch-head",
-                "--no-auto-maintenance", "--no-recurse-submodules", "--quiet", str(checkout_path),
-                f"+{ref}:{incoming}"]
-        result = git(shared, argv, check=False)
+        result = git(shared, _fetch_args(checkout_path, f"+{ref}:{incoming}"), check=False)
         if not result.ok:
             raise CommandFailed(f"importing {branch} from {checkout_path} into {shared} failed: "
                                 f"{result.error_tail(3)}")
@@ -336,6 +335,25 @@ def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str,
         input="\n".join(lines) + "\n")
     new = read_ref(shared, ref)
     return Imported(checkout_path, branch, old, new if new and SHA_RE.match(new) else rev(shared, ref), kept)
+
+
+def _fetch_args(checkout_path: Path, refspec: str) -> list[str]:
+    """``git fetch`` of one refspec from the checkout, every object it receives checked (fsck)."""
+    return ["-c", "transfer.fsckObjects=true", "fetch", "--no-tags", "--no-write-fetch-head", "--no-auto-maintenance",
+            "--no-recurse-submodules", "--quiet", str(checkout_path), refspec]
+
+
+def fast_forwarded(checkout_path: Path, shared: Path, ref: str, branch: str) -> str | None:
+    """The common import, in one git process instead of three: fetch ``ref`` straight onto ``shared``'s
+    ``ref``, which git moves only as a fast-forward of the commit there (from the value fetch read,
+    or not at all), and only to a commit (git writes nothing but a commit to a branch).  The commit
+    the ref is at now; None when git refused or failed: the import then goes the long way (into
+    ``incoming``, checked, a rewritten tip kept), which says why when it fails too."""
+    env = {"GIT_REFLOG_ACTION": f"chtop: import {branch} from its sandbox"}
+    if not git(shared, _fetch_args(checkout_path, f"{ref}:{ref}"), check=False, env=env).ok:
+        return None
+    got = read_ref(shared, ref)          # the host's store, the ref fetch just wrote: data
+    return got if got is not None and SHA_RE.match(got) else rev(shared, ref)
 
 
 def rewritten(shared: Path, old: str, got: str, host_rewrite_bases: list[str] | None, what: str) -> bool:
