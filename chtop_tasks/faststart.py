@@ -6,7 +6,8 @@ only its own ``--long`` flags (and maybe ``-- ARGS``), invoke would do nothing b
 body with those values; this start does that, with the task modules imported in light mode
 (``taskdef.LIGHT``: ``@task`` records its arguments, no invoke).  The table of tasks is the
 one invoke's collection is built from (``tasks.NAMESPACES`` and ``ROOT_TASKS``, named as
-``Collection.from_module`` names them), so a new collection is picked up as it is by ``inv --list``.
+``Collection.from_module`` names them), so a new collection is picked up as it is by ``inv --list``;
+only the module that can define the task named is imported.
 
 Anything else returns to invoke, with the light modules dropped again, and invoke does exactly
 what it did before: a core flag (``--list``, ``--help``, ``-l``, ``--complete``, ``--version``,
@@ -43,22 +44,29 @@ def dashed(name: str) -> str:
     return name.replace("_", "-")
 
 
-def light_tasks() -> dict[str, object]:
-    """Every task by its full name (``git.status``), as LightTasks: the task modules imported light."""
+def light_tasks(word: str | None = None) -> dict[str, object]:
+    """The tasks by their full names (``git.status``), as LightTasks: the task modules imported light.
+    With ``word`` (the task the command line names), only the one module that can define it is
+    imported (the ``git`` namespace for ``git.status``, ``demo``'s module for ``demo``); else all."""
     from . import taskdef
 
     taskdef.LIGHT = True
-    from .tasks import NAMESPACES, ROOT_TASKS
+    from . import tasks
 
+    modules, roots = tasks.NAMESPACE_MODULES, tuple(tasks.ROOT_TASK_MODULES)
+    if word is not None:
+        prefix, dot, _ = word.rpartition(".")
+        modules = tuple(m for m in modules if dot and dashed(m) == prefix)
+        roots = tuple(r for r in roots if not dot and dashed(r) == word)
     table = {}
-    for module in NAMESPACES:
+    for module in map(tasks.namespace_module, modules):
         if hasattr(module, "ns") or hasattr(module, "namespace"):
             continue       # an explicit collection: invoke's own rules
         prefix = dashed(module.__name__.rsplit(".", 1)[-1])
         for value in vars(module).values():
             if isinstance(value, taskdef.LightTask):
                 table[f"{prefix}.{task_name(value)}"] = value
-    for value in ROOT_TASKS:
+    for value in map(tasks.root_task, roots):
         if isinstance(value, taskdef.LightTask):
             table[task_name(value)] = value
     return table
@@ -119,7 +127,7 @@ def planned_call(argv: list[str], project: str | None):
     words = argv[:argv.index("--")] if "--" in argv else list(argv)
     if not words or words[0].startswith("-") or invoke_configured(project):
         return None
-    light = light_tasks().get(words[0])
+    light = light_tasks(words[0]).get(words[0])
     kinds = flag_kinds(light) if light is not None else None
     kwargs = parse_flags(words[1:], kinds) if kinds is not None else None
     if kwargs is None:

@@ -49,6 +49,12 @@ def imported_invoke(stderr: str) -> bool:
     return any(line.rstrip().endswith("| invoke") for line in stderr.splitlines())
 
 
+def task_modules(stderr: str) -> set[str]:
+    """The task modules (``chtop_tasks.tasks.*``) a run's ``-X importtime`` lines name."""
+    names = (line.rpartition("|")[2].strip() for line in stderr.splitlines() if line.startswith("import time:"))
+    return {name for name in names if name.startswith("chtop_tasks.tasks.")}
+
+
 def both_ways(run, argv: list[str]) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess, bool]:
     fast = run(argv, {})
     slow = run(argv, INVOKE_PATH)
@@ -80,6 +86,11 @@ def test_inv_fast_start_and_invokes_program_say_the_same(with_dev, tmp_path, sta
         assert went_fast == fast_expected, f"{argv}: fast start {'taken' if went_fast else 'not taken'}"
     status = run(["git.status"], {})
     assert status.returncode == 0 and "alpha" in status.stdout, status
+    # the fast start imports the one task module it runs from (and what that imports), no other
+    assert task_modules(run(["git.status"], {"PYTHONPROFILEIMPORTTIME": "1"}).stderr) == {
+        "chtop_tasks.tasks.git", "chtop_tasks.tasks.common"}
+    assert task_modules(run(["worktree.delete"], {"PYTHONPROFILEIMPORTTIME": "1"}).stderr) <= {
+        "chtop_tasks.tasks.worktree", "chtop_tasks.tasks.common"}
     assert ("new.txt" in status.stdout) == (state == "dirty"), status.stdout
 
 
