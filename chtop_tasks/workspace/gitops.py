@@ -64,9 +64,17 @@ def run_in_checkout(ws: Workspace, checkout: Checkout, args: list[str]) -> RepoO
     return RepoOutput(checkout, header, result.stdout + result.stderr, result.returncode)
 
 
+def synced_and_verified(ws: Workspace, strict: bool = False) -> None:
+    """The agent's latest commits imported, then every checkout's ``.git`` checked to point where the
+    layout says.  The private stores were walked for planted links and FIFOs by the import itself,
+    under the worktree's lock, just before: a second walk (about 7 ms on the real repos) would
+    close no race, so this check reads only the pointers."""
+    sync_worktree(ws, strict=strict)
+    verify_git_dirs(ws, walk=False)
+
+
 def fan_out_git(ws: Workspace, args: list[str]) -> list[RepoOutput]:
-    sync_worktree(ws)      # the agent's latest commits, imported (and the layout verified)
-    verify_git_dirs(ws)
+    synced_and_verified(ws)
     return fan_out(lambda c: run_in_checkout(ws, c, args), present_checkouts(ws))
 
 
@@ -201,8 +209,7 @@ def git_diff(ws: Workspace, args: list[str]) -> int:
 def git_diff_integration(ws: Workspace, args: list[str]) -> int:
     """Each repo's work against its own integration branch (``git diff --merge-base BRANCH``): what
     the feature changed, not what the integration branch gained since."""
-    sync_worktree(ws)
-    verify_git_dirs(ws)
+    synced_and_verified(ws)
     outputs = fan_out(lambda c: run_in_checkout(ws, c, ["diff", "--merge-base", ws.integration_branch(c), *args]),
                       present_checkouts(ws))
     if not print_outputs(outputs, hide_empty=True):
@@ -329,8 +336,7 @@ def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False,
                 running_sandboxes=lambda ws: []) -> int:
     """``running_sandboxes(ws)``: the names of the sandboxes running in ``ws`` (the task asks podman)."""
     refuse_in_toplevel(ws, "git.rebase-down")
-    sync_worktree(ws, strict=True)     # imports first; the integration branches inside are the host's latest
-    verify_git_dirs(ws)
+    synced_and_verified(ws, strict=True)     # imports first; the integration branches inside are the host's latest
     rels = relations(ws)
     # the busy check (podman ps) runs while the repos are checked; it is answered before any rebase
     busy = in_background(running_sandboxes, ws) if any(rel.behind for rel in rels) and not dry_run else None
@@ -649,8 +655,7 @@ def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False, expect: 
     """``expect``: the dry run's ``REPO=SHA,...``; refused (nothing moved) unless exactly those land."""
     refuse_in_toplevel(ws, "git.merge-up")
     expected = parse_expect(ws, expect) if expect is not None else None
-    sync_worktree(ws, strict=True)     # lands what the agent committed, up to now
-    verify_git_dirs(ws)
+    synced_and_verified(ws, strict=True)     # lands what the agent committed, up to now
     verify_git_dirs(ws.for_root(ws.toplevel))
     rels = relations(ws)
     # the commits checked are the ones that land: read before any check, since the proxy's import
