@@ -33,7 +33,7 @@ PROLOGUE = "chtop_prologue"
 def pinned_search_root(cwd: str) -> str | None:
     """The checkout root around ``cwd``; None outside a chtop workspace (a broken one raises)."""
     from .errors import NotInWorkspace
-    from .workspace.layout import find_root
+    from .workspace.rootfind import find_root  # it alone: what this imports, the task imports again
 
     try:
         return str(find_root(cwd))

@@ -168,3 +168,16 @@ def test_a_task_that_uses_its_context_gets_invokes_on_the_fast_start():
     assert "_context" not in context.__dict__
     assert context.config is context.config and isinstance(context.__dict__["_context"], Context)
     assert callable(context.run)
+
+
+def test_inv_finds_the_checkout_importing_no_chtop_module_it_imports_again(with_dev):
+    """``inv`` finds the checkout with the installed chtop, then forgets every chtop module and runs
+    the checkout's own: what the search imported is imported twice (``layout`` with ``places``,
+    ``manifest`` and ``agentfile`` cost about 10 ms of every task in a feature worktree)."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from chtop_tasks import inv; "
+            "print(inv.pinned_search_root(sys.argv[2])); print(sorted(m for m in sys.modules if m.startswith('chtop_tasks')))")
+    out = subprocess.run([sys.executable, "-c", code, str(REPO_ROOT), str(with_dev.path("dev", "alpha"))],
+                         capture_output=True, text=True, check=True, timeout=60).stdout.splitlines()
+    assert out[0] == str(with_dev.path("dev"))
+    assert json.loads(out[1].replace("'", '"')) == ["chtop_tasks", "chtop_tasks.errors", "chtop_tasks.inv",
+                                                    "chtop_tasks.workspace", "chtop_tasks.workspace.rootfind"]

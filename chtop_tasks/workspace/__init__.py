@@ -2,6 +2,7 @@
 
 - ``layout``: the Workspace model (grouping dir, toplevel, worktrees, stores),
   found from any path by reading files only; ``verify_git_dirs``.
+- ``rootfind``: the checkout around a path (what ``inv`` asks first, importing nothing else).
 - ``manifest``: ``git_repositories.toml``, parsed and checked.
 - ``toplevel``, ``worktrees``: ``toplevel.init``, ``worktree.create/delete/list``.
 - ``gitops``: the cross-repo git loop (status, diff, rebase-down, merge-up).

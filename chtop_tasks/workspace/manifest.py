@@ -19,8 +19,7 @@ else:  # pragma: no cover
 
 from ..errors import ManifestError
 from ..places import dir_name_problem
-
-MANIFEST_NAME = "git_repositories.toml"
+from .rootfind import MANIFEST_NAME  # noqa: F401  (where a checkout is, and so the file name, is rootfind's)
 
 INSTALL_MODES = ("editable", "editable-no-build-isolation", "none")
 REPO_KEYS = {"name", "url", "branch", "install", "smoke_import", "test", "submodules"}
