@@ -36,12 +36,27 @@ def fan_out(func, items):
     threads = [threading.Thread(target=work) for _ in range(min(POOL_SIZE, len(items)))]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
+    join_all(threads)
     for failure, _result in outcomes:
         if failure is not None:
             raise failure
     return [result for _failure, result in outcomes]
+
+
+def join_all(threads) -> None:
+    """Wait for every thread.  A Ctrl-C (which reaches the workers' git processes too) waits for them
+    to end before it is raised, so the caller's undo runs after their writes; a second one raises at once."""
+    interrupted = None
+    for thread in threads:
+        while thread.is_alive():
+            try:
+                thread.join()
+            except KeyboardInterrupt:
+                if interrupted is not None:
+                    raise
+                interrupted = KeyboardInterrupt()
+    if interrupted is not None:
+        raise interrupted
 
 
 def in_background(func, *args):

@@ -39,3 +39,20 @@ def test_every_item_runs_and_the_first_failure_in_input_order_raises():
 
 def test_one_item_runs_in_this_thread():
     assert fan_out(lambda _: threading.get_ident(), ["x"]) == [threading.get_ident()]
+
+
+def test_a_ctrl_c_waits_for_the_workers_before_it_is_raised():
+    """The workers' git processes get the same Ctrl-C; the caller's undo must run after their writes."""
+    import os
+    import signal
+
+    finished = []
+
+    def work(delay):
+        time.sleep(delay)
+        finished.append(delay)
+
+    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        fan_out(work, [0.6, 0.7])
+    assert sorted(finished) == [0.6, 0.7]

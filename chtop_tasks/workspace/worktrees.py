@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -133,6 +134,9 @@ def steps_for_create(ws: Workspace, top: Workspace, name: str, integration: dict
     return steps
 
 
+JOURNAL_LOCK = threading.Lock()     # one journal write at a time (CreateRun.record_*)
+
+
 @dataclass
 class CreateRun:
     """What one create run made, so a failure (or the next run, after a kill) can undo exactly that.
@@ -152,12 +156,14 @@ class CreateRun:
         if path.exists() or path.is_symlink():
             raise CommandFailed(f"{path} appeared while worktree {self.name!r} was being made (not by chtop); "
                                 "move it away and run the same command again")
-        self.paths.append(str(path))
-        self.save()
+        with JOURNAL_LOCK:          # the repos are added at once (add_worktrees)
+            self.paths.append(str(path))
+            self.save()
 
     def record_branch(self, repo_dir: Path, tip: str) -> None:
-        self.branches.append((str(repo_dir), tip))
-        self.save()
+        with JOURNAL_LOCK:
+            self.branches.append((str(repo_dir), tip))
+            self.save()
 
     def save(self) -> None:
         if self.journal is not None:
@@ -199,12 +205,15 @@ class CreateRun:
 
 
 def add_worktrees(steps: list[AddStep], name: str, run: CreateRun, added=lambda checkout: None) -> None:
-    """Each step's branch and checkout, one repo after another; ``added(checkout)`` after each."""
+    """Each step's branch and checkout; ``added(checkout)`` after each.  The container repo's first
+    (the others are checked out inside it), then the others at once: each is its own repo and its
+    own private store, and most of the time is git writing their files."""
     gitdir = steps[0].store.parent if steps else None      # .chtop/git/<name>/
     if gitdir is not None and not (gitdir.is_dir() and not gitdir.is_symlink()
                                    and all(e.name == ".lock" for e in gitdir.iterdir())):
         run.record_path(gitdir)       # (an earlier worktree's import lock alone there is reused)
-    for step in steps:
+
+    def add(step: AddStep) -> None:
         if step.reuse_branch:
             say(f"branch {name!r} already exists in {step.main_dir}: checking it out (kept by an earlier delete)")
         else:
@@ -216,6 +225,9 @@ def add_worktrees(steps: list[AddStep], name: str, run: CreateRun, added=lambda 
         if step.submodules:
             init_submodules(step.checkout.path, step.checkout.name)
         added(step.checkout)
+    for step in steps[:1]:
+        add(step)
+    fan_out(add, steps[1:])
 
 
 def wants_submodules(ws: Workspace, repo_name: str) -> bool:
