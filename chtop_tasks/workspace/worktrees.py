@@ -475,12 +475,14 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
     # only the worktree's own branch: what its HEAD says inside is the agent's to choose
     has_branch = dict(zip(map(id, checkouts), fan_out(lambda c: toplevel_has_branch(top, c, name), checkouts),
                           strict=True))
-    for checkout in reversed(checkouts):
+    def remove_branch(checkout: Checkout) -> str | None:
+        """The toplevel's branch NAME of one repo deleted (each repo's own store: all at once); what
+        is kept instead, or None."""
         main_dir = top.main_checkout_dir(checkout)
         if not (main_dir / ".git").exists():
             warn(f"{ws.display(main_dir)} is not cloned in the toplevel: removing "
                  f"{ws.display(checkout.path)} as a plain directory")
-            continue
+            return None
         if checkout.path.exists() and not private_store(ws.grouping, name, checkout.name).is_dir():
             # not moved onto private git state (a repo only the toplevel's manifest names): still a
             # linked worktree of the shared store, which keeps its branch checked out until removed
@@ -488,8 +490,10 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
         if has_branch[id(checkout)]:
             result = git(main_dir, ["branch", "-d", name], check=False, quiet=False, toplevel_only=True)
             if not result.ok:
-                kept.append(f"{ws.display(main_dir)}: branch {name} (unmerged commits; "
-                            f"`git -C {main_dir} branch -D {name}` drops them)")
+                return (f"{ws.display(main_dir)}: branch {name} (unmerged commits; "
+                        f"`git -C {main_dir} branch -D {name}` drops them)")
+        return None
+    kept += [line for line in fan_out(remove_branch, list(reversed(checkouts))) if line]
     if wt.root.exists():
         shutil.rmtree(wt.root)
     store_dir = group_git_dir(ws.grouping) / name
