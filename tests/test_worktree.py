@@ -23,9 +23,13 @@ def test_init_clones_on_manifest_branches_and_is_idempotent(group):
     assert git(group.toplevel / "beta", "branch", "--show-current") == "kms"
     assert (group.toplevel / ".envrc").exists()
     assert git(group.toplevel, "status", "--porcelain") == ""   # sub-repos and dotfiles ignored
+    # each clone gets a commit-graph (the imports and ahead/behind counts walk commits through it)
+    for repo in (group.toplevel, group.toplevel / "alpha", group.toplevel / "beta"):
+        assert (repo / ".git" / "objects" / "info" / "commit-graph").is_file(), repo
+        assert git(repo, "commit-graph", "verify") == ""
     again = group.inv(group.toplevel, "toplevel.init", "--no-venv")
     assert "nothing to do" in again.stdout
-    assert "$ git clone" not in again.stderr
+    assert "$ git clone" not in again.stderr and "commit-graph" not in again.stderr
 
 
 def test_init_leaves_a_clone_on_another_branch_alone(initialized):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..errors import Refused
 from ..term import say, warn
 from .dotfiles import refresh_workspace_files
@@ -17,6 +19,20 @@ def clone_repo(ws: Workspace, repo: Repo) -> None:
     git(ws.toplevel, ["clone", "--branch", repo.branch, repo.url, str(target)], quiet=False, toplevel_only=True)
     if repo.submodules:
         init_submodules(target, repo.name)
+
+
+def commit_graph_written(repo_dir: Path) -> bool:
+    """The clone's commit-graph, written when it has none (else a file check, no process): whether
+    it was written.  Every import of a worktree's branch is a fetch whose negotiation, pack and
+    connectivity check walk commits, and so are the ahead/behind counts of every git task; with the
+    graph (the private stores read it through their alternates) git reads no commit object for
+    that: one commit's import into pirate's clone took 52 ms, 27 ms with it.  Commits made later
+    are walked as before until ``git gc`` (which rewrites it) or ``git commit-graph write``."""
+    info = repo_dir / ".git" / "objects" / "info"
+    if (info / "commit-graph").exists() or (info / "commit-graphs").exists() or not (repo_dir / ".git").is_dir():
+        return False
+    return git(repo_dir, ["commit-graph", "write", "--reachable"], check=False, quiet=False,
+               toplevel_only=True).ok
 
 
 def check_existing(ws: Workspace, repo: Repo) -> str:
@@ -66,6 +82,9 @@ def init_toplevel(ws: Workspace, build_venv=None) -> list[str]:
             continue
         clone_repo(ws, repo)
         changes.append(f"{repo.name}: cloned ({repo.branch})")
+    for repo_dir in (ws.toplevel, *(ws.toplevel / repo.name for repo in ws.manifest.repos)):
+        if commit_graph_written(repo_dir):
+            changes.append(f"{ws.display(repo_dir)}: wrote its commit-graph")
     changes += [f"wrote {p}" for p in refresh_workspace_files(ws)]
     summarize(ws, changes)
     if build_venv is not None:
