@@ -8,13 +8,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import secrets
-import tempfile
 from pathlib import Path
 
 
 def write_atomic(path: Path, text: str, *, mode: int = 0o644, owner: tuple[int, int] | None = None) -> None:
     """Replace ``path`` with ``text`` (mode ``mode``; owned by ``owner`` when given, as root)."""
+    import tempfile  # here: the launch path imports this module but writes nothing with it
+
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
@@ -36,7 +36,7 @@ def write_atomic_at(dir_fd: int, name: str, data: bytes, *, mode: int = 0o600,
                     owner: tuple[int, int] | None = None) -> None:
     """Replace ``name`` in the directory open as ``dir_fd`` with ``data`` by a rename: for a dir an
     agent can write, opened without following a link, so nothing it plants meanwhile redirects it."""
-    tmp = f".{name}.{secrets.token_hex(6)}"
+    tmp = f".{name}.{os.urandom(6).hex()}"     # secrets.token_hex(6), without importing it
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
     try:
         os.fchmod(fd, mode)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import shlex
 import shutil
 import subprocess
@@ -256,7 +255,7 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
     ipc, ipc_note = ipc_args(limits)
     if ipc_note:
         warnings.append(ipc_note)
-    name = f"chtop-{_slug(target.name)}-{purpose}-{secrets.token_hex(3)}"
+    name = f"chtop-{_slug(target.name)}-{purpose}-{os.urandom(3).hex()}"   # secrets.token_hex(3)
     git_config = _host_git_config(target.root)
     identity_env = _git_identity(git_config, host_env)
     root = _root_setup(target, identity, mounts, policy.devices, name,
