@@ -476,8 +476,8 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
     has_branch = dict(zip(map(id, checkouts), fan_out(lambda c: toplevel_has_branch(top, c, name), checkouts),
                           strict=True))
     def remove_branch(checkout: Checkout) -> str | None:
-        """The toplevel's branch NAME of one repo deleted (each repo's own store: all at once); what
-        is kept instead, or None."""
+        """The toplevel's branch NAME of one repo deleted (each repo its own store); what is kept
+        instead, or None."""
         main_dir = top.main_checkout_dir(checkout)
         if not (main_dir / ".git").exists():
             warn(f"{ws.display(main_dir)} is not cloned in the toplevel: removing "
@@ -493,7 +493,10 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
                 return (f"{ws.display(main_dir)}: branch {name} (unmerged commits; "
                         f"`git -C {main_dir} branch -D {name}` drops them)")
         return None
-    kept += [line for line in fan_out(remove_branch, list(reversed(checkouts))) if line]
+    # the repos inside the worktree at once, then the container repo's (its checkout holds theirs:
+    # a `git worktree remove` of it would take theirs away mid-flight)
+    removed = fan_out(remove_branch, list(reversed(checkouts[1:]))) + [remove_branch(c) for c in checkouts[:1]]
+    kept += [line for line in removed if line]
     if wt.root.exists():
         shutil.rmtree(wt.root)
     store_dir = group_git_dir(ws.grouping) / name
