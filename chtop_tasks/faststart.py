@@ -21,7 +21,6 @@ message on stderr, the code), and so is an interrupt (exit 1).
 
 from __future__ import annotations
 
-import inspect
 import os
 import sys
 
@@ -80,17 +79,35 @@ def flag_kinds(light) -> dict[str, tuple[str, type]] | None:
     """``--flag`` -> (parameter, kind: bool or a value's type), or None when invoke's parser is needed."""
     if light.pre or not set(light.options) <= PLAIN_OPTIONS:
         return None
-    params = list(inspect.signature(light.body).parameters.values())[1:]   # after the context
+    params = defaulted_parameters(light.body)
+    if params is None:
+        return None
     kinds = {}
-    for param in params:
-        default = param.default
-        if param.kind is not param.POSITIONAL_OR_KEYWORD or default is param.empty:
-            return None
+    for name, default in params[1:]:          # after the context
         kind = str if default is None else type(default)
         if kind is not bool and kind not in VALUE_KINDS:
             return None
-        kinds[dashed(param.name)] = (param.name, kind)
+        kinds[dashed(name)] = (name, kind)
     return kinds
+
+
+CO_VARARGS, CO_VARKEYWORDS = 0x04, 0x08
+
+
+def defaulted_parameters(body) -> list[tuple[str, object]] | None:
+    """``(name, default)`` of each parameter of ``body`` (through ``functools.wraps`` wrappers, as
+    ``inspect.signature`` reads it), the first (the context) with default None; None unless all of
+    them are plain positional-or-keyword ones and all but the first have a default.  Read from the
+    function's code object: ``inspect`` (with ``ast``, ``dis``, ``tokenize``) costs 5 ms to import."""
+    while hasattr(body, "__wrapped__"):
+        body = body.__wrapped__
+    code, defaults = getattr(body, "__code__", None), getattr(body, "__defaults__", None) or ()
+    if code is None or hasattr(body, "__signature__") or code.co_posonlyargcount or code.co_kwonlyargcount \
+            or code.co_flags & (CO_VARARGS | CO_VARKEYWORDS) or code.co_argcount < 1 \
+            or len(defaults) != code.co_argcount - 1:
+        return None
+    names = code.co_varnames[:code.co_argcount]
+    return list(zip(names, (None, *defaults), strict=True))
 
 
 def parse_flags(words: list[str], kinds: dict[str, tuple[str, type]]) -> dict | None:

@@ -19,14 +19,13 @@ Only the standard library, ``errors`` and (lazily, in :func:`target_for`)
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import ChtopError, NotInWorkspace, Refused, UsageError, WorkspaceError
+from .record import record
 
 if TYPE_CHECKING:
     from .workspace.layout import Workspace
@@ -121,6 +120,9 @@ def group_id(group_dir: Path) -> str:
 
 
 def group_key(group_dir: Path) -> str:
+    # imported here: importing it loads OpenSSL (3-4 ms), which most tasks never need
+    import hashlib
+
     return hashlib.sha256(str(Path(group_dir).resolve()).encode()).hexdigest()
 
 
@@ -159,6 +161,8 @@ def agent_home(group_dir: Path, key: str) -> Path:
 
 def dir_agent_key(root: Path) -> str:
     """The agent-config key of a --dir directory: its name (made safe) and 12 hex digits of its path."""
+    import hashlib
+
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(root).name).lstrip(".-")[:40] or "dir"
     return f"{name}-{hashlib.sha256(str(Path(root)).encode()).hexdigest()[:12]}"
 
@@ -276,7 +280,7 @@ def check_dir_allowed(root: Path, home: Path | None = None) -> None:
 
 # -- which target a path is ----------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Target:
     """What a sandbox runs in: a feature worktree of a workspace, or a --dir directory."""
 

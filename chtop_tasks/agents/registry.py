@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import re
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from ..record import Factory, record
 
 try:
     import tomllib
@@ -29,7 +30,7 @@ KEYS = {"description", "command", "skip_permissions", "credentials", "tokens", "
         "config_env", "config_subdir", "login_files", "env", "install", "continue_args"}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Agent:
     name: str
     command: tuple[str, ...]
@@ -40,7 +41,7 @@ class Agent:
     config_env: str = ""
     config_subdir: str = ""
     login_files: tuple[str, ...] = ()   # in its config dir: copied from the group's login dir (see agent_config.py)
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = Factory(dict)
     install: str = ""
     description: str = ""
     continue_args: tuple[str, ...] = ()

@@ -14,9 +14,10 @@ import os
 import re
 import secrets
 import stat
-from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
+
+from ..record import record, replace
 
 try:
     import tomllib
@@ -46,7 +47,7 @@ _TOPIC = re.compile(r"^[-_A-Za-z0-9]{1,64}$")
 _SECRET = re.compile(r"^[0-9a-f]{64}$")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NotifyConfig:
     server: str
     topic: str

@@ -11,7 +11,8 @@ from __future__ import annotations
 import functools
 import ipaddress
 import re
-from dataclasses import dataclass
+
+from ..record import record
 
 _LABEL = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?$")
 _PORT = re.compile(r"^[0-9]{1,5}$")
@@ -26,7 +27,7 @@ class BadHost(ValueError):
     """A host or authority that must not be used (the message says why)."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Entry:
     """One line of a net-allow.txt / net-deny.txt list."""
 

@@ -13,12 +13,12 @@ import shlex
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import agentfile
 from ..errors import ChtopError, CommandFailed, Refused, UsageError
 from ..places import Target, ensure_private_dir, group_id, home_dir, is_mine_or_missing
+from ..record import Factory, record
 from ..runner import format_command
 from ..term import warn
 from ..workspace import gitrun
@@ -49,7 +49,7 @@ PODMAN_ENV = ("PATH", "HOME", "USER", "LOGNAME", "TERM", "TMPDIR", "XDG_RUNTIME_
 NO_PROXY = "localhost,127.0.0.1,::1"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProxyNeed:
     """The group proxy a launch needs, and where it will listen (computed, not started)."""
 
@@ -61,7 +61,7 @@ class ProxyNeed:
     build_hosts: tuple[str, ...] | None = None   # a venv build's socket, with these index hosts allowed
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RootSetup:
     """The per-run skeleton root to write before podman runs (and remove after it)."""
 
@@ -89,7 +89,7 @@ class RootSetup:
         return self.run_dir.parent
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LaunchSetup:
     state_dir: Path
     proxy: ProxyNeed | None
@@ -97,24 +97,24 @@ class LaunchSetup:
     agent_config: AgentConfig | None = None
 
 
-@dataclass
+@record
 class LaunchPlan:
     argv: list[str]
     container_name: str
     env: dict[str, str]
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = Factory(list)
     setup: LaunchSetup | None = None
-    limits: Limits = field(default_factory=Limits)     # the limits podman enforces (none where it cannot)
+    limits: Limits = Factory(Limits)     # the limits podman enforces (none where it cannot)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LaunchRequest:
     """Everything a caller decides about one launch (sbox.*, an agent, the GPU check)."""
 
     target: Target
     command: list[str]
     interactive: bool = False
-    extra_env: dict[str, str] = field(default_factory=dict)
+    extra_env: dict[str, str] = Factory(dict)
     purpose: str = "run"
     network: str = "proxy"
     allow_self_edit: bool = False

@@ -34,7 +34,7 @@ import shlex
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from ..record import Factory, record
 from pathlib import Path
 
 from .. import runner
@@ -124,7 +124,7 @@ _BOILERPLATE = (
 )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BuildStep:
     """One thing the build does.
 
@@ -175,17 +175,17 @@ class BuildStep:
         return line
 
 
-@dataclass
+@record
 class BuildReport:
     """What a finished build did, for the summary line."""
 
     venv: Path
     installer: str
-    installed: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-    smoked: list[str] = field(default_factory=list)
-    tested: list[str] = field(default_factory=list)
-    deps: list[str] = field(default_factory=list)
+    installed: list[str] = Factory(list)
+    skipped: list[str] = Factory(list)
+    smoked: list[str] = Factory(list)
+    tested: list[str] = Factory(list)
+    deps: list[str] = Factory(list)
     log: Path | None = None
 
     def summary(self) -> str:

@@ -7,12 +7,12 @@ repo first, then run one repo at a time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from .. import runner
 from ..errors import ChtopError, CommandFailed, Refused, UsageError
 from ..fanout import fan_out, in_background
+from ..record import record
 from ..term import bold, git_color_args, say, warn
 from .gitprobe import (
     WORKTREE_DIFF_DRIVERS_OFF,
@@ -45,7 +45,7 @@ def present_checkouts(ws: Workspace) -> list[Checkout]:
 # -- status / diff -----------------------------------------------------------
 
 
-@dataclass
+@record
 class RepoOutput:
     checkout: Checkout
     header: str
@@ -96,7 +96,7 @@ def worst_status(outputs) -> int:
 # -- branch relations -----------------------------------------------------------
 
 
-@dataclass
+@record
 class Relation:
     checkout: Checkout
     branch: str | None
@@ -279,7 +279,7 @@ def raise_if_problems(problems: list[str], what: str) -> None:
         raise Refused(f"{what}: nothing was changed, because:\n  " + "\n  ".join(problems))
 
 
-@dataclass
+@record
 class GitStep:
     """One planned git command, and why."""
 

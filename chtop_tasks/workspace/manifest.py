@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from ..record import Factory, record
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -28,7 +29,7 @@ TOP_KEYS = {"repo"}
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]*$")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Repo:
     """One repo of the manifest.
 
@@ -48,10 +49,10 @@ class Repo:
     submodules: bool = True
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Manifest:
     path: Path
-    repos: tuple[Repo, ...] = field(default_factory=tuple)
+    repos: tuple[Repo, ...] = Factory(tuple)
 
     @property
     def names(self) -> list[str]:

@@ -11,13 +11,13 @@ import os
 import re
 import shutil
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import agentfile, atomic
 from ..errors import ChtopError, CommandFailed, Refused, UsageError, WorkspaceError
 from ..fanout import fan_out, in_background
 from ..places import build_cache_dir, create_journal_path, worktree_name_problem
+from ..record import Factory, record
 from ..term import say, warn
 from .bytecode import seed_worktree_bytecode
 from .dotfiles import refresh_workspace_files
@@ -66,7 +66,7 @@ def plainly_a_branch_name(name: str) -> bool:
     return bool(PLAIN_BRANCH_NAME.match(name)) and name != "HEAD"
 
 
-@dataclass
+@record
 class AddStep:
     """One checkout of the plan, on private git state ``store``: its branch starts at
     ``start_sha`` (the integration branch ``start``), or at ``branch_sha`` when the
@@ -137,7 +137,7 @@ def steps_for_create(ws: Workspace, top: Workspace, name: str, integration: dict
 JOURNAL_LOCK = threading.Lock()     # one journal write at a time (CreateRun.record_*)
 
 
-@dataclass
+@record
 class CreateRun:
     """What one create run made, so a failure (or the next run, after a kill) can undo exactly that.
 
@@ -149,8 +149,8 @@ class CreateRun:
 
     name: str
     journal: Path | None = None
-    paths: list[str] = field(default_factory=list)
-    branches: list[tuple[str, str]] = field(default_factory=list)   # (repo dir, tip at creation)
+    paths: list[str] = Factory(list)
+    branches: list[tuple[str, str]] = Factory(list)   # (repo dir, tip at creation)
 
     def record_path(self, path: Path) -> None:
         if path.exists() or path.is_symlink():
