@@ -105,6 +105,53 @@ def run(
                            proc.stderr or ""), check)
 
 
+def run_pipeline(first, second, cwd=None, *, input: bytes = b"", first_env: dict | None = None,
+                 check: bool = True, quiet: bool = False, timeout: float | None = DEFAULT_TIMEOUT) -> Result:
+    """``first | second``: ``input`` (bytes) on ``first``'s stdin, its stdout (bytes, not kept in
+    memory here) into ``second``, whose stdout is returned as text; ``first_env`` is added to ours for
+    ``first`` alone.  Echoed as one line unless ``quiet``; with ``check``, CommandFailed unless both
+    exit 0.  The Result is ``second``'s, with ``first``'s exit code where that one failed."""
+    first, second = [str(a) for a in first], [str(a) for a in second]
+    if not quiet:
+        echo([*first, "|", *second], cwd)
+    env = None if first_env is None else {**os.environ, **first_env}
+    try:
+        feeder = subprocess.Popen(first, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE)
+    except FileNotFoundError as exc:
+        raise CommandFailed(f"{first[0]}: command not found ({exc})") from exc
+    try:
+        taker = subprocess.Popen(second, cwd=cwd, stdin=feeder.stdout, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE)
+    except BaseException:
+        feeder.kill()
+        feeder.wait()
+        raise
+    feeder.stdout.close()           # the taker holds it now: the feeder sees a closed pipe if it stops
+    errors: list[bytes] = []
+    reader = threading.Thread(target=lambda: errors.append(feeder.stderr.read()), daemon=True)
+    reader.start()
+    try:
+        try:
+            feeder.stdin.write(input)
+        except BrokenPipeError:
+            pass                    # it stopped early: its exit code and message say why
+        feeder.stdin.close()
+        out, err = taker.communicate(timeout=timeout)
+        feeder.wait(timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        for proc in (feeder, taker):
+            proc.kill()
+            proc.wait()
+        raise CommandFailed(f"timed out after {timeout}s: {format_command([*first, '|', *second], cwd)}") from exc
+    finally:
+        reader.join()
+    failed = feeder if feeder.returncode else taker
+    stderr = (errors[0] if errors else b"") if failed is feeder else err
+    return _checked(Result([*first, "|", *second], Path(cwd) if cwd else None, failed.returncode,
+                           out.decode("utf-8", "replace"), stderr.decode("utf-8", "replace")), check)
+
+
 def _checked(result: Result, check: bool) -> Result:
     argv, cwd = result.argv, result.cwd
     if check and not result.ok:

@@ -111,20 +111,18 @@ def test_a_branch_moved_to_its_integration_tip_imports_without_a_fetch(with_dev,
     integration = ws.integration_branch(next(c for c in ws.checkouts() if c.name == "alpha"))
     tip = g.push_upstream_commit("alpha", "up.txt", "up\n")
     git(dev / "alpha", "reset", "-q", "--hard", tip)          # the integration tip, as a rebase leaves it
-    calls = []
-    real = runner.run
-    monkeypatch.setattr(runner, "run", lambda argv, *a, **k: calls.append(list(argv)) or real(argv, *a, **k))
+    calls = recorded_git(monkeypatch)
     imported = quarantine.sync_worktree(ws, convert=False)
     assert [(i.old, i.new) for i in imported] == [(first, tip)]
     assert git(shared, "rev-parse", "dev") == tip == git(shared, "rev-parse", integration)
     assert git(shared, "rev-parse", f"refs/chtop/kept/dev/{first}") == first
-    assert not any("fetch" in argv for argv in calls), calls
+    assert "pack-objects|index-pack" not in calls and "fetch" not in calls, calls
     assert git(shared, "for-each-ref", "refs/chtop/incoming") == ""
-    # a new commit on top is fetched (and fsck'ed) as before
+    # a new commit on top is copied (and checked) as before
     second = g.commit(dev / "alpha", "b.txt", "2\n", "second")
     quarantine.sync_worktree(ws, convert=False)
     assert git(shared, "rev-parse", "dev") == second
-    assert sum("fetch" in argv for argv in calls) == 1, calls
+    assert calls.count("pack-objects|index-pack") == 1, calls
 
 
 def git_subcommand(argv: list[str]) -> str | None:
@@ -138,26 +136,41 @@ def git_subcommand(argv: list[str]) -> str | None:
     return None
 
 
-def test_a_fast_forward_imports_in_one_fetch_and_a_branch_at_no_commit_never_lands(with_dev, monkeypatch):
-    """A new commit on top of the imported tip (the common import) is fetched straight onto the
-    branch: one fsck'ed fetch, no ``incoming`` ref, no rev-list, no update-ref.  A branch the agent
-    points at a tree (git writes only commits to a branch) or rewrites takes the long way: the tree
-    never lands (the import fails, the branch stays at its commit), the rewritten tip is kept."""
+def recorded_git(monkeypatch) -> list[str]:
+    """The git subcommands chtop runs from now on (a pipeline as ``pack-objects|index-pack``)."""
+    calls = []
+    run, pipeline = runner.run, runner.run_pipeline
+    monkeypatch.setattr(runner, "run", lambda argv, *a, **k: calls.append(git_subcommand(list(argv)))
+                        or run(argv, *a, **k))
+    monkeypatch.setattr(runner, "run_pipeline", lambda first, second, *a, **k: calls.append(
+        f"{git_subcommand(list(first))}|{git_subcommand(list(second))}") or pipeline(first, second, *a, **k))
+    return calls
+
+
+def packs(store: Path) -> set[str]:
+    return {p.name for p in (store / "objects" / "pack").iterdir()} if (store / "objects" / "pack").is_dir() else set()
+
+
+def test_an_import_copies_the_new_objects_checked_and_a_branch_at_no_commit_never_lands(with_dev, monkeypatch):
+    """A new commit is copied with one ``pack-objects | index-pack --strict`` pipe in the host's store
+    (the private objects read as objects, nothing of the store's config), then the branch moves with
+    one ``update-ref``: no fetch, no ``incoming`` ref, no ``.keep`` left behind.  A branch the agent
+    points at a tree (git writes only commits to a branch) fails the import and stays at its commit;
+    a rewritten branch keeps its old tip."""
     g = with_dev
     dev, shared = g.path("dev"), g.toplevel / "alpha"
     ws = find_workspace(dev)
     first = g.commit(dev / "alpha", "a.txt", "1\n", "first")
     quarantine.sync_worktree(ws)
-    calls = []
-    real = runner.run
-    monkeypatch.setattr(runner, "run", lambda argv, *a, **k: calls.append(list(argv)) or real(argv, *a, **k))
+    calls = recorded_git(monkeypatch)
     second = g.commit(dev / "alpha", "b.txt", "2\n", "second")
     imported = quarantine.sync_worktree(ws, convert=False)
     assert [(i.old, i.new, i.kept) for i in imported] == [(first, second, None)]
     assert git(shared, "rev-parse", "dev") == second
-    assert [git_subcommand(argv) for argv in calls] == ["fetch"], calls
-    assert "refs/heads/dev:refs/heads/dev" in calls[0]
+    assert calls == ["pack-objects|index-pack", "rev-list", "update-ref"], calls
     assert "chtop: import dev from its sandbox" in git(shared, "reflog", "-1", "--format=%gs", "dev")
+    assert not [name for name in packs(shared / ".git") if name.endswith(".keep")]
+    assert git(shared, "fsck", "--no-dangling", "--no-progress") == ""
     # the agent points its branch at a tree: refused, the branch stays at its commit
     tree = git(dev / "alpha", "rev-parse", "HEAD^{tree}")       # as the agent writes it (git refuses to)
     (private_store(g.grouping, "dev", "alpha") / "refs" / "heads" / "dev").write_text(tree + "\n")
@@ -165,13 +178,46 @@ def test_a_fast_forward_imports_in_one_fetch_and_a_branch_at_no_commit_never_lan
         quarantine.sync_worktree(ws, convert=False, strict=True)
     assert git(shared, "rev-parse", "dev") == second
     assert git(shared, "cat-file", "-t", "dev") == "commit"
-    # rewritten inside: the long way, the old tip kept
+    # rewritten inside: the old tip kept
     (private_store(g.grouping, "dev", "alpha") / "refs" / "heads" / "dev").write_text(first + "\n")
     third = g.commit(dev / "alpha", "c.txt", "3\n", "third")
     imported = quarantine.sync_worktree(ws, convert=False)
     assert [(i.old, i.new) for i in imported] == [(second, third)]
     assert git(shared, "rev-parse", f"refs/chtop/kept/dev/{second}") == second
     assert git(shared, "for-each-ref", "refs/chtop/incoming") == ""
+    # back to a commit the host's store has: nothing new to copy, no empty pack left
+    before = packs(shared / ".git")
+    (private_store(g.grouping, "dev", "alpha") / "refs" / "heads" / "dev").write_text(second + "\n")
+    quarantine.sync_worktree(ws, convert=False)
+    assert git(shared, "rev-parse", "dev") == second and packs(shared / ".git") == before
+
+
+def write_object(repo: Path, kind: str, body: str) -> str:
+    """An object as the agent can write one (``--literally``: no check)."""
+    return subprocess.run(["git", "hash-object", "-t", kind, "--literally", "-w", "--stdin"], cwd=repo,
+                          input=body, capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.mark.parametrize("bad", ["an author without its closing '>'", "a parent no store has"])
+def test_an_object_fsck_refuses_or_one_that_links_to_nothing_never_lands(with_dev, bad):
+    """The import checks every object it copies as fsck does, and that everything it links to is in
+    the host's store: the import fails, the branch stays, nothing of the commit is in the host's store."""
+    g = with_dev
+    dev, shared = g.path("dev"), g.toplevel / "alpha"
+    ws = find_workspace(dev)
+    tip = g.commit(dev / "alpha", "a.txt", "1\n", "first")
+    quarantine.sync_worktree(ws)
+    tree = git(dev / "alpha", "rev-parse", "HEAD^{tree}")
+    author = "A U Thor <a@example.invalid" if bad.startswith("an author") else "A U Thor <a@example.invalid>"
+    parent = "1" * 40 if "parent" in bad else tip
+    body = f"tree {tree}\nparent {parent}\nauthor {author} 1700000000 +0000\ncommitter {author} 1700000000 +0000\n\nbad\n"
+    commit = write_object(dev / "alpha", "commit", body)
+    (private_store(g.grouping, "dev", "alpha") / "refs" / "heads" / "dev").write_text(commit + "\n")
+    with pytest.raises(CommandFailed, match="importing dev"):
+        quarantine.sync_worktree(ws, convert=False, strict=True)
+    assert git(shared, "rev-parse", "dev") == tip
+    assert subprocess.run(["git", "cat-file", "-e", commit], cwd=shared).returncode != 0
+    assert git(shared, "fsck", "--no-dangling", "--no-progress") == ""
 
 
 def test_worktree_delete_imports_first_and_never_loses_a_commit(with_dev):

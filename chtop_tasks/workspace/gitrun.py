@@ -28,3 +28,11 @@ def git(cwd: Path | None, args, *, check=True, quiet=True, capture=True, timeout
     argv = ["git", *args] if toplevel_only else ["git", *HOST_GIT_OPTS, *args]
     return runner.run(argv, cwd=cwd, check=check, quiet=quiet, capture=capture, timeout=timeout, input=input,
                       env=env)
+
+
+def git_pipeline(cwd: Path, first_args, second_args, *, input: bytes = b"", first_env: dict | None = None,
+                 check=True, quiet=True, timeout=300) -> runner.Result:
+    """``git FIRST | git SECOND`` in ``cwd``, both with HOST_GIT_OPTS (``runner.run_pipeline``);
+    ``first_env``: variables set for the first git alone."""
+    return runner.run_pipeline(["git", *HOST_GIT_OPTS, *first_args], ["git", *HOST_GIT_OPTS, *second_args], cwd,
+                               input=input, first_env=first_env, check=check, quiet=quiet, timeout=timeout)
