@@ -7,6 +7,7 @@ repo first, then run one repo at a time.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from .. import runner
@@ -322,6 +323,17 @@ def dry_run_footer(steps: list[GitStep]) -> str:
     return f"dry run: {len(steps)} command(s) not run, nothing was changed (run again without --dry-run)"
 
 
+def integration_moved(ws: Workspace) -> bool:
+    """Whether some checkout's private copy of its integration branch is not the toplevel's tip (read
+    as data: the import's refresh brings it up to date)."""
+    for checkout in ws.checkouts():
+        branch = f"refs/heads/{ws.integration_branch(checkout)}"
+        store = store_of(ws, checkout)
+        if store.is_dir() and read_ref(store, branch) != read_ref(checkout.store, branch):
+            return True
+    return False
+
+
 def refuse_while_sandboxed(ws: Workspace, running: list[str], what: str) -> None:
     """A host git that writes a worktree's git dirs runs only while no sandbox of it runs: inside,
     the agent could plant a link there between chtop's check and git's write."""
@@ -336,14 +348,25 @@ def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False,
                 running_sandboxes=lambda ws: []) -> int:
     """``running_sandboxes(ws)``: the names of the sandboxes running in ``ws`` (the task asks podman)."""
     refuse_in_toplevel(ws, "git.rebase-down")
-    synced_and_verified(ws, strict=True)     # imports first; the integration branches inside are the host's latest
-    rels = relations(ws)
-    # the busy check (podman ps) runs while the repos are checked; it is answered before any rebase
-    busy = in_background(running_sandboxes, ws) if any(rel.behind for rel in rels) and not dry_run else None
-    raise_if_problems(problems_of(rels, lambda rel: rebase_problems(ws, rel)), "rebase-down")
-    steps = plan_rebase_down(ws, rels, rebase_args)
+    # the busy check (podman ps, 30-50 ms) runs while the repos are checked, and is answered before any
+    # rebase: started at once when an integration branch moved since the worktree last saw it (then
+    # there is most likely something to rebase), else once the relations say something is behind
+    busy = in_background(running_sandboxes, ws) if not dry_run and integration_moved(ws) else None
+    try:
+        synced_and_verified(ws, strict=True)     # imports first; the integration branches inside are the host's latest
+        rels = relations(ws)
+        if busy is None and any(rel.behind for rel in rels) and not dry_run:
+            busy = in_background(running_sandboxes, ws)
+        raise_if_problems(problems_of(rels, lambda rel: rebase_problems(ws, rel)), "rebase-down")
+        steps = plan_rebase_down(ws, rels, rebase_args)
+    except BaseException:
+        if busy is not None:        # answered before this returns: no podman left behind
+            with contextlib.suppress(Exception):
+                busy()
+        raise
+    running = busy() if busy is not None else []
     if steps and not dry_run:
-        refuse_while_sandboxed(ws, busy(), "rebase-down")
+        refuse_while_sandboxed(ws, running, "rebase-down")
     try:
         carry_out(ws, rels, steps, "rebase-down", dry_run, lambda step: ChtopError(conflict_instructions(ws, step)),
                   rebased_onto_integration, relation=relation_after_rebase, writes_worktree=True)
