@@ -200,14 +200,26 @@ def finish_admin_dir(admin: Path) -> None:
 
 
 def add_private_worktree(shared: Path, store: Path, path: Path, branch: str, start_sha: str,
-                         integration: str, integration_sha: str) -> None:
-    """The private store and the checkout of ``branch`` at ``start_sha`` (one ``git worktree add``)."""
+                         integration: str, integration_sha: str, checkout: bool = True) -> None:
+    """The private store and the checkout of ``branch`` at ``start_sha`` (one ``git worktree add``);
+    without ``checkout``, the checkout has no files yet: ``check_out_files`` writes them."""
     write_store_files(store, shared, integration, integration_sha)
-    git(store.parent, [f"--git-dir={store}", "worktree", "add", "-b", branch, str(path), start_sha], quiet=False)
+    git(store.parent, [f"--git-dir={store}", "worktree", "add", *([] if checkout else ["--no-checkout"]),
+                       "-b", branch, str(path), start_sha], quiet=False)
     admin = admin_dir_for(store, path)
     if admin is None:
         raise CommandFailed(f"git worktree add made no admin dir for {path} in {store}")
     finish_admin_dir(admin)
+
+
+NULL_SHA = "0" * 40
+
+
+def check_out_files(path: Path, tip: str) -> None:
+    """The files of a checkout ``add_private_worktree`` made without them, as ``git worktree add``
+    writes them: its ``reset --hard``, then the ``post-checkout`` hook (where your config has one)."""
+    git(path, ["reset", "-q", "--hard", "--no-recurse-submodules"], quiet=False)
+    git(path, ["hook", "run", "--ignore-missing", "post-checkout", "--", NULL_SHA, tip, "1"], quiet=False)
 
 
 # -- keeping the integration branch current inside ---------------------------------------------
