@@ -40,8 +40,16 @@ class Result:
         return "\n".join(text[-lines:])
 
 
+class _PipeMark(str):
+    """The one ``|`` between the two commands of a pipeline's argv (``run_pipeline``), shown bare; an
+    argument ``|`` of a command is another string, and shown quoted."""
+
+
+PIPE = _PipeMark("|")
+
+
 def format_command(argv, cwd=None) -> str:
-    line = "$ " + shlex.join(str(a) for a in argv)
+    line = "$ " + " ".join(PIPE if a is PIPE else shlex.quote(str(a)) for a in argv)
     if cwd is not None:
         line += f"  (cwd={cwd})"
     return line
@@ -105,51 +113,92 @@ def run(
                            proc.stderr or ""), check)
 
 
-def run_pipeline(first, second, cwd=None, *, input: bytes = b"", first_env: dict | None = None,
+def run_pipeline(first, second, cwd=None, *, input: bytes = b"", first_env: dict | None = None, head: int = 0,
                  check: bool = True, quiet: bool = False, timeout: float | None = DEFAULT_TIMEOUT) -> Result:
-    """``first | second``: ``input`` (bytes) on ``first``'s stdin, its stdout (bytes, not kept in
-    memory here) into ``second``, whose stdout is returned as text; ``first_env`` is added to ours for
-    ``first`` alone.  Echoed as one line unless ``quiet``; with ``check``, CommandFailed unless both
-    exit 0.  The Result is ``second``'s, with ``first``'s exit code where that one failed."""
-    first, second = [str(a) for a in first], [str(a) for a in second]
-    if not quiet:
-        echo([*first, "|", *second], cwd)
+    """``first | second``: ``input`` (bytes) on ``first``'s stdin, its stdout (bytes, streamed, never
+    held whole) into ``second``, whose stdout is returned as text; ``first_env`` is added to ours for
+    ``first`` alone.  With ``head``, ``second`` is a function of the first ``head`` bytes ``first``
+    writes (short where it wrote less), returning the argv that takes the rest (None: nothing to
+    take).  Echoed as one line unless ``quiet``; with ``check``, CommandFailed unless both exit 0.  The
+    Result is ``second``'s, with ``first``'s exit code and message where that one failed."""
+    first = [str(a) for a in first]
     env = None if first_env is None else {**os.environ, **first_env}
     try:
         feeder = subprocess.Popen(first, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE)
     except FileNotFoundError as exc:
         raise CommandFailed(f"{first[0]}: command not found ({exc})") from exc
-    try:
-        taker = subprocess.Popen(second, cwd=cwd, stdin=feeder.stdout, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE)
-    except BaseException:
-        feeder.kill()
-        feeder.wait()
-        raise
-    feeder.stdout.close()           # the taker holds it now: the feeder sees a closed pipe if it stops
     errors: list[bytes] = []
     reader = threading.Thread(target=lambda: errors.append(feeder.stderr.read()), daemon=True)
     reader.start()
+    taker = None
     try:
         try:
             feeder.stdin.write(input)
         except BrokenPipeError:
             pass                    # it stopped early: its exit code and message say why
         feeder.stdin.close()
-        out, err = taker.communicate(timeout=timeout)
+        start = _read_exactly(feeder.stdout, head) if head else b""
+        second = [str(a) for a in (second(start) if head else second) or []]
+        if not quiet:
+            echo([*first, *([PIPE, *second] if second else [])], cwd)
+        if second:
+            taker = subprocess.Popen(second, cwd=cwd, stdin=subprocess.PIPE if head else feeder.stdout,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            if head:
+                sink, taker.stdin = taker.stdin, None      # the relay's alone (communicate leaves it be)
+                threading.Thread(target=_relay, args=(feeder.stdout, sink), daemon=True).start()
+            else:
+                feeder.stdout.close()   # the taker holds it now: the feeder sees a closed pipe if it stops
+            out, err = taker.communicate(timeout=timeout)
+        else:
+            out, err = b"", b""
+            feeder.stdout.read()
         feeder.wait(timeout=timeout)
     except subprocess.TimeoutExpired as exc:
-        for proc in (feeder, taker):
+        for proc in filter(None, (feeder, taker)):
             proc.kill()
             proc.wait()
-        raise CommandFailed(f"timed out after {timeout}s: {format_command([*first, '|', *second], cwd)}") from exc
+        raise CommandFailed(f"timed out after {timeout}s: {format_command([*first, PIPE, *second], cwd)}") from exc
+    except BaseException:
+        for proc in filter(None, (feeder, taker)):
+            proc.kill()
+            proc.wait()
+        raise
     finally:
         reader.join()
-    failed = feeder if feeder.returncode else taker
-    stderr = (errors[0] if errors else b"") if failed is feeder else err
-    return _checked(Result([*first, "|", *second], Path(cwd) if cwd else None, failed.returncode,
-                           out.decode("utf-8", "replace"), stderr.decode("utf-8", "replace")), check)
+    argv = [*first, *([PIPE, *second] if second else [])]
+    if feeder.returncode or taker is None:
+        code, stderr = feeder.returncode, errors[0] if errors else b""
+    else:
+        code, stderr = taker.returncode, err
+    return _checked(Result(argv, Path(cwd) if cwd else None, code, out.decode("utf-8", "replace"),
+                           stderr.decode("utf-8", "replace")), check)
+
+
+def _read_exactly(stream, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = stream.read(size - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _relay(source, sink) -> None:
+    """Copy ``source`` to ``sink`` until the end, then close ``sink`` (a stopped reader ends it)."""
+    try:
+        while chunk := source.read(65536):
+            sink.write(chunk)
+    except (BrokenPipeError, ValueError):
+        while source.read(65536):       # the reader stopped: drain, so the writer can end
+            pass
+    finally:
+        try:
+            sink.close()
+        except (BrokenPipeError, ValueError):
+            pass
 
 
 def _checked(result: Result, check: bool) -> Result:

@@ -116,13 +116,13 @@ def test_a_branch_moved_to_its_integration_tip_imports_without_a_fetch(with_dev,
     assert [(i.old, i.new) for i in imported] == [(first, tip)]
     assert git(shared, "rev-parse", "dev") == tip == git(shared, "rev-parse", integration)
     assert git(shared, "rev-parse", f"refs/chtop/kept/dev/{first}") == first
-    assert "pack-objects|index-pack" not in calls and "fetch" not in calls, calls
+    assert not [call for call in calls if call.startswith("pack-objects") or call == "fetch"], calls
     assert git(shared, "for-each-ref", "refs/chtop/incoming") == ""
     # a new commit on top is copied (and checked) as before
     second = g.commit(dev / "alpha", "b.txt", "2\n", "second")
     quarantine.sync_worktree(ws, convert=False)
     assert git(shared, "rev-parse", "dev") == second
-    assert calls.count("pack-objects|index-pack") == 1, calls
+    assert calls.count("pack-objects|unpack-objects") == 1, calls
 
 
 def git_subcommand(argv: list[str]) -> str | None:
@@ -142,8 +142,15 @@ def recorded_git(monkeypatch) -> list[str]:
     run, pipeline = runner.run, runner.run_pipeline
     monkeypatch.setattr(runner, "run", lambda argv, *a, **k: calls.append(git_subcommand(list(argv)))
                         or run(argv, *a, **k))
-    monkeypatch.setattr(runner, "run_pipeline", lambda first, second, *a, **k: calls.append(
-        f"{git_subcommand(list(first))}|{git_subcommand(list(second))}") or pipeline(first, second, *a, **k))
+    def recorded_pipeline(first, second, *args, **kwargs):
+        def taker(start: bytes):
+            argv = second(start)
+            calls.append(f"{git_subcommand(list(first))}|{argv and git_subcommand(list(argv))}")
+            return argv
+        if not callable(second):
+            calls.append(f"{git_subcommand(list(first))}|{git_subcommand(list(second))}")
+        return pipeline(first, second if not callable(second) else taker, *args, **kwargs)
+    monkeypatch.setattr(runner, "run_pipeline", recorded_pipeline)
     return calls
 
 
@@ -152,9 +159,11 @@ def packs(store: Path) -> set[str]:
 
 
 def test_an_import_copies_the_new_objects_checked_and_a_branch_at_no_commit_never_lands(with_dev, monkeypatch):
-    """A new commit is copied with one ``pack-objects | index-pack --strict`` pipe in the host's store
-    (the private objects read as objects, nothing of the store's config), then the branch moves with
-    one ``update-ref``: no fetch, no ``incoming`` ref, no ``.keep`` left behind.  A branch the agent
+    """A new commit is copied with one ``pack-objects | unpack-objects --strict`` pipe in the host's
+    store (the private objects read as objects, nothing of the store's config; loose, as fetch
+    stores fewer than 100 objects), then the branch moves with one ``update-ref``: no fetch, no
+    ``incoming`` ref, no new pack.  A hundred objects or more go to ``index-pack --strict``: one
+    pack, its ``.keep`` gone once the branch holds it.  A branch the agent
     points at a tree (git writes only commits to a branch) fails the import and stays at its commit;
     a rewritten branch keeps its old tip."""
     g = with_dev
@@ -167,10 +176,8 @@ def test_an_import_copies_the_new_objects_checked_and_a_branch_at_no_commit_neve
     imported = quarantine.sync_worktree(ws, convert=False)
     assert [(i.old, i.new, i.kept) for i in imported] == [(first, second, None)]
     assert git(shared, "rev-parse", "dev") == second
-    assert calls == ["pack-objects|index-pack", "rev-list", "update-ref"], calls
+    assert calls == ["pack-objects|unpack-objects", "rev-list", "update-ref"], calls
     assert "chtop: import dev from its sandbox" in git(shared, "reflog", "-1", "--format=%gs", "dev")
-    assert not [name for name in packs(shared / ".git") if name.endswith(".keep")]
-    assert git(shared, "fsck", "--no-dangling", "--no-progress") == ""
     # the agent points its branch at a tree: refused, the branch stays at its commit
     tree = git(dev / "alpha", "rev-parse", "HEAD^{tree}")       # as the agent writes it (git refuses to)
     (private_store(g.grouping, "dev", "alpha") / "refs" / "heads" / "dev").write_text(tree + "\n")
@@ -185,11 +192,25 @@ def test_an_import_copies_the_new_objects_checked_and_a_branch_at_no_commit_neve
     assert [(i.old, i.new) for i in imported] == [(second, third)]
     assert git(shared, "rev-parse", f"refs/chtop/kept/dev/{second}") == second
     assert git(shared, "for-each-ref", "refs/chtop/incoming") == ""
-    # back to a commit the host's store has: nothing new to copy, no empty pack left
+    # back to a commit the host's store has (kept): no pack written
     before = packs(shared / ".git")
     (private_store(g.grouping, "dev", "alpha") / "refs" / "heads" / "dev").write_text(second + "\n")
     quarantine.sync_worktree(ws, convert=False)
     assert git(shared, "rev-parse", "dev") == second and packs(shared / ".git") == before
+    assert calls[-2:] == ["rev-list", "update-ref"] and calls[-3].startswith("pack-objects|"), calls
+    # a hundred objects or more: one pack, kept until the branch holds it
+    packs_before = packs(shared / ".git")
+    for number in range(60):            # 120 blobs and trees, and a commit
+        (dev / "alpha" / f"many{number}").mkdir()
+        (dev / "alpha" / f"many{number}" / "f.txt").write_text(f"{number}\n")
+    git(dev / "alpha", "add", "-A")
+    many = g.commit(dev / "alpha", "many.txt", "many\n", "many files")
+    quarantine.sync_worktree(ws, convert=False)
+    assert git(shared, "rev-parse", "dev") == many and calls[-3:] == ["pack-objects|index-pack", "rev-list", "update-ref"]
+    new_packs = packs(shared / ".git") - packs_before
+    assert len([name for name in new_packs if name.endswith(".pack")]) == 1, new_packs
+    assert not [name for name in packs(shared / ".git") if name.endswith(".keep")]
+    assert git(shared, "fsck", "--no-dangling", "--no-progress") == ""
 
 
 def write_object(repo: Path, kind: str, body: str) -> str:

@@ -47,3 +47,32 @@ def test_waiting_does_not_poll(monkeypatch):
         raise AssertionError(f"slept {seconds}s while waiting")
     monkeypatch.setattr(time, "sleep", no_sleep)
     assert runner.run([sys.executable, "-c", "import os; os.times()"], capture=False, quiet=True, timeout=30).ok
+
+
+def test_a_pipeline_streams_the_first_into_the_second_and_reports_whichever_failed(capsys):
+    ok = runner.run_pipeline([sys.executable, "-c", "import sys; sys.stdout.write(sys.stdin.read().upper())"],
+                             ["tr", "A", "B"], input=b"aaa\n")
+    assert ok.ok and ok.stdout == "BBB\n"
+    assert "| tr A B" in capsys.readouterr().err          # echoed as one line
+    failed = runner.run_pipeline([sys.executable, "-c", "import sys; sys.exit('no input for me')"], ["cat"],
+                                 check=False, quiet=True)
+    assert failed.returncode == 1 and "no input for me" in failed.stderr
+    with pytest.raises(CommandFailed, match="exit 3"):
+        runner.run_pipeline(["cat"], ["sh", "-c", "exit 3"], input=b"x", quiet=True)
+
+
+def test_a_pipeline_can_choose_its_second_command_from_the_first_bytes():
+    big = 1 << 20                                        # more than a pipe holds: the relay streams it
+    writer = [sys.executable, "-c", f"import sys; sys.stdout.write('HEAD' + 'x' * {big})"]
+    seen = []
+
+    def taker(start: bytes):
+        seen.append(start)
+        return ["wc", "-c"] if start == b"HEAD" else None
+    counted = runner.run_pipeline(writer, taker, head=4, quiet=True)
+    assert seen == [b"HEAD"] and counted.stdout.strip() == str(big)
+    # a second command that stops reading at once: the first is drained, both end
+    stopped = runner.run_pipeline(writer, lambda start: ["true"], head=4, quiet=True, timeout=30)
+    assert stopped.ok
+    nothing = runner.run_pipeline([sys.executable, "-c", "pass"], taker, head=4, quiet=True)
+    assert nothing.ok and nothing.stdout == "" and seen[-1] == b""

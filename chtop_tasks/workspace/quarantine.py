@@ -357,41 +357,53 @@ def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str,
     return Imported(checkout_path, branch, old, new if new and SHA_RE.match(new) else rev(shared, ref), kept)
 
 
+UNPACK_LIMIT = 100      # git's transfer.unpackLimit: a smaller pack is stored as loose objects, as fetch does
+PACK_HEADER = 12        # "PACK", the version, the object count: big-endian 32-bit words
+
+
 def copy_objects(store: Path, shared: Path, new: str, exclude: list[str], what: str) -> Path | None:
     """Copy the objects commit ``new`` reaches and ``exclude`` (commits of ``shared``) do not, from the
-    private ``store`` into ``shared``, every one of them checked; the ``.keep`` file that guards the
-    new pack from a repack until a ref holds it (the caller removes it), or None when nothing was new.
+    private ``store`` into ``shared``, every one of them checked; the ``.keep`` file that guards a new
+    pack from a repack until a ref holds it (the caller removes it), or None.
 
     Two git processes, where ``git fetch`` from the checkout started six (fetch, a shell,
     upload-pack, pack-objects, index-pack, a connectivity rev-list): 10 ms against 30 ms for a
     commit to pirate's store on the 2-core box.  ``pack-objects``, in ``shared``, reads the private
     store's objects as objects through ``GIT_ALTERNATE_OBJECT_DIRECTORIES`` (none of the store's
-    config, hooks or refs is read; its ``objects/info`` is pinned); ``index-pack --strict``, in
-    ``shared`` alone, checks every object as fsck does (``transfer.fsckObjects``) and that each object
-    it links to is in the pack or already in ``shared``, so nothing lands that ``shared`` cannot
-    complete.  The branch then moves with ``update-ref``, which writes nothing but a commit to it."""
+    config, hooks or refs is read; its ``objects/info`` is pinned).  As fetch does, fewer than
+    ``UNPACK_LIMIT`` objects are written loose (``unpack-objects``: a pack per import would soon
+    have git's automatic gc repack the whole store), more as a pack (``index-pack``); either runs in
+    ``shared`` alone with ``--strict``, which checks every object as fsck does
+    (``transfer.fsckObjects``) and that each object it links to is in the pack or already in
+    ``shared``, so nothing lands that ``shared`` cannot complete.  The branch then moves with
+    ``update-ref``, which writes nothing but a commit to it."""
     revs = "".join(f"{line}\n" for line in [new, "--not", *exclude])
     result = git_pipeline(
-        shared, ["pack-objects", "--revs", "--stdout", "--delta-base-offset", "-q"],
-        ["index-pack", "--stdin", "--strict", "--keep=chtop: import from a sandbox"],
-        input=revs.encode(), first_env={"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(store / "objects")}, check=False)
+        shared, ["pack-objects", "--revs", "--stdout", "--delta-base-offset", "-q"], taker_for_pack,
+        input=revs.encode(), first_env={"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(store / "objects")},
+        head=PACK_HEADER, check=False)
     if not result.ok:
         raise CommandFailed(f"{what} into {shared} failed: {result.error_tail(3)}")
+    if "index-pack" not in result.argv:
+        return None
     name = result.stdout.split()[-1] if result.stdout.split() else ""
     if not re.fullmatch(r"[0-9a-f]{40}([0-9a-f]{24})?", name):
         raise CommandFailed(f"{what} into {shared}: git index-pack said {result.stdout.strip()!r}, not its pack")
-    pack = shared / "objects" / "pack" / f"pack-{name}"
-    if pack_object_count(pack.with_suffix(".pack")) == 0:      # ``shared`` had them all already
-        for suffix in (".idx", ".rev", ".pack", ".keep"):
-            pack.with_suffix(suffix).unlink(missing_ok=True)
+    return shared / "objects" / "pack" / f"pack-{name}.keep"
+
+
+def taker_for_pack(header: bytes) -> list[str] | None:
+    """The git that stores the pack whose header is ``header`` in the repo it runs in, checked; None
+    for no objects (or no pack: pack-objects failed, and says why)."""
+    if len(header) < PACK_HEADER or header[:4] != b"PACK":
         return None
-    return pack.with_suffix(".keep")
-
-
-def pack_object_count(pack: Path) -> int:
-    """The object count in a pack's header ("PACK", version, count: big-endian 32-bit words)."""
-    with pack.open("rb") as data:
-        return int.from_bytes(data.read(12)[8:12], "big")
+    version, count = int.from_bytes(header[4:8], "big"), int.from_bytes(header[8:12], "big")
+    if count == 0:
+        return None
+    given = f"--pack_header={version},{count}"
+    if count < UNPACK_LIMIT:
+        return ["unpack-objects", "--strict", "-q", given]
+    return ["index-pack", "--stdin", "--strict", "--keep=chtop: import from a sandbox", given]
 
 
 def _fetch_args(checkout_path: Path, refspec: str) -> list[str]:
