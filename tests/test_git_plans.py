@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
+import pytest
+
 from chtop_tasks.workspace.gitops import (
+    GitStep,
     Relation,
     landed_on_integration,
     plan_merge_up,
     plan_rebase_down,
     rebased_onto_integration,
+    run_steps,
 )
 from chtop_tasks.workspace.gitrun import HOST_GIT_OPTS
 from chtop_tasks.workspace.layout import Checkout, Workspace
@@ -88,3 +93,21 @@ def test_create_plans_one_checkout_per_repo_from_what_the_probes_found():
     assert steps[1].store == GROUP / ".chtop" / "git" / "feat" / "alpha.git"
     with pytest.raises(Refused, match="has no branch 'kms'"):
         steps_for_create(ws, top, "feat", integration, {**branches, "beta": {"main": "b0"}})
+
+
+def test_steps_at_once_all_run_echoed_first_shown_in_plan_order_and_the_first_failure_is_raised(tmp_path, capsys):
+    """Fast-forwards run at the same time: every one runs (a later one's failure does not stop an
+    earlier one), the commands are echoed before any output, the output comes in plan order, made
+    inert, and the failure raised is the first in plan order."""
+    def step(name: str, script: str) -> GitStep:
+        return GitStep(Checkout(name, tmp_path, tmp_path), tmp_path, [sys.executable, "-c", script], name)
+    steps = [step("one", "import time; time.sleep(0.3); print('one ran'); open('one', 'w')"),
+             step("two", "import sys; print('two \\x1b]0;title\\x07 failed'); sys.exit(1)"),
+             step("three", "import sys; print('three ran'); open('three', 'w'); sys.exit(2)")]
+    with pytest.raises(RuntimeError, match="^two$"):
+        run_steps(steps, lambda s: RuntimeError(s.note), at_once=True)
+    out, err = capsys.readouterr()
+    assert (tmp_path / "one").exists() and (tmp_path / "three").exists()
+    assert out.index("one ran") < out.index("two") < out.index("three ran")
+    assert "\x1b]" not in out and "\x07" not in out                   # inert
+    assert err.count("$ ") == 3 and err.index("time.sleep") < err.index("sys.exit(1)")

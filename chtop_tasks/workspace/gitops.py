@@ -8,13 +8,14 @@ repo first, then run one repo at a time.
 from __future__ import annotations
 
 import contextlib
+import sys
 from pathlib import Path
 
 from .. import runner
 from ..errors import ChtopError, CommandFailed, Refused, UsageError
 from ..fanout import fan_out, in_background
 from ..record import record
-from ..term import bold, git_color_args, say, warn
+from ..term import bold, git_color_args, inert_keeping_colour, say, warn
 from .gitprobe import (
     WORKTREE_DIFF_DRIVERS_OFF,
     WORKTREE_SUBMODULES,
@@ -323,13 +324,13 @@ def dry_run_footer(steps: list[GitStep]) -> str:
     return f"dry run: {len(steps)} command(s) not run, nothing was changed (run again without --dry-run)"
 
 
-def integration_moved(ws: Workspace) -> bool:
-    """Whether some checkout's private copy of its integration branch is not the toplevel's tip (read
-    as data: the import's refresh brings it up to date)."""
+def maybe_behind(ws: Workspace) -> bool:
+    """Whether some checkout's branch NAME is not at the toplevel's tip of its integration branch (read
+    as data; the relations say whether it is behind)."""
     for checkout in ws.checkouts():
-        branch = f"refs/heads/{ws.integration_branch(checkout)}"
         store = store_of(ws, checkout)
-        if store.is_dir() and read_ref(store, branch) != read_ref(checkout.store, branch):
+        tip = read_ref(checkout.store, f"refs/heads/{ws.integration_branch(checkout)}")
+        if store.is_dir() and read_ref(store, f"refs/heads/{ws.name}") != tip:
             return True
     return False
 
@@ -349,9 +350,9 @@ def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False,
     """``running_sandboxes(ws)``: the names of the sandboxes running in ``ws`` (the task asks podman)."""
     refuse_in_toplevel(ws, "git.rebase-down")
     # the busy check (podman ps, 30-50 ms) runs while the repos are checked, and is answered before any
-    # rebase: started at once when an integration branch moved since the worktree last saw it (then
-    # there is most likely something to rebase), else once the relations say something is behind
-    busy = in_background(running_sandboxes, ws) if not dry_run and integration_moved(ws) else None
+    # rebase: started at once unless every branch is at its integration tip (nothing to rebase), else
+    # once the relations say something is behind
+    busy = in_background(running_sandboxes, ws) if not dry_run and maybe_behind(ws) else None
     try:
         synced_and_verified(ws, strict=True)     # imports first; the integration branches inside are the host's latest
         rels = relations(ws)
@@ -369,7 +370,8 @@ def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False,
         refuse_while_sandboxed(ws, running, "rebase-down")
     try:
         carry_out(ws, rels, steps, "rebase-down", dry_run, lambda step: ChtopError(conflict_instructions(ws, step)),
-                  rebased_onto_integration, relation=relation_after_rebase, writes_worktree=True)
+                  rebased_onto_integration, relation=relation_after_rebase, writes_worktree=True,
+                  at_once=not rebase_args and all(rel.ahead == 0 for rel in rels if rel.behind))
     finally:
         if steps and not dry_run:      # imported at once, as chtop's own rewrite (not the agent's)
             sync_worktree(ws, rewritten_by_host=True)
@@ -380,15 +382,16 @@ LOOP_WORDS = {"rebase-down": ("rebase-down in", "rebase"), "merge-up": ("merge-u
 
 
 def carry_out(ws: Workspace, rels: list[Relation], steps: list[GitStep], what: str, dry_run: bool, failure,
-              outcome, relation=None, writes_worktree: bool = False) -> None:
-    """Show the plan; unless a dry run, run it one repo at a time and check the outcome."""
+              outcome, relation=None, writes_worktree: bool = False, at_once: bool = False) -> None:
+    """Show the plan; unless a dry run, run it (one repo at a time, or ``at_once``: see ``run_steps``)
+    and check the outcome."""
     heading, verb = LOOP_WORDS[what]
     say(plan_heading(heading, ws, dry_run))
     print_plan(ws, rels, steps, verb, dry_run)
     if dry_run:
         say(dry_run_footer(steps))
         return
-    run_steps(steps, failure, ws if writes_worktree else None)
+    run_steps(steps, failure, ws if writes_worktree else None, at_once)
     check_outcome(ws, steps, outcome, what, relation=relation or relation_of)
 
 
@@ -447,18 +450,44 @@ def check_outcome(ws: Workspace, steps: list[GitStep], outcome, what: str, relat
 EDITOR_FLAGS = ("-i", "--interactive", "--edit-todo")     # git then needs your terminal for an editor
 
 
-def run_steps(steps: list[GitStep], failure, ws: Workspace | None = None) -> None:
+def run_steps(steps: list[GitStep], failure, ws: Workspace | None = None, at_once: bool = False) -> None:
     """Run the planned commands one repo at a time; stop at the first failure.  Their output names
     the agent's files and commits ("Merge conflict in PATH"): shown inert, unless an editor runs.
 
     With ``ws`` (a feature worktree whose git dirs the step writes), each repo's git dirs are
     checked again just before its step: no link, FIFO or device anywhere in its private store
-    and admin dir, so the writing git follows nothing the agent planted."""
+    and admin dir, so the writing git follows nothing the agent planted.
+
+    ``at_once``: the steps are fast-forwards, which cannot conflict and need no terminal (each repo
+    is its own): they run at the same time, echoed first and their output shown after, inert, in
+    plan order; the first failure in plan order is raised once all have ended."""
+    if at_once and len(steps) > 1:
+        run_steps_at_once(steps, failure, ws)
+        return
     for step in steps:
         if ws is not None:
             verify_git_dirs(ws, [step.checkout.name])
         inert = not any(arg in EDITOR_FLAGS for arg in step.argv)
         if not runner.run(step.argv, cwd=step.cwd, check=False, capture=False, shown_inert=inert).ok:
+            raise failure(step)
+
+
+def run_steps_at_once(steps: list[GitStep], failure, ws: Workspace | None) -> None:
+    for step in steps:
+        runner.echo(step.argv, step.cwd)
+
+    def one(step: GitStep) -> runner.Result:
+        if ws is not None:
+            verify_git_dirs(ws, [step.checkout.name])
+        return runner.run(step.argv, cwd=step.cwd, check=False, quiet=True)
+    results = fan_out(one, steps)
+    for result in results:
+        sys.stdout.write(inert_keeping_colour(result.stdout, sys.stdout))
+        sys.stderr.write(inert_keeping_colour(result.stderr, sys.stderr))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for step, result in zip(steps, results, strict=True):
+        if not result.ok:
             raise failure(step)
 
 
@@ -694,7 +723,8 @@ def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False, expect: 
     carry_out(ws, rels, steps, "merge-up", dry_run, lambda step: CommandFailed(
         f"merge into {ws.display(step.cwd)} failed (see git's message above); "
         "repos already merged stay merged. Run `inv git.rebase-down` in the worktree and retry."),
-        landed_on_integration, relation=lambda ws, checkout: relation_in_toplevel(ws, checkout, tips))
+        landed_on_integration, relation=lambda ws, checkout: relation_in_toplevel(ws, checkout, tips),
+        at_once=not no_ff)
     if dry_run and tips:
         say(f"to land exactly these tips: inv git.merge-up --expect {format_expect(ws, tips)}")
     elif not dry_run:
