@@ -258,6 +258,30 @@ def rebase_problems(ws: Workspace, rel: Relation) -> list[str]:
     return problems
 
 
+def dirty_paths_of(checkout_dirs: list[Path]) -> dict[Path, list[str]]:
+    """``dirty_paths`` of each checkout dir, at once; one git could not answer for is left out (its
+    check asks again, and says why)."""
+    def one(checkout_dir: Path) -> list[str] | None:
+        try:
+            return dirty_paths(checkout_dir)
+        except (ChtopError, OSError):
+            return None
+    found = fan_out(one, checkout_dirs)
+    return {path: dirty for path, dirty in zip(checkout_dirs, found, strict=True) if dirty is not None}
+
+
+@contextlib.contextmanager
+def answered_before_leaving(wait):
+    """Around work done while ``in_background``'s ``wait`` runs: when that work fails, the background
+    one is still waited for (its git ends before this task does), its own failure dropped."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            wait()
+        raise
+
+
 def problems_of(rels: list[Relation], *checks) -> list[str]:
     """Each check's problems for every repo (read-only git, fanned out), in check order, then repo order."""
     found = fan_out(lambda rel: [check(rel) for check in checks], rels)
@@ -504,10 +528,11 @@ def conflict_instructions(ws: Workspace, step: GitStep) -> str:
 
 
 def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool, touched: set[str] | None = None,
-                      tip: str | None = None) -> list[str]:
+                      tip: str | None = None, dirty: list[str] | None = None) -> list[str]:
     """``touched``: ``landing_paths(ws, rel, tip)``, when the caller has it already; ``tip``: the commit
-    that lands (else branch NAME as it is now)."""
-    problems = preflight_problems(ws, rel)
+    that lands (else branch NAME as it is now); ``dirty``: the checkout's ``dirty_paths``, when the
+    caller has it already."""
+    problems = preflight_problems(ws, rel, dirty)
     if rel.ahead:
         problems += landing_branch_problems(ws, rel)
         problems += attribute_driver_problems(ws, rel, landing_paths(ws, rel, tip) if touched is None else touched,
@@ -539,12 +564,13 @@ def landing_paths(ws: Workspace, rel: Relation, tip: str | None = None) -> set[s
 
 
 def toplevel_checkout_problems(ws: Workspace, rel: Relation, tip: str | None = None,
-                               touched: set[str] | None = None) -> list[str]:
+                               touched: set[str] | None = None, dirty: list[str] | None = None) -> list[str]:
     """What would stop the merge in ``rel``'s toplevel checkout (where it lands), asked before any
     repo moves: a leftover ``index.lock``, a merge or rebase in progress, uncommitted or untracked
     files where the merge changes them.  Repos with nothing to land are not asked.  ``tip``: the
     commit to land (another host's branch), else branch NAME here.  ``touched``:
-    ``landing_paths(ws, rel, tip)``, when the caller has it already."""
+    ``landing_paths(ws, rel, tip)``, when the caller has it already; ``dirty``: the toplevel
+    checkout's ``dirty_paths``, when the caller has it already."""
     if not rel.ahead:
         return []
     main_dir = ws.main_checkout_dir(rel.checkout)
@@ -559,7 +585,7 @@ def toplevel_checkout_problems(ws: Workspace, rel: Relation, tip: str | None = N
         problems.append(f"{here}: a {busy} is in progress; finish it or abort it (git -C {main_dir} {busy} --abort)")
     touched = landing_paths(ws, rel, tip) if touched is None else touched
     tracked, untracked = [], []
-    for line in dirty_paths(main_dir):
+    for line in dirty_paths(main_dir) if dirty is None else dirty:
         paths = set(line[3:].split(" -> "))
         if paths & touched:
             (untracked if line.startswith("??") else tracked).append(line[3:])
@@ -707,16 +733,26 @@ def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False, expect: 
     """``expect``: the dry run's ``REPO=SHA,...``; refused (nothing moved) unless exactly those land."""
     refuse_in_toplevel(ws, "git.merge-up")
     expected = parse_expect(ws, expect) if expect is not None else None
-    synced_and_verified(ws, strict=True)     # lands what the agent committed, up to now
     verify_git_dirs(ws.for_root(ws.toplevel))
-    rels = relations(ws)
-    # the commits checked are the ones that land: read before any check, since the proxy's import
-    # (under the worktree's lock alone) may move branch NAME here at any time meanwhile
-    tips = tips_to_land(ws, rels)
+    # the toplevel checkouts' status (where the merges land: no sandbox writes there) is asked while
+    # the import runs, and the worktree's while the relations are counted
+    landing_dirty = in_background(dirty_paths_of, [ws.main_checkout_dir(c) for c in ws.checkouts()])
+    with answered_before_leaving(landing_dirty):
+        synced_and_verified(ws, strict=True)     # lands what the agent committed, up to now
+        feature_dirty = in_background(dirty_paths_of, [c.path for c in ws.checkouts()])
+        with answered_before_leaving(feature_dirty):
+            rels = relations(ws)
+            # the commits checked are the ones that land: read before any check, since the proxy's
+            # import (under the worktree's lock alone) may move branch NAME here at any time meanwhile
+            tips = tips_to_land(ws, rels)
+        dirty_here = feature_dirty()
+    dirty_there = landing_dirty()
     touched = per_relation(lambda rel: landing_paths(ws, rel, tips.get(rel.checkout.name)) if rel.ahead else set())
     raise_if_problems(problems_of(
-        rels, lambda rel: merge_up_problems(ws, rel, no_ff, touched(rel), tips.get(rel.checkout.name)),
-        lambda rel: toplevel_checkout_problems(ws, rel, tips.get(rel.checkout.name), touched(rel))), "merge-up")
+        rels, lambda rel: merge_up_problems(ws, rel, no_ff, touched(rel), tips.get(rel.checkout.name),
+                                            dirty_here.get(rel.checkout.path)),
+        lambda rel: toplevel_checkout_problems(ws, rel, tips.get(rel.checkout.name), touched(rel),
+                                               dirty_there.get(ws.main_checkout_dir(rel.checkout)))), "merge-up")
     if expected is not None:
         raise_if_problems(tips_problems(ws, expected, tips), "merge-up")
     steps = plan_merge_up(ws, rels, no_ff, tips)
