@@ -24,6 +24,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .digest import sha256
 from .errors import ChtopError, NotInWorkspace, Refused, UsageError, WorkspaceError
 from .record import record
 
@@ -120,10 +121,7 @@ def group_id(group_dir: Path) -> str:
 
 
 def group_key(group_dir: Path) -> str:
-    # imported here: importing it loads OpenSSL (3-4 ms), which most tasks never need
-    import hashlib
-
-    return hashlib.sha256(str(Path(group_dir).resolve()).encode()).hexdigest()
+    return sha256(str(Path(group_dir).resolve()).encode()).hexdigest()
 
 
 def state_dir(group_dir: Path) -> Path:
@@ -161,10 +159,8 @@ def agent_home(group_dir: Path, key: str) -> Path:
 
 def dir_agent_key(root: Path) -> str:
     """The agent-config key of a --dir directory: its name (made safe) and 12 hex digits of its path."""
-    import hashlib
-
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(root).name).lstrip(".-")[:40] or "dir"
-    return f"{name}-{hashlib.sha256(str(Path(root)).encode()).hexdigest()[:12]}"
+    return f"{name}-{sha256(str(Path(root)).encode()).hexdigest()[:12]}"
 
 
 def session_state_dir(home: Path, session_id: str) -> Path:

@@ -84,3 +84,4 @@ def test_a_required_field_after_an_optional_one_is_refused_at_class_creation():
         class Bad:
             a: int = 0
             b: int
+

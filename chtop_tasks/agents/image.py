@@ -16,12 +16,12 @@ never run silently: a stale image would run yesterday's toolchain without a word
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+from ..digest import sha256
 from ..errors import CommandFailed, PolicyError, UsageError
 from ..record import Factory, record
 from ..runner import echo, format_command, run
@@ -70,7 +70,7 @@ def read_host_paths(context: Path) -> HostPaths:
 def input_hash(context: Path, host: HostPaths | None = None) -> str:
     """sha256 (16 hex) of the build inputs: the context's files and the host paths."""
     host = read_host_paths(context) if host is None else host
-    digest = hashlib.sha256()
+    digest = sha256()
 
     def add(*parts) -> None:
         for part in parts:

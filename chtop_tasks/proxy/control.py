@@ -12,7 +12,6 @@ replaces both (new code, new settings) while sandboxes keep running.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import signal
 import subprocess
@@ -20,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..digest import sha256
 from ..errors import ChtopError
 from ..places import check_worktree_name, group_key, notify_config_path, runtime_dir
 from ..record import record
@@ -46,7 +46,7 @@ def worktree_socket(runtime: Path, worktree: str) -> Path:
     """<runtime>/wt/<worktree>/proxy.sock (a long name shortened with a hash)."""
     name = worktree
     if len(name) > 24:
-        name = name[:15] + "-" + hashlib.sha256(name.encode()).hexdigest()[:8]
+        name = name[:15] + "-" + sha256(name.encode()).hexdigest()[:8]
     return Path(runtime) / "wt" / name / "proxy.sock"
 
 

@@ -4,10 +4,10 @@ new, so it is said again).  With ``CHTOP_VERBOSE=1`` everything is said every ti
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
+from ..digest import sha256
 from ..places import state_dir
 
 VERBOSE_ENV = "CHTOP_VERBOSE"
@@ -23,7 +23,7 @@ def first_time(group_dir: Path, text: str) -> bool:
     if verbose():
         return True
     said = state_dir(Path(group_dir)) / "said"
-    marker = said / hashlib.sha256(text.encode()).hexdigest()[:16]
+    marker = said / sha256(text.encode()).hexdigest()[:16]
     try:
         said.mkdir(parents=True, exist_ok=True)
         fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)

@@ -18,10 +18,10 @@ Agents without hooks, and a hooked agent before its first report: the screen (``
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from .. import agentfile
+from ..digest import sha256
 from ..places import session_state_dir
 from ..record import record
 
@@ -64,7 +64,7 @@ class ScreenActivity:
         self._changed_at = 0.0
 
     def observe(self, screen: str | None, now: float) -> str:
-        digest = hashlib.sha256((screen or "").encode()).hexdigest()
+        digest = sha256((screen or "").encode()).hexdigest()
         if digest != self._digest:
             self._digest = digest
             self._changed_at = now

@@ -11,12 +11,12 @@ These functions build argv lists (plans) or run tmux through the runner.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from pathlib import Path
 
 from .. import runner
+from ..digest import sha256
 from ..errors import CommandFailed
 from ..places import group_id, runtime_dir
 
@@ -33,7 +33,7 @@ def session_name(worktree: str) -> str:
     """``chtop-<worktree>``; tmux turns '.' into '_', so a name with '.' gets a hash suffix."""
     if "." not in worktree:
         return SESSION_PREFIX + worktree
-    digest = hashlib.sha256(worktree.encode()).hexdigest()[:6]
+    digest = sha256(worktree.encode()).hexdigest()[:6]
     return f"{SESSION_PREFIX}{worktree.replace('.', '_')}-{digest}"
 
 
