@@ -161,7 +161,8 @@ def packs(store: Path) -> set[str]:
 def test_an_import_copies_the_new_objects_checked_and_a_branch_at_no_commit_never_lands(with_dev, monkeypatch):
     """A new commit is copied with one ``pack-objects | unpack-objects --strict`` pipe in the host's
     store (the private objects read as objects, nothing of the store's config; loose, as fetch
-    stores fewer than 100 objects), then the branch moves with one ``update-ref``: no fetch, no
+    stores fewer than 100 objects), then the branch moves with one ``update-ref`` (that the old tip
+    is the new one's parent is read from its loose commit: no ``rev-list``): no fetch, no
     ``incoming`` ref, no new pack.  A hundred objects or more go to ``index-pack --strict``: one
     pack, its ``.keep`` gone once the branch holds it.  A branch the agent
     points at a tree (git writes only commits to a branch) fails the import and stays at its commit;
@@ -176,7 +177,7 @@ def test_an_import_copies_the_new_objects_checked_and_a_branch_at_no_commit_neve
     imported = quarantine.sync_worktree(ws, convert=False)
     assert [(i.old, i.new, i.kept) for i in imported] == [(first, second, None)]
     assert git(shared, "rev-parse", "dev") == second
-    assert calls == ["pack-objects|unpack-objects", "rev-list", "update-ref"], calls
+    assert calls == ["pack-objects|unpack-objects", "update-ref"], calls      # its parent read as data
     assert "chtop: import dev from its sandbox" in git(shared, "reflog", "-1", "--format=%gs", "dev")
     # the agent points its branch at a tree: refused, the branch stays at its commit
     tree = git(dev / "alpha", "rev-parse", "HEAD^{tree}")       # as the agent writes it (git refuses to)
@@ -903,3 +904,20 @@ def test_as_root_a_fifo_planted_inside_never_hangs_a_host_task(with_dev, tmp_pat
         assert "packed-refs is a FIFO" in listing.stdout, listing.stdout
     finally:
         stop_proxy(g.grouping)
+
+
+def test_reaches_as_data_finds_only_what_the_loose_commits_show(with_dev):
+    """The import's fast-forward check read as data: an ancestor among the loose commits is found; a
+    commit that is no ancestor, or one behind a packed commit or past the budget, is not (git is
+    asked then)."""
+    g = with_dev
+    shared = g.toplevel / "alpha"
+    store = shared / ".git"
+    shas = [g.commit(shared, f"n{i}.txt", f"{i}\n", f"n{i}") for i in range(4)]
+    assert quarantine.reaches_as_data(store, shas[3], shas[0])
+    assert quarantine.reaches_as_data(store, shas[3], shas[3])
+    assert not quarantine.reaches_as_data(store, shas[0], shas[3])           # a descendant, not an ancestor
+    assert not quarantine.reaches_as_data(store, shas[3], "1" * 40)
+    assert not quarantine.reaches_as_data(store, shas[3], shas[0], budget=2)
+    git(shared, "repack", "-adq")                            # every commit packed: nothing read as data
+    assert not quarantine.reaches_as_data(store, shas[3], shas[2])
