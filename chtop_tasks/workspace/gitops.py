@@ -247,8 +247,10 @@ def preflight_problems(ws: Workspace, rel: Relation, dirty: list[str] | None = N
     return problems
 
 
-def rebase_problems(ws: Workspace, rel: Relation) -> list[str]:
-    dirty = dirty_paths(rel.checkout.path)          # one git status for both checks
+def rebase_problems(ws: Workspace, rel: Relation, dirty: list[str] | None = None) -> list[str]:
+    """``dirty``: the checkout's ``dirty_paths``, when the caller has it already (one git status for
+    both checks)."""
+    dirty = dirty_paths(rel.checkout.path) if dirty is None else dirty
     problems = preflight_problems(ws, rel, dirty)
     if rel.behind:
         in_the_way = untracked_in_the_way(rel.checkout.path, rel.integration, dirty)
@@ -379,10 +381,14 @@ def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False,
     busy = in_background(running_sandboxes, ws) if not dry_run and maybe_behind(ws) else None
     try:
         synced_and_verified(ws, strict=True)     # imports first; the integration branches inside are the host's latest
-        rels = relations(ws)
-        if busy is None and any(rel.behind for rel in rels) and not dry_run:
-            busy = in_background(running_sandboxes, ws)
-        raise_if_problems(problems_of(rels, lambda rel: rebase_problems(ws, rel)), "rebase-down")
+        status = in_background(dirty_paths_of, [c.path for c in ws.checkouts()])     # while the relations count
+        with answered_before_leaving(status):
+            rels = relations(ws)
+            if busy is None and any(rel.behind for rel in rels) and not dry_run:
+                busy = in_background(running_sandboxes, ws)
+        dirty = status()
+        raise_if_problems(problems_of(rels, lambda rel: rebase_problems(ws, rel, dirty.get(rel.checkout.path))),
+                          "rebase-down")
         steps = plan_rebase_down(ws, rels, rebase_args)
     except BaseException:
         if busy is not None:        # answered before this returns: no podman left behind
