@@ -20,9 +20,10 @@ Everything not pinned is the agent's (so ref deletions, ``pack-refs`` and
 
 The checkout's ``.git`` file names ``C/worktrees/<id>`` on the host and
 inside alike, so plain git on the host sees the agent's branch, index and
-commits.  Work reaches the shared history only through :func:`import_branch`:
-``git fetch`` run in the shared store from the checkout (git checks every
-object it receives), of ``refs/heads/W`` only.  A rewritten branch keeps its
+commits.  Work reaches the shared history only through :func:`import_branch`,
+of ``refs/heads/W`` only: the objects it adds are copied into the shared store
+by git run there, which reads ``C``'s objects (never its config) and checks
+every object it writes (:func:`copy_objects`).  A rewritten branch keeps its
 old tip under ``refs/chtop/kept/W/<sha>``: once imported, a commit is never
 lost.  Host-side git never takes ``C`` as its ``GIT_DIR`` after the agent had
 it: it enters through the pinned ``.git`` and ``commondir`` (git reads
