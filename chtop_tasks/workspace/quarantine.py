@@ -457,10 +457,12 @@ def reaches_as_data(store: Path, tip: str, target: str, budget: int = 32) -> boo
 def loose_commit_parents(store: Path, sha: str, zlib) -> list[str] | None:
     """The parents of commit ``sha`` read from its loose object in ``store``; None when it is not a
     loose commit there."""
+    compressed = agentfile.read_bytes(store / "objects" / sha[:2] / sha[2:], limit=LOOSE_COMMIT_LIMIT)
+    if compressed is None:
+        return None
     try:
-        with open(store / "objects" / sha[:2] / sha[2:], "rb") as source:
-            data = zlib.decompressobj().decompress(source.read(LOOSE_COMMIT_LIMIT), LOOSE_COMMIT_LIMIT)
-    except (OSError, zlib.error):
+        data = zlib.decompressobj().decompress(compressed, LOOSE_COMMIT_LIMIT)
+    except zlib.error:
         return None
     header, _, body = data.partition(b"\0")
     if not header.startswith(b"commit "):
