@@ -6,6 +6,7 @@ task that fans out, more than the threads themselves cost.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 
@@ -80,3 +81,15 @@ def in_background(func, *args):
             raise failure
         return result
     return wait
+
+
+@contextlib.contextmanager
+def answered_before_leaving(wait):
+    """Around work done while ``in_background``'s ``wait`` runs: when that work fails, the background
+    one is still waited for (its processes end before the task does), its own failure dropped."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            wait()
+        raise

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .. import runner
 from ..errors import ChtopError, CommandFailed, Refused, UsageError
-from ..fanout import fan_out, in_background
+from ..fanout import answered_before_leaving, fan_out, in_background
 from ..record import record
 from ..term import bold, git_color_args, inert_keeping_colour, say, warn
 from .gitprobe import (
@@ -260,28 +260,16 @@ def rebase_problems(ws: Workspace, rel: Relation, dirty: list[str] | None = None
     return problems
 
 
-def dirty_paths_of(checkout_dirs: list[Path]) -> dict[Path, list[str]]:
+def dirty_paths_of(checkout_dirs: list[Path], untracked: bool = True) -> dict[Path, list[str]]:
     """``dirty_paths`` of each checkout dir, at once; one git could not answer for is left out (its
     check asks again, and says why)."""
     def one(checkout_dir: Path) -> list[str] | None:
         try:
-            return dirty_paths(checkout_dir)
+            return dirty_paths(checkout_dir, untracked)
         except (ChtopError, OSError):
             return None
     found = fan_out(one, checkout_dirs)
     return {path: dirty for path, dirty in zip(checkout_dirs, found, strict=True) if dirty is not None}
-
-
-@contextlib.contextmanager
-def answered_before_leaving(wait):
-    """Around work done while ``in_background``'s ``wait`` runs: when that work fails, the background
-    one is still waited for (its git ends before this task does), its own failure dropped."""
-    try:
-        yield
-    except BaseException:
-        with contextlib.suppress(Exception):
-            wait()
-        raise
 
 
 def problems_of(rels: list[Relation], *checks) -> list[str]:
@@ -745,7 +733,8 @@ def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False, expect: 
     landing_dirty = in_background(dirty_paths_of, [ws.main_checkout_dir(c) for c in ws.checkouts()])
     with answered_before_leaving(landing_dirty):
         synced_and_verified(ws, strict=True)     # lands what the agent committed, up to now
-        feature_dirty = in_background(dirty_paths_of, [c.path for c in ws.checkouts()])
+        # the worktree's tracked changes alone: merge-up lands commits, and minds no untracked file there
+        feature_dirty = in_background(dirty_paths_of, [c.path for c in ws.checkouts()], False)
         with answered_before_leaving(feature_dirty):
             rels = relations(ws)
             # the commits checked are the ones that land: read before any check, since the proxy's

@@ -92,9 +92,11 @@ def ahead_behind(checkout_dir: Path, base: str, tip: str = "HEAD") -> tuple[int,
     return ahead, behind
 
 
-def dirty_paths(checkout_dir: Path) -> list[str]:
-    """Uncommitted tracked changes and untracked, non-ignored files."""
-    out = git(checkout_dir, ["status", WORKTREE_SUBMODULES, "--porcelain", "--untracked-files=all"]).stdout
+def dirty_paths(checkout_dir: Path, untracked: bool = True) -> list[str]:
+    """Uncommitted tracked changes and (unless not ``untracked``: git then walks no directory for
+    them) untracked, non-ignored files."""
+    out = git(checkout_dir, ["status", WORKTREE_SUBMODULES, "--porcelain",
+                             "--untracked-files=all" if untracked else "--untracked-files=no"]).stdout
     return [line for line in out.splitlines() if line.strip()]
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .. import agentfile, atomic
 from ..errors import ChtopError, CommandFailed, Refused, UsageError, WorkspaceError
-from ..fanout import fan_out, in_background
+from ..fanout import answered_before_leaving, fan_out, in_background
 from ..places import build_cache_dir, create_journal_path, worktree_name_problem
 from ..record import Factory, record
 from ..term import say, warn
@@ -444,8 +444,10 @@ def delete_checks(wt: Workspace, top: Workspace, checkouts: list[Checkout]):
         raise WorkspaceError("refusing to run git: a checkout's git dir is not the one the workspace layout "
                              "says:\n  " + "\n  ".join(extra_problems))
     sync_worktree(wt, strict=True)     # nothing the agent committed is left behind
-    problems = delete_problems(wt, checkouts, top)
-    unsaved = unsaved_in_worktree(wt, checkouts)
+    unsaved_found = in_background(unsaved_in_worktree, wt, checkouts)     # both read-only, at once
+    with answered_before_leaving(unsaved_found):
+        problems = delete_problems(wt, checkouts, top)
+    unsaved = unsaved_found()
     return problems + unsaved_problems(wt, unsaved), unsaved
 
 
@@ -510,15 +512,32 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
     # a `git worktree remove` of it would take theirs away mid-flight)
     removed = fan_out(remove_branch, list(reversed(checkouts[1:]))) + [remove_branch(c) for c in checkouts[:1]]
     kept += [line for line in removed if line]
-    if wt.root.exists():
-        shutil.rmtree(wt.root)
-    store_dir = group_git_dir(ws.grouping) / name
-    if store_dir.exists():
-        shutil.rmtree(store_dir)
-    git(ws.toplevel, ["worktree", "prune"], check=False, quiet=False, toplevel_only=True)
+    remove_trees(wt.root, [c.path for c in checkouts[1:]], group_git_dir(ws.grouping) / name)
+    if has_worktree_entries(ws.toplevel):
+        git(ws.toplevel, ["worktree", "prune"], check=False, quiet=False, toplevel_only=True)
     remove_policy_layer(ws, name)
     remove_build_cache(ws, name)
     return kept
+
+
+def remove_trees(root: Path, inner: list[Path], store_dir: Path) -> None:
+    """Remove the worktree ``root`` and its private stores ``store_dir``: the repo checkouts inside it
+    (``inner``) and the stores at once, each its own tree (mostly the kernel's unlinks), then the rest."""
+    def remove(path: Path) -> None:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+    fan_out(remove, [p for p in inner if root in p.parents] + [store_dir])
+    remove(root)
+
+
+def has_worktree_entries(toplevel: Path) -> bool:
+    """Whether the toplevel's own store lists linked worktrees (``git worktree prune`` has something
+    to look at): checkouts made before private stores; a private store's are its own."""
+    entries = toplevel / ".git" / "worktrees"
+    try:
+        return any(True for _ in os.scandir(entries))
+    except OSError:
+        return False
 
 
 def toplevel_has_branch(top: Workspace, checkout: Checkout, name: str) -> bool:
