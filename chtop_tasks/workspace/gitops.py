@@ -7,7 +7,6 @@ repo first, then run one repo at a time.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from pathlib import Path
 
@@ -272,6 +271,11 @@ def dirty_paths_of(checkout_dirs: list[Path], untracked: bool = True) -> dict[Pa
     return {path: dirty for path, dirty in zip(checkout_dirs, found, strict=True) if dirty is not None}
 
 
+def existing_checkout_dirs(ws: Workspace) -> list[Path]:
+    """The dirs of the checkouts that exist (``present_checkouts``, which also warns about the rest)."""
+    return [c.path for c in ws.checkouts() if c.path.exists()]
+
+
 def problems_of(rels: list[Relation], *checks) -> list[str]:
     """Each check's problems for every repo (read-only git, fanned out), in check order, then repo order."""
     found = fan_out(lambda rel: [check(rel) for check in checks], rels)
@@ -367,9 +371,10 @@ def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False,
     # rebase: started at once unless every branch is at its integration tip (nothing to rebase), else
     # once the relations say something is behind
     busy = in_background(running_sandboxes, ws) if not dry_run and maybe_behind(ws) else None
-    try:
+    # however the checks end, the busy check is answered before this returns: no podman left behind
+    with answered_before_leaving(lambda: busy() if busy is not None else None):
         synced_and_verified(ws, strict=True)     # imports first; the integration branches inside are the host's latest
-        status = in_background(dirty_paths_of, [c.path for c in ws.checkouts()])     # while the relations count
+        status = in_background(dirty_paths_of, existing_checkout_dirs(ws))     # while the relations count
         with answered_before_leaving(status):
             rels = relations(ws)
             if busy is None and any(rel.behind for rel in rels) and not dry_run:
@@ -378,11 +383,6 @@ def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False,
         raise_if_problems(problems_of(rels, lambda rel: rebase_problems(ws, rel, dirty.get(rel.checkout.path))),
                           "rebase-down")
         steps = plan_rebase_down(ws, rels, rebase_args)
-    except BaseException:
-        if busy is not None:        # answered before this returns: no podman left behind
-            with contextlib.suppress(Exception):
-                busy()
-        raise
     running = busy() if busy is not None else []
     if steps and not dry_run:
         refuse_while_sandboxed(ws, running, "rebase-down")
@@ -730,11 +730,12 @@ def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False, expect: 
     verify_git_dirs(ws.for_root(ws.toplevel))
     # the toplevel checkouts' status (where the merges land: no sandbox writes there) is asked while
     # the import runs, and the worktree's while the relations are counted
-    landing_dirty = in_background(dirty_paths_of, [ws.main_checkout_dir(c) for c in ws.checkouts()])
+    landing_dirty = in_background(dirty_paths_of, [ws.main_checkout_dir(c) for c in ws.checkouts()
+                                                   if c.path.exists()])
     with answered_before_leaving(landing_dirty):
         synced_and_verified(ws, strict=True)     # lands what the agent committed, up to now
         # the worktree's tracked changes alone: merge-up lands commits, and minds no untracked file there
-        feature_dirty = in_background(dirty_paths_of, [c.path for c in ws.checkouts()], False)
+        feature_dirty = in_background(dirty_paths_of, existing_checkout_dirs(ws), False)
         with answered_before_leaving(feature_dirty):
             rels = relations(ws)
             # the commits checked are the ones that land: read before any check, since the proxy's

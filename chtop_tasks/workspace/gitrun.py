@@ -30,15 +30,13 @@ def git(cwd: Path | None, args, *, check=True, quiet=True, capture=True, timeout
                       env=env)
 
 
-def git_pipeline(cwd: Path, first_args, second_args, *, input: bytes = b"", first_env: dict | None = None,
-                 head: int = 0, check=True, quiet=True, timeout=300) -> runner.Result:
-    """``git FIRST | git SECOND`` in ``cwd``, both with HOST_GIT_OPTS (``runner.run_pipeline``);
-    ``first_env``: variables set for the first git alone; with ``head``, ``second_args`` is a function
-    of the first ``head`` bytes the first git writes (None: nothing to take)."""
+def git_pipeline(cwd: Path, first_args, choose_second, *, head: int, input: bytes = b"",
+                 first_env: dict | None = None, check=True, quiet=True, timeout=300) -> runner.Result:
+    """``git FIRST | git SECOND`` in ``cwd``, both with HOST_GIT_OPTS (``runner.run_pipeline``): SECOND
+    is ``choose_second`` of the first ``head`` bytes the first git writes (None: nothing to take);
+    ``first_env``: variables set for the first git alone."""
     def second(start: bytes):
-        args = second_args(start)
+        args = choose_second(start)
         return None if args is None else ["git", *HOST_GIT_OPTS, *args]
-    return runner.run_pipeline(["git", *HOST_GIT_OPTS, *first_args],
-                               second if head else ["git", *HOST_GIT_OPTS, *second_args], cwd,
-                               input=input, first_env=first_env, head=head, check=check, quiet=quiet,
-                               timeout=timeout)
+    return runner.run_pipeline(["git", *HOST_GIT_OPTS, *first_args], second, cwd, input=input,
+                               first_env=first_env, head=head, check=check, quiet=quiet, timeout=timeout)

@@ -39,6 +39,7 @@ import shutil
 import stat
 import sys
 import threading
+import zlib
 from pathlib import Path
 
 from .. import agentfile, atomic
@@ -329,7 +330,7 @@ def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str,
         # a branch tip of the host's own store (with all it reaches): nothing to fetch, nothing to check
         got, incoming = f"{new}^{{commit}}", None
     elif SHA_RE.match(new):
-        keep = copy_objects(store, shared, new, [tip for tip in (old, *tips) if tip and SHA_RE.match(tip)],
+        keep = copy_objects(store, shared, new, [old, *tips] if old and SHA_RE.match(old) else tips,
                             f"importing {branch} from {checkout_path}")
         got, incoming = f"{new}^{{commit}}", None
     else:
@@ -390,7 +391,7 @@ def copy_objects(store: Path, shared: Path, new: str, exclude: list[str], what: 
     if "index-pack" not in result.argv:
         return None
     name = result.stdout.split()[-1] if result.stdout.split() else ""
-    if not re.fullmatch(r"[0-9a-f]{40}([0-9a-f]{24})?", name):
+    if not SHA_RE.match(name):
         raise CommandFailed(f"{what} into {shared}: git index-pack said {result.stdout.strip()!r}, not its pack")
     return shared / "objects" / "pack" / f"pack-{name}.keep"
 
@@ -437,8 +438,6 @@ def reaches_as_data(store: Path, tip: str, target: str, budget: int = 32) -> boo
     few on the tip imported before, needs no ``rev-list``.  False only means "not found so" (a commit
     packed or not there, the budget spent): git is asked.  The objects are ones the import's
     ``--strict`` check let into the host's own store."""
-    import zlib
-
     pending, seen = [tip], set()
     while pending and len(seen) < budget:
         sha = pending.pop()
@@ -447,14 +446,14 @@ def reaches_as_data(store: Path, tip: str, target: str, budget: int = 32) -> boo
         if sha in seen:
             continue
         seen.add(sha)
-        parents = loose_commit_parents(store, sha, zlib)
+        parents = loose_commit_parents(store, sha)
         if parents is None:
             return False
         pending.extend(parents)
     return False
 
 
-def loose_commit_parents(store: Path, sha: str, zlib) -> list[str] | None:
+def loose_commit_parents(store: Path, sha: str) -> list[str] | None:
     """The parents of commit ``sha`` read from its loose object in ``store``; None when it is not a
     loose commit there."""
     compressed = agentfile.read_bytes(store / "objects" / sha[:2] / sha[2:], limit=LOOSE_COMMIT_LIMIT)

@@ -522,12 +522,14 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
 
 def remove_trees(root: Path, inner: list[Path], store_dir: Path) -> None:
     """Remove the worktree ``root`` and its private stores ``store_dir``: the repo checkouts inside it
-    (``inner``) and the stores at once, each its own tree (mostly the kernel's unlinks), then the rest."""
-    def remove(path: Path) -> None:
-        if path.is_dir() and not path.is_symlink():
+    (``inner``) at once, each its own tree (mostly the kernel's unlinks), then the rest."""
+    def remove_dir(path: Path) -> None:
+        if path.is_dir() and not path.is_symlink():     # a link in the worktree goes with it, unfollowed
             shutil.rmtree(path)
-    fan_out(remove, [p for p in inner if root in p.parents] + [store_dir])
-    remove(root)
+    fan_out(remove_dir, [p for p in inner if root in p.parents])
+    for path in (root, store_dir):
+        if path.exists():
+            shutil.rmtree(path)
 
 
 def has_worktree_entries(toplevel: Path) -> bool:
