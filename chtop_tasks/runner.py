@@ -71,9 +71,11 @@ def run(
     env: dict | None = None,
     timeout: float | None = DEFAULT_TIMEOUT,
     stdin=subprocess.DEVNULL,
-    input: str | None = None,
+    input: str | bytes | None = None,
 ) -> Result:
     """Run ``argv``; echo it unless ``quiet``; raise CommandFailed when ``check``.
+
+    ``input``: text, or bytes (a pack) given as they are; the output is text either way.
 
     With ``capture=False`` the child's output goes straight to our terminal; with ``shown_inert``
     it is shown as it comes, through ``term.inert_keeping_colour`` (stdin stays the caller's).
@@ -100,7 +102,7 @@ def run(
             input=input,
             stdout=subprocess.PIPE if capture else None,
             stderr=subprocess.PIPE if capture else None,
-            text=True,
+            text=not isinstance(input, bytes),
             timeout=timeout,
         )
     except FileNotFoundError as exc:
@@ -109,8 +111,15 @@ def run(
         raise CommandFailed(f"{argv[0]}: command not found ({exc})") from exc
     except subprocess.TimeoutExpired as exc:
         raise CommandFailed(f"timed out after {timeout}s: {format_command(argv, cwd)}") from exc
-    return _checked(Result(argv, Path(cwd) if cwd else None, proc.returncode, proc.stdout or "",
-                           proc.stderr or ""), check)
+    return _checked(Result(argv, Path(cwd) if cwd else None, proc.returncode, as_text(proc.stdout),
+                           as_text(proc.stderr)), check)
+
+
+def as_text(output: str | bytes | None) -> str:
+    """A child's output as text (bytes decoded, bad bytes replaced)."""
+    if isinstance(output, bytes):
+        return output.decode("utf-8", errors="replace")
+    return output or ""
 
 
 def run_pipeline(first, second, cwd=None, *, input: bytes = b"", first_env: dict | None = None, head: int = 0,

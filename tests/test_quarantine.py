@@ -15,6 +15,7 @@ import shlex
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ from sandbox_helpers import as_owner_python, as_user, rootful_podman_env, user_g
 
 from chtop_tasks import runner
 from chtop_tasks.errors import CommandFailed
-from chtop_tasks.workspace import quarantine
+from chtop_tasks.workspace import loosepack, quarantine
 from chtop_tasks.workspace.layout import find_workspace, private_store, read_gitdir_file, verify_git_dirs
 
 # -- the layout ------------------------------------------------------------------------------------
@@ -122,7 +123,7 @@ def test_a_branch_moved_to_its_integration_tip_imports_without_a_fetch(with_dev,
     second = g.commit(dev / "alpha", "b.txt", "2\n", "second")
     quarantine.sync_worktree(ws, convert=False)
     assert git(shared, "rev-parse", "dev") == second
-    assert calls.count("pack-objects|unpack-objects") == 1, calls
+    assert calls.count("unpack-objects") == 1 and not [c for c in calls if c.startswith("pack-objects")], calls
 
 
 def git_subcommand(argv: list[str]) -> str | None:
@@ -159,12 +160,12 @@ def packs(store: Path) -> set[str]:
 
 
 def test_an_import_copies_the_new_objects_checked_and_a_branch_at_no_commit_never_lands(with_dev, monkeypatch):
-    """A new commit is copied with one ``pack-objects | unpack-objects --strict`` pipe in the host's
-    store (the private objects read as objects, nothing of the store's config; loose, as fetch
+    """A new commit is copied with one ``unpack-objects --strict`` in the host's store, fed the pack
+    of its loose objects (``loosepack``: read as data, nothing of the store's config; loose, as fetch
     stores fewer than 100 objects), then the branch moves with one ``update-ref`` (that the old tip
     is the new one's parent is read from its loose commit: no ``rev-list``): no fetch, no
-    ``incoming`` ref, no new pack.  A hundred objects or more go to ``index-pack --strict``: one
-    pack, its ``.keep`` gone once the branch holds it.  A branch the agent
+    ``incoming`` ref, no new pack.  A hundred objects or more go through ``pack-objects |
+    index-pack --strict``: one pack, its ``.keep`` gone once the branch holds it.  A branch the agent
     points at a tree (git writes only commits to a branch) fails the import and stays at its commit;
     a rewritten branch keeps its old tip."""
     g = with_dev
@@ -177,7 +178,7 @@ def test_an_import_copies_the_new_objects_checked_and_a_branch_at_no_commit_neve
     imported = quarantine.sync_worktree(ws, convert=False)
     assert [(i.old, i.new, i.kept) for i in imported] == [(first, second, None)]
     assert git(shared, "rev-parse", "dev") == second
-    assert calls == ["pack-objects|unpack-objects", "update-ref"], calls      # its parent read as data
+    assert calls == ["unpack-objects", "update-ref"], calls      # its parent read as data
     assert "chtop: import dev from its sandbox" in git(shared, "reflog", "-1", "--format=%gs", "dev")
     # the agent points its branch at a tree: refused, the branch stays at its commit
     tree = git(dev / "alpha", "rev-parse", "HEAD^{tree}")       # as the agent writes it (git refuses to)
@@ -194,11 +195,11 @@ def test_an_import_copies_the_new_objects_checked_and_a_branch_at_no_commit_neve
     assert git(shared, "rev-parse", f"refs/chtop/kept/dev/{second}") == second
     assert git(shared, "for-each-ref", "refs/chtop/incoming") == ""
     # back to a commit the host's store has (kept): no pack written
-    before = packs(shared / ".git")
+    before, ran_before = packs(shared / ".git"), len(calls)
     (private_store(g.grouping, "dev", "alpha") / "refs" / "heads" / "dev").write_text(second + "\n")
     quarantine.sync_worktree(ws, convert=False)
     assert git(shared, "rev-parse", "dev") == second and packs(shared / ".git") == before
-    assert calls[-2:] == ["rev-list", "update-ref"] and calls[-3].startswith("pack-objects|"), calls
+    assert calls[ran_before:] == ["rev-list", "update-ref"], calls
     # a hundred objects or more: one pack, kept until the branch holds it
     packs_before = packs(shared / ".git")
     for number in range(60):            # 120 blobs and trees, and a commit
@@ -240,6 +241,61 @@ def test_an_object_fsck_refuses_or_one_that_links_to_nothing_never_lands(with_de
     assert git(shared, "rev-parse", "dev") == tip
     assert subprocess.run(["git", "cat-file", "-e", commit], cwd=shared).returncode != 0
     assert git(shared, "fsck", "--no-dangling", "--no-progress") == ""
+
+
+def test_an_import_reads_loose_objects_and_asks_git_where_they_are_packed_or_lie(with_dev, monkeypatch):
+    """The pack of the agent's loose objects (a file bigger than a pack entry's one-byte size, a new
+    directory) lands with one ``unpack-objects --strict``.  Objects a ``git gc`` inside packed are
+    not loose: ``pack-objects`` copies them.  A loose object whose content is not what its name says
+    is never packed so; git refuses the import, the branch stays and the host's store stays whole."""
+    g = with_dev
+    dev, shared = g.path("dev"), g.toplevel / "alpha"
+    ws = find_workspace(dev)
+    store = private_store(g.grouping, "dev", "alpha")
+    first = g.commit(dev / "alpha", "a.txt", "1\n", "first")
+    quarantine.sync_worktree(ws)
+    calls = recorded_git(monkeypatch)
+    big = "".join(f"line {n}\n" for n in range(40000))           # 400 kB: a five-byte entry size
+    (dev / "alpha" / "new" / "deeper").mkdir(parents=True)
+    (dev / "alpha" / "new" / "deeper" / "c.txt").write_text("c\n")
+    git(dev / "alpha", "add", "-A")
+    second = g.commit(dev / "alpha", "big.txt", big, "big")
+    quarantine.sync_worktree(ws, convert=False)
+    assert git(shared, "rev-parse", "dev") == second and calls == ["unpack-objects", "update-ref"], calls
+    assert git(shared, "show", f"{second}:big.txt") == big.rstrip("\n")
+    # packed inside (the agent's gc): git copies them
+    third = g.commit(dev / "alpha", "d.txt", "4\n", "third")
+    git(dev / "alpha", "gc", "-q")
+    assert not (store / "objects" / third[:2] / third[2:]).exists()
+    quarantine.sync_worktree(ws, convert=False)
+    assert git(shared, "rev-parse", "dev") == third and calls[-2:] == ["pack-objects|unpack-objects", "update-ref"]
+    # a loose blob whose content is another's: refused
+    fourth = g.commit(dev / "alpha", "e.txt", "five\n", "fourth")
+    blob = git(dev / "alpha", "rev-parse", f"{fourth}:e.txt")
+    loose = store / "objects" / blob[:2] / blob[2:]
+    loose.chmod(0o644)
+    loose.write_bytes(zlib.compress(b"blob 4\0six\n"))
+    with pytest.raises(CommandFailed, match="importing dev"):
+        quarantine.sync_worktree(ws, convert=False, strict=True)
+    assert git(shared, "rev-parse", "dev") == third
+    assert git(shared, "fsck", "--no-dangling", "--no-progress") == ""
+    assert first in git(shared, "rev-list", "dev").split()
+
+
+def test_the_pack_of_loose_objects_is_one_git_reads_as_written(tmp_path):
+    """``loosepack.pack_bytes`` writes what git's ``index-pack`` accepts, each object under its name."""
+    repo = tmp_path / "r"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    contents = ["", "x" * 15, "y" * 16, "".join(chr(97 + n % 26) for n in range(300000))]
+    names = [write_object(repo, "blob", content) for content in contents]
+    objects = [loosepack.read_loose(repo / ".git", name) for name in names]
+    assert [obj and obj[1].decode() for obj in objects] == contents
+    pack = tmp_path / "p.pack"
+    pack.write_bytes(loosepack.pack_bytes(objects))
+    subprocess.run(["git", "index-pack", str(pack)], cwd=repo, check=True, capture_output=True)
+    listed = subprocess.run(["git", "verify-pack", "-v", str(pack)], cwd=repo, capture_output=True, text=True,
+                            check=True).stdout
+    assert {line.split()[0] for line in listed.splitlines() if " blob " in line} == set(names)
 
 
 def test_worktree_delete_imports_first_and_never_loses_a_commit(with_dev):
@@ -921,3 +977,25 @@ def test_reaches_as_data_finds_only_what_the_loose_commits_show(with_dev):
     assert not quarantine.reaches_as_data(store, shas[3], shas[0], budget=2)
     git(shared, "repack", "-adq")                            # every commit packed: nothing read as data
     assert not quarantine.reaches_as_data(store, shas[3], shas[2])
+
+
+def test_commits_in_line_counts_only_a_line_of_loose_single_parent_commits(with_dev):
+    """merge-up's ahead count read as data: a line of loose commits on the base is counted; a merge
+    on the way, a base that is no ancestor, a packed commit or a spent budget give None (git counts)."""
+    g = with_dev
+    shared = g.toplevel / "alpha"
+    store = shared / ".git"
+    base = git(shared, "rev-parse", "HEAD")
+    shas = [g.commit(shared, f"l{i}.txt", f"{i}\n", f"l{i}") for i in range(3)]
+    assert quarantine.commits_in_line(store, shas[2], base) == 3
+    assert quarantine.commits_in_line(store, shas[2], shas[2]) == 0
+    assert quarantine.commits_in_line(store, shas[0], shas[2]) is None         # behind, not ahead
+    assert quarantine.commits_in_line(store, shas[2], base, budget=2) is None
+    git(shared, "checkout", "-q", "-b", "side", shas[0])
+    g.commit(shared, "side.txt", "s\n", "side")
+    git(shared, "checkout", "-q", "-")
+    git(shared, "merge", "-q", "--no-edit", "side")
+    merged = git(shared, "rev-parse", "HEAD")
+    assert quarantine.commits_in_line(store, merged, base) is None
+    git(shared, "repack", "-adq")
+    assert quarantine.commits_in_line(store, shas[2], shas[1]) is None

@@ -18,7 +18,7 @@ HOST_GIT_OPTS = ("--no-replace-objects", "-c", "core.fsmonitor=false", "-c", "su
 
 
 def git(cwd: Path | None, args, *, check=True, quiet=True, capture=True, timeout=300,
-        input: str | None = None, toplevel_only: bool = False, env: dict | None = None) -> runner.Result:
+        input: str | bytes | None = None, toplevel_only: bool = False, env: dict | None = None) -> runner.Result:
     """``git ARGS`` in ``cwd`` with HOST_GIT_OPTS; echoed unless ``quiet``.
 
     ``toplevel_only``: the command reads and writes nothing but the toplevel's own checkouts and

@@ -60,6 +60,7 @@ from .layout import (
     read_gitdir_file,
     verify_git_dirs,
 )
+from .loosepack import pack_of_new_objects
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 KEPT_PREFIX = "refs/chtop/kept"
@@ -380,7 +381,16 @@ def copy_objects(store: Path, shared: Path, new: str, exclude: list[str], what: 
     ``shared`` alone with ``--strict``, which checks every object as fsck does
     (``transfer.fsckObjects``) and that each object it links to is in the pack or already in
     ``shared``, so nothing lands that ``shared`` cannot complete.  The branch then moves with
-    ``update-ref``, which writes nothing but a commit to it."""
+    ``update-ref``, which writes nothing but a commit to it.
+
+    The common import, a few commits the agent just made, is one process: the pack of its loose
+    objects is made here (``loosepack``) and goes to ``unpack-objects --strict``; where that cannot
+    be told so, or the unpack fails (an object the agent's ``gc`` packed, say), the pipe above runs."""
+    pack = pack_of_new_objects(store, shared, new, exclude)
+    if pack == b"":
+        return None                  # the host's store has every object already
+    if pack is not None and git(shared, ["unpack-objects", "--strict", "-q"], input=pack, check=False).ok:
+        return None
     revs = "".join(f"{line}\n" for line in [new, "--not", *exclude])
     result = git_pipeline(
         shared, ["pack-objects", "--revs", "--stdout", "--delta-base-offset", "-q"], taker_for_pack,
@@ -451,6 +461,22 @@ def reaches_as_data(store: Path, tip: str, target: str, budget: int = 32) -> boo
             return False
         pending.extend(parents)
     return False
+
+
+def commits_in_line(store: Path, tip: str, base: str, budget: int = 32) -> int | None:
+    """How many commits ``tip`` has that ``base`` has not, where ``tip`` descends from ``base`` through
+    single-parent commits only, read as loose objects of the host's ``store`` (at most ``budget``):
+    ``rev-list --count base..tip``, with nothing ``base`` lacks behind it.  None: not found so (a
+    merge, a packed commit, the budget spent): git is asked."""
+    count, sha = 0, tip
+    while sha != base:
+        if count == budget:
+            return None
+        parents = loose_commit_parents(store, sha)
+        if parents is None or len(parents) != 1:
+            return None
+        count, sha = count + 1, parents[0]
+    return count
 
 
 def loose_commit_parents(store: Path, sha: str) -> list[str] | None:
