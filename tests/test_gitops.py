@@ -2,6 +2,7 @@
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 from conftest import REPO_ROOT, git
@@ -252,6 +253,31 @@ def test_merge_up_says_what_landed(with_dev):
     assert "landed nothing: every integration branch already has dev" in g.inv(dev, "git.merge-up").stdout
 
 
+def test_merge_up_counts_a_line_of_commits_as_data_and_asks_git_past_a_merge(with_dev, monkeypatch, capsys):
+    """A feature that is a line of commits on its integration tip is counted from the toplevel
+    store's loose commits (no ``rev-list``); one with a merge in it is counted by git, the same way."""
+    from chtop_tasks import runner
+    from chtop_tasks.workspace import gitops
+    from chtop_tasks.workspace.layout import find_workspace
+
+    g = with_dev
+    dev = g.path("dev")
+    g.commit(dev / "alpha", "a1.txt", "x\n", "one")
+    g.commit(dev / "alpha", "a2.txt", "x\n", "two")
+    git(dev / "beta", "checkout", "-q", "-b", "side")
+    g.commit(dev / "beta", "side.txt", "x\n", "side")
+    git(dev / "beta", "checkout", "-q", "dev")
+    g.commit(dev / "beta", "b.txt", "x\n", "on dev")
+    git(dev / "beta", "merge", "-q", "--no-ff", "--no-edit", "side")
+    counted_in = []
+    run = runner.run
+    monkeypatch.setattr(runner, "run", lambda argv, cwd=None, **k: (
+        "rev-list" in argv and "--left-right" in argv and counted_in.append(Path(cwd).name)) or run(argv, cwd, **k))
+    assert gitops.merge_up(find_workspace(dev)) == 0
+    assert "landed dev: alpha 2, beta 3 commits" in capsys.readouterr().out
+    assert counted_in == ["beta"], counted_in
+
+
 def test_dotfiles_render_without_jinja_as_jinja_does(tmp_path):
     """The shipped templates (only ``{{ name }}``) are rendered without importing Jinja, to the same
     text; any other markup, a name the context lacks, or a Jinja literal goes to Jinja."""
@@ -357,14 +383,15 @@ def test_merge_up_lands_only_the_commits_it_checked_when_the_import_moves_the_br
     g.commit(dev / "alpha", "a.txt", "checked\n", "a commit merge-up checks")
     before = git(g.toplevel / "alpha", "rev-parse", "main")
     ws = find_workspace(dev)
-    read_tips = gitops.tips_to_land
+    read_tip = gitops.read_ref
 
-    def import_meanwhile(ws_, rels):
-        g.commit(dev / "alpha", ".gitattributes", "*.txt filter=x\n", "route files through x")
-        sync_worktree(ws_)                       # what the proxy's import timer does
-        return read_tips(ws_, rels)
+    def import_meanwhile(store, name):
+        if store == g.toplevel / "alpha" / ".git" and name == "refs/heads/dev":
+            g.commit(dev / "alpha", ".gitattributes", "*.txt filter=x\n", "route files through x")
+            sync_worktree(ws)                    # what the proxy's import timer does
+        return read_tip(store, name)
 
-    monkeypatch.setattr(gitops, "tips_to_land", import_meanwhile)
+    monkeypatch.setattr(gitops, "read_ref", import_meanwhile)
     with pytest.raises(Refused, match=r"\.gitattributes adds `\*\.txt filter=x`"):
         gitops.merge_up(ws)
     assert git(g.toplevel / "alpha", "rev-parse", "main") == before      # nothing landed

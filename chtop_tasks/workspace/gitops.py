@@ -28,8 +28,8 @@ from .gitprobe import (
 )
 from .gitrun import HOST_GIT_OPTS, git
 from .grouplock import holds_group_lock
-from .layout import Checkout, Workspace, verify_git_dirs
-from .quarantine import SHA_RE, read_ref, store_of, sync_worktree
+from .layout import Checkout, Workspace, private_store, verify_git_dirs
+from .quarantine import SHA_RE, commits_in_line, read_ref, store_of, sync_worktree
 
 
 def present_checkouts(ws: Workspace) -> list[Checkout]:
@@ -694,11 +694,46 @@ def parse_expect(ws: Workspace, text: str) -> dict[str, str]:
     return out
 
 
-def tips_to_land(ws: Workspace, rels: list[Relation]) -> dict[str, str]:
-    """The imported tip of branch NAME in the toplevel's store, per repo that has commits to land."""
-    ahead = [rel for rel in rels if rel.ahead]
-    shas = fan_out(lambda rel: imported_tip(ws, rel.checkout), ahead)
-    return {rel.checkout.name: sha for rel, sha in zip(ahead, shas, strict=True)}
+@record
+class Landing:
+    """One repo's relation; where it has commits to land, the imported tip that lands and the paths
+    that tip changes since it left its integration branch."""
+
+    rel: Relation
+    tip: str | None
+    touched: set[str]
+
+
+def landing_of(ws: Workspace, checkout: Checkout) -> Landing:
+    """``checkout``'s relation and what lands (each repo's checks one after the other in one thread,
+    while the other repos run theirs).  The commit checked is the one that lands: branch NAME's tip
+    in the toplevel's store is read once, first, since the proxy's import (under the worktree's lock
+    alone) may move it at any time meanwhile."""
+    tip = read_ref(checkout.store, f"refs/heads/{ws.name}")
+    tip = tip if tip and SHA_RE.match(tip) else None
+    rel = (tip and relation_in_line(ws, checkout, tip)) or relation_of(ws, checkout)
+    if not rel.ahead:
+        return Landing(rel, None, set())
+    tip = tip or imported_tip(ws, checkout)
+    return Landing(rel, tip, landing_paths(ws, rel, tip))
+
+
+def relation_in_line(ws: Workspace, checkout: Checkout, tip: str) -> Relation | None:
+    """``relation_of``'s answer with no ``rev-list``, where the checkout is on branch NAME at ``tip``,
+    the commit the toplevel's store has (the import just copied it), and ``tip`` is a line of
+    single-parent commits on the integration tip there (``commits_in_line``: the store's own loose
+    commits, which the import checked): NAME is that many commits ahead and none behind.  None: ask
+    git."""
+    branch = head_branch(checkout.path)
+    if branch != ws.name:
+        return None
+    integration = ws.integration_branch(checkout)
+    here = read_ref(private_store(ws.grouping, ws.name, checkout.name), f"refs/heads/{ws.name}")
+    base = read_ref(checkout.store, f"refs/heads/{integration}")
+    if not (base and here == tip and SHA_RE.match(tip) and SHA_RE.match(base)):
+        return None
+    ahead = commits_in_line(checkout.store, tip, base)
+    return None if ahead is None else Relation(checkout, branch, integration, ahead, 0, ws.name)
 
 
 def imported_tip(ws: Workspace, checkout: Checkout) -> str:
@@ -737,17 +772,16 @@ def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False, expect: 
         # the worktree's tracked changes alone: merge-up lands commits, and minds no untracked file there
         feature_dirty = in_background(dirty_paths_of, existing_checkout_dirs(ws), False)
         with answered_before_leaving(feature_dirty):
-            rels = relations(ws)
-            # the commits checked are the ones that land: read before any check, since the proxy's
-            # import (under the worktree's lock alone) may move branch NAME here at any time meanwhile
-            tips = tips_to_land(ws, rels)
+            landings = fan_out(lambda checkout: landing_of(ws, checkout), present_checkouts(ws))
         dirty_here = feature_dirty()
     dirty_there = landing_dirty()
-    touched = per_relation(lambda rel: landing_paths(ws, rel, tips.get(rel.checkout.name)) if rel.ahead else set())
+    rels = [landing.rel for landing in landings]
+    tips = {landing.rel.checkout.name: landing.tip for landing in landings if landing.tip}
+    touched_by = {id(landing.rel): landing.touched for landing in landings}
     raise_if_problems(problems_of(
-        rels, lambda rel: merge_up_problems(ws, rel, no_ff, touched(rel), tips.get(rel.checkout.name),
+        rels, lambda rel: merge_up_problems(ws, rel, no_ff, touched_by[id(rel)], tips.get(rel.checkout.name),
                                             dirty_here.get(rel.checkout.path)),
-        lambda rel: toplevel_checkout_problems(ws, rel, tips.get(rel.checkout.name), touched(rel),
+        lambda rel: toplevel_checkout_problems(ws, rel, tips.get(rel.checkout.name), touched_by[id(rel)],
                                                dirty_there.get(ws.main_checkout_dir(rel.checkout)))), "merge-up")
     if expected is not None:
         raise_if_problems(tips_problems(ws, expected, tips), "merge-up")
