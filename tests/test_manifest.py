@@ -75,3 +75,45 @@ def test_not_toml_and_missing_file(tmp_path):
         parse_manifest(Path("m.toml"), "[[repo]\n")
     with pytest.raises(ManifestError, match="manifest not found"):
         load_manifest(tmp_path / "git_repositories.toml")
+
+
+def test_a_groups_manifest_is_read_again_without_tomllib_and_a_changed_text_is_parsed_again(tmp_path):
+    """In a group (chtop's state dir beside the checkout), the parsed table is kept keyed by the
+    text: the next task reads it without importing tomllib; an edited manifest, a damaged or
+    linked cache file, is parsed from its text again."""
+    import subprocess
+    import sys
+
+    from chtop_tasks.workspace.manifestcache import cache_file
+
+    (tmp_path / ".chtop").mkdir()
+    manifest = tmp_path / "top" / "git_repositories.toml"
+    manifest.parent.mkdir()
+    manifest.write_text('[[repo]]\nname = "alpha"\nurl = "u"\nbranch = "main"\n')
+    read = ("import sys; from chtop_tasks.workspace.manifest import load_manifest; "
+            f"m = load_manifest({str(manifest)!r}); print(m.names, 'tomllib' in sys.modules)")
+
+    def names_and_parsed() -> str:
+        return subprocess.run([sys.executable, "-c", read], capture_output=True, text=True, check=True).stdout.strip()
+
+    assert names_and_parsed() == "['alpha'] True"
+    assert cache_file(manifest).is_file()
+    assert names_and_parsed() == "['alpha'] False"
+    manifest.write_text(manifest.read_text() + '[[repo]]\nname = "beta"\nurl = "u"\nbranch = "kms"\n')
+    assert names_and_parsed() == "['alpha', 'beta'] True"
+    assert names_and_parsed() == "['alpha', 'beta'] False"
+    cache_file(manifest).write_bytes(cache_file(manifest).read_bytes()[:40])       # damaged
+    assert names_and_parsed() == "['alpha', 'beta'] True"
+    kept = cache_file(manifest).read_bytes()
+    decoy = tmp_path / "decoy"
+    decoy.write_bytes(kept)
+    cache_file(manifest).unlink()
+    cache_file(manifest).symlink_to(decoy)
+    manifest.write_text(manifest.read_text().replace('"beta"', '"gamma"'))
+    assert names_and_parsed() == "['alpha', 'gamma'] True"
+    assert not cache_file(manifest).is_symlink() and decoy.read_bytes() == kept
+    # outside a group nothing is kept
+    lone = tmp_path / "lone" / "x" / "git_repositories.toml"
+    lone.parent.mkdir(parents=True)
+    lone.write_text(manifest.read_text())
+    assert load_manifest(lone).names == ["alpha", "gamma"] and cache_file(lone) is None

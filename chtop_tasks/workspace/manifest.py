@@ -8,18 +8,12 @@ list to keep in step.
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
-
-from ..record import Factory, record
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 from ..errors import ManifestError
 from ..places import dir_name_problem
+from ..record import Factory, record
+from .manifestcache import keep_table, kept_table
 from .rootfind import MANIFEST_NAME  # noqa: F401  (where a checkout is, and so the file name, is rootfind's)
 
 INSTALL_MODES = ("editable", "editable-no-build-isolation", "none")
@@ -126,11 +120,26 @@ def parse_repo(path: Path, index: int, entry) -> Repo:
     )
 
 
-def parse_manifest(path: Path, text: str, reserved: tuple[str, ...] = ()) -> Manifest:
+def toml_table(path: Path, text: str) -> dict:
+    """``text`` (the manifest at ``path``) as a table: the one kept for this very text when there is
+    one (``manifestcache``: no ``tomllib`` import), else parsed and kept."""
+    table = kept_table(path, text)
+    if table is not None:
+        return table
     try:
-        data = tomllib.loads(text)
+        import tomllib
+    except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    try:
+        table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ManifestError(f"{path}: not valid TOML: {exc}") from exc
+    keep_table(path, text, table)
+    return table
+
+
+def parse_manifest(path: Path, text: str, reserved: tuple[str, ...] = ()) -> Manifest:
+    data = toml_table(path, text)
     unknown = sorted(set(data) - TOP_KEYS)
     if unknown:
         raise ManifestError(f"{path}: unknown top-level key(s) {', '.join(unknown)}; expected [[repo]] entries")
