@@ -524,3 +524,34 @@ def test_delete_reads_the_toplevels_refs_as_git_lists_them(with_dev):
     (store / "refs" / "heads" / "odd").unlink()
     (store / "refs" / "heads" / "odd").write_text("junk\n")
     assert host_refs(store) is None
+
+
+def test_delete_checks_a_merged_worktree_as_data_and_still_finds_an_unmerged_commit(with_dev, monkeypatch):
+    """A worktree whose commits all landed (its reflogs name ancestors of the toplevel's branches):
+    delete's checks for lost or unmerged commits read the toplevel's loose commits and run no
+    ``rev-list`` or ``cat-file``; a commit more is still found, and counted by git."""
+    from chtop_tasks import runner
+    from chtop_tasks.workspace import keep, worktrees
+    from chtop_tasks.workspace.layout import find_workspace
+    from chtop_tasks.workspace.quarantine import sync_worktree
+
+    g = with_dev
+    dev = g.path("dev")
+    g.commit(dev / "alpha", "a.txt", "1\n", "one")
+    g.commit(dev / "alpha", "b.txt", "2\n", "two")
+    g.inv(dev, "git.merge-up")
+    wt = find_workspace(dev)
+    top = wt.for_root(wt.toplevel)
+    asked = []
+    run = runner.run
+    monkeypatch.setattr(runner, "run", lambda argv, *a, **k: asked.append(
+        next((w for w in ("rev-list", "cat-file") if w in argv), None)) or run(argv, *a, **k))
+    assert keep.unsaved_in_worktree(wt, wt.checkouts()) == {}
+    assert worktrees.delete_problems(wt, wt.checkouts(), top) == []
+    assert "rev-list" not in asked and "cat-file" not in asked, asked
+    g.commit(dev / "alpha", "c.txt", "3\n", "three")
+    sync_worktree(wt)
+    assert keep.unsaved_in_worktree(wt, wt.checkouts()) == {}
+    assert worktrees.delete_problems(wt, wt.checkouts(), top) == [
+        "dev/alpha: 1 commit(s) on dev not merged up (run `inv git.merge-up` in " + f"{dev})"]
+    assert "rev-list" in asked
