@@ -62,3 +62,18 @@ def test_a_linked_head_or_git_file_is_never_followed(tmp_path):
     dot_git.unlink()
     os.symlink(target, dot_git)
     assert gitprobe.git_dir_as_data(tmp_path / "wt") is None
+
+
+def test_the_dirty_check_never_writes_the_index(tmp_path):
+    """chtop's status check takes none of git's optional locks: a stale index (a file touched, not
+    changed) is not refreshed and rewritten, so the check never holds ``index.lock`` while the
+    agent (or you) run git in that checkout."""
+    repo = repo_with_commit(tmp_path / "r")
+    tracked = next(p for p in repo.iterdir() if p.is_file())
+    os.utime(tracked, ns=(tracked.stat().st_mtime_ns + 5 * 10**9,) * 2)
+    index = repo / ".git" / "index"
+    before = (index.stat().st_ino, index.stat().st_mtime_ns)
+    assert gitprobe.dirty_paths(repo) == []
+    assert (index.stat().st_ino, index.stat().st_mtime_ns) == before
+    git(repo, "status", "--porcelain")                 # plain git status refreshes it: the test can fail
+    assert (index.stat().st_ino, index.stat().st_mtime_ns) != before

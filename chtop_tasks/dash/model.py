@@ -135,7 +135,9 @@ def probe_repo(ws: Workspace, checkout: Checkout) -> RepoState:
     except (OSError, ChtopError) as exc:
         state.problem = f"unreadable .git: {exc}"
         return state
-    status = _git(checkout.path, ["status", WORKTREE_SUBMODULES, "--porcelain", "--untracked-files=normal"])
+    # no optional locks: the dashboard's polls never hold index.lock while the agent runs git there
+    status = _git(checkout.path, ["--no-optional-locks", "status", WORKTREE_SUBMODULES, "--porcelain",
+                                  "--untracked-files=normal"])
     counts = _git(checkout.path, ["rev-list", "--left-right", "--count", f"{integ}...HEAD"])
     if not status.ok or not counts.ok:
         state.problem = (status if not status.ok else counts).error_tail(1) or "git failed"

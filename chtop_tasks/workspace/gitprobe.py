@@ -94,8 +94,9 @@ def ahead_behind(checkout_dir: Path, base: str, tip: str = "HEAD") -> tuple[int,
 
 def dirty_paths(checkout_dir: Path, untracked: bool = True) -> list[str]:
     """Uncommitted tracked changes and (unless not ``untracked``: git then walks no directory for
-    them) untracked, non-ignored files."""
-    out = git(checkout_dir, ["status", WORKTREE_SUBMODULES, "--porcelain",
+    them) untracked, non-ignored files.  Without git's optional locks: this check writes no
+    refreshed index, so it never holds ``index.lock`` while the agent (or you) run git there."""
+    out = git(checkout_dir, ["--no-optional-locks", "status", WORKTREE_SUBMODULES, "--porcelain",
                              "--untracked-files=all" if untracked else "--untracked-files=no"]).stdout
     return [line for line in out.splitlines() if line.strip()]
 
