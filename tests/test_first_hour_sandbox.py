@@ -10,6 +10,8 @@ import time
 import pytest
 from sandbox_helpers import as_user, free_proxy_port, user_group_cm
 
+from chtop_tasks.sandbox import running
+
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
 
@@ -67,6 +69,8 @@ def test_delete_is_refused_while_a_sandbox_runs_in_the_worktree(user_group):
     try:
         listed = wait_listed(g, inv_argv(g, "sbox.ps"), g.toplevel, "chtop-gone-run-")
         name = next(word for word in listed.split() if word.startswith("chtop-gone-run-"))
+        assert name in running.monitored_names()          # its conmon, seen in /proc
+        assert running.may_run_sandbox_of(gone) and not running.may_run_sandbox_of(g.grouping / "elsewhere")
         for extra in ((), ("--force",)):
             refused = g.inv("worktree.delete", "--name", "gone", *extra, cwd=g.toplevel)
             assert refused.returncode == 3, refused.stderr

@@ -34,7 +34,7 @@ from .mounts import MountContext, plan_mounts
 from .once import VERBOSE_ENV, verbose
 from .policy import STRUCTURAL_ENV, load_policy
 from .rootfs import claim_run_dir, ensure_skeleton, remove_run_dir, stale_run_dirs
-from .running import LABEL, ps_rows
+from .running import LABEL, container_name_prefix, ps_rows, slug
 
 NETWORKS = ("proxy", "host", "open")
 PURPOSE_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
@@ -132,10 +132,6 @@ class LaunchRequest:
     # becomes a small shell that waits for podman and removes the per-run files, so no Python
     # process stays alive per sandbox
     replace_process: bool = False
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.") or "x"
 
 
 IDENTITY_VARS = {f"GIT_{role}_{field_}": key for role in ("AUTHOR", "COMMITTER")
@@ -255,7 +251,7 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
     ipc, ipc_note = ipc_args(limits)
     if ipc_note:
         warnings.append(ipc_note)
-    name = f"chtop-{_slug(target.name)}-{purpose}-{os.urandom(3).hex()}"   # secrets.token_hex(3)
+    name = f"{container_name_prefix(target.name)}{purpose}-{os.urandom(3).hex()}"   # secrets.token_hex(3)
     git_config = _host_git_config(target.root)
     identity_env = _git_identity(git_config, host_env)
     root = _root_setup(target, identity, mounts, policy.devices, name,
@@ -269,7 +265,7 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
         name=name, labels=_labels(target, purpose, network, limits, limits_note), mounts=mounts, skeleton=root.skeleton,
         workdir=_workdir(target, cwd), env_values=_structural_env(target, host_env, proxy.url if proxy else None),
         env_names=sorted(named), devices=policy.devices, network=network, proxy_socket=proxy_socket,
-        interactive=interactive, identity=identity, hostname=f"sbox-{_slug(target.name)}"[:63],
+        interactive=interactive, identity=identity, hostname=f"sbox-{slug(target.name)}"[:63],
         command=command, image=image, limits=[] if limits_note else limit_args(limits),
         seccomp_profile=root.seccomp_profile, ipc=ipc)
     return LaunchPlan(argv, name, podman_env, warnings, LaunchSetup(target.state_dir, proxy, root, agent),
