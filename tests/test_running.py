@@ -15,7 +15,7 @@ def fake_proc(tmp_path: Path, processes: dict[int, tuple[bytes, list[bytes]]]) -
     for pid, (comm, argv) in processes.items():
         (proc / str(pid)).mkdir(parents=True)
         (proc / str(pid) / "comm").write_bytes(comm + b"\n")
-        (proc / str(pid) / "cmdline").write_bytes(b"\0".join(argv) + b"\0")
+        (proc / str(pid) / "cmdline").write_bytes(b"".join(word + b"\0" for word in argv))
     (proc / "self").mkdir(parents=True, exist_ok=True)
     return proc
 
@@ -26,7 +26,9 @@ def conmon(name: bytes, flag: bytes = b"-n") -> tuple[bytes, list[bytes]]:
 
 def test_podman_is_asked_only_when_a_monitor_could_run_a_sandbox_of_that_root(tmp_path):
     root = Path("/g/dev")
-    others = {1: (b"bash", [b"bash"]), 2: conmon(b"chtop-other-run-1a2b3c"), 3: conmon(b"postgres")}
+    others = {1: (b"bash", [b"bash"]), 2: conmon(b"chtop-other-run-1a2b3c"), 3: conmon(b"postgres"),
+              4: (b"conmon", [])}                        # a zombie: no command line
+
     assert not running.may_run_sandbox_of(root, fake_proc(tmp_path / "a", others))
     for number, extra in enumerate((conmon(b"chtop-dev-claude-0a0b0c"), conmon(b"chtop-dev-run-0a0b0c", b"--name"),
                   (b"conmon", [b"/usr/bin/conmon", b"-c", b"id"]),          # no name on its command line

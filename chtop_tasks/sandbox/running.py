@@ -57,6 +57,8 @@ def monitored_names(proc: Path = Path("/proc")) -> list[str] | None:
             continue                        # ended meanwhile
         except OSError:
             return None
+        if argv == [b""]:
+            continue                        # a zombie (conmon forks, and its parent exits): monitors nothing
         name = next((argv[i + 1] for i, word in enumerate(argv[:-1]) if word in (b"-n", b"--name")), None)
         if name is None:
             return None
