@@ -193,10 +193,16 @@ def test_delete_force_removes_dir_but_keeps_unmerged_branches(with_dev):
     assert "kept" in result.stderr and "git branch -d" in result.stderr
 
 
-def test_delete_clean_removes_everything(with_dev):
+def test_delete_clean_removes_everything(with_dev, monkeypatch):
+    from chtop_tasks.workspace import storewalk
+    from chtop_tasks.workspace.layout import private_store
+
     g = with_dev
+    monkeypatch.setattr(storewalk, "SETTLE_NS", 0)
+    assert storewalk.planted_entry(private_store(g.grouping, "dev", "alpha")) is None
+    assert g.path(".chtop", "walked", "dev", "alpha.git").is_file()      # what the walks recorded
     g.inv(g.toplevel, "worktree.delete", "--name", "dev")
-    assert not g.path("dev").exists()
+    assert not g.path("dev").exists() and not g.path(".chtop", "walked", "dev").exists()
     for repo in ("", "alpha", "beta"):
         assert "dev" not in branches(g.toplevel / repo)
 

@@ -31,6 +31,7 @@ from ..places import STATE_DIR_NAME, login_dir, state_dir
 from ..record import record
 from .manifest import MANIFEST_NAME, Manifest, load_manifest
 from .rootfind import MARKERS, check_grouping, find_root, toplevel_in_grouping  # noqa: F401  (this module's API too)
+from .storewalk import planted_entry
 
 RESERVED_GROUP_NAMES = ("claude", "extern", STATE_DIR_NAME)
 CONTAINER_STORE = "@top.git"       # '@' is not allowed in repo names: no clash
@@ -252,20 +253,9 @@ def planted_file(store: Path) -> tuple[Path, str] | None:
     Host git opens the files of a private store (and of the admin dirs in it) by itself, with plain
     open(): a FIFO made inside would block it (holding the worktree's lock), a link would make it
     read, or write, the file it names.  Git never makes any of these in a store, so none is allowed
-    anywhere in it.  One scandir walk, file types from the directory entries (no stat per file).
+    anywhere in it.  ``storewalk`` re-reads only the directories that changed since the last walk.
     """
-    pending = [store]
-    while pending:
-        try:
-            entries = sorted(os.scandir(pending.pop()), key=lambda e: e.name)
-        except OSError:
-            continue
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False):
-                pending.append(Path(entry.path))
-            elif not entry.is_file(follow_symlinks=False):
-                return Path(entry.path), agentfile.non_regular(entry.path) or "not a regular file"
-    return None
+    return planted_entry(store)
 
 
 def planted_file_problem(store: Path) -> str | None:

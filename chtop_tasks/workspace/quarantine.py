@@ -297,7 +297,8 @@ def _locked(worktree_git_dir: Path):
 
 
 def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str,
-                  host_rewrite_bases: list[str] | None = None, present_tips: tuple[str, ...] = ()) -> Imported | None:
+                  host_rewrite_bases: list[str] | None = None, present_tips: tuple[str, ...] = (),
+                  walked: bool = False) -> Imported | None:
     """Bring ``branch`` from the private store into ``shared`` (None when there is nothing new).
 
     The "nothing new" answer reads two ref files and runs no process.  The
@@ -306,7 +307,8 @@ def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str,
     commits are in neither the new tip nor these branches (by id or patch-id).  ``present_tips``:
     branches of ``shared`` (the integration branch); when the new tip is one's commit (a rebase-down
     with no commits of its own ends there), the shared store has it and all it reaches already, and
-    the ref moves without a fetch.
+    the ref moves without a fetch.  ``walked``: the caller walked ``store`` for planted files just
+    before, under the same lock (a second walk closes no race).
     """
     ref = f"refs/heads/{branch}"
     if (store / ref).is_symlink():
@@ -322,7 +324,7 @@ def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str,
     if (shared / "HEAD").read_text().strip() == f"ref: {ref}":
         raise CommandFailed(f"{shared.parent} has {branch} checked out; the import of worktree {branch} "
                             f"would move it under you. Check out its integration branch there.")
-    planted = planted_file_problem(store)          # git would block on a FIFO there, or follow a link
+    planted = None if walked else planted_file_problem(store)   # git would block on a FIFO there, or follow a link
     if planted:
         raise CommandFailed(f"{branch} is not imported from {checkout_path}: {planted}")
     tips = [tip for name in present_tips if (tip := read_ref(shared, f"refs/heads/{name}")) and SHA_RE.match(tip)]
@@ -658,7 +660,7 @@ def _sync_locked(ws: Workspace, mine: list[Checkout], convert: bool, refresh: bo
                   f"(the shared store is read-only in the sandbox now)", file=sys.stderr, flush=True)
         legacy = []
     verify_git_dirs(ws, walk=walk)
-    outcomes = fan_out(lambda checkout: _sync_checkout(ws, checkout, refresh, rewritten_by_host),
+    outcomes = fan_out(lambda checkout: _sync_checkout(ws, checkout, refresh, rewritten_by_host, walk),
                        [c for c in mine if c not in legacy and store_of(ws, c).is_dir()])
     done, failures = [], []
     for checkout, outcome in outcomes:
@@ -682,9 +684,10 @@ def _sync_locked(ws: Workspace, mine: list[Checkout], convert: bool, refresh: bo
 
 
 def _sync_checkout(ws: Workspace, checkout: Checkout, refresh: bool,
-                   rewritten_by_host: bool) -> tuple[Checkout, Imported | str | None]:
+                   rewritten_by_host: bool, walked: bool = False) -> tuple[Checkout, Imported | str | None]:
     """One repo's refresh and import (each repo's own stores: the repos run in parallel threads,
-    waiting on their git processes); a failed import is its message."""
+    waiting on their git processes); a failed import is its message.  ``walked``: its private store
+    was just walked for planted files (``verify_git_dirs``)."""
     store = store_of(ws, checkout)
     _drop_stale_shared_admin(checkout)
     if refresh:
@@ -692,7 +695,7 @@ def _sync_checkout(ws: Workspace, checkout: Checkout, refresh: bool,
     try:
         bases = [ws.integration_branch(checkout)] if rewritten_by_host else None
         return checkout, import_branch(checkout.path, store, checkout.store, ws.name, bases,
-                                       (ws.integration_branch(checkout),))
+                                       (ws.integration_branch(checkout),), walked=walked)
     except CommandFailed as exc:
         return checkout, str(exc)
 

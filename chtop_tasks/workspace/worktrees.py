@@ -16,7 +16,7 @@ from pathlib import Path
 from .. import agentfile, atomic
 from ..errors import ChtopError, CommandFailed, Refused, UsageError, WorkspaceError
 from ..fanout import answered_before_leaving, fan_out, in_background
-from ..places import build_cache_dir, create_journal_path, worktree_name_problem
+from ..places import build_cache_dir, create_journal_path, state_dir, worktree_name_problem
 from ..record import Factory, record
 from ..term import say, warn
 from .bytecode import seed_worktree_bytecode
@@ -39,6 +39,7 @@ from .quarantine import (
     read_ref,
     sync_worktree,
 )
+from .storewalk import worktree_walk_records
 from .venvstamp import is_complete, venv_state
 
 
@@ -529,6 +530,7 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
     removed = fan_out(remove_branch, list(reversed(checkouts[1:]))) + [remove_branch(c) for c in checkouts[:1]]
     kept += [line for line in removed if line]
     remove_trees(wt.root, [c.path for c in checkouts[1:]], group_git_dir(ws.grouping) / name)
+    shutil.rmtree(worktree_walk_records(state_dir(ws.grouping), name), ignore_errors=True)
     if has_worktree_entries(ws.toplevel):
         git(ws.toplevel, ["worktree", "prune"], check=False, quiet=False, toplevel_only=True)
     remove_policy_layer(ws, name)
