@@ -84,7 +84,8 @@ def test_a_groups_manifest_is_read_again_without_tomllib_and_a_changed_text_is_p
     import subprocess
     import sys
 
-    from chtop_tasks.workspace.manifestcache import cache_file
+    from chtop_tasks.tomlcache import cache_file
+    from chtop_tasks.workspace.manifest import group_state_of
 
     (tmp_path / ".chtop").mkdir()
     manifest = tmp_path / "top" / "git_repositories.toml"
@@ -97,23 +98,23 @@ def test_a_groups_manifest_is_read_again_without_tomllib_and_a_changed_text_is_p
         return subprocess.run([sys.executable, "-c", read], capture_output=True, text=True, check=True).stdout.strip()
 
     assert names_and_parsed() == "['alpha'] True"
-    assert cache_file(manifest).is_file()
+    assert cache_file(manifest, tmp_path / ".chtop").is_file()
     assert names_and_parsed() == "['alpha'] False"
     manifest.write_text(manifest.read_text() + '[[repo]]\nname = "beta"\nurl = "u"\nbranch = "kms"\n')
     assert names_and_parsed() == "['alpha', 'beta'] True"
     assert names_and_parsed() == "['alpha', 'beta'] False"
-    cache_file(manifest).write_bytes(cache_file(manifest).read_bytes()[:40])       # damaged
+    cache_file(manifest, tmp_path / ".chtop").write_bytes(cache_file(manifest, tmp_path / ".chtop").read_bytes()[:40])       # damaged
     assert names_and_parsed() == "['alpha', 'beta'] True"
-    kept = cache_file(manifest).read_bytes()
+    kept = cache_file(manifest, tmp_path / ".chtop").read_bytes()
     decoy = tmp_path / "decoy"
     decoy.write_bytes(kept)
-    cache_file(manifest).unlink()
-    cache_file(manifest).symlink_to(decoy)
+    cache_file(manifest, tmp_path / ".chtop").unlink()
+    cache_file(manifest, tmp_path / ".chtop").symlink_to(decoy)
     manifest.write_text(manifest.read_text().replace('"beta"', '"gamma"'))
     assert names_and_parsed() == "['alpha', 'gamma'] True"
-    assert not cache_file(manifest).is_symlink() and decoy.read_bytes() == kept
+    assert not cache_file(manifest, tmp_path / ".chtop").is_symlink() and decoy.read_bytes() == kept
     # outside a group nothing is kept
     lone = tmp_path / "lone" / "x" / "git_repositories.toml"
     lone.parent.mkdir(parents=True)
     lone.write_text(manifest.read_text())
-    assert load_manifest(lone).names == ["alpha", "gamma"] and cache_file(lone) is None
+    assert load_manifest(lone).names == ["alpha", "gamma"] and group_state_of(lone) is None

@@ -12,15 +12,10 @@ import re
 import shutil
 from pathlib import Path
 
-from ..record import Factory, record
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
-
 from ..errors import PolicyError, UsageError
-from ..places import secrets_path, target_for, user_config_dir
+from ..places import secrets_path, state_dir, target_for, user_config_dir
+from ..record import Factory, record
+from ..tomlcache import parsed_table
 from .secrets import ENV_NAME, load_secrets
 
 AGENT_NAME = re.compile(r"[a-z][a-z0-9-]{0,19}\Z")
@@ -115,19 +110,20 @@ def parse_entry(name: str, table: dict, source: str) -> Agent:
     )
 
 
-def load_registry(extra: list[Path] | None = None, home: Path | None = None) -> dict[str, Agent]:
-    """The shipped registry, then ~/.config/chtop/agents.toml, then ``extra`` files."""
+def load_registry(extra: list[Path] | None = None, home: Path | None = None,
+                  state: Path | None = None) -> dict[str, Agent]:
+    """The shipped registry, then ~/.config/chtop/agents.toml, then ``extra`` files.  ``state``: a
+    group's state dir, where the parsed files are kept (``tomlcache``)."""
     files = [REGISTRY_FILE, user_config_dir(home) / USER_REGISTRY, *(extra or [])]
     agents: dict[str, Agent] = {}
     for path in files:
         try:
-            data = tomllib.loads(path.read_text())
+            text = path.read_text()
         except FileNotFoundError:
             if path == REGISTRY_FILE:
                 raise
             continue
-        except tomllib.TOMLDecodeError as exc:
-            raise PolicyError(f"{path}: {exc}") from exc
+        data = parsed_table(path, text, state, lambda exc, path=path: PolicyError(f"{path}: {exc}"))
         for name, table in data.items():
             agents[name] = parse_entry(name, table, str(path))
     return agents
@@ -188,9 +184,9 @@ def agent_request(agent_name: str, args: list[str], cwd: Path, *, interactive: b
     ``CHTOP_SESSION`` and has that session's hook state dir mounted."""
     from ..sandbox import LaunchRequest
 
-    agent = get_agent(agent_name)
-    check_installed(agent)
     target = target_for(cwd, dir)
+    agent = get_agent(agent_name, load_registry(state=state_dir(target.group_dir)))
+    check_installed(agent)
     source = secrets_path()
     env, notes = agent_env(agent, load_secrets(source), target.config_dir, source)
     env.update(extra_env or {})

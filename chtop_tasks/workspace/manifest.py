@@ -11,9 +11,9 @@ import re
 from pathlib import Path
 
 from ..errors import ManifestError
-from ..places import dir_name_problem
+from ..places import STATE_DIR_NAME, dir_name_problem
 from ..record import Factory, record
-from .manifestcache import keep_table, kept_table
+from ..tomlcache import parsed_table
 from .rootfind import MANIFEST_NAME  # noqa: F401  (where a checkout is, and so the file name, is rootfind's)
 
 INSTALL_MODES = ("editable", "editable-no-build-isolation", "none")
@@ -120,26 +120,15 @@ def parse_repo(path: Path, index: int, entry) -> Repo:
     )
 
 
-def toml_table(path: Path, text: str) -> dict:
-    """``text`` (the manifest at ``path``) as a table: the one kept for this very text when there is
-    one (``manifestcache``: no ``tomllib`` import), else parsed and kept."""
-    table = kept_table(path, text)
-    if table is not None:
-        return table
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-        import tomli as tomllib
-    try:
-        table = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ManifestError(f"{path}: not valid TOML: {exc}") from exc
-    keep_table(path, text, table)
-    return table
+def group_state_of(path: Path) -> Path | None:
+    """The state dir of the group a checkout's manifest ``path`` is in (``<group>/.chtop``), if any."""
+    state = path.parent.parent / STATE_DIR_NAME
+    return state if state.is_dir() and not state.is_symlink() else None
 
 
 def parse_manifest(path: Path, text: str, reserved: tuple[str, ...] = ()) -> Manifest:
-    data = toml_table(path, text)
+    data = parsed_table(path, text, group_state_of(path),
+                        lambda exc: ManifestError(f"{path}: not valid TOML: {exc}"))
     unknown = sorted(set(data) - TOP_KEYS)
     if unknown:
         raise ManifestError(f"{path}: unknown top-level key(s) {', '.join(unknown)}; expected [[repo]] entries")

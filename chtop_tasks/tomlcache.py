@@ -1,0 +1,80 @@
+"""A TOML file's parsed table, kept so that a task does not import ``tomllib`` to read it again.
+
+Importing ``tomllib`` (with ``datetime`` and the regexes its parser compiles) is 3.5-6 ms of every
+git task and launch on this project's 2-core machines; parsing the manifest or the agent registry
+itself, 0.3 ms.  The table is kept marshalled in ``<group>/.chtop/parsed/``, a dir no sandbox
+sees, one file per source path, keyed by the SHA-256 of the source's text: a changed text (an
+edit, a checkout, an agent's write in its worktree) misses and is parsed again, so the table is
+always the one of the text just read.  A table marshal cannot hold (a TOML date) is not kept.
+Reads take no link and no file but a regular one (``agentfile``); writes go through a fresh file
+renamed in place.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+from pathlib import Path
+
+from . import agentfile
+from .atomic import write_atomic_at
+from .digest import sha256
+
+CACHE_DIR_NAME = "parsed"
+KEY_BYTES = 32
+
+
+def parsed_table(source: Path, text: str, state: Path | None, error) -> dict:
+    """``text`` (the file ``source``) as a table: the one kept for this very text in the group's
+    state dir ``state`` (None: none is kept), else parsed by ``tomllib`` and kept.  Invalid TOML
+    raises ``error(exc)``."""
+    table = kept_table(source, text, state)
+    if table is not None:
+        return table
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise error(exc) from exc
+    keep_table(source, text, state, table)
+    return table
+
+
+def cache_file(source: Path, state: Path | None) -> Path | None:
+    """Where ``source``'s table is kept: ``<state>/parsed/<digest of its path>``, or None."""
+    if state is None or not state.is_dir() or state.is_symlink():
+        return None
+    return state / CACHE_DIR_NAME / sha256(str(source).encode()).hexdigest()[:32]
+
+
+def kept_table(source: Path, text: str, state: Path | None) -> dict | None:
+    """The table kept for ``text`` at ``source``, or None (none kept, or kept for another text)."""
+    path = cache_file(source, state)
+    data = None if path is None else agentfile.read_bytes(path)
+    if data is None or data[:KEY_BYTES] != sha256(text.encode()).digest():
+        return None
+    try:
+        table = marshal.loads(data[KEY_BYTES:])
+    except (EOFError, ValueError, TypeError):
+        return None
+    return table if isinstance(table, dict) else None
+
+
+def keep_table(source: Path, text: str, state: Path | None, table: dict) -> None:
+    """Keep ``table``, parsed from ``text``, for the next read of ``source`` (best effort)."""
+    path = cache_file(source, state)
+    if path is None:
+        return
+    try:
+        data = sha256(text.encode()).digest() + marshal.dumps(table)
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            write_atomic_at(fd, path.name, data)
+        finally:
+            os.close(fd)
+    except (OSError, ValueError):
+        pass            # a read-only group, a table marshal cannot hold: parsed again next time
