@@ -395,3 +395,32 @@ def test_merge_up_lands_only_the_commits_it_checked_when_the_import_moves_the_br
     with pytest.raises(Refused, match=r"\.gitattributes adds `\*\.txt filter=x`"):
         gitops.merge_up(ws)
     assert git(g.toplevel / "alpha", "rev-parse", "main") == before      # nothing landed
+
+
+def test_relations_read_a_line_either_way_as_data_and_ask_git_when_the_branches_diverged(with_dev, monkeypatch):
+    """A worktree branch behind its integration branch by a line of commits, or ahead of it, is
+    counted from the toplevel store's loose commits; branches that diverged are counted by git, and
+    both ways give what ``rev-list --left-right --count`` says."""
+    from chtop_tasks import runner
+    from chtop_tasks.workspace import gitops
+    from chtop_tasks.workspace.layout import find_workspace
+    from chtop_tasks.workspace.quarantine import sync_worktree
+
+    g = with_dev
+    dev = g.path("dev")
+    ws = find_workspace(dev)
+    g.commit(g.toplevel / "alpha", "up1.txt", "1\n", "upstream one")
+    g.commit(g.toplevel / "alpha", "up2.txt", "2\n", "upstream two")
+    g.commit(dev / "beta", "b.txt", "b\n", "feature")
+    sync_worktree(ws)
+    counted_in = []
+    run = runner.run
+    monkeypatch.setattr(runner, "run", lambda argv, cwd=None, **k: (
+        "rev-list" in argv and "--left-right" in argv and counted_in.append(Path(cwd).name)) or run(argv, cwd, **k))
+    by_name = {rel.checkout.name: (rel.ahead, rel.behind) for rel in gitops.relations(ws)}
+    assert by_name["alpha"] == (0, 2) and by_name["beta"] == (1, 0) and by_name[""] == (0, 0)
+    assert counted_in == [], counted_in
+    g.commit(dev / "alpha", "a.txt", "a\n", "diverged")
+    sync_worktree(ws)
+    assert {r.checkout.name: (r.ahead, r.behind) for r in gitops.relations(ws)}["alpha"] == (1, 2)
+    assert counted_in == ["alpha"], counted_in
