@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .. import agentfile
 from ..errors import ChtopError, CommandFailed, Refused, UsageError
+from ..fanout import answered_before_leaving, in_background
 from ..places import Target, ensure_private_dir, group_id, home_dir, is_mine_or_missing
 from ..record import Factory, record
 from ..runner import format_command
@@ -223,6 +224,20 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
     """
     extra_env = _checked_launch_args(command, purpose, network, extra_env)
     host_env = dict(os.environ)
+    # the host's git config (one git process) is read while the rest is planned
+    git_config_read = in_background(_host_git_config, target.root)
+    with answered_before_leaving(git_config_read):
+        return _planned(target, command, git_config_read, interactive=interactive, extra_env=extra_env,
+                        host_env=host_env, purpose=purpose, network=network, allow_self_edit=allow_self_edit,
+                        cwd=cwd, image=image, image_trees=image_trees, session=session,
+                        agent_subdirs=agent_subdirs, login_files=login_files, build_rw=build_rw,
+                        build_ro=build_ro, build_hosts=build_hosts)
+
+
+def _planned(target, command, git_config_read, *, interactive, extra_env, host_env, purpose, network,
+             allow_self_edit, cwd, image, image_trees, session, agent_subdirs, login_files, build_rw, build_ro,
+             build_hosts) -> LaunchPlan:
+    """``plan_launch``'s work, the host's git config coming from ``git_config_read`` (``in_background``)."""
     if target.kind == "worktree":
         verify_git_dirs(target.workspace)
     policy = load_policy(target.policy_dir, home_dir(), target.workspace.grouping if target.workspace else None,
@@ -252,7 +267,7 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
     if ipc_note:
         warnings.append(ipc_note)
     name = f"{container_name_prefix(target.name)}{purpose}-{os.urandom(3).hex()}"   # secrets.token_hex(3)
-    git_config = _host_git_config(target.root)
+    git_config = git_config_read()
     identity_env = _git_identity(git_config, host_env)
     root = _root_setup(target, identity, mounts, policy.devices, name,
                        sandbox_gitconfig(_with_env_identity(git_config, identity_env)))
