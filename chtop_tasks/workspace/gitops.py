@@ -30,6 +30,7 @@ from .gitrun import HOST_GIT_OPTS, git
 from .grouplock import holds_group_lock
 from .layout import Checkout, Workspace, private_store, verify_git_dirs
 from .quarantine import SHA_RE, commits_in_line, read_ref, store_of, sync_worktree
+from .treediff import changed_paths
 
 
 def present_checkouts(ws: Workspace) -> list[Checkout]:
@@ -578,7 +579,14 @@ def landing_branch_problems(ws: Workspace, rel: Relation) -> list[str]:
 
 def landing_paths(ws: Workspace, rel: Relation, tip: str | None = None) -> set[str]:
     """The paths the feature (``tip``, else branch NAME here) changed since it left its integration
-    branch (what a merge changes), as ``git diff --name-only`` in the toplevel checkout prints them."""
+    branch (what a merge changes), as ``git diff --name-only`` in the toplevel checkout prints them.
+    A tip none behind its integration tip (which is then where it left it) is diffed from the
+    toplevel store's loose trees where they are all there (``treediff``), with no git."""
+    if tip and SHA_RE.match(tip) and len(tip) == 40 and not rel.behind:
+        base = read_ref(rel.checkout.store, f"refs/heads/{rel.integration}")
+        paths = changed_paths(rel.checkout.store, base, tip) if base and SHA_RE.match(base) else None
+        if paths is not None:
+            return paths
     main_dir = ws.main_checkout_dir(rel.checkout)
     return set(git(main_dir, ["diff", "--name-only", f"{rel.integration}...{tip or ws.name}"]).stdout.splitlines())
 

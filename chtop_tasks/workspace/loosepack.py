@@ -118,17 +118,23 @@ def linked_objects(kind: bytes, content: bytes) -> list[str] | None:
 
 
 def tree_entries(content: bytes) -> list[str] | None:
-    """The names of a tree's entries (``MODE NAME\\0`` then 20 bytes each), submodules left out."""
-    names, at = [], 0
+    """The names of a tree's entries' objects, submodules left out."""
+    items = tree_items(content)
+    return None if items is None else [sha for mode, _name, sha in items if mode != GITLINK_MODE]
+
+
+def tree_items(content: bytes) -> list[tuple[bytes, bytes, str]] | None:
+    """A tree's entries (``MODE NAME\0`` then 20 bytes each) as (mode, name, object name); None when
+    it does not parse."""
+    items, at = [], 0
     while at < len(content):
         space = content.find(b" ", at)
         nul = content.find(b"\0", space + 1)
         if space < 0 or nul < 0 or nul + 21 > len(content):
             return None
-        if content[at:space] != GITLINK_MODE:
-            names.append(content[nul + 1:nul + 21].hex())
+        items.append((content[at:space], content[space + 1:nul], content[nul + 1:nul + 21].hex()))
         at = nul + 21
-    return names
+    return items
 
 
 def pack_bytes(objects: list[tuple[bytes, bytes]]) -> bytes:
