@@ -561,3 +561,23 @@ def test_delete_checks_a_merged_worktree_as_data_and_still_finds_an_unmerged_com
     assert worktrees.delete_problems(wt, wt.checkouts(), top) == [
         "dev/alpha: 1 commit(s) on dev not merged up (run `inv git.merge-up` in " + f"{dev})"]
     assert "rev-list" in asked
+
+
+def test_create_starts_the_biggest_checkouts_first(initialized, monkeypatch):
+    """The checkouts are written at once, the biggest (by the toplevel checkout's index) started
+    first, so the longest one never starts last."""
+    from chtop_tasks import runner
+    from chtop_tasks.fanout import POOL_SIZE
+
+    g = initialized
+    for number in range(300):
+        (g.toplevel / "beta" / f"f{number}.txt").write_text(f"{number}\n")
+    git(g.toplevel / "beta", "add", "-A")
+    git(g.toplevel / "beta", "commit", "-q", "-m", "many files")
+    started = []
+    run = runner.run
+    monkeypatch.setattr(runner, "run", lambda argv, *a, **k: (
+        "worktree" in argv and "add" in argv and started.append(Path(argv[-2]).name)) or run(argv, *a, **k))
+    create_worktree(find_workspace(g.toplevel), "big")
+    assert started[0] == "big" and started[1] == "beta", (started, POOL_SIZE)
+    assert (g.path("big", "beta", "f299.txt")).is_file()

@@ -242,7 +242,19 @@ def add_worktrees(steps: list[AddStep], name: str, run: CreateRun, added=lambda 
         return
     container, rest = steps[0], steps[1:]
     add(container, checkout=False)
-    fan_out(lambda job: job(), [lambda: fill_container(container), *(lambda s=s: add(s) for s in rest)])
+    jobs = [(container, lambda: fill_container(container)), *((s, lambda s=s: add(s)) for s in rest)]
+    # the biggest checkouts first: the last one started is not the one that takes longest
+    jobs.sort(key=lambda job: checkout_size(job[0].main_dir), reverse=True)
+    fan_out(lambda job: job[1](), jobs)
+
+
+def checkout_size(main_dir: Path) -> int:
+    """How much a checkout of ``main_dir``'s repo writes, roughly: the size of the toplevel
+    checkout's index (the host's own file; 0 when there is none)."""
+    try:
+        return os.stat(main_dir / ".git" / "index").st_size
+    except OSError:
+        return 0
 
 
 def wants_submodules(ws: Workspace, repo_name: str) -> bool:
