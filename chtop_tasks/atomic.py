@@ -51,6 +51,19 @@ def write_atomic_at(dir_fd: int, name: str, data: bytes, *, mode: int = 0o600,
         raise
 
 
+def write_private_file(path: Path, data: bytes) -> None:
+    """Replace ``path``, in a host-only dir chtop keeps (made, mode 0700, when missing), with ``data``
+    (mode 0600): its dir opened without following a link, the file renamed into place
+    (``write_atomic_at``)."""
+    path = Path(path)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        write_atomic_at(fd, path.name, data)
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def locked_for_update(path: Path):
     """``path`` open for reading and appending (made, and its dir, when missing), at its start,

@@ -13,11 +13,10 @@ renamed in place.
 from __future__ import annotations
 
 import marshal
-import os
 from pathlib import Path
 
 from . import agentfile
-from .atomic import write_atomic_at
+from .atomic import write_private_file
 from .digest import sha256
 
 CACHE_DIR_NAME = "parsed"
@@ -28,7 +27,9 @@ def parsed_table(source: Path, text: str, state: Path | None, error) -> dict:
     """``text`` (the file ``source``) as a table: the one kept for this very text in the group's
     state dir ``state`` (None: none is kept), else parsed by ``tomllib`` and kept.  Invalid TOML
     raises ``error(exc)``."""
-    table = kept_table(source, text, state)
+    path = cache_file(source, state)
+    key = sha256(text.encode()).digest()
+    table = kept_table(path, key) if path is not None else None
     if table is not None:
         return table
     try:
@@ -39,22 +40,24 @@ def parsed_table(source: Path, text: str, state: Path | None, error) -> dict:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise error(exc) from exc
-    keep_table(source, text, state, table)
+    if path is not None:
+        keep_table(path, key, table)
     return table
 
 
 def cache_file(source: Path, state: Path | None) -> Path | None:
-    """Where ``source``'s table is kept: ``<state>/parsed/<digest of its path>``, or None."""
+    """Where ``source``'s table is kept: ``<state>/parsed/<digest of its path>``, or None (no state
+    dir of a group there)."""
     if state is None or not state.is_dir() or state.is_symlink():
         return None
     return state / CACHE_DIR_NAME / sha256(str(source).encode()).hexdigest()[:32]
 
 
-def kept_table(source: Path, text: str, state: Path | None) -> dict | None:
-    """The table kept for ``text`` at ``source``, or None (none kept, or kept for another text)."""
-    path = cache_file(source, state)
-    data = None if path is None else agentfile.read_bytes(path)
-    if data is None or data[:KEY_BYTES] != sha256(text.encode()).digest():
+def kept_table(path: Path, key: bytes) -> dict | None:
+    """The table kept in ``path`` for the text whose digest is ``key``, or None (none kept, or kept
+    for another text)."""
+    data = agentfile.read_bytes(path)
+    if data is None or data[:KEY_BYTES] != key:
         return None
     try:
         table = marshal.loads(data[KEY_BYTES:])
@@ -63,18 +66,9 @@ def kept_table(source: Path, text: str, state: Path | None) -> dict | None:
     return table if isinstance(table, dict) else None
 
 
-def keep_table(source: Path, text: str, state: Path | None, table: dict) -> None:
-    """Keep ``table``, parsed from ``text``, for the next read of ``source`` (best effort)."""
-    path = cache_file(source, state)
-    if path is None:
-        return
+def keep_table(path: Path, key: bytes, table: dict) -> None:
+    """Keep ``table`` in ``path`` for the next read of the text whose digest is ``key`` (best effort)."""
     try:
-        data = sha256(text.encode()).digest() + marshal.dumps(table)
-        path.parent.mkdir(mode=0o700, exist_ok=True)
-        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            write_atomic_at(fd, path.name, data)
-        finally:
-            os.close(fd)
+        write_private_file(path, key + marshal.dumps(table))
     except (OSError, ValueError):
         pass            # a read-only group, a table marshal cannot hold: parsed again next time

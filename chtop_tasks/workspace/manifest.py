@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from ..errors import ManifestError
-from ..places import STATE_DIR_NAME, dir_name_problem
+from ..places import dir_name_problem, state_dir
 from ..record import Factory, record
 from ..tomlcache import parsed_table
 from .rootfind import MANIFEST_NAME  # noqa: F401  (where a checkout is, and so the file name, is rootfind's)
@@ -122,7 +122,7 @@ def parse_repo(path: Path, index: int, entry) -> Repo:
 
 def group_state_of(path: Path) -> Path | None:
     """The state dir of the group a checkout's manifest ``path`` is in (``<group>/.chtop``), if any."""
-    state = path.parent.parent / STATE_DIR_NAME
+    state = state_dir(path.parent.parent)
     return state if state.is_dir() and not state.is_symlink() else None
 
 

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from .. import agentfile
-from ..atomic import write_atomic_at
+from ..atomic import write_private_file
 from ..places import STATE_DIR_NAME
 
 SETTLE_NS = 2_000_000_000
@@ -113,11 +113,6 @@ def read_walk_record(path: Path) -> dict:
 def write_walk_record(path: Path, record: dict) -> None:
     """Best effort: a record not written is a full walk next time."""
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            write_atomic_at(fd, path.name, marshal.dumps(record))
-        finally:
-            os.close(fd)
+        write_private_file(path, marshal.dumps(record))
     except (OSError, ValueError):
         pass
