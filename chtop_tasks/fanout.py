@@ -83,6 +83,26 @@ def in_background(func, *args):
     return wait
 
 
+class StartedLater:
+    """``in_background(func, *args)``, started by ``start()`` (called once a precondition holds, e.g.
+    from inside another step); ``wait()`` as ``in_background``'s waiter.  A ``wait()`` with no
+    ``start()`` is a mistake of the caller's, and raises."""
+
+    def __init__(self, func, *args):
+        self._call = (func, args)
+        self._wait = None
+
+    def start(self) -> None:
+        if self._wait is None:
+            func, args = self._call
+            self._wait = in_background(func, *args)
+
+    def wait(self):
+        if self._wait is None:
+            raise RuntimeError(f"{self._call[0].__name__} was never started")
+        return self._wait()
+
+
 @contextlib.contextmanager
 def answered_before_leaving(wait):
     """Around work done while ``in_background``'s ``wait`` runs: when that work fails, the background

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from chtop_tasks.fanout import POOL_SIZE, fan_out
+from chtop_tasks.fanout import POOL_SIZE, StartedLater, fan_out
 
 
 def test_results_come_back_in_input_order_from_several_threads():
@@ -56,3 +56,15 @@ def test_a_ctrl_c_waits_for_the_workers_before_it_is_raised():
     with pytest.raises(KeyboardInterrupt):
         fan_out(work, [0.6, 0.7])
     assert sorted(finished) == [0.6, 0.7]
+
+
+def test_started_later_runs_from_its_start_and_a_wait_without_start_raises():
+    ran = []
+    later = StartedLater(lambda n: ran.append(n) or n * 2, 21)
+    time.sleep(0.05)
+    assert ran == []                                  # nothing runs before start()
+    later.start()
+    later.start()                                     # a second start starts nothing more
+    assert later.wait() == 42 and ran == [21]
+    with pytest.raises(RuntimeError, match="never started"):
+        StartedLater(lambda: None).wait()

@@ -99,6 +99,29 @@ def test_an_import_with_nothing_new_runs_no_process(with_dev, monkeypatch):
     assert calls == []
 
 
+def test_git_may_run_in_the_checkouts_once_verified_while_the_import_runs(with_dev):
+    """``on_verified`` (where merge-up and rebase-down start the worktree's status) is called once,
+    after every checkout's git dir was checked and before the import; a checkout that fails the
+    check is refused with no call at all."""
+    from chtop_tasks.errors import WorkspaceError
+    from chtop_tasks.workspace.gitops import synced_and_verified
+
+    g = with_dev
+    dev, shared = g.path("dev"), g.toplevel / "alpha"
+    ws = find_workspace(dev)
+    new = g.commit(dev / "alpha", "a.txt", "1\n", "first")
+    seen = []
+    synced_and_verified(ws, on_verified=lambda: seen.append(quarantine.read_ref(shared / ".git", "refs/heads/dev")))
+    assert len(seen) == 1 and seen[0] != new                     # called before the import
+    assert quarantine.read_ref(shared / ".git", "refs/heads/dev") == new
+    g.commit(dev / "alpha", "b.txt", "2\n", "second")
+    g.path("dev", "beta", ".git").write_text(f"gitdir: {read_gitdir_file(dev / 'alpha' / '.git')}\n")
+    called = []
+    with pytest.raises(WorkspaceError, match="refusing to run git"):
+        synced_and_verified(ws, on_verified=lambda: called.append(True))
+    assert called == []
+
+
 def test_a_branch_moved_to_its_integration_tip_imports_without_a_fetch(with_dev, monkeypatch):
     """The host's store has its integration tip and everything it reaches: a branch that ends there
     (a rebase-down with no commits of its own) moves in the shared store with no fetch, and a

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .. import runner
 from ..errors import ChtopError, CommandFailed, Refused, UsageError
-from ..fanout import answered_before_leaving, fan_out, in_background
+from ..fanout import StartedLater, answered_before_leaving, fan_out, in_background
 from ..record import record
 from ..term import bold, git_color_args, inert_keeping_colour, say, warn
 from .gitprobe import (
@@ -66,13 +66,22 @@ def run_in_checkout(ws: Workspace, checkout: Checkout, args: list[str]) -> RepoO
     return RepoOutput(checkout, header, result.stdout + result.stderr, result.returncode)
 
 
-def synced_and_verified(ws: Workspace, strict: bool = False) -> None:
+def synced_and_verified(ws: Workspace, strict: bool = False, on_verified=None) -> None:
     """The agent's latest commits imported, then every checkout's ``.git`` checked to point where the
     layout says.  The private stores were walked for planted links and FIFOs by the import itself,
     under the worktree's lock, just before: a second walk (about 7 ms on the real repos) would
-    close no race, so this check reads only the pointers."""
-    sync_worktree(ws, strict=strict)
+    close no race, so this check reads only the pointers.  ``on_verified``: called once, as soon as
+    every checkout's git dir has been checked (while the import runs, when there is one)."""
+    called = []
+
+    def verified() -> None:
+        called.append(True)
+        on_verified()
+
+    sync_worktree(ws, strict=strict, on_verified=verified if on_verified is not None else None)
     verify_git_dirs(ws, walk=False)
+    if on_verified is not None and not called:
+        on_verified()
 
 
 def fan_out_git(ws: Workspace, args: list[str]) -> list[RepoOutput]:
@@ -400,13 +409,15 @@ def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False,
     busy = in_background(running_sandboxes, ws) if not dry_run and maybe_behind(ws) else None
     # however the checks end, the busy check is answered before this returns: no podman left behind
     with answered_before_leaving(lambda: busy() if busy is not None else None):
-        synced_and_verified(ws, strict=True)     # imports first; the integration branches inside are the host's latest
-        status = in_background(dirty_paths_of, existing_checkout_dirs(ws))     # while the relations count
-        with answered_before_leaving(status):
+        # the checkouts' status is asked once they are verified, while the import and the relations run
+        status = StartedLater(dirty_paths_of, existing_checkout_dirs(ws))
+        with answered_before_leaving(status.wait):
+            # imports first; the integration branches inside are the host's latest
+            synced_and_verified(ws, strict=True, on_verified=status.start)
             rels = relations(ws)
             if busy is None and any(rel.behind for rel in rels) and not dry_run:
                 busy = in_background(running_sandboxes, ws)
-        dirty = status()
+        dirty = status.wait()
         raise_if_problems(problems_of(rels, lambda rel: rebase_problems(ws, rel, dirty.get(rel.checkout.path))),
                           "rebase-down")
         steps = plan_rebase_down(ws, rels, rebase_args)
@@ -784,12 +795,13 @@ def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False, expect: 
     landing_dirty = in_background(dirty_paths_of, [ws.main_checkout_dir(c) for c in ws.checkouts()
                                                    if c.path.exists()])
     with answered_before_leaving(landing_dirty):
-        synced_and_verified(ws, strict=True)     # lands what the agent committed, up to now
-        # the worktree's tracked changes alone: merge-up lands commits, and minds no untracked file there
-        feature_dirty = in_background(dirty_paths_of, existing_checkout_dirs(ws), False)
-        with answered_before_leaving(feature_dirty):
+        # the worktree's tracked changes alone (merge-up lands commits, and minds no untracked file
+        # there), asked once its checkouts are verified, while the import runs
+        feature_dirty = StartedLater(dirty_paths_of, existing_checkout_dirs(ws), False)
+        with answered_before_leaving(feature_dirty.wait):
+            synced_and_verified(ws, strict=True, on_verified=feature_dirty.start)   # lands what the agent committed
             landings = fan_out(lambda checkout: landing_of(ws, checkout), present_checkouts(ws))
-        dirty_here = feature_dirty()
+        dirty_here = feature_dirty.wait()
     dirty_there = landing_dirty()
     rels = [landing.rel for landing in landings]
     tips = {landing.rel.checkout.name: landing.tip for landing in landings if landing.tip}

@@ -620,7 +620,8 @@ def _drop_stale_shared_admin(checkout: Checkout) -> None:
 
 
 def sync_worktree(ws: Workspace, *, convert: bool = True, refresh: bool = True,
-                  strict: bool = False, walk: bool = True, rewritten_by_host: bool = False) -> list[Imported]:
+                  strict: bool = False, walk: bool = True, rewritten_by_host: bool = False,
+                  on_verified=None) -> list[Imported]:
     """Convert old checkouts, refresh the integration branches inside, import the branch.
 
     Every host task that reads or moves branches calls this first; so do
@@ -642,15 +643,17 @@ def sync_worktree(ws: Workspace, *, convert: bool = True, refresh: bool = True,
                           f"user; run `inv git.status` in {ws.root} as their owner first (that moves it "
                           "onto private git state)")
         verify_git_dirs(ws)
+        if on_verified is not None:
+            on_verified()
         return []
     lock_dir = group_git_dir(ws.grouping) / ws.name
     lock_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     with _locked(lock_dir):
-        return _sync_locked(ws, mine, convert, refresh, strict, walk, rewritten_by_host)
+        return _sync_locked(ws, mine, convert, refresh, strict, walk, rewritten_by_host, on_verified)
 
 
 def _sync_locked(ws: Workspace, mine: list[Checkout], convert: bool, refresh: bool,
-                 strict: bool, walk: bool, rewritten_by_host: bool = False) -> list[Imported]:
+                 strict: bool, walk: bool, rewritten_by_host: bool = False, on_verified=None) -> list[Imported]:
 
     legacy = [c for c in mine if legacy_admin(c) is not None]
     if convert:
@@ -660,6 +663,8 @@ def _sync_locked(ws: Workspace, mine: list[Checkout], convert: bool, refresh: bo
                   f"(the shared store is read-only in the sandbox now)", file=sys.stderr, flush=True)
         legacy = []
     verify_git_dirs(ws, walk=walk)
+    if on_verified is not None:
+        on_verified()
     outcomes = fan_out(lambda checkout: _sync_checkout(ws, checkout, refresh, rewritten_by_host, walk),
                        [c for c in mine if c not in legacy and store_of(ws, c).is_dir()])
     done, failures = [], []
