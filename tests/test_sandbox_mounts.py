@@ -264,6 +264,36 @@ def test_tampered_git_file_refuses_launch(with_dev, tmp_path):
         launch.plan_launch(places.target_for(dev), ["true"], interactive=False, network="open")
 
 
+def test_a_launch_walks_the_stores_once_and_a_planted_fifo_still_refuses_it(with_dev, monkeypatch):
+    """``launch``'s sync walks the private stores for planted files; its plan then reads only the
+    ``.git`` pointers (``stores_walked``).  A FIFO planted in a store refuses the launch there,
+    before podman; a plan made on its own still walks."""
+    from chtop_tasks.workspace import layout
+
+    dev = with_dev.path("dev")
+    target = places.target_for(dev)
+    walked = []
+    real_walk = layout.planted_entry
+    monkeypatch.setattr(layout, "planted_entry", lambda store: walked.append(store) or real_walk(store))
+    launch.plan_launch(target, ["true"], interactive=False, network="open", stores_walked=True)
+    assert walked == []
+    store = private_store(with_dev.grouping, "dev", "alpha")
+    planted = store / "refs" / "heads" / "planted"
+    os.mkfifo(planted)
+    with pytest.raises(WorkspaceError, match="planted is a FIFO"):
+        launch.plan_launch(target, ["true"], interactive=False, network="open")
+    ran = []
+    monkeypatch.setattr(launch, "run_plan", lambda plan, interactive=False: ran.append(plan) or 0)
+    walked.clear()
+    with pytest.raises(WorkspaceError, match="planted is a FIFO"):
+        launch.launch(launch.LaunchRequest(target, ["true"], network="open"))
+    assert ran == [] and walked.count(store) == 1
+    planted.unlink()
+    walked.clear()
+    assert launch.launch(launch.LaunchRequest(target, ["true"], network="open")) == 0
+    assert len(ran) == 1 and walked.count(store) == 2          # the sync before, the import after it
+
+
 def test_proxy_that_cannot_start_refuses_launch(with_dev):
     from chtop_tasks.errors import ChtopError
 

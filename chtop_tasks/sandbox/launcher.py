@@ -208,7 +208,7 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
                 image_trees: tuple[Path, ...] = (), session: str | None = None,
                 agent_subdirs: tuple[str, ...] = (), login_files: tuple[str, ...] = (),
                 build_rw: tuple[Path, ...] = (), build_ro: tuple[Path, ...] = (),
-                build_hosts: tuple[str, ...] | None = None) -> LaunchPlan:
+                build_hosts: tuple[str, ...] | None = None, stores_walked: bool = False) -> LaunchPlan:
     """The full ``podman run`` for ``command`` in ``target``'s sandbox; reads only.
 
     Reads the policy (PolicyError if broken), checks the git layout
@@ -221,6 +221,8 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
     its login files, copied from the group's login dir.  ``build_rw``/``build_ro`` (a venv build of a
     worktree only): its ``.venv`` and the build cache writable, the base interpreter readable;
     ``build_hosts``: the build's own proxy socket, with those index hosts allowed on it.
+    ``stores_walked``: the caller has just walked the worktree's private stores for planted files
+    (``launch``'s ``sync_worktree``); the layout check then reads only the ``.git`` pointers.
     """
     extra_env = _checked_launch_args(command, purpose, network, extra_env)
     host_env = dict(os.environ)
@@ -231,15 +233,15 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
                         host_env=host_env, purpose=purpose, network=network, allow_self_edit=allow_self_edit,
                         cwd=cwd, image=image, image_trees=image_trees, session=session,
                         agent_subdirs=agent_subdirs, login_files=login_files, build_rw=build_rw,
-                        build_ro=build_ro, build_hosts=build_hosts)
+                        build_ro=build_ro, build_hosts=build_hosts, stores_walked=stores_walked)
 
 
 def _planned(target, command, git_config_read, *, interactive, extra_env, host_env, purpose, network,
              allow_self_edit, cwd, image, image_trees, session, agent_subdirs, login_files, build_rw, build_ro,
-             build_hosts) -> LaunchPlan:
+             build_hosts, stores_walked) -> LaunchPlan:
     """``plan_launch``'s work, the host's git config coming from ``git_config_read`` (``in_background``)."""
     if target.kind == "worktree":
-        verify_git_dirs(target.workspace)
+        verify_git_dirs(target.workspace, walk=not stores_walked)
     policy = load_policy(target.policy_dir, home_dir(), target.workspace.grouping if target.workspace else None,
                          target.name if target.kind == "worktree" else None)
     warnings = list(policy.warnings)
@@ -603,9 +605,9 @@ def exec_waiter(plan: LaunchPlan, target: Target) -> None:
                             checkout, str(len(refs) // 2), *refs, str(len(stale)), *stale, *plan.argv], plan.env)
 
 
-def plan_request(request: LaunchRequest) -> LaunchPlan:
+def plan_request(request: LaunchRequest, stores_walked: bool = False) -> LaunchPlan:
     """``plan_launch`` for a request (reads only)."""
-    return plan_launch(request.target, request.command, interactive=request.interactive,
+    return plan_launch(request.target, request.command, interactive=request.interactive, stores_walked=stores_walked,
                        extra_env=request.extra_env, purpose=request.purpose, network=request.network,
                        allow_self_edit=request.allow_self_edit, cwd=request.cwd, image=request.image,
                        image_trees=request.image_trees, session=request.session,
@@ -636,10 +638,12 @@ def launch(request: LaunchRequest, before_run=None) -> int:
     starts (a session records its container's name there).  ``request.replace_process`` (sbox.run)
     hands the wait to a small shell (``exec_waiter``) that does the same after podman exits.
     """
-    if request.target.kind == "worktree":
-        # the private git state the plan mounts: converted, its integration branches refreshed
+    walked = request.target.kind == "worktree"
+    if walked:
+        # the private git state the plan mounts: converted, its integration branches refreshed, and
+        # its stores walked for planted files (the plan's check of the layout then reads the pointers)
         sync_worktree(request.target.workspace)
-    plan = plan_request(request)
+    plan = plan_request(request, stores_walked=walked)
     say_request(request, plan)
     try:
         prepare_launch(plan)
