@@ -181,3 +181,13 @@ def test_inv_finds_the_checkout_importing_no_chtop_module_it_imports_again(with_
     assert out[0] == str(with_dev.path("dev"))
     assert json.loads(out[1].replace("'", '"')) == ["chtop_tasks", "chtop_tasks.errors", "chtop_tasks.inv",
                                                     "chtop_tasks.workspace", "chtop_tasks.workspace.rootfind"]
+
+
+def test_the_modules_of_a_launch_and_of_the_git_tasks_import_no_typing():
+    """``typing`` (about 2 ms to import) is for type checkers: no module a launch or a git task loads
+    imports it.  Run with ``-S``: a site ``.pth`` of some machines imports it on its own."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import chtop_tasks.inv, chtop_tasks.faststart, "
+            "chtop_tasks.sandbox.launcher, chtop_tasks.agents.registry, chtop_tasks.passthrough, "
+            "chtop_tasks.workspace.gitops, chtop_tasks.workspace.worktrees; print('typing' in sys.modules)")
+    out = subprocess.run([sys.executable, "-S", "-c", code, str(REPO_ROOT)], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.split() == ["False"], out.stdout + out.stderr
