@@ -55,19 +55,17 @@ def planted_entry(store: Path) -> tuple[Path, str] | None:
     known = read_walk_record(record_path) if record_path is not None else {}
     began = time.time_ns()
     clean: dict[str, tuple[int, int, tuple[str, ...]]] = {}
-    pending = [""]
+    try:
+        top = os.lstat(store)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(top.st_mode):
+        what = agentfile.non_regular(store)
+        return (Path(store), what) if what else None
+    pending = [("", top)]
     while pending:
-        rel = pending.pop()
+        rel, st = pending.pop()
         path = f"{store}/{rel}" if rel else str(store)
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue                       # removed meanwhile
-        if not stat.S_ISDIR(st.st_mode):
-            what = agentfile.non_regular(path)
-            if what:
-                return Path(path), what
-            continue                       # a directory replaced by a file meanwhile
         seen = known.get(rel)
         if isinstance(seen, tuple) and len(seen) == 3 and seen[:2] == (st.st_ino, st.st_ctime_ns):
             subdirs = seen[2]
@@ -77,9 +75,39 @@ def planted_entry(store: Path) -> tuple[Path, str] | None:
                 return planted
         if st.st_ctime_ns < began - SETTLE_NS:
             clean[rel] = (st.st_ino, st.st_ctime_ns, subdirs)
-        pending.extend(f"{rel}/{name}" if rel else name for name in subdirs)
+        if subdirs:
+            planted = stat_subdirs(path, rel, subdirs, pending)
+            if planted is not None:
+                return planted
     if record_path is not None and clean != known:
         write_walk_record(record_path, clean)
+    return None
+
+
+def stat_subdirs(path: str, rel: str, names: tuple[str, ...], pending: list) -> tuple[Path, str] | None:
+    """Each of ``path``'s subdirectories ``names``, ``lstat``ed through one descriptor of ``path`` (a
+    lookup of one name each, not of the whole path: object directories are most of a store's), onto
+    ``pending`` with its stat; the first that is no longer a directory and is no regular file either
+    (a directory made a link, say), and what it is.  One removed meanwhile is passed over."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        what = agentfile.non_regular(path)             # made a link since its own lstat, or removed
+        return (Path(path), what) if what and what != "a directory" else None
+    try:
+        for name in names:
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                continue                               # removed meanwhile
+            if stat.S_ISDIR(st.st_mode):
+                pending.append((f"{rel}/{name}" if rel else name, st))
+                continue
+            what = agentfile.non_regular(f"{path}/{name}")
+            if what:
+                return Path(f"{path}/{name}"), what
+    finally:
+        os.close(fd)
     return None
 
 
