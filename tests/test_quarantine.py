@@ -990,6 +990,29 @@ def test_as_root_a_fifo_planted_inside_never_hangs_a_host_task(with_dev, tmp_pat
         stop_proxy(g.grouping)
 
 
+@pytest.mark.podman
+@pytest.mark.slow
+def test_a_directory_made_unreadable_inside_hides_no_fifo_from_host_git(remote_template):
+    """The agent commits, puts a FIFO where its commit's loose object was, and takes the read bit off
+    that object directory (``chmod 311``): a listing of it fails on the host (rootless, the owner's
+    own mode bits apply), while git, which opens the object by name, would still reach the FIFO and
+    block.  An unreadable directory of a private store is refused by name, as a FIFO is: sbox.run's
+    exit import and git.status return, naming it, and say how to fix it."""
+    with user_group_cm(remote_template) as g:
+        store = private_store(g.grouping, "dev", "alpha")
+        script = (f"cd {g.dev}/alpha && git commit -q --allow-empty -m inside && obj=$(git rev-parse HEAD) && "
+                  f"d={store}/objects/$(echo $obj | cut -c1-2) && f=$d/$(echo $obj | cut -c3-) && "
+                  "rm -f $f && mkfifo $f && chmod 311 $d && echo PLANTED $d")
+        proc = g.sbox(script, timeout=180)
+        assert "PLANTED" in proc.stdout, proc.stdout + proc.stderr                # and sbox.run returned
+        planted = proc.stdout.split("PLANTED ", 1)[1].split()[0]
+        assert f"{planted} is an unreadable directory" in proc.stderr, proc.stderr   # the exit import
+        status = g.inv("git.status", timeout=90)
+        assert status.returncode != 0, status.stdout + status.stderr
+        assert f"{planted} is an unreadable directory" in status.stderr and f"chmod u+rwx {planted}" in status.stderr, \
+            status.stderr
+
+
 def test_reaches_as_data_finds_only_what_the_loose_commits_show(with_dev):
     """The import's fast-forward check read as data: an ancestor among the loose commits is found; a
     commit that is no ancestor, or one behind a packed commit or past the budget, is not (git is

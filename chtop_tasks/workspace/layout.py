@@ -31,7 +31,7 @@ from ..places import STATE_DIR_NAME, login_dir, state_dir
 from ..record import record
 from .manifest import MANIFEST_NAME, Manifest, load_manifest
 from .rootfind import MARKERS, check_grouping, find_root, toplevel_in_grouping  # noqa: F401  (this module's API too)
-from .storewalk import planted_entry
+from .storewalk import UNREADABLE, planted_entry
 
 RESERVED_GROUP_NAMES = ("claude", "extern", STATE_DIR_NAME)
 CONTAINER_STORE = "@top.git"       # '@' is not allowed in repo names: no clash
@@ -264,6 +264,10 @@ def planted_file_problem(store: Path) -> str | None:
     if found is None:
         return None
     path, what = found
+    if what == UNREADABLE:
+        return (f"{path} is {what} (its mode was changed inside the sandbox): chtop cannot see what is in "
+                f"it, and host git still opens files there by name (a FIFO would block it), so chtop runs no "
+                f"git in this worktree. Make it readable: chmod u+rwx {path}")
     return (f"{path} is {what}, not a regular file (made inside the sandbox): host git would block on "
             f"it or follow it, so chtop runs no git in this worktree. Remove it: rm {path}")
 

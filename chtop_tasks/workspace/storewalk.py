@@ -30,6 +30,7 @@ from ..atomic import write_private_file
 from ..places import STATE_DIR_NAME
 
 SETTLE_NS = 2_000_000_000
+UNREADABLE = "an unreadable directory"     # what a walk finds where a directory's mode keeps it out
 WALKED_DIR_NAME = "walked"
 
 
@@ -91,6 +92,8 @@ def stat_subdirs(path: str, rel: str, names: tuple[str, ...], pending: list) -> 
     (a directory made a link, say), and what it is.  One removed meanwhile is passed over."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except PermissionError:
+        return Path(path), UNREADABLE
     except OSError:
         what = agentfile.non_regular(path)             # made a link since its own lstat, or removed
         return (Path(path), what) if what and what != "a directory" else None
@@ -98,6 +101,8 @@ def stat_subdirs(path: str, rel: str, names: tuple[str, ...], pending: list) -> 
         for name in names:
             try:
                 st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except PermissionError:
+                return Path(path), UNREADABLE          # its search bit taken off
             except OSError:
                 continue                               # removed meanwhile
             if stat.S_ISDIR(st.st_mode):
@@ -113,9 +118,13 @@ def stat_subdirs(path: str, rel: str, names: tuple[str, ...], pending: list) -> 
 
 def read_dir(path: str) -> tuple[tuple[Path, str] | None, tuple[str, ...]]:
     """A directory's entries read once: the first that is no regular file or directory (and what it
-    is), else None; and the names of its subdirectories.  One that cannot be read is passed over."""
+    is), else None; and the names of its subdirectories.  One removed meanwhile is passed over; one
+    that cannot be read (its mode changed inside) is itself the finding: git opens a file in it by
+    name all the same, FIFO or not, where it may still search it."""
     try:
         entries = sorted(os.scandir(path), key=lambda e: e.name)
+    except PermissionError:
+        return (Path(path), UNREADABLE), ()
     except OSError:
         return None, ()
     subdirs = []
