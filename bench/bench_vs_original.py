@@ -22,6 +22,11 @@ Both tools' Python is this interpreter's (its bin dir first on PATH: no pyenv sh
 and the chtop toplevel (this checkout's files) is first on PYTHONPATH, so the `inv` and `chtop` scripts
 run this code, not the checkout an installed package points at.
 
+With `--against REV` (a revision of this checkout), a third grouping dir runs chtop as of REV (its
+files, from `git archive`), in the same rounds, interleaved with the other two: a change to chtop is
+then measured against the code before it on the same box in the same minutes, where two runs one
+after the other differ by more than most changes do.  Its rows print chtop's median and CPU over REV's.
+
 With `--profile`, also breaks `inv git.status` in a chtop worktree down: `-X importtime` summed by
 top-level package, and a cProfile of the rest (the git processes it waits for).
 
@@ -30,7 +35,7 @@ the temp dir removed at the end.  Bytecode as on a user's machine: PYTHONDONTWRI
 this build machine) is taken out, else every module of both tools is compiled from source on every
 run (for chtop, about 30 ms of a `git.status`).
 
-    python bench/bench_vs_original.py [--rounds N] [--profile] [--steps rebase-down,merge-up]
+    python bench/bench_vs_original.py [--rounds N] [--profile] [--steps rebase-down,merge-up] [--against REV]
 """
 
 from __future__ import annotations
@@ -139,10 +144,30 @@ def build_chtop(base: Path, remotes: Path) -> Path:
     scripts' own start (before they load the checkout's tasks.py) runs this code too, not whatever
     checkout the installed package points at."""
     conftest.make_container_remote(remotes, chtop_manifest(remotes))
-    grouping = base / "chtop"
+    return chtop_group(base / "chtop", remotes / "chtop.git")
+
+
+def build_chtop_at(base: Path, remotes: Path, rev: str) -> Path:
+    """A chtop group whose container repo holds this checkout's files as of ``rev``."""
+    work = remotes / "against-seed"
+    work.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", rev], capture_output=True)
+    if archive.returncode:
+        raise SystemExit(f"--against {rev}: git archive failed: {archive.stderr.decode(errors='replace').strip()}")
+    subprocess.run(["tar", "-x", "-C", str(work)], input=archive.stdout, check=True)
+    (work / "git_repositories.toml").write_text(chtop_manifest(remotes))
+    git(remotes, "init", "-q", "-b", "main", str(work))
+    git(work, "add", "-A")
+    git(work, "commit", "-q", "-m", f"chtop as of {rev}")
+    git(remotes, "clone", "-q", "--bare", str(work), "against.git")
+    shutil.rmtree(work)
+    return chtop_group(base / "against", remotes / "against.git")
+
+
+def chtop_group(grouping: Path, remote: Path) -> Path:
     grouping.mkdir()
     top = grouping / "top"
-    git(grouping, "clone", "-q", f"file://{remotes}/chtop.git", str(top))
+    git(grouping, "clone", "-q", f"file://{remote}", str(top))
     os.environ["PYTHONPATH"] = str(top)
     must([*INV, "toplevel.init", "--no-venv"], top)
     return top
@@ -226,6 +251,7 @@ def run_round(tools: dict[str, Path], rnd: int, times: dict, timed_steps: list[s
                 continue
             argv = [a.format(wt=wt_name) for a in (original if tool == "original" else chtop)]
             cwd = top if where == "top" else wt
+            os.environ["PYTHONPATH"] = str(tools["chtop" if tool == "original" else tool])
             before = children_cpu()
             took = timed(lambda argv=argv, cwd=cwd: must(argv, cwd))
             if timed_steps is None or step in timed_steps:
@@ -257,6 +283,16 @@ def report(times: dict, rounds: int) -> None:
         cpu_o, cpu_c = (statistics.median(times[step, tool, "cpu"]) for tool in ("original", "chtop"))
         print(f"{step:40} {ms(original):>19}  {ms(chtop):>19}  {ratio:.2f}x  {cpu_o * 1000:13.0f} {cpu_c * 1000:6.0f}  "
               f"{cpu_c / cpu_o:.2f}x")
+    against = [key[1] for key in times if len(key) == 2 and key[1] not in ("original", "chtop")]
+    for tool in dict.fromkeys(against):
+        print(f"\nchtop against {tool}, interleaved in the same rounds: median and CPU, this checkout's / {tool}'s")
+        print(f"{'command':40} {tool:>19}  {'chtop':>19}  ratio   cpu: {tool:>8}  chtop  ratio")
+        for step in steps:
+            base, chtop = times[step, tool], times[step, "chtop"]
+            cpu_b, cpu_c = (statistics.median(times[step, name, "cpu"]) for name in (tool, "chtop"))
+            print(f"{step:40} {ms(base):>19}  {ms(chtop):>19}  "
+                  f"{statistics.median(chtop) / statistics.median(base):.2f}x  {cpu_b * 1000:13.0f} "
+                  f"{cpu_c * 1000:6.0f}  {cpu_c / cpu_b:.2f}x")
 
 
 # -- where the time of `inv git.status` goes -------------------------------------------------------
@@ -382,6 +418,8 @@ def main() -> None:
     parser.add_argument("--steps", help="time only these steps (comma-separated, exact names or parts of "
                                         "them: --steps rebase-down,merge-up); the ones later steps need "
                                         "still run, untimed")
+    parser.add_argument("--against", metavar="REV", help="also time chtop as of REV (a revision of this "
+                                                          "checkout), interleaved, and print this code's ratio to it")
     args = parser.parse_args()
     timed_steps = chosen_steps(args.steps) if args.steps else None
     bundles = real_repos()
@@ -391,6 +429,8 @@ def main() -> None:
         hermetic(base, remotes)
         make_remotes(base, bundles)
         tools = {"original": build_original(base, bundles), "chtop": build_chtop(base, remotes)}
+        if args.against:
+            tools[f"chtop@{args.against}"] = build_chtop_at(base, remotes, args.against)
         print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} "
               f"on {os.cpu_count()} cores", flush=True)
         times: dict = defaultdict(list)
