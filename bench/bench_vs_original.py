@@ -155,13 +155,8 @@ def build_chtop_at(base: Path, remotes: Path, rev: str) -> Path:
     if archive.returncode:
         raise SystemExit(f"--against {rev}: git archive failed: {archive.stderr.decode(errors='replace').strip()}")
     subprocess.run(["tar", "-x", "-C", str(work)], input=archive.stdout, check=True)
-    (work / "git_repositories.toml").write_text(chtop_manifest(remotes))
-    git(remotes, "init", "-q", "-b", "main", str(work))
-    git(work, "add", "-A")
-    git(work, "commit", "-q", "-m", f"chtop as of {rev}")
-    git(remotes, "clone", "-q", "--bare", str(work), "against.git")
-    shutil.rmtree(work)
-    return chtop_group(base / "against", remotes / "against.git")
+    bare = conftest.bare_remote_of(work, chtop_manifest(remotes), remotes / "against.git", f"chtop as of {rev}")
+    return chtop_group(base / "against", bare)
 
 
 def chtop_group(grouping: Path, remote: Path) -> Path:
@@ -275,24 +270,21 @@ def ms(values: list[float]) -> str:
 def report(times: dict, rounds: int) -> None:
     print(f"\n{rounds} rounds; wall ms as min / median / max; ratio = chtop median / original median; "
           "then the CPU time (user + system, the command and every process it waited for), medians")
-    print(f"{'command':40} {'original':>19}  {'chtop':>19}  ratio   cpu: original  chtop  ratio")
-    steps = dict.fromkeys(key[0] for key in times)
-    for step in steps:
-        original, chtop = times[step, "original"], times[step, "chtop"]
-        ratio = statistics.median(chtop) / statistics.median(original)
-        cpu_o, cpu_c = (statistics.median(times[step, tool, "cpu"]) for tool in ("original", "chtop"))
-        print(f"{step:40} {ms(original):>19}  {ms(chtop):>19}  {ratio:.2f}x  {cpu_o * 1000:13.0f} {cpu_c * 1000:6.0f}  "
-              f"{cpu_c / cpu_o:.2f}x")
-    against = [key[1] for key in times if len(key) == 2 and key[1] not in ("original", "chtop")]
-    for tool in dict.fromkeys(against):
+    steps = list(dict.fromkeys(key[0] for key in times))
+    print_table(times, steps, "original")
+    for tool in dict.fromkeys(key[1] for key in times if len(key) == 2 and key[1] not in ("original", "chtop")):
         print(f"\nchtop against {tool}, interleaved in the same rounds: median and CPU, this checkout's / {tool}'s")
-        print(f"{'command':40} {tool:>19}  {'chtop':>19}  ratio   cpu: {tool:>8}  chtop  ratio")
-        for step in steps:
-            base, chtop = times[step, tool], times[step, "chtop"]
-            cpu_b, cpu_c = (statistics.median(times[step, name, "cpu"]) for name in (tool, "chtop"))
-            print(f"{step:40} {ms(base):>19}  {ms(chtop):>19}  "
-                  f"{statistics.median(chtop) / statistics.median(base):.2f}x  {cpu_b * 1000:13.0f} "
-                  f"{cpu_c * 1000:6.0f}  {cpu_c / cpu_b:.2f}x")
+        print_table(times, steps, tool)
+
+
+def print_table(times: dict, steps: list[str], base: str) -> None:
+    """Per step: ``base``'s and chtop's min / median / max, and chtop's median wall and CPU over ``base``'s."""
+    print(f"{'command':40} {base:>19}  {'chtop':>19}  ratio   cpu: {base:>8}  chtop  ratio")
+    for step in steps:
+        ours, theirs = times[step, "chtop"], times[step, base]
+        cpu_b, cpu_c = (statistics.median(times[step, tool, "cpu"]) for tool in (base, "chtop"))
+        print(f"{step:40} {ms(theirs):>19}  {ms(ours):>19}  {statistics.median(ours) / statistics.median(theirs):.2f}x  "
+              f"{cpu_b * 1000:13.0f} {cpu_c * 1000:6.0f}  {cpu_c / cpu_b:.2f}x")
 
 
 # -- where the time of `inv git.status` goes -------------------------------------------------------

@@ -170,12 +170,17 @@ def make_container_remote(remotes: Path, manifest: str) -> Path:
         dest = work / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO_ROOT / rel, dest, follow_symlinks=False)   # chtop_tasks/default_policy is a link
+    return bare_remote_of(work, manifest, remotes / "chtop.git", "chtop: initial")
+
+
+def bare_remote_of(work: Path, manifest: str, bare: Path, message: str) -> Path:
+    """``work`` (a container repo's files), with ``manifest`` as its git_repositories.toml, committed
+    as one commit and cloned as the bare remote ``bare``; ``work`` is removed."""
     (work / "git_repositories.toml").write_text(manifest)
-    git(remotes, "init", "-q", "-b", "main", str(work))
+    git(work.parent, "init", "-q", "-b", "main", str(work))
     git(work, "add", "-A")
-    git(work, "commit", "-q", "-m", "chtop: initial")
-    bare = remotes / "chtop.git"
-    git(remotes, "clone", "-q", "--bare", str(work), str(bare))
+    git(work, "commit", "-q", "-m", message)
+    git(work.parent, "clone", "-q", "--bare", str(work), str(bare))
     shutil.rmtree(work)
     return bare
 
