@@ -638,12 +638,12 @@ def launch(request: LaunchRequest, before_run=None) -> int:
     starts (a session records its container's name there).  ``request.replace_process`` (sbox.run)
     hands the wait to a small shell (``exec_waiter``) that does the same after podman exits.
     """
-    walked = request.target.kind == "worktree"
-    if walked:
+    in_worktree = request.target.kind == "worktree"
+    if in_worktree:
         # the private git state the plan mounts: converted, its integration branches refreshed, and
         # its stores walked for planted files (the plan's check of the layout then reads the pointers)
         sync_worktree(request.target.workspace)
-    plan = plan_request(request, stores_walked=walked)
+    plan = plan_request(request, stores_walked=in_worktree)
     say_request(request, plan)
     try:
         prepare_launch(plan)
