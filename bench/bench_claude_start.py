@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bench_sandbox import build, floor_commands, inv_floor, require_root, scratch_base, stop_proxies, timed  # noqa: E402
 
 FIRST_SCREEN = "trust"
+WARM_OFF = "CHTOP_WARM"
 CHTOP_INV = "import sys; sys.path.insert(0, sys.argv.pop(1)); from chtop_tasks.inv import main; main()"
 PLAN_CLAUDE = """
 import json
@@ -67,6 +68,16 @@ def time_to_first_screen(argv: list[str], cwd: Path) -> float:
         child.close()
 
 
+def wait_for_warm_launcher(g, timeout: float = 30) -> None:
+    """Until the warm launcher the warm-up run started listens (its socket in the user's runtime dir)."""
+    base = Path(g.env.get("XDG_RUNTIME_DIR") or "/tmp") / f"chtop-{g.user.pw_uid}"
+    deadline = time.monotonic() + timeout
+    while not list(base.glob("warm-*.sock")):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"no warm launcher listened in {base} after the first launch")
+        time.sleep(0.1)
+
+
 def remove_containers(g, as_user: list[str]) -> None:
     names = subprocess.run(as_user + ["podman", "ps", "-aq", "--filter", "label=chtop.worktree=dev"],
                            cwd=g.dev, capture_output=True, text=True).stdout.split()
@@ -89,15 +100,20 @@ def main() -> int:
         env = dict(g.env, TERM="xterm-256color")
         as_user = ["runuser", "-u", g.user.pw_name, "--", "env", "-i", *[f"{k}={v}" for k, v in env.items()]]
         # chtop's inv as its console script starts it (chtop_tasks/inv.py, from the worktree's own checkout)
-        inv = as_user + [str(g.venv / "bin" / "python"), "-c", CHTOP_INV, str(g.dev), "sbox.claude"]
-        time_to_first_screen(inv, g.dev)          # warm: proxy started, hooks and skeleton made
-        remove_containers(g, as_user)
+        inv_argv = [str(g.venv / "bin" / "python"), "-c", CHTOP_INV, str(g.dev), "sbox.claude"]
+        inv = as_user + inv_argv
+        cold = as_user + [f"{WARM_OFF}=0", *inv_argv]      # the same, the warm launcher turned off
+        time_to_first_screen(inv, g.dev)          # warm-up: proxy started, hooks and skeleton made, and
+        remove_containers(g, as_user)             # the warm launcher started (chtop_tasks/warmstart/)
+        wait_for_warm_launcher(g)
         floors = floor_commands(g)
-        t_inv, t_bare, t_floor = [], [], {k: [] for k in floors}
+        t_inv, t_cold, t_bare, t_floor = [], [], [], {k: [] for k in floors}
         for _ in range(args.runs):                # interleaved, so load drifts hit both alike
             for key, argv in floors.items():
                 t_floor[key].append(timed(as_user + argv, g.dev))
             t_inv.append(time_to_first_screen(inv, g.dev))
+            remove_containers(g, as_user)
+            t_cold.append(time_to_first_screen(cold, g.dev))
             remove_containers(g, as_user)
             planned = subprocess.run(as_user + [str(g.venv / "bin" / "python"), "-c", PLAN_CLAUDE], cwd=g.dev,
                                      capture_output=True, text=True, stdin=subprocess.DEVNULL)
@@ -109,11 +125,12 @@ def main() -> int:
                     *[f"{k}={v}" for k, v in dict(penv, TERM="xterm-256color").items()], *argv]
             t_bare.append(time_to_first_screen(bare, g.dev))
             remove_containers(g, as_user)
-        m_inv, m_bare = statistics.median(t_inv), statistics.median(t_bare)
+        m_inv, m_cold, m_bare = statistics.median(t_inv), statistics.median(t_cold), statistics.median(t_bare)
         print(f"runs: {args.runs} each (interleaved), as {g.user.pw_name}, rootless; first screen = claude's "
               f"folder-trust question")
         print(f"bare podman run, same mounts   median {m_bare * 1000:7.0f} ms  (min {min(t_bare) * 1000:.0f})")
         print(f"inv sbox.claude                median {m_inv * 1000:7.0f} ms  (min {min(t_inv) * 1000:.0f})")
+        print(f"  cold ({WARM_OFF}=0)           median {m_cold * 1000:7.0f} ms  (min {min(t_cold) * 1000:.0f})")
         print(f"ratio                          {m_inv / m_bare:.2f}x  (target <= 1.15x: "
               f"{'ok' if m_inv / m_bare <= 1.15 else 'MISSED'})")
         floor, parts = inv_floor(t_floor)
@@ -122,7 +139,8 @@ def main() -> int:
               "before any chtop code runs")
         python = statistics.median(t_floor["python"]) - statistics.median(t_floor["true"])
         print(f"chtop's own share: {(m_inv - python - m_bare) * 1000:.1f} ms (target <= 20 ms; inv sbox.claude - "
-              "starting python - bare podman run: its fast start imports no invoke)")
+              "starting python - bare podman run: its fast start imports no invoke, its warm launcher\n"
+              f"  imported the launch's modules); cold ({WARM_OFF}=0): {(m_cold - python - m_bare) * 1000:.1f} ms")
     finally:
         stop_proxies(base)
         shutil.rmtree(base, ignore_errors=True)

@@ -33,10 +33,10 @@ PROLOGUE = "chtop_prologue"
 def pinned_search_root(cwd: str) -> str | None:
     """The checkout root around ``cwd``; None outside a chtop workspace (a broken one raises)."""
     from .errors import NotInWorkspace
-    from .workspace.rootfind import find_root  # it alone: what this imports, the task imports again
+    from .workspace.rootfind import find_root_path  # it alone: what this imports, the task imports again
 
     try:
-        return str(find_root(cwd))
+        return find_root_path(cwd)
     except NotInWorkspace:
         return None
 
@@ -66,6 +66,8 @@ def main() -> None:
         print(f"inv: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
     if root is not None:
+        if sys.argv[1:] and not sys.argv[1].startswith("-"):
+            warm_start(root)
         os.environ[PINNED_ENV] = root
         if sys.argv[1:] and not sys.argv[1].startswith("-"):
             fast_start(root, sys.argv[1:])
@@ -90,6 +92,20 @@ def fast_start(root: str, argv: list[str]) -> None:
         return                                # a checkout from before the fast start
     if faststart.run(argv, project=root):
         sys.exit(0)
+
+
+def warm_start(root: str) -> None:
+    """A launch task on a terminal goes to the checkout's warm launcher (``warmstart/``) and exits
+    with its status; return when it runs here (no launcher yet: one is started for the next)."""
+    from .warmstart import wire
+
+    if sys.argv[1] not in wire.WARM_TASKS:
+        return
+    from .warmstart.client import launched
+
+    status = launched(root, sys.argv)
+    if status is not None:
+        sys.exit(status)
 
 
 def run_prologue(path: str) -> None:

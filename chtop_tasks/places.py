@@ -26,6 +26,7 @@ from pathlib import Path
 from .digest import sha256
 from .errors import ChtopError, NotInWorkspace, Refused, UsageError, WorkspaceError
 from .record import record
+from .rundir import runtime_base_path
 
 TYPE_CHECKING = False    # typing's flag, without importing typing (2 ms where no other module does)
 if TYPE_CHECKING:
@@ -40,7 +41,6 @@ SECRETS_NAME = "secrets.env"
 NOTIFY_NAME = "notify.toml"
 WORKTREE_NAME_MAX = 64
 _WORKTREE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
-MAX_RUNTIME_BASE = 46      # unix socket paths must stay under ~100 bytes
 
 
 # -- the user's config ---------------------------------------------------------------------------
@@ -178,10 +178,9 @@ def login_dir(group_dir: Path) -> Path:
 
 
 def runtime_base() -> Path:
-    base = Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp") / f"chtop-{os.getuid()}"
-    if len(str(base)) > MAX_RUNTIME_BASE:
-        base = Path("/tmp") / f"chtop-{os.getuid()}"
-    return base
+    """``${XDG_RUNTIME_DIR or /tmp}/chtop-<uid>`` (``rundir``): the proxy's, tmux's and the warm
+    launcher's sockets."""
+    return Path(runtime_base_path())
 
 
 def runtime_dir(group_dir: Path, create: bool = False) -> Path:

@@ -5,38 +5,54 @@ It imports nothing of chtop but ``errors``: ``inv`` asks it with the installed c
 every chtop module and runs the checkout's own, so whatever this module imports is imported twice
 (``layout``, which re-exports these names, brings ``places``, ``manifest`` and ``agentfile``: about
 10 ms of every task in a feature worktree).  Reads only directory entries, as ``layout`` does.
+
+It answers with ``os.path`` alone (``find_root_path``): ``pathlib`` (with ``re``, ``enum`` and
+``fnmatch``) costs 8 ms to import, and the warm launcher's client (``warmstart/client.py``) asks
+this before handing a launch over without importing any of them; ``find_root`` and
+``toplevel_in_grouping`` give the same answers as Paths.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from ..errors import ManifestError, NotInWorkspace, WorkspaceError
+
+TYPE_CHECKING = False    # typing's flag, without importing typing
+if TYPE_CHECKING:
+    from pathlib import Path
 
 MANIFEST_NAME = "git_repositories.toml"
 MARKERS = ("tasks.py", MANIFEST_NAME)
 
 
-def is_checkout_root(path: Path) -> bool:
-    return (path / ".git").exists() and all((path / m).is_file() for m in MARKERS)
+def is_checkout_root(path) -> bool:
+    return os.path.exists(os.path.join(path, ".git")) and all(os.path.isfile(os.path.join(path, m)) for m in MARKERS)
 
 
-def lacks_only_the_manifest(path: Path) -> bool:
+def lacks_only_the_manifest(path) -> bool:
     """A checkout of chtop (``.git``, ``tasks.py``, ``chtop_tasks/``) whose manifest is gone."""
-    return ((path / ".git").exists() and (path / "tasks.py").is_file() and (path / "chtop_tasks").is_dir()
-            and not (path / MANIFEST_NAME).exists())
+    return (os.path.exists(os.path.join(path, ".git")) and os.path.isfile(os.path.join(path, "tasks.py"))
+            and os.path.isdir(os.path.join(path, "chtop_tasks"))
+            and not os.path.exists(os.path.join(path, MANIFEST_NAME)))
 
 
-def find_root(start: Path) -> Path:
+def find_root(start) -> Path:
+    """``find_root_path`` as a Path."""
+    from pathlib import Path
+
+    return Path(find_root_path(start))
+
+
+def find_root_path(start) -> str:
     """The outermost enclosing dir that is a checkout of the container repo.
 
     The outermost, not the nearest: below a checkout root everything may be a repo dir the agent
     writes, where it can dress a subdirectory up as a checkout (its own ``.git``, ``tasks.py`` and
     manifest) for chtop to stop at."""
-    start = Path(start).resolve()
+    start = os.path.realpath(start)
     found = None
-    for candidate in (start, *start.parents):
+    for candidate in self_and_parents(start):
         if is_checkout_root(candidate) or lacks_only_the_manifest(candidate):
             found = candidate
     if found is not None and not is_checkout_root(found):
@@ -47,7 +63,7 @@ def find_root(start: Path) -> Path:
         )
     if found is not None:
         return found
-    top = toplevel_in_grouping(start)
+    top = toplevel_path_in_grouping(start)
     if top is not None:
         return top          # the grouping dir itself: its toplevel
     raise NotInWorkspace(
@@ -56,15 +72,33 @@ def find_root(start: Path) -> Path:
     )
 
 
-def toplevel_in_grouping(path: Path) -> Path | None:
+def self_and_parents(path: str):
+    while True:
+        yield path
+        parent = os.path.dirname(path)
+        if parent == path:
+            return
+        path = parent
+
+
+def toplevel_in_grouping(path) -> Path | None:
+    """``toplevel_path_in_grouping`` as a Path."""
+    from pathlib import Path
+
+    top = toplevel_path_in_grouping(os.fspath(path))
+    return None if top is None else Path(top)
+
+
+def toplevel_path_in_grouping(path: str) -> str | None:
     """When ``path`` is a grouping dir: its toplevel (the one child that is a checkout of the
     container repo with its own ``.git`` directory, in a grouping dir chtop accepts), else None."""
     try:
-        children = sorted(path.iterdir())
+        children = [os.path.join(path, name) for name in sorted(os.listdir(path))]
     except OSError:
         return None
-    tops = [c for c in children if c.is_dir() and not c.is_symlink() and (c / ".git").is_dir()
-            and not (c / ".git").is_symlink() and is_checkout_root(c)]
+    tops = [c for c in children if os.path.isdir(c) and not os.path.islink(c)
+            and os.path.isdir(os.path.join(c, ".git")) and not os.path.islink(os.path.join(c, ".git"))
+            and is_checkout_root(c)]
     if len(tops) != 1:
         return None
     try:
@@ -74,9 +108,9 @@ def toplevel_in_grouping(path: Path) -> Path | None:
     return tops[0]
 
 
-def check_grouping(grouping: Path, toplevel: Path) -> None:
-    home = Path(os.environ.get("HOME", "/nonexistent")).resolve()
-    if grouping == home:
+def check_grouping(grouping, toplevel) -> None:
+    home = os.path.realpath(os.environ.get("HOME", "/nonexistent"))
+    if os.fspath(grouping) == home:
         raise WorkspaceError(
             f"the toplevel {toplevel} sits directly in $HOME; its sibling worktrees would land in $HOME.\n"
             f"Move it into a grouping dir, e.g.: mkdir ~/ch && mv {toplevel} ~/ch/"

@@ -1,0 +1,254 @@
+"""The warm launcher's server: a launch's modules imported once, a fork per launch.
+
+``serve(root)`` runs detached (``client.start_server``): it imports what ``inv sbox.claude`` imports
+(``PRELOAD``), notes every loaded module's file, then listens on its socket in your runtime dir.
+Per request it checks that the peer is you, that the request is for its own checkout and Python
+(``wire.start_key``), and that no module file it loaded has changed since (``changed_module``):
+anything else is refused and the client runs the launch itself.  Otherwise it forks; the child
+takes the client's terminal fds as 0, 1 and 2, its cwd, environment and argv, tells the client
+its pid, waits for ``go``, and runs ``chtop_tasks.inv.main`` as ``inv`` would have; then it sends
+``exit STATUS`` (Python's own rules for a SystemExit or an uncaught exception) and ends.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+
+from ..places import ensure_private_dir, runtime_base
+from . import wire
+
+IDLE_SECONDS = 15 * 60       # no launch for this long: the server leaves
+TICK_SECONDS = 30            # how often an idle server looks whether its worktree is still there
+PRELOAD_TASK = "sbox.claude"
+PRELOAD = (
+    "chtop_tasks.inv", "chtop_tasks.faststart", "chtop_tasks.agents.registry", "chtop_tasks.sandbox",
+    "chtop_tasks.sandbox.launcher", "chtop_tasks.passthrough", "chtop_tasks.workspace.gitops",
+    "chtop_tasks.sandbox.once", "chtop_tasks.proxy.control", "chtop_tasks.proxy.policy", "chtop_tasks.proxy.logs",
+    "chtop_tasks.warmstart.client", "pexpect", "pty", "tty",
+)
+
+
+def serve(root: str, *, start_prefix=None, start_environ=None) -> None:
+    """Preload, listen and serve launches for the checkout ``root`` until idle or gone."""
+    wire.IN_SERVER = True
+    environ = dict(os.environ if start_environ is None else start_environ)
+    preload()
+    files = module_files(root)
+    key = wire.start_key(environ)
+    base = runtime_base()
+    ensure_private_dir(base)
+    path = wire.socket_path(str(base), root)
+    listener, inode = listening_at(path)
+    try:
+        serve_requests(listener, root, key, files, start_prefix, lambda: socket_inode(path) == inode)
+    finally:
+        listener.close()
+        if socket_inode(path) == inode:
+            os.unlink(path)
+
+
+def preload() -> None:
+    import importlib
+
+    from .. import faststart
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    faststart.light_tasks(PRELOAD_TASK)          # the task modules, light, as the fast start imports them
+
+
+def module_files(root: str) -> dict[str, tuple]:
+    """Each loaded module's file (and the checkout's tasks.py) with what would show a change to it."""
+    paths = {getattr(m, "__file__", None) for m in list(sys.modules.values())}
+    paths.add(os.path.join(root, "tasks.py"))
+    return {p: file_stamp(p) for p in paths if isinstance(p, str) and os.path.isabs(p)}
+
+
+def file_stamp(path: str) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def changed_module(files: dict[str, tuple]) -> str | None:
+    """A loaded module's file that changed (or went) since the server loaded it; None if none did."""
+    for path, stamp in files.items():
+        if file_stamp(path) != stamp:
+            return path
+    return None
+
+
+def listening_at(path: str) -> tuple[socket.socket, int]:
+    """A socket at ``path`` and its inode: bound under a name of its own and renamed there (never
+    unlinking a running server's: the newer one wins, the older one leaves at its next tick)."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    own = f"{path}.{os.getpid()}"
+    listener.bind(own)
+    listener.listen(16)
+    inode = os.lstat(own).st_ino
+    os.rename(own, path)
+    listener.settimeout(TICK_SECONDS)
+    return listener, inode
+
+
+def socket_inode(path: str) -> int | None:
+    try:
+        return os.lstat(path).st_ino
+    except OSError:
+        return None
+
+
+def serve_requests(listener, root, key, files, start_prefix, still_listed) -> None:
+    last = time.monotonic()
+    while True:
+        reap_children()
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            if time.monotonic() - last > IDLE_SECONDS or not os.path.isfile(os.path.join(root, "tasks.py")) \
+                    or not still_listed():
+                return
+            continue
+        last = time.monotonic()
+        with conn:
+            if answer(conn, root, key, files, start_prefix, listener) == "stale":
+                return
+
+
+def reap_children() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def answer(conn, root, key, files, start_prefix, listener) -> str:
+    """Refuse the request or fork its child; what was done ("run", "no", "stale")."""
+    conn.settimeout(5)
+    fds: list[int] = []
+    try:
+        request, fds = received(conn)
+        refusal = refusal_of(conn, request, root, key, files)
+        if refusal:
+            conn.sendall(f"no {refusal}\n".encode())
+            return "stale" if refusal == "stale" else "no"
+        pid = os.fork()
+        if pid == 0:
+            listener.close()
+            run_child(conn, request, fds, start_prefix)      # never returns
+        return "run"
+    except (OSError, ValueError):
+        return "no"
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def received(conn) -> tuple[dict, list[int]]:
+    """The request and the three fds that came with it; ValueError for anything else."""
+    data, ancdata, _, _ = conn.recvmsg(65536, socket.CMSG_SPACE(3 * 4))
+    fds = [int.from_bytes(cdata[i:i + 4], sys.byteorder, signed=True)
+           for level, kind, cdata in ancdata if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
+           for i in range(0, len(cdata) - len(cdata) % 4, 4)]
+    if len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
+        raise ValueError("a request comes with exactly three fds")
+    if len(data) < 4:
+        raise ValueError("a short request")
+    size = int.from_bytes(data[:4], "big")
+    if size > wire.MAX_REQUEST:
+        raise ValueError("a request too large")
+    body = data[4:]
+    while len(body) < size:
+        chunk = conn.recv(min(65536, size - len(body)))
+        if not chunk:
+            raise ValueError("a request cut short")
+        body += chunk
+    return wire.decode_request(body), fds
+
+
+def refusal_of(conn, request: dict, root: str, key: str, files) -> str | None:
+    """Why this server must not run the request (a word), or None."""
+    cred = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+    if int.from_bytes(cred[4:8], sys.byteorder) != os.getuid():
+        return "not-yours"
+    if request["root"] != root:
+        return "other-checkout"
+    if request["key"] != key:
+        return "other-python"
+    if changed_module(files) is not None:
+        return "stale"
+    return None
+
+
+def run_child(conn, request: dict, fds: list[int], start_prefix) -> None:
+    """In the forked child: become the client's ``inv`` and run it; say its status; exit."""
+    status = 1
+    try:
+        conn.settimeout(None)
+        conn.sendall(f"run {os.getpid()}\n".encode())
+        if conn.recv(16) != b"go\n":
+            os._exit(1)
+        become_client(request, fds, start_prefix)
+        status = exit_status_of(run_inv)
+    finally:
+        try:
+            conn.sendall(f"exit {status}\n".encode())
+        finally:
+            os._exit(status)
+
+
+def become_client(request: dict, fds: list[int], start_prefix) -> None:
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+    for fd in fds:
+        os.close(fd)
+    os.setsid()
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    sys.argv = list(request["argv"])
+    sys.pycache_prefix = start_prefix                # the prologue sets it (and its env) as for a cold start
+    sys.stdout.reconfigure(line_buffering=os.isatty(1))
+
+
+def run_inv() -> None:
+    from .. import inv
+
+    inv.main()
+
+
+def exit_status_of(main) -> int:
+    """``main()``'s exit status as the interpreter would make it: SystemExit's code (a message on
+    stderr, 1), an uncaught exception's traceback and 1, an interrupt's 130."""
+    try:
+        main()
+        return 0
+    except SystemExit as done:
+        code = done.code
+        if code is None:
+            return 0
+        if isinstance(code, int):
+            return code & 0xFF
+        print(code, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        return 1
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass

@@ -1,0 +1,176 @@
+"""The warm launcher (``chtop_tasks/warmstart/``): a launch handed to a server that has the launch's
+modules imported, run by a forked child exactly as ``inv`` would have run it.
+
+The wire format and when a launch may go warm, on their own; then, in a real rootless sandbox as
+the test user through chtop's own ``inv`` on a pty: the first ``sbox.shell`` runs cold and leaves a
+server, the next goes warm (its exit status, a resize and the shell itself all as before, and the
+server's socket nowhere in the sandbox), a changed module sends the next launch back to cold and a
+fresh server takes over, and ``CHTOP_WARM=0`` never goes warm.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import time
+from pathlib import Path
+
+import pexpect
+import pytest
+from sandbox_helpers import user_group  # noqa: F401
+
+from chtop_tasks.warmstart import wire
+
+CHTOP_INV = "import sys; sys.path.insert(0, sys.argv.pop(1)); from chtop_tasks.inv import main; main()"
+WARM = "warm start: run by this checkout's warm launcher"
+
+
+def test_a_request_round_trips_and_a_bad_one_is_refused():
+    env = {"HOME": "/h", "A": "x=y", "EMPTY": ""}
+    encoded = wire.encode_request("/g/dev", "/g/dev/alpha", "key\nline", ["inv", "sbox.claude", "--", "-p"], env)
+    assert int.from_bytes(encoded[:4], "big") == len(encoded) - 4
+    assert wire.decode_request(encoded[4:]) == {"root": "/g/dev", "cwd": "/g/dev/alpha", "key": "key\nline",
+                                                "argv": ["inv", "sbox.claude", "--", "-p"], "env": env}
+    with pytest.raises(ValueError):
+        wire.decode_request(encoded[4:].replace(b"chtop-warm", b"chtop-cold"))
+    with pytest.raises(ValueError):
+        wire.decode_request(encoded[4:-len(b"EMPTY=\0")])       # one env entry short of its count
+
+
+def test_only_a_launch_task_on_a_terminal_goes_warm_and_never_from_inside_the_server(monkeypatch):
+    monkeypatch.setattr(os, "isatty", lambda fd: True)
+    assert wire.wanted(["sbox.claude"], {})
+    assert wire.wanted(["sbox.shell", "--network", "host"], {"CHTOP_WARM": "1"})
+    assert not wire.wanted(["git.status"], {})
+    assert not wire.wanted(["sbox.run", "--", "true"], {})
+    assert not wire.wanted(["sbox.claude"], {"CHTOP_WARM": "0"})
+    monkeypatch.setattr(wire, "IN_SERVER", True)
+    assert not wire.wanted(["sbox.claude"], {})
+    monkeypatch.setattr(wire, "IN_SERVER", False)
+    monkeypatch.setattr(os, "isatty", lambda fd: False)
+    assert not wire.wanted(["sbox.claude"], {})
+
+
+def test_the_socket_name_is_stable_and_differs_per_checkout():
+    assert wire.socket_path("/run/x", "/g/dev") == wire.socket_path("/run/x", "/g/dev")
+    assert wire.socket_path("/run/x", "/g/dev") != wire.socket_path("/run/x", "/g/dev2")
+    assert wire.fnv64("") == "cbf29ce484222325"          # FNV-1a's offset basis: the empty input
+
+
+# -- in a real sandbox -------------------------------------------------------------------------------
+
+def spawn_chtop_inv(g, *args, extra_env=None, dimensions=(40, 120)):
+    """chtop's own ``inv ARGS`` (``chtop_tasks.inv.main``, as the console script runs it) as the test
+    user on a pty."""
+    env = dict(g.env, TERM="xterm-256color", CHTOP_VERBOSE="1", **(extra_env or {}))
+    argv = ["-u", g.user.pw_name, "--", "env", "-i", *[f"{k}={v}" for k, v in env.items()],
+            str(g.venv / "bin" / "python"), "-c", CHTOP_INV, str(g.dev), *args]
+    return pexpect.spawn("runuser", argv, cwd=str(g.dev), dimensions=dimensions, timeout=90,
+                         encoding="utf-8", codec_errors="replace")
+
+
+def servers_of(root: Path) -> list[int]:
+    """The pids of the warm launchers serving ``root``."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(b"chtop_tasks.warmstart.server" in a for a in argv) and os.fsencode(str(root)) in argv:
+            pids.append(int(entry))
+    return pids
+
+
+def socket_of(g) -> Path:
+    base = os.path.join(g.env["XDG_RUNTIME_DIR"], f"chtop-{g.user.pw_uid}")
+    if len(base) > 46:
+        base = f"/tmp/chtop-{g.user.pw_uid}"
+    return Path(wire.socket_path(base, str(g.dev)))
+
+
+def wait_until(what, timeout=60):
+    deadline = time.monotonic() + timeout
+    while not what():
+        assert time.monotonic() < deadline, f"timed out waiting for {what.__doc__ or what}"
+        time.sleep(0.1)
+
+
+def shell_session(g, status: int, *, extra_env=None, check=None) -> str:
+    """``inv sbox.shell``: wait for its bash, run ``check(child)``, exit with ``status``; its output."""
+    child = spawn_chtop_inv(g, "sbox.shell", extra_env=extra_env)
+    child.logfile_read = io.StringIO()
+    try:
+        child.expect(r"\(sbox\) .*# ")                   # bash's prompt: typed before it, readline drops it
+        child.sendline("echo READY-$((40+2))")
+        child.expect("READY-42")
+        if check is not None:
+            check(child)
+        child.sendline(f"exit {status}")
+        child.expect(pexpect.EOF)
+        seen = child.logfile_read.getvalue()
+    finally:
+        child.close(force=True)
+    assert (child.exitstatus, child.signalstatus) == (status, None), seen[-2000:]
+    return seen
+
+
+@pytest.mark.podman
+@pytest.mark.slow
+def test_the_second_launch_goes_warm_and_a_changed_module_sends_it_back_to_cold(user_group):  # noqa: F811
+    g = user_group
+    sock = socket_of(g)
+    try:
+        assert WARM not in shell_session(g, 3)                 # no server yet: cold, and one is started
+        wait_until(sock.exists)
+        first_server = servers_of(g.dev)
+        assert len(first_server) == 1
+
+        def resized_and_no_socket(child):
+            child.sendline("stty size")
+            child.expect("40 120")
+            child.setwinsize(30, 90)                     # SIGWINCH: the client -> the warm child -> podman
+            time.sleep(0.5)
+            child.sendline("stty size")
+            child.expect("30 90")
+            # The runtime dir shows only as the path to the proxy's per-worktree dir mounted below it
+            # (podman makes a mount point's parents): no warm launcher's socket is in it.
+            assert any(name.startswith("warm-") for name in os.listdir(sock.parent))     # on the host it is
+            child.sendline(f'echo "IN""-BASE:$(ls -A {sock.parent} | tr "\\n" " "):END"; '
+                           f'echo "SEEN""-$(ls {sock} 2>/dev/null | wc -l)"')
+            child.expect(r"IN-BASE:(.*?):END")
+            assert "warm-" not in child.match.group(1)
+            child.expect(r"SEEN-(\d+)")
+            assert child.match.group(1) == "0"
+
+        assert WARM in shell_session(g, 4, check=resized_and_no_socket)
+        assert WARM not in shell_session(g, 0, extra_env={"CHTOP_WARM": "0"})
+
+        module = g.dev / "chtop_tasks" / "places.py"
+        os.utime(module)                                  # as if edited: its stamp changed since loading
+        assert WARM not in shell_session(g, 5)            # refused as stale: run cold, a new server started
+        wait_until(lambda: servers_of(g.dev) and servers_of(g.dev) != first_server)
+        wait_until(sock.exists)
+        assert WARM in shell_session(g, 6)
+        assert first_server[0] not in servers_of(g.dev)   # the stale one has gone
+    finally:
+        for pid in servers_of(g.dev):
+            os.kill(pid, signal.SIGTERM)
+
+
+def test_the_client_path_imports_neither_pathlib_nor_re_nor_enum():
+    """What ``inv sbox.claude`` imports before it hands the launch over (the root's search and the
+    client): none of the modules whose import is the cost the warm launcher saves.  Run with ``-S``:
+    a site ``.pth`` of some machines imports them on its own."""
+    repo = Path(__file__).resolve().parent.parent
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from chtop_tasks.inv import pinned_search_root; "
+            "assert pinned_search_root(sys.argv[1]) == sys.argv[1]; import chtop_tasks.warmstart.client; "
+            "print([m for m in ('pathlib', 're', 'enum', 'socket', 'signal', 'json', 'typing') if m in sys.modules])")
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-S", "-c", code, str(repo)], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.split() == ["[]"], out.stdout + out.stderr
