@@ -34,6 +34,7 @@ from bench_sandbox import build, floor_commands, inv_floor, require_root, scratc
 
 FIRST_SCREEN = "trust"
 WARM_OFF = "CHTOP_WARM"
+LAUNCH_LINE = r"\$ podman run"
 CHTOP_INV = "import sys; sys.path.insert(0, sys.argv.pop(1)); from chtop_tasks.inv import main; main()"
 PLAN_CLAUDE = """
 import json
@@ -54,13 +55,19 @@ def seed_claude_config(g) -> None:
     subprocess.run(["chown", "-R", f"{g.user.pw_uid}:{g.user.pw_gid}", str(claude_dir)], check=True)
 
 
-def time_to_first_screen(argv: list[str], cwd: Path) -> float:
+def time_to_first_screen(argv: list[str], cwd: Path, before_podman: list | None = None) -> float:
+    """Seconds to claude's first screen; with ``before_podman``, also appends the seconds to chtop's
+    ``$ podman run`` line (said just before podman starts): the part of the launch that is chtop's,
+    steadier than the difference of two first screens."""
     import pexpect
 
     start = time.perf_counter()
     child = pexpect.spawn(argv[0], argv[1:], cwd=str(cwd), dimensions=(40, 120), timeout=120, encoding="utf-8",
                           codec_errors="replace")
     try:
+        if before_podman is not None:
+            child.expect(LAUNCH_LINE)
+            before_podman.append(time.perf_counter() - start)
         child.expect(FIRST_SCREEN)
         return time.perf_counter() - start
     finally:
@@ -108,12 +115,13 @@ def main() -> int:
         wait_for_warm_launcher(g)
         floors = floor_commands(g)
         t_inv, t_cold, t_bare, t_floor = [], [], [], {k: [] for k in floors}
+        pre_warm, pre_cold = [], []
         for _ in range(args.runs):                # interleaved, so load drifts hit both alike
             for key, argv in floors.items():
                 t_floor[key].append(timed(as_user + argv, g.dev))
-            t_inv.append(time_to_first_screen(inv, g.dev))
+            t_inv.append(time_to_first_screen(inv, g.dev, pre_warm))
             remove_containers(g, as_user)
-            t_cold.append(time_to_first_screen(cold, g.dev))
+            t_cold.append(time_to_first_screen(cold, g.dev, pre_cold))
             remove_containers(g, as_user)
             planned = subprocess.run(as_user + [str(g.venv / "bin" / "python"), "-c", PLAN_CLAUDE], cwd=g.dev,
                                      capture_output=True, text=True, stdin=subprocess.DEVNULL)
@@ -141,6 +149,12 @@ def main() -> int:
         print(f"chtop's own share: {(m_inv - python - m_bare) * 1000:.1f} ms (target <= 20 ms; inv sbox.claude - "
               "starting python - bare podman run: its fast start imports no invoke, its warm launcher\n"
               f"  imported the launch's modules); cold ({WARM_OFF}=0): {(m_cold - python - m_bare) * 1000:.1f} ms")
+        floor_python = statistics.median(t_floor["python"])
+        print(f"to chtop's '$ podman run' line: warm {statistics.median(pre_warm) * 1000:.1f} ms, cold "
+              f"{statistics.median(pre_cold) * 1000:.1f} ms (medians); minus starting python "
+              f"({floor_python * 1000:.1f} ms as the same user): warm "
+              f"{(statistics.median(pre_warm) - floor_python) * 1000:.1f} ms, cold "
+              f"{(statistics.median(pre_cold) - floor_python) * 1000:.1f} ms")
     finally:
         stop_proxies(base)
         shutil.rmtree(base, ignore_errors=True)
