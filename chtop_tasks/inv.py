@@ -66,10 +66,11 @@ def main() -> None:
         print(f"inv: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
     if root is not None:
-        if sys.argv[1:] and not sys.argv[1].startswith("-"):
+        one_task = bool(sys.argv[1:]) and not sys.argv[1].startswith("-")
+        if one_task:
             warm_start(root)
         os.environ[PINNED_ENV] = root
-        if sys.argv[1:] and not sys.argv[1].startswith("-"):
+        if one_task:
             fast_start(root, sys.argv[1:])
             os.environ[PINNED_ENV] = root     # the prologue took it; invoke's load of tasks.py checks it again
     forget_chtop_modules()
@@ -99,7 +100,7 @@ def warm_start(root: str) -> None:
     with its status; return when it runs here (no launcher yet: one is started for the next)."""
     from .warmstart import wire
 
-    if sys.argv[1] not in wire.WARM_TASKS:
+    if not wire.wanted(sys.argv[1:], os.environ):
         return
     from .warmstart.client import launched
 

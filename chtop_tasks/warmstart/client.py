@@ -21,7 +21,10 @@ from . import wire
 ANSWER_SECONDS = 3.0        # a server that has not answered by then is passed over: the launch runs here
 FORWARDED = ("SIGINT", "SIGQUIT", "SIGTERM", "SIGHUP", "SIGWINCH", "SIGUSR1", "SIGUSR2")
 # python -c puts the cwd (a worktree dir the agent writes) first on sys.path: out, before any import
-# that could search it (os and sys are loaded at start), and the server leaves for / at once.
+# that could search it (os and sys are loaded at start), and the server leaves for / at once.  Then
+# tasks.py's prologue, as inv.run_prologue runs it but written out here: importing chtop_tasks.inv
+# for it would read and write that module's bytecode beside its source, before the prologue has
+# pointed bytecode at your own cache.
 SERVER_BOOT = """import sys
 if sys.path[:1] == [""]:
     del sys.path[0]
@@ -38,10 +41,8 @@ serve(root, start_prefix=prefix, start_environ=environ)
 
 
 def launched(root: str, argv: list[str]) -> int | None:
-    """The exit status of ``argv`` (``inv``'s whole argv) run by the warm launcher of ``root``; None:
-    run it here."""
-    if not wire.wanted(argv[1:], os.environ):
-        return None
+    """The exit status of ``argv`` (``inv``'s whole argv, which ``wire.wanted``) run by the warm
+    launcher of ``root``; None: run it here."""
     base = runtime_base_path()
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
@@ -61,12 +62,7 @@ def connected(sock, path: str) -> bool:
         sock.connect(path)
     except OSError:
         return False
-    return peer_uid(sock) == os.getuid()
-
-
-def peer_uid(sock) -> int:
-    cred = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
-    return int.from_bytes(cred[4:8], sys.byteorder)
+    return wire.peer_uid(sock) == os.getuid()
 
 
 def handed_over(sock, root: str, argv: list[str]) -> int | None:

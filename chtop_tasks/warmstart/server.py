@@ -34,10 +34,9 @@ PRELOAD = (
 def serve(root: str, *, start_prefix=None, start_environ=None) -> None:
     """Preload, listen and serve launches for the checkout ``root`` until idle or gone."""
     wire.IN_SERVER = True
-    environ = dict(os.environ if start_environ is None else start_environ)
     preload()
     files = module_files(root)
-    key = wire.start_key(environ)
+    key = wire.start_key(os.environ if start_environ is None else start_environ)
     base = runtime_base()
     ensure_private_dir(base)
     path = wire.socket_path(str(base), root)
@@ -178,8 +177,7 @@ def received(conn) -> tuple[dict, list[int]]:
 
 def refusal_of(conn, request: dict, root: str, key: str, files) -> str | None:
     """Why this server must not run the request (a word), or None."""
-    cred = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
-    if int.from_bytes(cred[4:8], sys.byteorder) != os.getuid():
+    if wire.peer_uid(conn) != os.getuid():
         return "not-yours"
     if request["root"] != root:
         return "other-checkout"

@@ -1,5 +1,5 @@
-"""What the warm launcher's client and server say, and where they meet: the standard library's ``os``
-only, since the client imports this before anything else of chtop.
+"""What the warm launcher's client and server say, and where they meet: ``os`` and ``_socket`` only,
+since the client imports this before anything else of chtop.
 
 The request is one message: ``PROTOCOL``, the checkout root, the cwd, the key (``start_key``), the
 argv and the environment, each NUL-terminated (none of them can hold a NUL), the counts first;
@@ -9,6 +9,7 @@ the terminal's three fds ride with it (SCM_RIGHTS).  The server answers ``run PI
 
 from __future__ import annotations
 
+import _socket
 import os
 import sys
 
@@ -35,6 +36,12 @@ def start_key(environ) -> str:
     """The Python a request needs: the executable, its flags and options, and the start-up environment."""
     env = sorted(f"{k}={v}" for k, v in environ.items() if k.startswith("PYTHON") or k in START_ENV)
     return "\n".join([sys.executable, repr(sys.flags), repr(sorted(sys._xoptions.items())), *env])
+
+
+def peer_uid(sock) -> int:
+    """The uid of the process at the other end of a unix socket (SO_PEERCRED: pid, uid, gid)."""
+    cred = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+    return int.from_bytes(cred[4:8], sys.byteorder)
 
 
 def fnv64(text: str) -> str:
