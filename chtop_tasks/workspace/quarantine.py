@@ -296,6 +296,16 @@ def _locked(worktree_git_dir: Path):
     return lock
 
 
+def has_news(store: Path, shared: Path, branch: str) -> bool:
+    """Whether ``import_branch`` has anything to do for ``branch`` (or to refuse): False when it would
+    answer "nothing new" from its first two reads (the branch gone inside, or at the shared tip)."""
+    ref = f"refs/heads/{branch}"
+    if (store / ref).is_symlink():
+        return True
+    new = read_ref(store, ref)
+    return new is not None and new != read_ref(shared, ref)
+
+
 def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str,
                   host_rewrite_bases: list[str] | None = None, present_tips: tuple[str, ...] = (),
                   walked: bool = False) -> Imported | None:
@@ -311,7 +321,7 @@ def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str,
     before, under the same lock (a second walk closes no race).
     """
     ref = f"refs/heads/{branch}"
-    if (store / ref).is_symlink():
+    if (store / ref).is_symlink():      # (has_news says True here, so that this refusal is made)
         # git would read the file it names as the ref: refuse to let a planted link steer the fetch
         raise CommandFailed(f"{store / ref} is a symlink (written inside the sandbox); not imported. "
                             f"Remove it and commit again: rm {store / ref}")
@@ -665,8 +675,8 @@ def _sync_locked(ws: Workspace, mine: list[Checkout], convert: bool, refresh: bo
     verify_git_dirs(ws, walk=walk)
     if on_verified is not None:
         on_verified()
-    outcomes = fan_out(lambda checkout: _sync_checkout(ws, checkout, refresh, rewritten_by_host, walk),
-                       [c for c in mine if c not in legacy and store_of(ws, c).is_dir()])
+    outcomes = _synced_checkouts(ws, [c for c in mine if c not in legacy and store_of(ws, c).is_dir()],
+                                 refresh, rewritten_by_host, walk)
     done, failures = [], []
     for checkout, outcome in outcomes:
         if isinstance(outcome, str):
@@ -688,21 +698,46 @@ def _sync_locked(ws: Workspace, mine: list[Checkout], convert: bool, refresh: bo
     return done
 
 
-def _sync_checkout(ws: Workspace, checkout: Checkout, refresh: bool,
-                   rewritten_by_host: bool, walked: bool = False) -> tuple[Checkout, Imported | str | None]:
-    """One repo's refresh and import (each repo's own stores: the repos run in parallel threads,
-    waiting on their git processes); a failed import is its message.  ``walked``: its private store
-    was just walked for planted files (``verify_git_dirs``)."""
-    store = store_of(ws, checkout)
+def _synced_checkouts(ws: Workspace, checkouts: list[Checkout], refresh: bool, rewritten_by_host: bool,
+                      walked: bool) -> list[tuple[Checkout, Imported | str | None]]:
+    """Each repo's refresh and, where its branch has something new, its import; a failed import is
+    its message.  The refreshes and the "nothing new" reads are file work only and run in turn; the
+    imports (each waiting on its git processes) run in parallel threads.  A thread per repo for file
+    work alone only adds its start and the GIL passed back and forth at every system call: about 1 ms
+    of every launch and git task, where nothing was committed inside.  A refresh that fails is
+    raised once every repo was tried.  ``walked``: the private stores were just walked for planted
+    files (``verify_git_dirs``)."""
+    outcomes: list = [None] * len(checkouts)
+    news, failure = [], None
+    for index, checkout in enumerate(checkouts):
+        try:
+            _refresh_checkout(ws, checkout, refresh)
+            if has_news(store_of(ws, checkout), checkout.store, ws.name):
+                news.append(index)
+        except Exception as exc:  # noqa: BLE001 - raised below, once every repo was tried
+            failure = failure or exc
+    imported = fan_out(lambda index: _import_checkout(ws, checkouts[index], rewritten_by_host, walked), news)
+    for index, outcome in zip(news, imported, strict=True):
+        outcomes[index] = outcome
+    if failure is not None:
+        raise failure
+    return list(zip(checkouts, outcomes, strict=True))
+
+
+def _refresh_checkout(ws: Workspace, checkout: Checkout, refresh: bool) -> None:
     _drop_stale_shared_admin(checkout)
     if refresh:
-        refresh_integration(store, checkout.store, ws.integration_branch(checkout))
+        refresh_integration(store_of(ws, checkout), checkout.store, ws.integration_branch(checkout))
+
+
+def _import_checkout(ws: Workspace, checkout: Checkout, rewritten_by_host: bool, walked: bool) -> Imported | str | None:
+    """One repo's import of the worktree's branch (``import_branch``); a failure is its message."""
     try:
         bases = [ws.integration_branch(checkout)] if rewritten_by_host else None
-        return checkout, import_branch(checkout.path, store, checkout.store, ws.name, bases,
-                                       (ws.integration_branch(checkout),), walked=walked)
+        return import_branch(checkout.path, store_of(ws, checkout), checkout.store, ws.name, bases,
+                             (ws.integration_branch(checkout),), walked=walked)
     except CommandFailed as exc:
-        return checkout, str(exc)
+        return str(exc)
 
 
 def branch_ref_pairs(ws: Workspace) -> list[tuple[Path, Path]]:
