@@ -70,19 +70,21 @@ def spawn_chtop_inv(g, *args, extra_env=None, dimensions=(40, 120)):
                          encoding="utf-8", codec_errors="replace")
 
 
-def servers_of(root: Path) -> list[int]:
-    """The pids of the warm launchers serving ``root``."""
-    pids = []
+def servers_of(root: Path, *, spares: bool = False) -> list[int]:
+    """The pids of the warm launchers serving ``root`` (with ``spares``, their spares and launches:
+    forked, with the same command line, their parent one of them)."""
+    parents = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-        except OSError:
+            parent = int(Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
         if any(b"chtop_tasks.warmstart.server" in a for a in argv) and os.fsencode(str(root)) in argv:
-            pids.append(int(entry))
-    return pids
+            parents[int(entry)] = parent
+    return sorted(pid for pid, parent in parents.items() if spares or parent not in parents)
 
 
 def socket_of(g) -> Path:
@@ -128,6 +130,8 @@ def test_the_second_launch_goes_warm_and_a_changed_module_sends_it_back_to_cold(
         wait_until(sock.exists)
         first_server = servers_of(g.dev)
         assert len(first_server) == 1
+        wait_until(lambda: len(servers_of(g.dev, spares=True)) == 2)      # it and its spare, forked ahead
+        first_spare = set(servers_of(g.dev, spares=True)) - set(first_server)
 
         def resized_and_no_socket(child):
             child.sendline("stty size")
@@ -156,9 +160,13 @@ def test_the_second_launch_goes_warm_and_a_changed_module_sends_it_back_to_cold(
         wait_until(sock.exists)
         assert WARM in shell_session(g, 6)
         assert first_server[0] not in servers_of(g.dev)   # the stale one has gone
+        assert not first_spare & set(servers_of(g.dev, spares=True))     # its spares have gone with it
+        last_server = servers_of(g.dev)
     finally:
         for pid in servers_of(g.dev):
             os.kill(pid, signal.SIGTERM)
+    wait_until(lambda: not set(servers_of(g.dev, spares=True)) & set(last_server))
+    wait_until(lambda: not servers_of(g.dev, spares=True))              # a server's spare leaves with it
 
 
 def test_the_client_path_imports_neither_pathlib_nor_re_nor_enum():
