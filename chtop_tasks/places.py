@@ -41,6 +41,8 @@ SECRETS_NAME = "secrets.env"
 NOTIFY_NAME = "notify.toml"
 WORKTREE_NAME_MAX = 64
 _WORKTREE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
+# runs of characters a container, host or dir name part does not take (compiled once, at import)
+UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 # -- the user's config ---------------------------------------------------------------------------
@@ -159,7 +161,7 @@ def agent_home(group_dir: Path, key: str) -> Path:
 
 def dir_agent_key(root: Path) -> str:
     """The agent-config key of a --dir directory: its name (made safe) and 12 hex digits of its path."""
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(root).name).lstrip(".-")[:40] or "dir"
+    name = UNSAFE_IN_NAME.sub("-", Path(root).name).lstrip(".-")[:40] or "dir"
     return f"{name}-{sha256(str(Path(root)).encode()).hexdigest()[:12]}"
 
 

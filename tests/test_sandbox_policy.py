@@ -105,6 +105,24 @@ def test_env_from_forwards_only_allowlisted_non_structural(tmp_path, home):
     assert "PATH" not in load_policy(tmp_path, home, None).env_from(env)
 
 
+def test_env_from_answers_as_fnmatch_for_names_prefixes_and_other_globs():
+    """env_from matches plain names and ``X*`` prefixes without fnmatch (no regex compiled per
+    launch); every pattern, split or not, answers as ``fnmatchcase`` does."""
+    import fnmatch
+    import itertools
+
+    from chtop_tasks.sandbox.policy import SandboxPolicy
+
+    patterns = ["EDITOR", "LC_*", "X?Y", "A[BC]*", "*", "TERM*", "**", "[*]", "Q\\*"]
+    env = {k: "v" for k in ["EDITOR", "LC_ALL", "LC_", "XAY", "AB", "ACD", "TERM", "TERMINAL", "*", "Q\\Z",
+                            "EDITORX", "lc_all", "PATH"]}
+    for count in (1, 2, 3):
+        for chosen in itertools.combinations(patterns, count):
+            want = {k: "v" for k in sorted(env) if k not in STRUCTURAL_ENV
+                    and any(fnmatch.fnmatchcase(k, p) for p in chosen)}
+            assert SandboxPolicy(env_names=list(chosen)).env_from(env) == want, chosen
+
+
 def test_shipped_policy_parses(home):
     shipped = Path(__file__).resolve().parent.parent / "sandbox"
     policy = load_policy(shipped, home, home)

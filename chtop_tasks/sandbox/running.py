@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 from pathlib import Path
 
 from ..errors import CommandFailed
-from ..places import group_id
+from ..places import UNSAFE_IN_NAME, group_id
 
 LABEL = "chtop"
 MONITORS = (b"conmon\n", b"conmonrs\n")       # /proc/PID/comm of a container's monitor
@@ -30,7 +29,7 @@ MONITORS = (b"conmon\n", b"conmonrs\n")       # /proc/PID/comm of a container's 
 
 def slug(text: str) -> str:
     """``text`` as a container or host name part: runs of other characters made ``-``."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.") or "x"
+    return UNSAFE_IN_NAME.sub("-", text).strip("-.") or "x"
 
 
 def container_name_prefix(name: str) -> str:
