@@ -178,3 +178,27 @@ def test_the_seccomp_profile_allows_mode_calls_only_without_setid_bits():
     assert not any("openat2" in r["names"] for r in rules)
     with pytest.raises(ChtopError, match="allows every syscall"):
         seccomp.no_setid_profile({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": []})
+
+
+def test_the_rendered_seccomp_profile_follows_a_change_of_podmans_default(tmp_path, monkeypatch):
+    """The profile is rendered once per process and kept while podman's default is unchanged; a new
+    default (a package upgrade) is rendered again, and a removed one refuses as before."""
+    import json
+    import time
+
+    from chtop_tasks.sandbox import seccomp
+
+    default = tmp_path / "seccomp.json"
+    monkeypatch.setattr(seccomp, "DEFAULT_PROFILES", (default, tmp_path / "etc-seccomp.json"))
+    default.write_text(json.dumps({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
+        {"names": ["read"], "action": "SCMP_ACT_ALLOW", "args": []}]}))
+    first = json.loads(seccomp.profile_text())
+    assert first["syscalls"][0]["names"] == ["read"]
+    assert seccomp.profile_text() is seccomp.profile_text()            # kept, not rendered again
+    time.sleep(0.01)
+    default.write_text(json.dumps({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [
+        {"names": ["write", "chmod"], "action": "SCMP_ACT_ALLOW", "args": []}]}))
+    assert json.loads(seccomp.profile_text())["syscalls"][0]["names"] == ["write"]
+    default.unlink()
+    with pytest.raises(ChtopError, match="not installed"):
+        seccomp.profile_text()

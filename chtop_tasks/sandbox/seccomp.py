@@ -19,6 +19,7 @@ writes file capabilities, CAP_CHOWN/CAP_FOWNER reach other owners' files) are dr
 from __future__ import annotations
 
 import json
+import os
 import stat
 from pathlib import Path
 
@@ -100,5 +101,27 @@ def default_profile() -> dict:
 def write_profile(path: Path) -> None:
     """The sandbox's profile at ``path`` (a host-owned file the container never sees)."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(no_setid_profile(default_profile())))
+    tmp.write_text(profile_text())
     tmp.replace(path)
+
+
+_RENDERED: dict[tuple, str] = {}
+
+
+def profile_text() -> str:
+    """The sandbox's profile as JSON, rendered once per process for each version of podman's default
+    (the stamps of the files it may come from: a package upgrade renders it again).  Reading, parsing
+    and rendering it is about 1 ms; the warm launcher renders it before forking its children."""
+    key = tuple(_stamp(path) for path in DEFAULT_PROFILES)
+    if key not in _RENDERED:
+        _RENDERED.clear()
+        _RENDERED[key] = json.dumps(no_setid_profile(default_profile()))
+    return _RENDERED[key]
+
+
+def _stamp(path: Path) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
