@@ -33,6 +33,7 @@ Every path appears at its host path, so git metadata resolves.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from .. import agentfile
@@ -72,14 +73,14 @@ class MountPlan:
         self.warnings: list[str] = []
 
     def add(self, src, dst, mode, why) -> None:
-        dst = Path(dst)
-        self._by_dst[dst] = Mount(None if src is None else Path(src), dst, mode, why)
+        dst = as_path(dst)
+        self._by_dst[dst] = Mount(None if src is None else as_path(src), dst, mode, why)
 
     def get(self, dst) -> Mount | None:
-        return self._by_dst.get(Path(dst))
+        return self._by_dst.get(as_path(dst))
 
     def remove(self, dst) -> None:
-        self._by_dst.pop(Path(dst), None)
+        self._by_dst.pop(as_path(dst), None)
 
     def mounts(self) -> list[Mount]:
         """Shallow first (podman applies them in this order too)."""
@@ -88,7 +89,7 @@ class MountPlan:
     def enclosing(self, path: Path) -> Mount | None:
         """The deepest mount strictly above ``path``: its nearest parent that is a mount (a lookup per
         level, where comparing with every mount made a plan's checks quadratic in its ~70 mounts)."""
-        for parent in Path(path).parents:
+        for parent in as_path(path).parents:
             mount = self._by_dst.get(parent)
             if mount is not None:
                 return mount
@@ -102,6 +103,12 @@ class MountPlan:
         return None if mount is None else mount.mode
 
 
+def as_path(path) -> Path:
+    """``path`` as a Path, not made again when it is one (a plan makes some 400 of them: a new Path
+    parses its string again)."""
+    return path if isinstance(path, Path) else Path(path)
+
+
 def is_within(path: Path, parent: Path) -> bool:
     """``path`` is ``parent`` or below it (lexically; both absolute and normalised)."""
     p, q = str(path), str(parent)
@@ -109,8 +116,12 @@ def is_within(path: Path, parent: Path) -> bool:
 
 
 def pin(plan: MountPlan, path: Path, why: str) -> None:
-    """Mount an existing ``path`` read-only onto itself."""
-    if os.path.lexists(path) and not Path(path).is_symlink():
+    """Mount an existing ``path`` read-only onto itself (not a symlink: one lstat)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return
+    if not stat.S_ISLNK(mode):
         plan.add(path, path, "ro", why)
 
 
