@@ -103,8 +103,16 @@ def wait_until(what, timeout=60):
 
 def shell_session(g, status: int, *, extra_env=None, check=None) -> str:
     """``inv sbox.shell``: wait for its bash, run ``check(child)``, exit with ``status``; its output."""
+    return finished_shell(started_shell(g, extra_env), status, check)
+
+
+def started_shell(g, extra_env=None):
     child = spawn_chtop_inv(g, "sbox.shell", extra_env=extra_env)
     child.logfile_read = io.StringIO()
+    return child
+
+
+def finished_shell(child, status: int, check=None) -> str:
     try:
         child.expect(r"\(sbox\) .*# ")                   # bash's prompt: typed before it, readline drops it
         child.sendline("echo READY-$((40+2))")
@@ -151,6 +159,10 @@ def test_the_second_launch_goes_warm_and_a_changed_module_sends_it_back_to_cold(
             assert child.match.group(1) == "0"
 
         assert WARM in shell_session(g, 4, check=resized_and_no_socket)
+        # two at once: the second arrives before the next spare is forked (a second after one is
+        # taken), waits on the socket for it, and goes warm too
+        both = [started_shell(g), started_shell(g)]
+        assert all(WARM in finished_shell(child, status) for child, status in zip(both, (7, 8)))
         assert WARM not in shell_session(g, 0, extra_env={"CHTOP_WARM": "0"})
 
         module = g.dev / "chtop_tasks" / "places.py"

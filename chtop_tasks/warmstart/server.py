@@ -27,6 +27,10 @@ from . import wire
 
 IDLE_SECONDS = 15 * 60       # no launch for this long: the server leaves
 TICK_SECONDS = 30            # how often an idle server looks whether its worktree is still there
+# The next spare is forked this long after one took a request, not at once: forking this process
+# (2 ms, its pages made copy-on-write) competed with the launch just handed over, and made the
+# spare's answer 2 ms slower.  A launch arriving meanwhile waits on the socket for the new spare.
+SPARE_DELAY_SECONDS = 1.0
 PRELOAD_TASK = "sbox.claude"
 PRELOAD = (
     "chtop_tasks.inv", "chtop_tasks.faststart", "chtop_tasks.agents.registry", "chtop_tasks.sandbox",
@@ -40,6 +44,7 @@ def serve(root: str, *, start_prefix=None, start_environ=None) -> None:
     """Preload, listen and serve launches for the checkout ``root`` until idle or gone."""
     wire.IN_SERVER = True
     preload()
+    rehearse(root)
     files = module_files(root)
     key = wire.start_key(os.environ if start_environ is None else start_environ)
     base = runtime_base()
@@ -67,6 +72,37 @@ def preload() -> None:
     for name in PRELOAD:
         importlib.import_module(name)
     faststart.light_tasks(PRELOAD_TASK)          # the task modules, light, as the fast start imports them
+
+
+REHEARSALS = 3
+
+
+def rehearse(root: str) -> None:
+    """Render the seccomp profile (kept, for as long as podman's default is unchanged), and plan
+    ``inv sbox.claude`` in ``root`` a few times, its read-only part only (nothing is prepared,
+    started or written; the plans are dropped), so that Python's specializing interpreter has
+    adapted that code here before the children are forked: about 2 ms of each warm launch, which
+    otherwise runs it unspecialized.  What it reads, it reads as every launch does; what goes wrong
+    is the launch's to say, not the server's (it stops rehearsing)."""
+    from pathlib import Path
+
+    from ..agents.registry import agent_request
+    from ..sandbox import seccomp
+    from ..sandbox.launcher import plan_request
+    from ..workspace.layout import verify_git_dirs
+
+    try:
+        seccomp.profile_text()
+    except Exception:  # noqa: BLE001 - the launch itself reports it
+        return
+    for _ in range(REHEARSALS):
+        try:
+            request = agent_request("claude", [], Path(root), interactive=True)
+            if request.target.kind == "worktree":
+                verify_git_dirs(request.target.workspace)
+            plan_request(request, stores_walked=True)
+        except Exception:  # noqa: BLE001 - the launch itself reports it
+            return
 
 
 def module_files(root: str) -> dict[str, tuple]:
@@ -115,30 +151,30 @@ TAKEN, STALE = b"t", b"s"          # what a spare tells the server: it took a re
 
 
 def serve_requests(listener, root, key, files, start_prefix, still_listed) -> None:
-    """Keep a spare waiting on ``listener``, fork the next when it takes a request; leave when idle,
-    when the worktree's ``tasks.py`` is gone, when another server took the socket, or when a spare
-    found the code changed."""
+    """Keep a spare waiting on ``listener``, fork the next a little after it takes a request; leave
+    when idle, when the worktree's ``tasks.py`` is gone, when another server took the socket, or when
+    a spare found the code changed."""
     news, to_server = socket.socketpair()
-    news.settimeout(TICK_SECONDS)
-    last, spare = time.monotonic(), None
+    last, spare, due = time.monotonic(), None, 0.0
     try:
         while True:
             if spare in reaped_children():
                 spare = None                  # it failed before taking a request: a new one
-            if spare is None:
+            if spare is None and time.monotonic() >= due:
                 spare = fork_spare(listener, news, to_server, root, key, files, start_prefix)
+            news.settimeout(TICK_SECONDS if spare is not None else max(0.001, due - time.monotonic()))
             try:
                 said = news.recv(64)
             except TimeoutError:
-                if time.monotonic() - last > IDLE_SECONDS or not os.path.isfile(os.path.join(root, "tasks.py")) \
-                        or not still_listed():
+                if spare is not None and (time.monotonic() - last > IDLE_SECONDS or not still_listed()
+                                          or not os.path.isfile(os.path.join(root, "tasks.py"))):
                     return
                 continue
             last = time.monotonic()
             if STALE in said:
                 return
             if TAKEN in said:
-                spare = None
+                spare, due = None, last + SPARE_DELAY_SECONDS
     finally:
         if spare is not None:
             end_spare(spare)
