@@ -159,7 +159,7 @@ def test_the_second_launch_goes_warm_and_a_changed_module_sends_it_back_to_cold(
             assert child.match.group(1) == "0"
 
         assert WARM in shell_session(g, 4, check=resized_and_no_socket)
-        # two at once: the second arrives before the next spare is forked (a second after one is
+        # two at once: the second arrives before the next spare is forked (a moment after one is
         # taken), waits on the socket for it, and goes warm too
         both = [started_shell(g), started_shell(g)]
         assert all(WARM in finished_shell(child, status) for child, status in zip(both, (7, 8)))

@@ -27,10 +27,11 @@ from . import wire
 
 IDLE_SECONDS = 15 * 60       # no launch for this long: the server leaves
 TICK_SECONDS = 30            # how often an idle server looks whether its worktree is still there
-# The next spare is forked this long after one took a request, not at once: forking this process
+# The next spare is forked this long after one took a request (the launch has passed its own part, a
+# few tens of ms, and podman is starting), not at once: forking this process
 # (2 ms, its pages made copy-on-write) competed with the launch just handed over, and made the
 # spare's answer 2 ms slower.  A launch arriving meanwhile waits on the socket for the new spare.
-SPARE_DELAY_SECONDS = 1.0
+SPARE_DELAY_SECONDS = 0.25
 PRELOAD_TASK = "sbox.claude"
 PRELOAD = (
     "chtop_tasks.inv", "chtop_tasks.faststart", "chtop_tasks.agents.registry", "chtop_tasks.sandbox",
