@@ -52,7 +52,7 @@ def serve(root: str, *, start_prefix=None, start_environ=None) -> None:
     ensure_private_dir(base)
     path = wire.socket_path(str(base), root)
     listener, inode = listening_at(path)
-    signal.signal(signal.SIGTERM, left_on_request)          # the spare is ended on the way out
+    signal.signal(signal.SIGTERM, left_on_request)          # the spare is ended on the way out (finally)
     try:
         serve_requests(listener, root, key, files, start_prefix, lambda: socket_inode(path) == inode)
     finally:
@@ -177,8 +177,7 @@ def serve_requests(listener, root, key, files, start_prefix, still_listed) -> No
             if TAKEN in said:
                 spare, due = None, last + SPARE_DELAY_SECONDS
     finally:
-        if spare is not None:
-            end_spare(spare)
+        stop_listening(listener)
         news.close()
         to_server.close()
 
@@ -195,12 +194,13 @@ def fork_spare(listener, news, to_server, root, key, files, start_prefix) -> int
     return pid
 
 
-def end_spare(pid: int) -> None:
-    """The server leaves: its spare (waiting on the socket, holding nothing else) goes too."""
+def stop_listening(listener) -> None:
+    """The server leaves: its socket refuses from now on, and a spare waiting on it wakes with an error
+    and ends.  Not a kill: a spare that has just taken a request (its word not read yet) goes on
+    running that launch."""
     try:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-    except (ProcessLookupError, ChildProcessError):
+        listener.shutdown(socket.SHUT_RDWR)
+    except OSError:
         pass
 
 
@@ -210,7 +210,10 @@ def serve_one(listener, to_server, root, key, files, start_prefix) -> None:
     while not select.select([listener], [], [], TICK_SECONDS)[0]:
         if os.getppid() != server:
             return                            # the server was killed: no launch is taken on its behalf
-    conn, _ = listener.accept()
+    try:
+        conn, _ = listener.accept()
+    except OSError:
+        return                                # the server stopped listening (stop_listening)
     listener.close()
     try:
         to_server.sendall(TAKEN)
