@@ -106,13 +106,62 @@ def run(
             timeout=timeout,
         )
     except FileNotFoundError as exc:
-        if cwd is not None and not Path(cwd).is_dir():
-            raise CommandFailed(f"cannot run {argv[0]}: its directory {cwd} does not exist") from exc
-        raise CommandFailed(f"{argv[0]}: command not found ({exc})") from exc
+        raise not_started(argv, cwd, exc) from exc
     except subprocess.TimeoutExpired as exc:
         raise CommandFailed(f"timed out after {timeout}s: {format_command(argv, cwd)}") from exc
     return _checked(Result(argv, Path(cwd) if cwd else None, proc.returncode, as_text(proc.stdout),
                            as_text(proc.stderr)), check)
+
+
+def not_started(argv, cwd, exc: FileNotFoundError) -> CommandFailed:
+    """Why ``argv`` could not start: its cwd is gone, or the command is not installed."""
+    if cwd is not None and not Path(cwd).is_dir():
+        return CommandFailed(f"cannot run {argv[0]}: its directory {cwd} does not exist")
+    return CommandFailed(f"{argv[0]}: command not found ({exc})")
+
+
+class Started:
+    """A command ``start`` started, running while the caller goes on; ``result()`` reads its output,
+    waits for it and returns its Result (raising as ``run`` does).  For commands with little output:
+    it stays in the pipes until ``result()`` is called (one that fills them waits for it)."""
+
+    def __init__(self, argv: list[str], cwd, proc: subprocess.Popen, check: bool, timeout: float | None):
+        self._argv, self._cwd, self._proc, self._check, self._timeout = argv, cwd, proc, check, timeout
+        self._result: Result | None = None
+
+    def result(self) -> Result:
+        if self._result is None:
+            try:
+                out, err = self._proc.communicate(timeout=self._timeout)
+            except subprocess.TimeoutExpired as exc:
+                self._proc.kill()
+                self._proc.communicate()
+                raise CommandFailed(f"timed out after {self._timeout}s: "
+                                    f"{format_command(self._argv, self._cwd)}") from exc
+            except BaseException:
+                self._proc.kill()        # as subprocess.run does on an interrupt
+                self._proc.communicate()
+                raise
+            self._result = Result(self._argv, Path(self._cwd) if self._cwd else None, self._proc.returncode,
+                                  as_text(out), as_text(err))
+        return _checked(self._result, self._check)
+
+
+def start(argv, cwd=None, *, check: bool = True, quiet: bool = False,
+          timeout: float | None = DEFAULT_TIMEOUT) -> Started:
+    """``run``, for a command whose answer is needed a little later: echoed (unless ``quiet``) and
+    started now, its output captured as text; ``Started.result()`` waits for it.  The process runs
+    beside the caller's own work, with no thread to wait for it (a thread's start and the GIL passed
+    to it at each system call slowed the caller's work by more than the process took)."""
+    argv = [str(a) for a in argv]
+    if not quiet:
+        echo(argv, cwd)
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, errors="replace")
+    except FileNotFoundError as exc:
+        raise not_started(argv, cwd, exc) from exc
+    return Started(argv, cwd, proc, check, timeout)
 
 
 def as_text(output: str | bytes | None) -> str:
@@ -258,9 +307,7 @@ def _run_streamed(argv, cwd, env, stdin, timeout, check, shown_inert: bool) -> R
     try:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=pipe, stderr=pipe)
     except FileNotFoundError as exc:
-        if cwd is not None and not Path(cwd).is_dir():
-            raise CommandFailed(f"cannot run {argv[0]}: its directory {cwd} does not exist") from exc
-        raise CommandFailed(f"{argv[0]}: command not found ({exc})") from exc
+        raise not_started(argv, cwd, exc) from exc
     pumps = [threading.Thread(target=_pump_inert, args=pair, daemon=True)
              for pair in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))] if shown_inert else []
     for pump in pumps:

@@ -76,3 +76,32 @@ def test_a_pipeline_can_choose_its_second_command_from_the_first_bytes():
     assert stopped.ok
     nothing = runner.run_pipeline([sys.executable, "-c", "pass"], taker, head=4, quiet=True)
     assert nothing.ok and nothing.stdout == "" and seen[-1] == b""
+
+
+def test_a_started_command_runs_while_the_caller_goes_on_and_answers_as_run_does(tmp_path, capfd):
+    """``runner.start``: echoed, running before ``result()`` is asked (the caller's own work goes on
+    meanwhile), its output and status then; a failure raises when checked; one past its timeout is
+    killed; a missing command says so at once."""
+    marker = tmp_path / "ran"
+    script = f"import sys; open({str(marker)!r}, 'w').close(); print('out'); print('err', file=sys.stderr); sys.exit(4)"
+    started = runner.start([sys.executable, "-c", script], cwd=tmp_path, check=False)
+    assert "$ " in capfd.readouterr().err                      # echoed when started
+    deadline = time.monotonic() + 30
+    while not marker.exists():                                  # it runs before anyone waits for it
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    result = started.result()
+    assert (result.returncode, result.stdout, result.stderr) == (4, "out\n", "err\n")
+    assert started.result() is not None                       # asked again: the same answer
+    with pytest.raises(CommandFailed, match="exit 4"):
+        runner.start([sys.executable, "-c", script], quiet=True).result()
+    pidfile = tmp_path / "pid"
+    slow = f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    begun = time.monotonic()
+    with pytest.raises(CommandFailed, match=r"timed out after 0.5s"):
+        runner.start([sys.executable, "-c", slow], quiet=True, timeout=0.5).result()
+    assert time.monotonic() - begun < 30
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pidfile.read_text()), 0)
+    with pytest.raises(CommandFailed, match="command not found"):
+        runner.start(["no-such-command-chtop"], quiet=True)

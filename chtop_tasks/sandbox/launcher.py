@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .. import agentfile
 from ..errors import ChtopError, CommandFailed, Refused, UsageError
-from ..fanout import answered_before_leaving, in_background
+from ..fanout import answered_before_leaving
 from ..places import Target, ensure_private_dir, group_id, home_dir, is_mine_or_missing
 from ..record import Factory, record
 from ..runner import format_command
@@ -157,15 +157,20 @@ def check_dir_git_store(root: Path) -> None:
                           f"would block on it or read elsewhere; remove it (rm {dot_git / name}), then retry")
 
 
-def _host_git_config(root: Path) -> dict[str, str]:
-    """The host's values of the keys the sandbox's git config copies (one ``git config`` call)."""
+def host_git_config_read(root: Path):
+    """The host's values of the keys the sandbox's git config copies: one ``git config`` process,
+    started now (it runs while the rest is planned); the function returned waits for it and gives
+    the values."""
     check_dir_git_store(root)
-    config: dict[str, str] = {}
-    found = gitrun.git(root, ["config", "--get-regexp", COPIED_KEYS_RE], check=False, timeout=10)
-    for line in found.stdout.splitlines():
-        key, _, value = line.partition(" ")
-        config[key] = value.strip()       # the last one wins, as in git
-    return config
+    started = gitrun.git_started(root, ["config", "--get-regexp", COPIED_KEYS_RE], check=False, timeout=10)
+
+    def values() -> dict[str, str]:
+        config: dict[str, str] = {}
+        for line in started.result().stdout.splitlines():
+            key, _, value = line.partition(" ")
+            config[key] = value.strip()       # the last one wins, as in git
+        return config
+    return values
 
 
 def _git_identity(config: dict[str, str], host_env: dict[str, str]) -> dict[str, str]:
@@ -226,8 +231,7 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
     """
     extra_env = _checked_launch_args(command, purpose, network, extra_env)
     host_env = dict(os.environ)
-    # the host's git config (one git process) is read while the rest is planned
-    git_config_read = in_background(_host_git_config, target.root)
+    git_config_read = host_git_config_read(target.root)
     with answered_before_leaving(git_config_read):
         return _planned(target, command, git_config_read, interactive=interactive, extra_env=extra_env,
                         host_env=host_env, purpose=purpose, network=network, allow_self_edit=allow_self_edit,
@@ -239,7 +243,7 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
 def _planned(target, command, git_config_read, *, interactive, extra_env, host_env, purpose, network,
              allow_self_edit, cwd, image, image_trees, session, agent_subdirs, login_files, build_rw, build_ro,
              build_hosts, stores_walked) -> LaunchPlan:
-    """``plan_launch``'s work, the host's git config coming from ``git_config_read`` (``in_background``)."""
+    """``plan_launch``'s work, the host's git config coming from ``git_config_read`` (``host_git_config_read``)."""
     if target.kind == "worktree":
         verify_git_dirs(target.workspace, walk=not stores_walked)
     policy = load_policy(target.policy_dir, home_dir(), target.workspace.grouping if target.workspace else None,

@@ -30,6 +30,12 @@ def git(cwd: Path | None, args, *, check=True, quiet=True, capture=True, timeout
                       env=env)
 
 
+def git_started(cwd: Path, args, *, check=True, quiet=True, timeout=300) -> runner.Started:
+    """``git ARGS`` in ``cwd`` with HOST_GIT_OPTS, started now; its ``result()`` waits for it
+    (``runner.start``)."""
+    return runner.start(["git", *HOST_GIT_OPTS, *args], cwd=cwd, check=check, quiet=quiet, timeout=timeout)
+
+
 def git_pipeline(cwd: Path, first_args, choose_second, *, head: int, input: bytes = b"",
                  first_env: dict | None = None, check=True, quiet=True, timeout=300) -> runner.Result:
     """``git FIRST | git SECOND`` in ``cwd``, both with HOST_GIT_OPTS (``runner.run_pipeline``): SECOND
