@@ -19,8 +19,6 @@ bytecode), then the checkout's ``faststart`` runs the one task without importing
 line it does not take on (read faststart.py) goes to invoke's program as before.
 """
 
-from __future__ import annotations
-
 import os
 import sys
 

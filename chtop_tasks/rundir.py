@@ -2,8 +2,6 @@
 with ``os`` alone: the warm launcher's client asks it before anything else of chtop is imported.
 ``places.runtime_base`` is this as a Path, and the one every other module asks."""
 
-from __future__ import annotations
-
 import os
 
 MAX_RUNTIME_BASE = 46      # unix socket paths must stay under ~100 bytes

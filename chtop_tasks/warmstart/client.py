@@ -8,8 +8,6 @@ itself, as always).  While the server's child runs the task, the signals you sen
 is this process's.
 """
 
-from __future__ import annotations
-
 import _signal
 import _socket
 import os

@@ -7,8 +7,6 @@ the terminal's three fds ride with it (SCM_RIGHTS).  The server answers ``run PI
 ``no WHY``; the client says ``go``, and the child then runs and ends with ``exit STATUS``.
 """
 
-from __future__ import annotations
-
 import _socket
 import os
 import sys

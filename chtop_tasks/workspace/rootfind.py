@@ -12,8 +12,6 @@ this before handing a launch over without importing any of them; ``find_root`` a
 ``toplevel_in_grouping`` give the same answers as Paths.
 """
 
-from __future__ import annotations
-
 import os
 
 from ..errors import ManifestError, NotInWorkspace, WorkspaceError
@@ -37,7 +35,7 @@ def lacks_only_the_manifest(path) -> bool:
             and not os.path.exists(os.path.join(path, MANIFEST_NAME)))
 
 
-def find_root(start) -> Path:
+def find_root(start) -> "Path":
     """``find_root_path`` as a Path."""
     from pathlib import Path
 
@@ -81,7 +79,7 @@ def self_and_parents(path: str):
         path = parent
 
 
-def toplevel_in_grouping(path) -> Path | None:
+def toplevel_in_grouping(path) -> "Path | None":
     """``toplevel_path_in_grouping`` as a Path."""
     from pathlib import Path
 
