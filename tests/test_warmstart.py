@@ -162,7 +162,7 @@ def test_the_second_launch_goes_warm_and_a_changed_module_sends_it_back_to_cold(
         # two at once: the second arrives before the next spare is forked (a moment after one is
         # taken), waits on the socket for it, and goes warm too
         both = [started_shell(g), started_shell(g)]
-        assert all(WARM in finished_shell(child, status) for child, status in zip(both, (7, 8)))
+        assert all(WARM in finished_shell(child, status) for child, status in zip(both, (7, 8), strict=True))
         assert WARM not in shell_session(g, 0, extra_env={"CHTOP_WARM": "0"})
 
         module = g.dev / "chtop_tasks" / "places.py"
@@ -188,7 +188,8 @@ def test_the_client_path_imports_neither_pathlib_nor_re_nor_enum():
     repo = Path(__file__).resolve().parent.parent
     code = ("import sys; sys.path.insert(0, sys.argv[1]); from chtop_tasks.inv import pinned_search_root; "
             "assert pinned_search_root(sys.argv[1]) == sys.argv[1]; import chtop_tasks.warmstart.client; "
-            "print([m for m in ('pathlib', 're', 'enum', 'socket', 'signal', 'json', 'typing') if m in sys.modules])")
+            "print([m for m in ('pathlib', 're', 'enum', 'socket', 'signal', 'json', 'typing', '__future__') "
+            "if m in sys.modules])")
     import subprocess
     import sys
 
