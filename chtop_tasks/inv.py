@@ -55,11 +55,13 @@ def program(search_root: str | None):
                    loader_class=PinnedLoader)
 
 
-def main() -> None:
+def main(found_root: str | None = None) -> None:
+    """``inv``.  ``found_root``: the checkout root, found already from this cwd (the warm launcher's
+    child: its client found it, and the server checked it is its own)."""
     from .errors import ChtopError
 
     try:
-        root = pinned_search_root(os.getcwd())
+        root = found_root or pinned_search_root(os.getcwd())
     except ChtopError as exc:
         print(f"inv: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)

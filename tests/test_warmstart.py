@@ -52,6 +52,22 @@ def test_only_a_launch_task_on_a_terminal_goes_warm_and_never_from_inside_the_se
     assert not wire.wanted(["sbox.claude"], {})
 
 
+def test_a_spare_checks_the_checkouts_own_files_and_the_server_all_of_them(tmp_path):
+    """The files a spare stamps at each request are the checkout's (its modules, tasks.py), found by
+    real path; the server's own check covers the libraries too."""
+    from chtop_tasks.warmstart import server
+
+    repo = str(Path(__file__).resolve().parent.parent)
+    files = server.module_files(repo)
+    own = server.own_files(files, repo)
+    assert os.path.join(repo, "tasks.py") in own and os.path.join(repo, "chtop_tasks", "places.py") in own
+    assert os.__file__ in files and os.__file__ not in own
+    link = tmp_path / "checkout"
+    link.symlink_to(repo)                                   # the root named through a link: the same files
+    assert server.own_files(files, str(link)) == own
+    assert server.changed_module(own) is None
+
+
 def test_the_socket_name_is_stable_and_differs_per_checkout():
     assert wire.socket_path("/run/x", "/g/dev") == wire.socket_path("/run/x", "/g/dev")
     assert wire.socket_path("/run/x", "/g/dev") != wire.socket_path("/run/x", "/g/dev2")

@@ -121,6 +121,17 @@ def file_stamp(path: str) -> tuple | None:
     return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+def own_files(files: dict[str, tuple], root: str) -> dict[str, tuple]:
+    """The checkout's own files among ``files`` (its modules and ``tasks.py``): what a spare checks
+    at each request.  The server checks all of them (the libraries too) before it forks a spare and
+    every tick: a library changed since (a pip or apt upgrade) is seen within a tick, and meanwhile a
+    launch runs with the version loaded, as any running Python does; the checkout's code, which a
+    checkout, a rebase or your editor changes, is never run stale.  (All 150 files took 0.7 ms of
+    each launch; the checkout's 60, 0.3.)"""
+    prefix = os.path.realpath(root).rstrip(os.sep) + os.sep
+    return {path: stamp for path, stamp in files.items() if os.path.realpath(path).startswith(prefix)}
+
+
 def changed_module(files: dict[str, tuple]) -> str | None:
     """A loaded module's file that changed (or went) since the server loaded it; None if none did."""
     for path, stamp in files.items():
@@ -162,13 +173,16 @@ def serve_requests(listener, root, key, files, start_prefix, still_listed) -> No
             if spare in reaped_children():
                 spare = None                  # it failed before taking a request: a new one
             if spare is None and time.monotonic() >= due:
-                spare = fork_spare(listener, news, to_server, root, key, files, start_prefix)
+                if changed_module(files) is not None:
+                    return                    # a library it loaded changed: a fresh server, cold
+                spare = fork_spare(listener, news, to_server, root, key, own_files(files, root), start_prefix)
             news.settimeout(TICK_SECONDS if spare is not None else max(0.001, due - time.monotonic()))
             try:
                 said = news.recv(64)
             except TimeoutError:
                 if spare is not None and (time.monotonic() - last > IDLE_SECONDS or not still_listed()
-                                          or not os.path.isfile(os.path.join(root, "tasks.py"))):
+                                          or not os.path.isfile(os.path.join(root, "tasks.py"))
+                                          or changed_module(files) is not None):
                     return
                 continue
             last = time.monotonic()
@@ -305,7 +319,7 @@ def run_child(conn, request: dict, fds: list[int], start_prefix) -> None:
         if conn.recv(16) != b"go\n":
             os._exit(1)
         become_client(request, fds, start_prefix)
-        status = exit_status_of(run_inv)
+        status = exit_status_of(lambda: run_inv(request["root"]))
     finally:
         try:
             conn.sendall(f"exit {status}\n".encode())
@@ -327,10 +341,10 @@ def become_client(request: dict, fds: list[int], start_prefix) -> None:
     sys.stdout.reconfigure(line_buffering=os.isatty(1))
 
 
-def run_inv() -> None:
+def run_inv(root: str) -> None:
     from .. import inv
 
-    inv.main()
+    inv.main(found_root=root)
 
 
 def exit_status_of(main) -> int:
