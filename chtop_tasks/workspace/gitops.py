@@ -295,12 +295,13 @@ def rebase_problems(ws: Workspace, rel: Relation, dirty: list[str] | None = None
     return problems
 
 
-def dirty_paths_of(checkout_dirs: list[Path], untracked: bool = True) -> dict[Path, list[str]]:
+def dirty_paths_of(checkout_dirs: list[Path], untracked: bool = True,
+                   toplevel: bool = False) -> dict[Path, list[str]]:
     """``dirty_paths`` of each checkout dir, at once; one git could not answer for is left out (its
     check asks again, and says why)."""
     def one(checkout_dir: Path) -> list[str] | None:
         try:
-            return dirty_paths(checkout_dir, untracked)
+            return dirty_paths(checkout_dir, untracked, toplevel)
         except (ChtopError, OSError):
             return None
     found = fan_out(one, checkout_dirs)
@@ -624,7 +625,7 @@ def toplevel_checkout_problems(ws: Workspace, rel: Relation, tip: str | None = N
         problems.append(f"{here}: a {busy} is in progress; finish it or abort it (git -C {main_dir} {busy} --abort)")
     touched = landing_paths(ws, rel, tip) if touched is None else touched
     tracked, untracked = [], []
-    for line in dirty_paths(main_dir) if dirty is None else dirty:
+    for line in dirty_paths(main_dir, toplevel=True) if dirty is None else dirty:
         paths = set(line[3:].split(" -> "))
         if paths & touched:
             (untracked if line.startswith("??") else tracked).append(line[3:])
@@ -793,7 +794,7 @@ def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False, expect: 
     # the toplevel checkouts' status (where the merges land: no sandbox writes there) is asked while
     # the import runs, and the worktree's while the relations are counted
     landing_dirty = in_background(dirty_paths_of, [ws.main_checkout_dir(c) for c in ws.checkouts()
-                                                   if c.path.exists()])
+                                                   if c.path.exists()], True, True)
     with answered_before_leaving(landing_dirty):
         # the worktree's tracked changes alone (merge-up lands commits, and minds no untracked file
         # there), asked once its checkouts are verified, while the import runs
