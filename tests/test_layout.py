@@ -7,7 +7,7 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "chtop_tasks"
 CORE = {"errors", "runner", "term", "argv", "passthrough", "atomic", "fanout", "agentfile", "record", "digest",
-        "tomlcache", "rundir"}
+        "tomlcache", "rundir", "filestamp"}
 # what each concern may import besides the core modules and itself
 ALLOWED = {
     "core": set(),

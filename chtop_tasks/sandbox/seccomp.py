@@ -19,11 +19,11 @@ writes file capabilities, CAP_CHOWN/CAP_FOWNER reach other owners' files) are dr
 from __future__ import annotations
 
 import json
-import os
 import stat
 from pathlib import Path
 
 from ..errors import ChtopError
+from ..filestamp import file_stamp
 
 # where podman's packages install the default profile (containers-common)
 DEFAULT_PROFILES = (Path("/usr/share/containers/seccomp.json"), Path("/etc/containers/seccomp.json"))
@@ -112,16 +112,8 @@ def profile_text() -> str:
     """The sandbox's profile as JSON, rendered once per process for each version of podman's default
     (the stamps of the files it may come from: a package upgrade renders it again).  Reading, parsing
     and rendering it is about 1 ms; the warm launcher renders it before forking its children."""
-    key = tuple(_stamp(path) for path in DEFAULT_PROFILES)
+    key = tuple(file_stamp(path) for path in DEFAULT_PROFILES)
     if key not in _RENDERED:
         _RENDERED.clear()
         _RENDERED[key] = json.dumps(no_setid_profile(default_profile()))
     return _RENDERED[key]
-
-
-def _stamp(path: Path) -> tuple | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)

@@ -22,6 +22,7 @@ import socket
 import sys
 import time
 
+from ..filestamp import file_stamp
 from ..places import ensure_private_dir, runtime_base
 from . import wire
 
@@ -111,14 +112,6 @@ def module_files(root: str) -> dict[str, tuple]:
     paths = {getattr(m, "__file__", None) for m in list(sys.modules.values())}
     paths.add(os.path.join(root, "tasks.py"))
     return {p: file_stamp(p) for p in paths if isinstance(p, str) and os.path.isabs(p)}
-
-
-def file_stamp(path: str) -> tuple | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def own_files(files: dict[str, tuple], root: str) -> dict[str, tuple]:
