@@ -5,7 +5,7 @@ The wire format and when a launch may go warm, on their own; then, in a real roo
 the test user through chtop's own ``inv`` on a pty: the first ``sbox.shell`` runs cold and leaves a
 server, the next goes warm (its exit status, a resize and the shell itself all as before, and the
 server's socket nowhere in the sandbox), a changed module sends the next launch back to cold and a
-fresh server takes over, and ``CHTOP_WARM=0`` never goes warm.
+fresh server takes over, and ``CHTOP_WARM=0`` never goes warm; and as root, with rootful podman.
 """
 
 from __future__ import annotations
@@ -195,6 +195,56 @@ def test_the_second_launch_goes_warm_and_a_changed_module_sends_it_back_to_cold(
             os.kill(pid, signal.SIGTERM)
     wait_until(lambda: not set(servers_of(g.dev, spares=True)) & set(last_server))
     wait_until(lambda: not servers_of(g.dev, spares=True))              # a server's spare leaves with it
+
+
+@pytest.mark.podman
+@pytest.mark.rootful
+@pytest.mark.slow
+def test_as_root_the_second_launch_goes_warm(with_dev, tmp_path):
+    """As root (rootful podman, a root-owned worktree): the first ``inv sbox.shell`` on a terminal
+    runs cold and leaves root's own server; the second is handed to it, and its sandbox runs with
+    the user namespace a cold one gets, the shell's status the command's."""
+    import sys
+
+    from sandbox_helpers import rootful_podman_env
+
+    from chtop_tasks.proxy import stop_proxy
+    from chtop_tasks.rundir import runtime_base_path
+
+    if os.geteuid() != 0:
+        pytest.skip("as root only (the rootless path is the test above)")
+    env = dict(rootful_podman_env(tmp_path), TERM="xterm-256color", CHTOP_VERBOSE="1")
+    dev = with_dev.path("dev")
+
+    def session(status: int) -> str:
+        child = pexpect.spawn(sys.executable, ["-c", CHTOP_INV, str(dev), "sbox.shell"], cwd=str(dev), env=env,
+                              dimensions=(40, 120), timeout=90, encoding="utf-8", codec_errors="replace")
+        child.logfile_read = io.StringIO()
+        try:
+            child.expect(r"\(sbox\) .*# ")               # bash's prompt: typed before it, readline drops it
+            child.sendline("echo READY-$((40+2))")
+            child.expect("READY-42")
+            child.sendline('echo "UID""MAP $(head -1 /proc/self/uid_map)"')
+            child.expect(r"UIDMAP\s+(\d+)\s+(\d+)\s+(\d+)")
+            assert child.match.group(1) == "0" and child.match.group(2) != "0"     # not host root inside
+            child.sendline(f"exit {status}")
+            child.expect(pexpect.EOF)
+            seen = child.logfile_read.getvalue()
+        finally:
+            child.close(force=True)
+        assert (child.exitstatus, child.signalstatus) == (status, None), seen[-2000:]
+        return seen
+
+    try:
+        assert WARM not in session(3)
+        wait_until(lambda: servers_of(dev))
+        sock = Path(wire.socket_path(runtime_base_path(), str(dev)))      # root's, as the test's env has it
+        wait_until(sock.exists)
+        assert WARM in session(4)
+    finally:
+        for pid in servers_of(dev):
+            os.kill(pid, signal.SIGTERM)
+        stop_proxy(with_dev.grouping)
 
 
 def test_the_client_path_imports_neither_pathlib_nor_re_nor_enum():
