@@ -216,24 +216,16 @@ def test_as_root_the_second_launch_goes_warm(with_dev, tmp_path):
     env = dict(rootful_podman_env(tmp_path), TERM="xterm-256color", CHTOP_VERBOSE="1")
     dev = with_dev.path("dev")
 
+    def not_host_root(child) -> None:
+        child.sendline('echo "UID""MAP $(head -1 /proc/self/uid_map)"')
+        child.expect(r"UIDMAP\s+(\d+)\s+(\d+)\s+(\d+)")
+        assert child.match.group(1) == "0" and child.match.group(2) != "0"     # not host root inside
+
     def session(status: int) -> str:
         child = pexpect.spawn(sys.executable, ["-c", CHTOP_INV, str(dev), "sbox.shell"], cwd=str(dev), env=env,
                               dimensions=(40, 120), timeout=90, encoding="utf-8", codec_errors="replace")
         child.logfile_read = io.StringIO()
-        try:
-            child.expect(r"\(sbox\) .*# ")               # bash's prompt: typed before it, readline drops it
-            child.sendline("echo READY-$((40+2))")
-            child.expect("READY-42")
-            child.sendline('echo "UID""MAP $(head -1 /proc/self/uid_map)"')
-            child.expect(r"UIDMAP\s+(\d+)\s+(\d+)\s+(\d+)")
-            assert child.match.group(1) == "0" and child.match.group(2) != "0"     # not host root inside
-            child.sendline(f"exit {status}")
-            child.expect(pexpect.EOF)
-            seen = child.logfile_read.getvalue()
-        finally:
-            child.close(force=True)
-        assert (child.exitstatus, child.signalstatus) == (status, None), seen[-2000:]
-        return seen
+        return finished_shell(child, status, not_host_root)
 
     try:
         assert WARM not in session(3)

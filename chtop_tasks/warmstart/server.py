@@ -5,8 +5,8 @@
 It keeps one *spare*: a child forked ahead that waits on the socket, so that a launch does not
 wait for the fork (about 2 ms of a process this size).  The spare that takes a request tells the
 server, which forks the next one.  Per request the spare checks that the peer is you, that the
-request is for its own checkout and Python (``wire.start_key``), and that no module file loaded
-has changed since (``changed_module``): anything else is refused and the client runs the launch
+request is for its own checkout and Python (``wire.start_key``), and that none of the checkout's
+own files loaded has changed since (``changed_module``; the server checks the libraries): anything else is refused and the client runs the launch
 itself.  Otherwise it takes the client's terminal fds as 0, 1 and 2, its cwd, environment and
 argv, tells the client its pid, waits for ``go``, and runs ``chtop_tasks.inv.main`` as ``inv``
 would have; then it sends ``exit STATUS`` (Python's own rules for a SystemExit or an uncaught
@@ -160,6 +160,7 @@ def serve_requests(listener, root, key, files, start_prefix, still_listed) -> No
     when idle, when the worktree's ``tasks.py`` is gone, when another server took the socket, or when
     a spare found the code changed."""
     news, to_server = socket.socketpair()
+    own = own_files(files, root)
     last, spare, due = time.monotonic(), None, 0.0
     try:
         while True:
@@ -168,7 +169,7 @@ def serve_requests(listener, root, key, files, start_prefix, still_listed) -> No
             if spare is None and time.monotonic() >= due:
                 if changed_module(files) is not None:
                     return                    # a library it loaded changed: a fresh server, cold
-                spare = fork_spare(listener, news, to_server, root, key, own_files(files, root), start_prefix)
+                spare = fork_spare(listener, news, to_server, root, key, own, start_prefix)
             news.settimeout(TICK_SECONDS if spare is not None else max(0.001, due - time.monotonic()))
             try:
                 said = news.recv(64)
@@ -263,7 +264,6 @@ def answer(conn, root, key, files, start_prefix) -> str:
     finally:
         for fd in fds:
             os.close(fd)
-    return "no"
 
 
 def received(conn) -> tuple[dict, list[int]]:
