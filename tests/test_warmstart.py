@@ -13,6 +13,8 @@ from __future__ import annotations
 import io
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -20,9 +22,9 @@ import pexpect
 import pytest
 from sandbox_helpers import user_group  # noqa: F401
 
+from chtop_tasks import invscript
 from chtop_tasks.warmstart import wire
 
-CHTOP_INV = "import sys; sys.path.insert(0, sys.argv.pop(1)); from chtop_tasks.inv import main; main()"
 WARM = "warm start: run by this checkout's warm launcher"
 
 
@@ -68,6 +70,20 @@ def test_a_spare_checks_the_checkouts_own_files_and_the_server_all_of_them(tmp_p
     assert server.changed_module(own) is None
 
 
+def test_the_start_key_is_the_same_for_bootstraps_inv_without_site_and_the_launcher_with_it():
+    """bootstrap's ``inv`` runs ``python -S`` and starts the warm launcher with site as usual: the key
+    a request carries must still be the launcher's own (else no launch would ever go warm), and any
+    other flag must still change it."""
+    repo = str(Path(__file__).resolve().parent.parent)
+    code = "import sys; sys.path.insert(0, sys.argv[1]); from chtop_tasks.warmstart import wire; print(wire.start_key({}))"
+
+    def key(*flags: str) -> str:
+        return subprocess.run([sys.executable, *flags, "-c", code, repo], capture_output=True, text=True,
+                              check=True).stdout
+
+    assert key("-S") == key() != key("-O")
+
+
 def test_the_socket_name_is_stable_and_differs_per_checkout():
     assert wire.socket_path("/run/x", "/g/dev") == wire.socket_path("/run/x", "/g/dev")
     assert wire.socket_path("/run/x", "/g/dev") != wire.socket_path("/run/x", "/g/dev2")
@@ -76,12 +92,17 @@ def test_the_socket_name_is_stable_and_differs_per_checkout():
 
 # -- in a real sandbox -------------------------------------------------------------------------------
 
+def chtop_inv(python: str, root) -> list[str]:
+    """chtop's own ``inv`` as ./bootstrap writes it (``invscript.py``: ``python -S``, site's step only
+    for invoke's program), with ``root``'s chtop_tasks; the warm launcher it starts runs site as usual."""
+    return [python, "-S", "-c", invscript.script_text(python, str(root))]
+
+
 def spawn_chtop_inv(g, *args, extra_env=None, dimensions=(40, 120)):
-    """chtop's own ``inv ARGS`` (``chtop_tasks.inv.main``, as the console script runs it) as the test
-    user on a pty."""
+    """chtop's own ``inv ARGS`` (as bootstrap's script runs it) as the test user on a pty."""
     env = dict(g.env, TERM="xterm-256color", CHTOP_VERBOSE="1", **(extra_env or {}))
     argv = ["-u", g.user.pw_name, "--", "env", "-i", *[f"{k}={v}" for k, v in env.items()],
-            str(g.venv / "bin" / "python"), "-c", CHTOP_INV, str(g.dev), *args]
+            *chtop_inv(str(g.venv / "bin" / "python"), g.dev), *args]
     return pexpect.spawn("runuser", argv, cwd=str(g.dev), dimensions=dimensions, timeout=90,
                          encoding="utf-8", codec_errors="replace")
 
@@ -204,7 +225,6 @@ def test_as_root_the_second_launch_goes_warm(with_dev, tmp_path):
     """As root (rootful podman, a root-owned worktree): the first ``inv sbox.shell`` on a terminal
     runs cold and leaves root's own server; the second is handed to it, and its sandbox runs with
     the user namespace a cold one gets, the shell's status the command's."""
-    import sys
 
     from sandbox_helpers import rootful_podman_env
 
@@ -222,7 +242,8 @@ def test_as_root_the_second_launch_goes_warm(with_dev, tmp_path):
         assert child.match.group(1) == "0" and child.match.group(2) != "0"     # not host root inside
 
     def session(status: int) -> str:
-        child = pexpect.spawn(sys.executable, ["-c", CHTOP_INV, str(dev), "sbox.shell"], cwd=str(dev), env=env,
+        python, *args = chtop_inv(sys.executable, dev)
+        child = pexpect.spawn(python, [*args, "sbox.shell"], cwd=str(dev), env=env,
                               dimensions=(40, 120), timeout=90, encoding="utf-8", codec_errors="replace")
         child.logfile_read = io.StringIO()
         return finished_shell(child, status, not_host_root)
@@ -248,8 +269,6 @@ def test_the_client_path_imports_neither_pathlib_nor_re_nor_enum():
             "assert pinned_search_root(sys.argv[1]) == sys.argv[1]; import chtop_tasks.warmstart.client; "
             "print([m for m in ('pathlib', 're', 'enum', 'socket', 'signal', 'json', 'typing', '__future__') "
             "if m in sys.modules])")
-    import subprocess
-    import sys
 
     out = subprocess.run([sys.executable, "-S", "-c", code, str(repo)], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.split() == ["[]"], out.stdout + out.stderr

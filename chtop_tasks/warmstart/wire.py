@@ -33,7 +33,14 @@ def wanted(argv: list[str], environ) -> bool:
 def start_key(environ) -> str:
     """The Python a request needs: the executable, its flags and options, and the start-up environment."""
     env = sorted(f"{k}={v}" for k, v in environ.items() if k.startswith("PYTHON") or k in START_ENV)
-    return "\n".join([sys.executable, repr(sys.flags), repr(sorted(sys._xoptions.items())), *env])
+    return "\n".join([sys.executable, flags_but_site(), repr(sorted(sys._xoptions.items())), *env])
+
+
+def flags_but_site() -> str:
+    """``sys.flags`` less ``no_site``: bootstrap's ``inv`` starts Python with ``-S`` and runs site's
+    step itself where invoke's program needs it (``invscript.py``); the launcher it starts runs it as
+    usual, and a run forked from it is a run with site done, as on invoke's path."""
+    return repr(sys.flags).replace(f"no_site={sys.flags.no_site}, ", "")
 
 
 def peer_uid(sock) -> int:
