@@ -3,9 +3,11 @@
 Importing ``tomllib`` (with ``datetime`` and the regexes its parser compiles) is 3.5-6 ms of every
 git task and launch on this project's 2-core machines; parsing the manifest or the agent registry
 itself, 0.3 ms.  The table is kept marshalled in ``<group>/.chtop/parsed/``, a dir no sandbox
-sees, one file per source path, keyed by the SHA-256 of the source's text: a changed text (an
-edit, a checkout, an agent's write in its worktree) misses and is parsed again, so the table is
-always the one of the text just read.  A table marshal cannot hold (a TOML date) is not kept.
+sees, one file per text, named and keyed by the SHA-256 of the text: a changed text (an edit, a
+checkout, an agent's write in its worktree) misses and is parsed again, so the table is always the
+one of the text just read; the same text anywhere (a new worktree's manifest, the toplevel's) is
+parsed once.  A file per text an edit left behind stays, about 1 KB each.  A table marshal cannot
+hold (a TOML date) is not kept.
 Reads take no link and no file but a regular one (``agentfile``); writes go through a fresh file
 renamed in place.
 """
@@ -23,12 +25,12 @@ CACHE_DIR_NAME = "parsed"
 KEY_BYTES = 32
 
 
-def parsed_table(source: Path, text: str, state: Path | None, error) -> dict:
-    """``text`` (the file ``source``) as a table: the one kept for this very text in the group's
+def parsed_table(text: str, state: Path | None, error) -> dict:
+    """``text`` (a file's) as a table: the one kept for this very text in the group's
     state dir ``state`` (None: none is kept), else parsed by ``tomllib`` and kept.  Invalid TOML
     raises ``error(exc)``."""
-    path = cache_file(source, state)
     key = sha256(text.encode()).digest()
+    path = cache_file(key, state)
     table = kept_table(path, key) if path is not None else None
     if table is not None:
         return table
@@ -45,12 +47,12 @@ def parsed_table(source: Path, text: str, state: Path | None, error) -> dict:
     return table
 
 
-def cache_file(source: Path, state: Path | None) -> Path | None:
-    """Where ``source``'s table is kept: ``<state>/parsed/<digest of its path>``, or None (no state
-    dir of a group there)."""
+def cache_file(key: bytes, state: Path | None) -> Path | None:
+    """Where the table of the text whose digest is ``key`` is kept: ``<state>/parsed/<digest>``, or
+    None (no state dir of a group there)."""
     if state is None or not state.is_dir() or state.is_symlink():
         return None
-    return state / CACHE_DIR_NAME / sha256(str(source).encode()).hexdigest()[:32]
+    return state / CACHE_DIR_NAME / key.hex()[:32]
 
 
 def kept_table(path: Path, key: bytes) -> dict | None:

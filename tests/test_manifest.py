@@ -79,40 +79,49 @@ def test_not_toml_and_missing_file(tmp_path):
 
 def test_a_groups_manifest_is_read_again_without_tomllib_and_a_changed_text_is_parsed_again(tmp_path):
     """In a group (chtop's state dir beside the checkout), the parsed table is kept keyed by the
-    text: the next task reads it without importing tomllib; an edited manifest, a damaged or
-    linked cache file, is parsed from its text again."""
+    text: the next task reads it without importing tomllib, and so does one reading the same text
+    at another path (a new worktree's manifest); an edited manifest, a damaged or linked cache file,
+    is parsed from its text again."""
     import subprocess
     import sys
 
+    from chtop_tasks.digest import sha256
     from chtop_tasks.tomlcache import cache_file
     from chtop_tasks.workspace.manifest import group_state_of
+
+    def kept_for(text: str) -> Path:
+        return cache_file(sha256(text.encode()).digest(), tmp_path / ".chtop")
 
     (tmp_path / ".chtop").mkdir()
     manifest = tmp_path / "top" / "git_repositories.toml"
     manifest.parent.mkdir()
     manifest.write_text('[[repo]]\nname = "alpha"\nurl = "u"\nbranch = "main"\n')
-    read = ("import sys; from chtop_tasks.workspace.manifest import load_manifest; "
-            f"m = load_manifest({str(manifest)!r}); print(m.names, 'tomllib' in sys.modules)")
 
-    def names_and_parsed() -> str:
+    def names_and_parsed(path: Path = manifest) -> str:
+        read = ("import sys; from chtop_tasks.workspace.manifest import load_manifest; "
+                f"m = load_manifest({str(path)!r}); print(m.names, 'tomllib' in sys.modules)")
         return subprocess.run([sys.executable, "-c", read], capture_output=True, text=True, check=True).stdout.strip()
 
     assert names_and_parsed() == "['alpha'] True"
-    assert cache_file(manifest, tmp_path / ".chtop").is_file()
+    assert kept_for(manifest.read_text()).is_file()
     assert names_and_parsed() == "['alpha'] False"
+    elsewhere = tmp_path / "dev" / "git_repositories.toml"          # a new worktree's copy
+    elsewhere.parent.mkdir()
+    elsewhere.write_text(manifest.read_text())
+    assert names_and_parsed(elsewhere) == "['alpha'] False"
     manifest.write_text(manifest.read_text() + '[[repo]]\nname = "beta"\nurl = "u"\nbranch = "kms"\n')
     assert names_and_parsed() == "['alpha', 'beta'] True"
     assert names_and_parsed() == "['alpha', 'beta'] False"
-    cache_file(manifest, tmp_path / ".chtop").write_bytes(cache_file(manifest, tmp_path / ".chtop").read_bytes()[:40])       # damaged
+    kept_for(manifest.read_text()).write_bytes(kept_for(manifest.read_text()).read_bytes()[:40])       # damaged
     assert names_and_parsed() == "['alpha', 'beta'] True"
-    kept = cache_file(manifest, tmp_path / ".chtop").read_bytes()
+    kept = kept_for(manifest.read_text()).read_bytes()
     decoy = tmp_path / "decoy"
     decoy.write_bytes(kept)
-    cache_file(manifest, tmp_path / ".chtop").unlink()
-    cache_file(manifest, tmp_path / ".chtop").symlink_to(decoy)
-    manifest.write_text(manifest.read_text().replace('"beta"', '"gamma"'))
+    edited = manifest.read_text().replace('"beta"', '"gamma"')
+    kept_for(edited).symlink_to(decoy)                                # planted where the next text's table goes
+    manifest.write_text(edited)
     assert names_and_parsed() == "['alpha', 'gamma'] True"
-    assert not cache_file(manifest, tmp_path / ".chtop").is_symlink() and decoy.read_bytes() == kept
+    assert not kept_for(edited).is_symlink() and decoy.read_bytes() == kept
     # outside a group nothing is kept
     lone = tmp_path / "lone" / "x" / "git_repositories.toml"
     lone.parent.mkdir(parents=True)

@@ -123,7 +123,7 @@ def load_registry(extra: list[Path] | None = None, home: Path | None = None,
             if path == REGISTRY_FILE:
                 raise
             continue
-        data = parsed_table(path, text, state, lambda exc, path=path: PolicyError(f"{path}: {exc}"))
+        data = parsed_table(text, state, lambda exc, path=path: PolicyError(f"{path}: {exc}"))
         for name, table in data.items():
             agents[name] = parse_entry(name, table, str(path))
     return agents

@@ -127,7 +127,7 @@ def group_state_of(path: Path) -> Path | None:
 
 
 def parse_manifest(path: Path, text: str, reserved: tuple[str, ...] = ()) -> Manifest:
-    data = parsed_table(path, text, group_state_of(path),
+    data = parsed_table(text, group_state_of(path),
                         lambda exc: ManifestError(f"{path}: not valid TOML: {exc}"))
     unknown = sorted(set(data) - TOP_KEYS)
     if unknown:
