@@ -95,3 +95,29 @@ def test_nothing_is_seeded_without_a_cache_of_the_hosts_own(tmp_path, monkeypatc
     monkeypatch.setattr(bytecode, "PACKAGE", PKG)
     monkeypatch.setattr(sys, "pycache_prefix", None)
     assert bytecode.seed_worktree_bytecode(new, top) == 0
+
+
+def test_a_new_worktrees_first_git_tasks_compile_nothing_and_the_create_seeds_no_more(initialized, tmp_path):
+    """``inv worktree.create`` as typed, then ``git.status``, ``git.diff`` and ``git.merge-up --dry-run``
+    in the new worktree as typed: none writes a pyc (each module they import was seeded), and the
+    create seeded only what those tasks and the create itself import (a pyc is a file written)."""
+    from test_inv_discovery import CHTOP_INV, console_script, typed
+
+    g = initialized
+    cache = tmp_path / "xdg-cache"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+    env["XDG_CACHE_HOME"] = str(cache)
+    bin_dir = console_script(tmp_path / "bin", sys.executable, chtop_tree=g.toplevel, code=CHTOP_INV).parent
+    created = typed(bin_dir, g.toplevel, "worktree.create", "--name", "fresh", "--no-venv", env=env)
+    assert created.returncode == 0, created.stderr
+    fresh = g.toplevel.parent / "fresh"
+
+    def pycs() -> set[Path]:
+        return set((cache / "chtop" / "pycache").glob(f"{str(fresh).lstrip('/')}/**/*.pyc"))
+
+    seeded = pycs()
+    assert 20 < len(seeded) < 60, len(seeded)           # chtop_tasks has about 140 modules
+    for argv in (["git.status"], ["git.diff"], ["git.merge-up", "--dry-run"]):
+        ran = typed(bin_dir, fresh, *argv, env=env)
+        assert ran.returncode == 0, ran.stderr
+        assert pycs() == seeded, f"{argv} compiled {sorted(p.name for p in pycs() - seeded)}"

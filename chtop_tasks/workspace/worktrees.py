@@ -19,7 +19,7 @@ from ..fanout import answered_before_leaving, fan_out, in_background
 from ..places import build_cache_dir, create_journal_path, state_dir, worktree_name_problem
 from ..record import Factory, record
 from ..term import say, warn
-from .bytecode import seed_worktree_bytecode
+from .bytecode import first_task_sources, seed_worktree_bytecode
 from .dotfiles import refresh_workspace_files
 from .gitprobe import ahead_behind, branch_exists, dirty_paths, head_branch, local_branches, rev
 from .gitrun import git
@@ -348,10 +348,11 @@ def make_worktree(ws: Workspace, name: str) -> Workspace:
 
 
 def seed_quietly(root: Path) -> int:
-    """``seed_worktree_bytecode`` (its first inv compiles nothing: see bytecode.py); a failure only means
-    that first inv compiles, so it is a warning, never a reason to undo the create."""
+    """``seed_worktree_bytecode`` of the modules a first git task imports (it compiles nothing: see
+    bytecode.py); a failure only means that first task compiles, so it is a warning, never a reason
+    to undo the create."""
     try:
-        return seed_worktree_bytecode(root)
+        return seed_worktree_bytecode(root, only=first_task_sources())
     except OSError as exc:
         warn(f"bytecode for {root} not seeded ({exc}); its first task compiles chtop's modules")
         return 0
