@@ -43,7 +43,13 @@ def script_text(python: str, package_parent: str) -> str:
             "# step, which inv runs itself only when invoke's program is needed.\n"
             "import sys\n"
             f"sys.path.append({package_parent!r})\n"
-            "from chtop_tasks.inv import main_without_site\n"
+            "try:\n"
+            "    from chtop_tasks.inv import main_without_site\n"
+            "except ImportError:  # a chtop_tasks from before this script, first on PYTHONPATH: site, then its main\n"
+            "    import site\n"
+            "    site.main()\n"
+            "    from chtop_tasks.inv import main\n"
+            "    sys.exit(main())\n"
             f"sys.exit(main_without_site({package_parent!r}))\n")
 
 

@@ -257,8 +257,21 @@ def test_bootstraps_inv_runs_from_a_python_path_too_long_for_a_shebang(tmp_path)
     assert script.read_text().startswith("#!/bin/sh\n")
     here_site = [p for p in sys.path if p.endswith("site-packages")]
     code = "import sys; print(sys.flags.no_site, sys.argv[1:])"
-    script.write_text(script.read_text().replace("from chtop_tasks.inv import main_without_site\n", "")
-                      .replace(f"sys.exit(main_without_site({str(REPO_ROOT)!r}))", code))
+    text = script.read_text()
+    script.write_text(text[:text.index("try:")] + code + "\n")
     out = subprocess.run([str(script), "git.status", "x y"], capture_output=True, text=True, timeout=60,
                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(here_site)))
     assert (out.returncode, out.stdout) == (0, "1 ['git.status', 'x y']\n"), out.stderr
+
+
+def test_bootstraps_inv_runs_an_older_chtop_first_on_pythonpath_with_site_done(tmp_path):
+    """A chtop_tasks from before the script (its inv has no ``main_without_site``), first on
+    ``PYTHONPATH``: its own ``main`` runs, after site's whole step, as pip's script ran it."""
+    old = tmp_path / "old" / "chtop_tasks"
+    old.mkdir(parents=True)
+    (old / "__init__.py").write_text("")
+    (old / "inv.py").write_text("import sys\ndef main():\n    import invoke\n    print('old main', sys.argv[1:])\n")
+    script = bootstraps_inv(tmp_path / "bin", sys.executable, REPO_ROOT)
+    out = subprocess.run([str(script), "git.status"], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=str(old.parent)))
+    assert (out.returncode, out.stdout) == (0, "old main ['git.status']\n"), out.stderr
