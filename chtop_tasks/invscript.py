@@ -21,6 +21,7 @@ it each time, after pip.  Either works; this one starts faster.
 
 import os
 import sys
+from pathlib import Path
 
 NAME = "chtop-inv"
 # Linux reads at most this much of a ``#!`` line (BINPRM_BUF_SIZE, 256 since 5.1; 128 before)
@@ -61,20 +62,10 @@ def package_parent() -> str:
 def write(scripts_dir: str, python: str = sys.executable) -> str:
     """Write the script into ``scripts_dir`` (over pip's), by a rename: never half a script, never
     through a link planted there.  Returns its path."""
+    from .atomic import write_atomic
+
     path = os.path.join(scripts_dir, NAME)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o755)
-    try:
-        os.fchmod(fd, 0o755)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(script_text(python, package_parent()))
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(Path(path), script_text(python, package_parent()), mode=0o755)
     return path
 
 

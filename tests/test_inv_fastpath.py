@@ -275,3 +275,24 @@ def test_bootstraps_inv_runs_an_older_chtop_first_on_pythonpath_with_site_done(t
     out = subprocess.run([str(script), "git.status"], capture_output=True, text=True, timeout=60,
                          env=dict(os.environ, PYTHONPATH=str(old.parent)))
     assert (out.returncode, out.stdout) == (0, "old main ['git.status']\n"), out.stderr
+
+
+def test_bootstrap_writes_the_script_over_pips_never_through_a_link(tmp_path):
+    """``python -m chtop_tasks.invscript DIR`` (what bootstrap runs): the script replaces what is there,
+    executable; a link planted in its place is replaced, its target left as it was; a bad dir is a
+    usage error that writes nothing."""
+    scripts = tmp_path / "bin"
+    scripts.mkdir()
+    target = tmp_path / "target"
+    target.write_text("untouched\n")
+    (scripts / invscript.NAME).symlink_to(target)
+    out = subprocess.run([sys.executable, "-m", "chtop_tasks.invscript", str(scripts)], capture_output=True,
+                         text=True, cwd=REPO_ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr
+    written = scripts / invscript.NAME
+    assert not written.is_symlink() and target.read_text() == "untouched\n"
+    assert written.read_text() == invscript.script_text(sys.executable, str(REPO_ROOT))
+    assert written.stat().st_mode & 0o777 == 0o755
+    bad = subprocess.run([sys.executable, "-m", "chtop_tasks.invscript", str(tmp_path / "nope")],
+                         capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
+    assert bad.returncode == 2 and "usage" in bad.stderr and not (tmp_path / "nope").exists()
