@@ -110,9 +110,11 @@ def main_without_site(package_parent: str) -> None:
     """``inv`` from the script ``invscript.py`` writes (``python -S``), which put ``package_parent``
     (where this chtop_tasks lives: an editable install's checkout) on ``sys.path`` to import this: it
     goes after site's directories, as an editable install's import hook comes after them."""
-    sys.path.remove(package_parent)
+    if sys.path[-1] == package_parent:
+        sys.path.pop()
     add_site_dirs()
-    sys.path.append(package_parent)
+    if package_parent not in sys.path:     # (where PYTHONPATH names it, it stays where that put it)
+        sys.path.append(package_parent)
     main()
 
 

@@ -12,7 +12,7 @@ unchecked, and no compile runs here (a read and a write per module).
 
 ``worktree.create`` seeds the modules a worktree's first git task imports (``first_task_sources``):
 its own and those of the git tasks, about 35 of chtop's 140.  Writing a pyc is a file created, 0.4-0.7
-ms on these VMs' disks: seeding all 140 was 130 ms of the create's CPU, for modules (the dashboard's,
+ms on these VMs' disks: seeding all 140 was 200 ms of the create's CPU, for modules (the dashboard's,
 a launch's) that compile at their first use as any new code does.
 """
 
