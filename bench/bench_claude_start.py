@@ -10,6 +10,9 @@ the ratio (the old 1.15x target, retired: issue 24); then, measured in the same 
 floor invoke's own program pays before chtop's code runs (starting Python, importing invoke), and
 chtop's own share (target: at most 20 ms): the total minus starting Python minus the bare run, since
 `inv sbox.claude` is chtop's inv, whose fast start (chtop_tasks/faststart.py) imports no invoke.
+Since stop 40 `inv` is the script bootstrap writes (chtop_tasks/invscript.py), which starts
+`python -S`: the Python start subtracted is `python -S -c pass` (the figures of earlier stops
+subtracted `python -c pass`, with site's `.pth` files, and ran pip's console script).
 Not run by the tests.
 """
 
@@ -32,10 +35,11 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_sandbox import build, floor_commands, inv_floor, require_root, scratch_base, stop_proxies, timed  # noqa: E402
 
+from chtop_tasks import invscript  # noqa: E402
+
 FIRST_SCREEN = "trust"
 WARM_OFF = "CHTOP_WARM"
 LAUNCH_LINE = r"\$ podman run"
-CHTOP_INV = "import sys; sys.path.insert(0, sys.argv.pop(1)); from chtop_tasks.inv import main; main()"
 PLAN_CLAUDE = """
 import json
 from pathlib import Path
@@ -106,14 +110,16 @@ def main() -> int:
         seed_claude_config(g)
         env = dict(g.env, TERM="xterm-256color")
         as_user = ["runuser", "-u", g.user.pw_name, "--", "env", "-i", *[f"{k}={v}" for k, v in env.items()]]
-        # chtop's inv as its console script starts it (chtop_tasks/inv.py, from the worktree's own checkout)
-        inv_argv = [str(g.venv / "bin" / "python"), "-c", CHTOP_INV, str(g.dev), "sbox.claude"]
+        # chtop's inv as the script bootstrap writes starts it (invscript.py: python -S), with the
+        # worktree's own checkout's chtop_tasks
+        py = str(g.venv / "bin" / "python")
+        inv_argv = [py, "-S", "-c", invscript.script_text(py, str(g.dev)), "sbox.claude"]
         inv = as_user + inv_argv
         cold = as_user + [f"{WARM_OFF}=0", *inv_argv]      # the same, the warm launcher turned off
         time_to_first_screen(inv, g.dev)          # warm-up: proxy started, hooks and skeleton made, and
         remove_containers(g, as_user)             # the warm launcher started (chtop_tasks/warmstart/)
         wait_for_warm_launcher(g)
-        floors = floor_commands(g)
+        floors = dict(floor_commands(g), python_s=[py, "-S", "-c", "pass"])    # the start inv's script has
         t_inv, t_cold, t_bare, t_floor = [], [], [], {k: [] for k in floors}
         pre_warm, pre_cold = [], []
         for _ in range(args.runs):                # interleaved, so load drifts hit both alike
@@ -145,13 +151,13 @@ def main() -> int:
         print(f"floor of any inv task: {parts}, where 1.15x leaves {0.15 * m_bare * 1000:.1f} ms;\n"
               f"  so through inv claude's first screen is at best {(m_bare + floor) / m_bare:.2f}x "
               "before any chtop code runs")
-        python = statistics.median(t_floor["python"]) - statistics.median(t_floor["true"])
+        python = statistics.median(t_floor["python_s"]) - statistics.median(t_floor["true"])
         print(f"chtop's own share: {(m_inv - python - m_bare) * 1000:.1f} ms (target <= 20 ms; inv sbox.claude - "
-              "starting python - bare podman run: its fast start imports no invoke, its warm launcher\n"
+              "starting python -S - bare podman run: its fast start imports no invoke, its warm launcher\n"
               f"  imported the launch's modules); cold ({WARM_OFF}=0): {(m_cold - python - m_bare) * 1000:.1f} ms")
-        floor_python = statistics.median(t_floor["python"])
+        floor_python = statistics.median(t_floor["python_s"])
         print(f"to chtop's '$ podman run' line: warm {statistics.median(pre_warm) * 1000:.1f} ms, cold "
-              f"{statistics.median(pre_cold) * 1000:.1f} ms (medians); minus starting python "
+              f"{statistics.median(pre_cold) * 1000:.1f} ms (medians); minus starting python -S "
               f"({floor_python * 1000:.1f} ms as the same user): warm "
               f"{(statistics.median(pre_warm) - floor_python) * 1000:.1f} ms, cold "
               f"{(statistics.median(pre_cold) - floor_python) * 1000:.1f} ms")
