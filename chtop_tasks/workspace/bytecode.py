@@ -65,14 +65,15 @@ def first_task_sources() -> set[str]:
     for name in FIRST_TASK_MODULES:
         try:
             importlib.import_module(name)
-        except ImportError:
-            pass                    # (a name this list outlived: that module compiles at first use)
+        except Exception:  # noqa: BLE001 - a name this list outlived, a broken module: it compiles at first use
+            pass
     root = str(running_checkout())
     sources = set()
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None) if name.partition(".")[0] == PACKAGE else None
-        if path and os.path.realpath(path).startswith(root + os.sep):
-            sources.add(os.path.relpath(os.path.realpath(path), root))
+        real = os.path.realpath(path) if path else ""
+        if real.startswith(root + os.sep):
+            sources.add(os.path.relpath(real, root))
     return sources
 
 
@@ -84,14 +85,12 @@ def seed_worktree_bytecode(new_root: Path, from_root: Path | None = None, only: 
     if sys.dont_write_bytecode or not sys.pycache_prefix:
         return 0
     from_root = running_checkout() if from_root is None else from_root
-    written = 0
-    for dirpath, _dirs, files in os.walk(from_root / PACKAGE):
-        for filename in files:
-            source = Path(dirpath) / filename
-            if (filename.endswith(".py") and (only is None or str(source.relative_to(from_root)) in only)
-                    and seed_one(source, new_root, from_root)):
-                written += 1
-    return written
+    if only is None:
+        sources = [Path(dirpath) / name for dirpath, _dirs, files in os.walk(from_root / PACKAGE)
+                   for name in files if name.endswith(".py")]
+    else:
+        sources = [from_root / rel for rel in sorted(only) if rel.endswith(".py")]
+    return sum(1 for source in sources if seed_one(source, new_root, from_root))
 
 
 def seed_one(source: Path, new_root: Path, from_root: Path) -> bool:
