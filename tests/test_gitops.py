@@ -2,6 +2,7 @@
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -329,6 +330,39 @@ def test_merge_up_asks_for_attribute_drivers_only_where_an_attributes_file_lands
     g.inv(dev, "git.merge-up", env=env)
     assert "--get-regexp" not in (shim / "log").read_text()
     assert git(g.toplevel / "beta", "log", "-1", "--format=%s", "kms") == "no attributes"
+
+
+def git_logged(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """An env whose ``git`` logs ``$PWD $*`` to the returned file, then runs the real one."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "git").write_text(f'#!/bin/sh\necho "$PWD $*" >> {shim}/log\nexec {shutil.which("git")} "$@"\n')
+    (shim / "git").chmod(0o755)
+    (shim / "log").write_text("")
+    return {"PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}, shim / "log"
+
+
+def test_merge_up_reads_what_lands_from_packed_integration_trees_with_no_git_diff(with_dev, tmp_path):
+    """The toplevel stores packed (as a clone leaves them): the dry run still finds the paths each
+    landing changes as data, and lands them (the plan and the untracked-file check both see them)."""
+    g = with_dev
+    dev = g.path("dev")
+    for repo in ("alpha", "beta"):
+        subprocess.run(["git", "repack", "-adq"], cwd=g.toplevel / repo, check=True)
+        subprocess.run(["git", "prune-packed"], cwd=g.toplevel / repo, check=True)
+    g.commit(dev / "alpha", "landing.txt", "x\n", "a file that lands")
+    g.commit(dev / "beta", "b.txt", "x\n", "another")
+    (g.toplevel / "alpha" / "landing.txt").write_text("in the way\n")
+    env, log = git_logged(tmp_path)
+    result = g.inv(dev, "git.merge-up", "--dry-run", check=False, env=env)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "untracked landing.txt would be overwritten by the merge" in result.stderr, result.stderr
+    assert "--name-only" not in log.read_text(), log.read_text()
+    (g.toplevel / "alpha" / "landing.txt").unlink()
+    log.write_text("")
+    g.inv(dev, "git.merge-up", env=env)
+    assert "--name-only" not in log.read_text()
+    assert git(g.toplevel / "alpha", "log", "-1", "--format=%s") == "a file that lands"
 
 
 def test_the_outcome_checks_read_refs_where_the_branch_is_at_its_integration_tip(with_dev, monkeypatch):

@@ -1,4 +1,4 @@
-"""chtop_tasks.workspace.treediff: the paths a commit changes, read from loose trees, are git's."""
+"""chtop_tasks.workspace.treediff: the paths a commit changes, read from loose or packed trees, are git's."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def test_changed_paths_are_gits_for_every_shape_of_change(tmp_path):
     assert changed_paths(store, tip, mode) == gits_paths(repo, tip, mode) == {"run.sh"}
 
 
-def test_a_name_git_quotes_or_a_packed_tree_is_left_to_git(tmp_path):
+def test_a_name_git_quotes_is_left_to_git_and_a_packed_tree_is_read(tmp_path):
     repo = tmp_path / "r"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
@@ -73,4 +73,6 @@ def test_a_name_git_quotes_or_a_packed_tree_is_left_to_git(tmp_path):
     assert changed_paths(repo / ".git", tip, later) == {"plain.txt"}
     subprocess.run(["git", "repack", "-adq"], cwd=repo, check=True)
     subprocess.run(["git", "prune-packed"], cwd=repo, check=True)
-    assert changed_paths(repo / ".git", tip, later) is None
+    assert not any((repo / ".git" / "objects").glob("[0-9a-f][0-9a-f]/*"))
+    assert changed_paths(repo / ".git", tip, later) == {"plain.txt"}          # read from the pack
+    assert changed_paths(repo / ".git", base, tip) is None

@@ -1,27 +1,30 @@
-"""The paths one commit changes against another, read from loose objects of the host's store with no
-git process: ``git diff --name-only BASE TIP`` where both commits' trees are there as data.
+"""The paths one commit changes against another, read from the host's store with no git process:
+``git diff --name-only BASE TIP`` where both commits' trees are there as data, loose or in a pack
+(``packread``).
 
 merge-up asks, per repo that lands, which paths the feature changes (``gitops.landing_paths``): the
 toplevel checkout's uncommitted or untracked files there would stop the merge, and a
 ``.gitattributes`` among them is checked for drivers.  After an import the feature's new trees are
-loose objects of the toplevel's store, and so is the integration tip's root tree when it came from
-an earlier merge-up or a commit made there.  Where every tree the diff must open is loose, the
-paths are read here; anything else -- a packed tree, a name git would quote (``core.quotePath``),
-more than ``MAX_TREES`` trees -- is None, and git is asked.  A rename is its two paths (git's
-``--name-only`` shows only the new one): the merge changes both, so the checks mind both.
+loose objects of the toplevel's store; the integration tip's are loose when it came from an
+earlier merge-up or a commit made there, else (a fresh clone, a fetch, a ``gc``) in a pack.  Where
+every tree the diff must open is read so, the paths are read here; anything else -- a tree neither
+reads, a name git would quote (``core.quotePath``), more than ``MAX_TREES`` trees -- is None, and
+git is asked.  A rename is its two paths (git's ``--name-only`` shows only the new one): the merge
+changes both, so the checks mind both.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .loosepack import TREE_MODE, read_loose, tree_items
+from .loosepack import TREE_MODE, tree_items
+from .packread import read_object
 
 MAX_TREES = 200
 
 
 def changed_paths(store: Path, base: str, tip: str) -> set[str] | None:
-    """The paths commit ``tip`` changes against commit ``base`` (both loose commits of ``store``)."""
+    """The paths commit ``tip`` changes against commit ``base`` (both commits of ``store``)."""
     trees = [commit_tree(store, sha) for sha in (base, tip)]
     if None in trees:
         return None
@@ -31,7 +34,7 @@ def changed_paths(store: Path, base: str, tip: str) -> set[str] | None:
 
 
 def commit_tree(store: Path, sha: str) -> str | None:
-    obj = read_loose(store, sha)
+    obj = read_object(store, sha)
     if obj is None or obj[0] != b"commit" or not obj[1].startswith(b"tree "):
         return None
     tree = obj[1][5:45].decode("ascii", "replace")
@@ -40,7 +43,7 @@ def commit_tree(store: Path, sha: str) -> str | None:
 
 def entries_of(store: Path, tree: str, budget: list[int]) -> dict[bytes, tuple[bytes, str]] | None:
     budget[0] -= 1
-    obj = read_loose(store, tree) if budget[0] >= 0 else None
+    obj = read_object(store, tree) if budget[0] >= 0 else None
     items = tree_items(obj[1]) if obj is not None and obj[0] == b"tree" else None
     return None if items is None else {name: (mode, sha) for mode, name, sha in items}
 
