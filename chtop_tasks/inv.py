@@ -160,11 +160,12 @@ def fast_start(root: str, argv: list[str]) -> None:
 
 
 def warm_start(root: str) -> None:
-    """A launch task on a terminal goes to the checkout's warm launcher (``warmstart/``) and exits
-    with its status; return when it runs here (no launcher yet: one is started for the next)."""
+    """A launch task on a terminal, or a daily git task of a feature worktree, goes to the checkout's
+    warm launcher (``warmstart/``) and exits with its status; return when it runs here (no launcher
+    yet: one is started for the next)."""
     from .warmstart import wire
 
-    if not wire.wanted(sys.argv[1:], os.environ):
+    if not wire.wanted(sys.argv[1:], os.environ, root):
         return
     from .warmstart.client import launched
 

@@ -224,7 +224,9 @@ def test_bootstraps_inv_runs_the_site_pth_files_only_for_invokes_program(with_de
     python = str(venv / "bin" / "python")
     # invoke and the rest from the test's own environment; chtop_tasks from the group's toplevel
     here_site = [p for p in sys.path if p.endswith("site-packages")]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(here_site))
+    # the fast start itself: the warm launcher this git task would leave behind starts Python with
+    # site's whole step, as designed (tests/test_warmstart.py)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(here_site), CHTOP_WARM="0")
     bin_dir = bootstraps_inv(tmp_path / "bin", python, g.toplevel).parent
 
     status = typed(bin_dir, g.path("dev", "alpha"), "git.status", env=env)

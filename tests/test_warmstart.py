@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import pytest
 from sandbox_helpers import user_group  # noqa: F401
 
 from chtop_tasks import invscript
+from chtop_tasks.rundir import runtime_base_path
 from chtop_tasks.warmstart import wire
 
 WARM = "warm start: run by this checkout's warm launcher"
@@ -40,18 +42,32 @@ def test_a_request_round_trips_and_a_bad_one_is_refused():
         wire.decode_request(encoded[4:-len(b"EMPTY=\0")])       # one env entry short of its count
 
 
-def test_only_a_launch_task_on_a_terminal_goes_warm_and_never_from_inside_the_server(monkeypatch):
+def test_a_launch_on_a_terminal_or_a_daily_git_task_of_a_worktree_goes_warm_never_from_the_server(monkeypatch, tmp_path):
+    worktree, toplevel = tmp_path / "dev", tmp_path / "top"
+    (worktree).mkdir()
+    (worktree / ".git").write_text("gitdir: /elsewhere\n")        # a linked worktree's checkout
+    (toplevel / ".git").mkdir(parents=True)
     monkeypatch.setattr(os, "isatty", lambda fd: True)
     assert wire.wanted(["sbox.claude"], {})
     assert wire.wanted(["sbox.shell", "--network", "host"], {"CHTOP_WARM": "1"})
-    assert not wire.wanted(["git.status"], {})
+    assert not wire.wanted(["git.status"], {})                    # no checkout root: cold
     assert not wire.wanted(["sbox.run", "--", "true"], {})
     assert not wire.wanted(["sbox.claude"], {"CHTOP_WARM": "0"})
+    for argv in (["git.status"], ["git.diff", "--", "--stat"], ["git.merge-up", "--dry-run"], ["git.rebase-down"]):
+        assert wire.wanted(argv, {}, str(worktree)), argv
+        assert not wire.wanted(argv, {}, str(toplevel)), argv     # the toplevel's status asks every host
+        assert not wire.wanted(argv, {"CHTOP_WARM": "0"}, str(worktree)), argv
+    assert not wire.wanted(["git.pull"], {}, str(worktree))
+    assert not wire.wanted(["git.merge-up", "--host", "gpu1", "--name", "dev"], {}, str(worktree))
+    assert not wire.wanted(["git.diff", "--host=gpu1"], {}, str(worktree))
+    assert not wire.wanted(["git.rebase-down", "--", "-i"], {}, str(worktree))
     monkeypatch.setattr(wire, "IN_SERVER", True)
     assert not wire.wanted(["sbox.claude"], {})
+    assert not wire.wanted(["git.status"], {}, str(worktree))
     monkeypatch.setattr(wire, "IN_SERVER", False)
     monkeypatch.setattr(os, "isatty", lambda fd: False)
     assert not wire.wanted(["sbox.claude"], {})
+    assert wire.wanted(["git.status"], {}, str(worktree))        # its output captured: no terminal needed
 
 
 def test_a_spare_checks_the_checkouts_own_files_and_the_server_all_of_them(tmp_path):
@@ -272,3 +288,81 @@ def test_the_client_path_imports_neither_pathlib_nor_re_nor_enum():
 
     out = subprocess.run([sys.executable, "-S", "-c", code, str(repo)], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.split() == ["[]"], out.stdout + out.stderr
+
+
+# -- the daily git tasks, warm -------------------------------------------------------------------
+
+def inv_run(dev: Path, *args: str, env: dict, **popen) -> subprocess.CompletedProcess:
+    """bootstrap's ``inv ARGS`` in worktree ``dev`` (its own chtop_tasks), output captured."""
+    return subprocess.run([*chtop_inv(sys.executable, dev), *args], cwd=dev, env=env, capture_output=True,
+                          text=True, stdin=subprocess.DEVNULL, timeout=120, **popen)
+
+
+def without_warm_line(stderr: str) -> str:
+    return "".join(line for line in stderr.splitlines(keepends=True) if WARM not in line)
+
+
+def test_the_daily_git_tasks_go_warm_with_the_output_and_status_a_cold_run_gives(with_dev, tmp_path):
+    """In a feature worktree, off a terminal: the first ``git.status`` runs cold and leaves a server
+    (the git tasks' modules only); then ``git.status``, ``git.diff``, ``git.merge-up --dry-run``, one
+    right after another, run warm with the stdout, stderr and exit status of a ``CHTOP_WARM=0`` run,
+    a refusal too; and a Ctrl-C (SIGINT to the client's process group, as a terminal sends it)
+    reaches the run's git as it reaches a cold run's."""
+    g = with_dev
+    dev = g.path("dev")
+    env = dict(os.environ, CHTOP_VERBOSE="1")
+    cold = dict(env, CHTOP_WARM="0")
+    g.commit(dev / "alpha", "landing.txt", "x\n", "to land")
+    try:
+        first = inv_run(dev, "git.status", env=env)
+        assert first.returncode == 0 and WARM not in first.stderr, first.stderr
+        wait_until(lambda: servers_of(dev))
+        sock = Path(wire.socket_path(str(runtime_base_path()), str(dev)))
+        wait_until(sock.exists)
+        for args in (["git.status"], ["git.diff", "--", "--stat"], ["git.merge-up", "--dry-run"]):
+            warm, reference = inv_run(dev, *args, env=env), inv_run(dev, *args, env=cold)
+            assert WARM in warm.stderr and WARM not in reference.stderr, (args, warm.stderr)
+            assert (warm.returncode, warm.stdout, without_warm_line(warm.stderr)) == \
+                (reference.returncode, reference.stdout, reference.stderr), args
+        back_to_back = [inv_run(dev, "git.status", env=env) for _ in range(3)]
+        assert all(WARM in run.stderr and run.returncode == 0 for run in back_to_back)
+
+        (dev / "alpha" / "landing.txt").write_text("changed, not committed\n")
+        warm, reference = inv_run(dev, "git.merge-up", "--dry-run", env=env), inv_run(dev, "git.merge-up",
+                                                                                      "--dry-run", env=cold)
+        assert warm.returncode == reference.returncode == 3, warm.stderr
+        assert WARM in warm.stderr and "uncommitted changes" in warm.stderr
+        assert (warm.stdout, without_warm_line(warm.stderr)) == (reference.stdout, reference.stderr)
+
+        shim = tmp_path / "shim"
+        shim.mkdir()
+        marks = tmp_path / "marks"
+        # the run's first `git status` waits until a SIGINT ends it (its trap notes it); the rest are git's
+        (shim / "git").write_text(
+            f'#!/bin/sh\ncase " $* " in *" status "*) if mkdir {tmp_path}/held 2>/dev/null; then\n'
+            f'  trap \'echo INT >> {marks}; exit 130\' INT\n  echo $$ >> {tmp_path}/started\n'
+            f'  while :; do sleep 0.05; done; fi;;\nesac\nexec {shutil.which("git")} "$@"\n')
+        (shim / "git").chmod(0o755)
+        statuses = []
+        for run_env in (env, cold):
+            marks.unlink(missing_ok=True)
+            (tmp_path / "started").unlink(missing_ok=True)
+            shutil.rmtree(tmp_path / "held", ignore_errors=True)
+            # its own process group, as a terminal's foreground job, with SIGINT as a terminal leaves
+            # it (a test runner may start its workers with it ignored, and that is inherited)
+            child = subprocess.Popen([*chtop_inv(sys.executable, dev), "git.status"], cwd=dev, start_new_session=True,
+                                     preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+                                     env=dict(run_env, PATH=f"{shim}:{run_env['PATH']}"), stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            wait_until(lambda: (tmp_path / "started").exists())
+            time.sleep(0.2)
+            os.killpg(child.pid, signal.SIGINT)
+            _, err = child.communicate(timeout=60)
+            assert "INT" in marks.read_text(), err
+            statuses.append((child.returncode, WARM in err))
+        assert statuses[0][1] and not statuses[1][1], statuses
+        assert statuses[0][0] == statuses[1][0] != 0, statuses
+    finally:
+        for pid in servers_of(dev):
+            os.kill(pid, signal.SIGTERM)
+    wait_until(lambda: not servers_of(dev, spares=True))

@@ -1,10 +1,12 @@
-"""The warm launcher's client: ``inv``'s first step for a launch task on a terminal (``inv.py``).
+"""The warm launcher's client: ``inv``'s first step for a launch task on a terminal, or a daily git
+task of a feature worktree (``inv.py``, ``wire.wanted``).
 
 It imports only ``_socket`` and ``_signal`` (``socket`` and ``signal`` bring ``enum``: 10 ms), finds
 the server of this checkout in your private runtime dir, and hands it the terminal; or, when there
 is none, starts one for the next launch and says so by returning None (``inv`` then runs the task
 itself, as always).  While the server's child runs the task, the signals you send this process
-(Ctrl-C before the terminal is raw, a resize, a hang-up, a kill) go to that child, and its status
+(Ctrl-C before the terminal is raw, a resize, a hang-up, a kill) go to that child (a git task's:
+to its process group, its gits too, as a terminal's Ctrl-C reaches a cold run's), and its status
 is this process's.
 """
 
@@ -34,7 +36,7 @@ with open(path, "rb") as source:
     code = compile(source.read(), path, "exec", dont_inherit=True)
 exec(code, {"__name__": "chtop_prologue", "__file__": path, "__builtins__": __builtins__})
 from chtop_tasks.warmstart.server import serve
-serve(root, start_prefix=prefix, start_environ=environ)
+serve(root, start_prefix=prefix, start_environ=environ, task=sys.argv[2])
 """
 
 
@@ -45,7 +47,7 @@ def launched(root: str, argv: list[str]) -> int | None:
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         if not is_private_dir(base) or not connected(sock, wire.socket_path(base, root)):
-            start_server(root)
+            start_server(root, argv[1])
             return None
         pid = handed_over(sock, root, argv)
         if pid is None:
@@ -75,12 +77,12 @@ def handed_over(sock, root: str, argv: list[str]) -> int | None:
         return None
     if not answer.startswith(b"run "):
         if answer == b"no stale":
-            start_server(root)           # the old one has gone: a fresh one for the next launch
+            start_server(root, argv[1])  # the old one has gone: a fresh one for the next launch
         return None
     pid = int(answer[4:])
     if os.environ.get("CHTOP_VERBOSE") == "1":
         print(f"chtop: warm start: run by this checkout's warm launcher (pid {pid})", file=sys.stderr)
-    forward_signals_to(pid)
+    forward_signals_to(pid, group=wire.is_git_task(argv[1:]))
     sock.settimeout(None)
     try:
         sock.sendall(b"go\n")
@@ -102,13 +104,21 @@ def read_line(sock) -> bytes:
 LAST_SIGNAL = []
 
 
-def forward_signals_to(pid: int) -> None:
+def forward_signals_to(pid: int, group: bool = False) -> None:
+    """The signals this process gets, passed on to ``pid``; with ``group``, to its process group (the
+    run is its group's leader once it runs: ``server.become_client``), else to it alone."""
     def forward(signum, frame):
         LAST_SIGNAL[:] = [signum]
         try:
-            os.kill(pid, signum)
+            if group:
+                os.killpg(pid, signum)
+            else:
+                os.kill(pid, signum)
         except ProcessLookupError:
-            pass
+            try:
+                os.kill(pid, signum)         # (a signal before the run took its own group)
+            except ProcessLookupError:
+                pass
 
     for name in FORWARDED:
         _signal.signal(getattr(_signal, name), forward)
@@ -125,11 +135,11 @@ def status_of(sock, pid: int) -> int:
     return 1
 
 
-def start_server(root: str) -> None:
-    """Start the warm launcher of ``root`` for the next launch, detached (its own session, no terminal,
-    cwd /), with this environment; it is ready in about a second."""
+def start_server(root: str, task: str) -> None:
+    """Start the warm launcher of ``root`` for the next run of ``task`` (what it preloads), detached
+    (its own session, no terminal, cwd /), with this environment; it is ready in about a second."""
     try:
-        os.posix_spawn(sys.executable, [sys.executable, "-c", SERVER_BOOT, root], os.environ,
+        os.posix_spawn(sys.executable, [sys.executable, "-c", SERVER_BOOT, root, task], os.environ,
                        setsid=True, file_actions=[(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0)
                                                    for fd in (0, 1, 2)])
     except OSError:

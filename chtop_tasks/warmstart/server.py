@@ -1,7 +1,8 @@
 """The warm launcher's server: a launch's modules imported once, a child forked ahead per launch.
 
 ``serve(root)`` runs detached (``client.start_server``): it imports what ``inv sbox.claude`` imports
-(``PRELOAD``), notes every loaded module's file, then listens on its socket in your runtime dir.
+(``PRELOAD``; started by a git task, what the git tasks import, ``PRELOAD_GIT``), notes every loaded
+module's file, then listens on its socket in your runtime dir.
 It keeps one *spare*: a child forked ahead that waits on the socket, so that a launch does not
 wait for the fork (about 2 ms of a process this size).  The spare that takes a request tells the
 server, which forks the next one.  Per request the spare checks that the peer is you, that the
@@ -31,9 +32,13 @@ TICK_SECONDS = 30            # how often an idle server looks whether its worktr
 # The next spare is forked this long after one took a request (the launch has passed its own part, a
 # few tens of ms, and podman is starting), not at once: forking this process
 # (2 ms, its pages made copy-on-write) competed with the launch just handed over, and made the
-# spare's answer 2 ms slower.  A launch arriving meanwhile waits on the socket for the new spare.
+# spare's answer 2 ms slower.  A run arriving meanwhile wakes the server, which forks it one at once.
 SPARE_DELAY_SECONDS = 0.25
 PRELOAD_TASK = "sbox.claude"
+# What a server started by a git task imports: the git tasks' modules alone (a launch it serves later
+# imports the rest itself); it rehearses no launch.  Less to import, and a smaller process to fork.
+PRELOAD_GIT = ("chtop_tasks.inv", "chtop_tasks.faststart", "chtop_tasks.workspace.gitops",
+               "chtop_tasks.warmstart.client")
 PRELOAD = (
     "chtop_tasks.inv", "chtop_tasks.faststart", "chtop_tasks.agents.registry", "chtop_tasks.sandbox",
     "chtop_tasks.sandbox.launcher", "chtop_tasks.passthrough", "chtop_tasks.workspace.gitops",
@@ -42,11 +47,15 @@ PRELOAD = (
 )
 
 
-def serve(root: str, *, start_prefix=None, start_environ=None) -> None:
-    """Preload, listen and serve launches for the checkout ``root`` until idle or gone."""
+def serve(root: str, *, start_prefix=None, start_environ=None, task: str = PRELOAD_TASK) -> None:
+    """Preload (for ``task``, the run that started it), listen and serve runs for the checkout ``root``
+    until idle or gone."""
     wire.IN_SERVER = True
-    preload()
-    rehearse(root)
+    if wire.is_git_task([task]):
+        preload(PRELOAD_GIT, task)
+    else:
+        preload(PRELOAD, PRELOAD_TASK)
+        rehearse(root)
     files = module_files(root)
     key = wire.start_key(os.environ if start_environ is None else start_environ)
     base = runtime_base()
@@ -66,14 +75,14 @@ def left_on_request(signum, frame):
     raise SystemExit(0)
 
 
-def preload() -> None:
+def preload(modules: tuple[str, ...], task: str) -> None:
     import importlib
 
     from .. import faststart
 
-    for name in PRELOAD:
+    for name in modules:
         importlib.import_module(name)
-    faststart.light_tasks(PRELOAD_TASK)          # the task modules, light, as the fast start imports them
+    faststart.light_tasks(task)                  # the task's module, light, as the fast start imports it
 
 
 REHEARSALS = 3
@@ -166,19 +175,24 @@ def serve_requests(listener, root, key, files, start_prefix, still_listed) -> No
         while True:
             if spare in reaped_children():
                 spare = None                  # it failed before taking a request: a new one
-            if spare is None and time.monotonic() >= due:
+            if spare is None and (time.monotonic() >= due or waiting_on(listener)):
                 if changed_module(files) is not None:
                     return                    # a library it loaded changed: a fresh server, cold
                 spare = fork_spare(listener, news, to_server, root, key, own, start_prefix)
-            news.settimeout(TICK_SECONDS if spare is not None else max(0.001, due - time.monotonic()))
-            try:
-                said = news.recv(64)
-            except TimeoutError:
+            # with no spare, a run that arrives meanwhile (git tasks come one right after another)
+            # wakes the server, which forks its spare at once
+            watched = [news] if spare is not None else [news, listener]
+            ready = select.select(watched, [], [], TICK_SECONDS if spare is not None
+                                  else max(0.001, due - time.monotonic()))[0]
+            if not ready:
                 if spare is not None and (time.monotonic() - last > IDLE_SECONDS or not still_listed()
                                           or not os.path.isfile(os.path.join(root, "tasks.py"))
                                           or changed_module(files) is not None):
                     return
                 continue
+            if news not in ready:
+                continue
+            said = news.recv(64)
             last = time.monotonic()
             if STALE in said:
                 return
@@ -188,6 +202,11 @@ def serve_requests(listener, root, key, files, start_prefix, still_listed) -> No
         stop_listening(listener)
         news.close()
         to_server.close()
+
+
+def waiting_on(listener) -> bool:
+    """Whether a run is waiting on the socket for a spare to take it."""
+    return bool(select.select([listener], [], [], 0)[0])
 
 
 def fork_spare(listener, news, to_server, root, key, files, start_prefix) -> int:

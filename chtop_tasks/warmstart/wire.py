@@ -12,7 +12,10 @@ import os
 import sys
 
 PROTOCOL = "chtop-warm-2"
-WARM_TASKS = ("sbox.claude", "sbox.agent", "sbox.shell")
+WARM_TASKS = ("sbox.claude", "sbox.agent", "sbox.shell")          # launches: on a terminal
+# The daily git tasks of a feature worktree, on a terminal or not (their output is captured and
+# printed, nothing of theirs reads the terminal): see git_task_may_go_warm.
+WARM_GIT_TASKS = ("git.status", "git.diff", "git.rebase-down", "git.merge-up")
 OFF_ENV = "CHTOP_WARM"            # "0": never warm (no server is used or started)
 SOCKET_PREFIX = "warm-"
 MAX_REQUEST = 1 << 20
@@ -24,10 +27,32 @@ START_ENV = ("LANG", "LC_ALL", "LC_CTYPE")
 IN_SERVER = False
 
 
-def wanted(argv: list[str], environ) -> bool:
-    """Whether ``inv ARGV`` may go to a warm launcher: a launch task, on a terminal, not turned off."""
-    return (not IN_SERVER and bool(argv) and argv[0] in WARM_TASKS and environ.get(OFF_ENV, "1") != "0"
-            and os.isatty(0) and os.isatty(1))
+def wanted(argv: list[str], environ, root: str | None = None) -> bool:
+    """Whether ``inv ARGV`` (in checkout ``root``) may go to a warm launcher: a launch task on a
+    terminal, or a daily git task of a feature worktree; not turned off."""
+    if IN_SERVER or not argv or environ.get(OFF_ENV, "1") == "0":
+        return False
+    if argv[0] in WARM_TASKS:
+        return os.isatty(0) and os.isatty(1)
+    return argv[0] in WARM_GIT_TASKS and root is not None and git_task_may_go_warm(argv, root)
+
+
+def git_task_may_go_warm(argv: list[str], root: str) -> bool:
+    """A git task runs warm in a feature worktree (its ``.git`` a file; the toplevel's status asks
+    every recorded host over SSH), never with ``--host`` (SSH, whose prompts read your terminal as
+    theirs, which a warm run does not have), and rebase-down never with git options passed through
+    (``-- -i``: an interactive rebase's editor)."""
+    if any(arg == "--host" or arg.startswith("--host=") for arg in argv[1:]):
+        return False
+    if argv[0] == "git.rebase-down" and "--" in argv[1:]:
+        return False
+    return os.path.isfile(os.path.join(root, ".git"))
+
+
+def is_git_task(argv: list[str]) -> bool:
+    """A warm git task: the signals its client gets go to the run's whole process group (its gits
+    too), as your terminal's Ctrl-C reaches a cold run's, so that a git interrupted cleans up."""
+    return bool(argv) and argv[0] in WARM_GIT_TASKS
 
 
 def start_key(environ) -> str:

@@ -54,7 +54,11 @@ def current_code(source: Path, source_bytes: bytes) -> bytes | None:
 # What a worktree's first git task imports beyond the modules worktree.create has imported itself
 # (the task modules import the rest lazily, when the task runs)
 FIRST_TASK_MODULES = ("chtop_tasks.tasks.git", "chtop_tasks.workspace.gitops", "chtop_tasks.workspace.treediff",
-                      "chtop_tasks.argv")
+                      "chtop_tasks.argv", "chtop_tasks.warmstart.client")
+# Seeded by their files, not imported here (the server's import of socket and select is not the
+# create's to pay): the warm launcher the first git task starts, and what it imports of chtop's own
+# beyond the modules above.
+WARM_SERVER_SOURCES = ("chtop_tasks/warmstart/server.py", "chtop_tasks/filestamp.py")
 
 
 def first_task_sources() -> set[str]:
@@ -68,7 +72,7 @@ def first_task_sources() -> set[str]:
         except Exception:  # noqa: BLE001 - a name this list outlived, a broken module: it compiles at first use
             pass
     root = str(running_checkout())
-    sources = set()
+    sources = set(WARM_SERVER_SOURCES)
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None) if name.partition(".")[0] == PACKAGE else None
         real = os.path.realpath(path) if path else ""
