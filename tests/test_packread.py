@@ -129,3 +129,21 @@ def test_a_pack_or_index_that_is_a_link_reads_as_nothing(tmp_path):
     os.rename(pack, elsewhere)
     os.symlink(elsewhere, pack)
     assert read_packed(store, sha) is None
+
+
+def test_a_deflated_entry_longer_or_shorter_than_its_header_says_reads_as_nothing(tmp_path):
+    """An entry inflates to exactly the size its header gives, or it is not read (a stream that
+    would inflate further is not inflated past that size)."""
+    import zlib
+
+    data = b"all work and no play " * 5000
+    path = tmp_path / "entry"
+    path.write_bytes(b"\0" * 7 + zlib.compress(data, 9) + b"trailing pack bytes")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert packread.inflated(fd, 7, len(data)) == data
+        assert packread.inflated(fd, 7, len(data) - 1) is None
+        assert packread.inflated(fd, 7, 10) is None
+        assert packread.inflated(fd, 7, len(data) + 1) is None
+    finally:
+        os.close(fd)

@@ -180,17 +180,17 @@ def delta_base_distance(data: bytes) -> tuple[int, int]:
 def inflated(fd: int, at: int, size: int) -> bytes | None:
     """``size`` bytes deflated at ``at`` of ``fd``, or None when the stream says otherwise."""
     inflater = zlib.decompressobj()
-    out, want = [], size + READ_AHEAD
+    out, got, want = [], 0, size + READ_AHEAD
     while not inflater.eof:
         chunk = os.pread(fd, want, at)
         if not chunk:
             return None
         at += len(chunk)
-        out.append(inflater.decompress(chunk, size + 1 - sum(map(len, out))))
-        if inflater.unconsumed_tail:
+        out.append(inflater.decompress(chunk, size + 1 - got))      # (never 0: that is "no limit")
+        got += len(out[-1])
+        if inflater.unconsumed_tail or got > size:
             return None                 # more than the header said
-    data = b"".join(out)
-    return data if len(data) == size else None
+    return b"".join(out) if got == size else None
 
 
 def applied(base: bytes, delta: bytes) -> bytes | None:
