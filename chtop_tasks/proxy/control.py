@@ -315,18 +315,26 @@ def stop_proxy(group_dir: Path, timeout: float = 10.0) -> int | None:
     group_dir = Path(group_dir).resolve()
     supervisor = _our_supervisor(group_dir)
     if supervisor is not None:
-        os.kill(supervisor, signal.SIGTERM)       # it passes the SIGTERM on to the daemon
+        _signal_if_there(supervisor, signal.SIGTERM)       # it passes the SIGTERM on to the daemon
     pid = _read_pid(group_dir)
     if pid is None or not _is_our_proxy(pid, group_dir):
         pid = None
     else:
-        os.kill(pid, signal.SIGTERM)
+        _signal_if_there(pid, signal.SIGTERM)     # (the supervisor's SIGTERM may have ended it already)
         if not _wait_gone(pid, group_dir, b"chtop_tasks.proxy.server", timeout):
-            os.kill(pid, signal.SIGKILL)
+            _signal_if_there(pid, signal.SIGKILL)
     if supervisor is not None and not _wait_gone(supervisor, group_dir, b"chtop_tasks.proxy.supervise", 2.0):
-        os.kill(supervisor, signal.SIGKILL)
+        _signal_if_there(supervisor, signal.SIGKILL)
     _clean_stale(group_dir)
     return pid
+
+
+def _signal_if_there(pid: int, signum: int) -> None:
+    """``kill(pid, signum)``; a process that has just ended is what was wanted."""
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
 
 
 def sandboxes_served(group_dir: Path) -> int:
