@@ -313,22 +313,17 @@ def test_merge_up_asks_for_attribute_drivers_only_where_an_attributes_file_lands
     (dev / "alpha" / "sub").mkdir()
     g.commit(dev / "alpha", "sub/.gitattributes", "*.txt filter=x\n", "route files through x")
     g.commit(dev / "beta", "b.txt", "x\n", "no attributes")
-    shim = tmp_path / "shim"
-    shim.mkdir()
-    real = shutil.which("git")
-    (shim / "git").write_text(f'#!/bin/sh\necho "$PWD $*" >> {shim}/log\nexec {real} "$@"\n')
-    (shim / "git").chmod(0o755)
-    env = {"PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
+    env, log = git_logged(tmp_path)
     result = g.inv(dev, "git.merge-up", "--dry-run", check=False, env=env)
     assert result.returncode == 3, result.stdout + result.stderr
     assert "sub/.gitattributes adds `*.txt filter=x`" in result.stderr, result.stderr
-    asked = [line for line in (shim / "log").read_text().splitlines() if "--get-regexp" in line]
+    asked = [line for line in log.read_text().splitlines() if "--get-regexp" in line]
     assert len(asked) == 1 and asked[0].startswith(f"{g.toplevel / 'alpha'} "), asked
     git(dev / "alpha", "reset", "-q", "--hard", "HEAD~1")
     g.commit(dev / "alpha", "a.txt", "x\n", "no attributes either")
-    (shim / "log").write_text("")
+    log.write_text("")
     g.inv(dev, "git.merge-up", env=env)
-    assert "--get-regexp" not in (shim / "log").read_text()
+    assert "--get-regexp" not in log.read_text()
     assert git(g.toplevel / "beta", "log", "-1", "--format=%s", "kms") == "no attributes"
 
 
