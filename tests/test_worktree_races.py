@@ -103,7 +103,7 @@ w.create_worktree(find_workspace(), "race")
 """
 
 
-@pytest.mark.parametrize("point, call", [("add_private_worktree", 2), ("refresh_workspace_files", 1)])
+@pytest.mark.parametrize("point, call", [("attach_private_worktree", 2), ("refresh_workspace_files", 1)])
 @pytest.mark.parametrize("next_task", ["worktree.create", "worktree.delete"])
 def test_a_create_killed_half_way_is_undone_by_the_next_task(initialized, point, call, next_task):
     g = initialized

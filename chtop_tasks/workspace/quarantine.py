@@ -213,11 +213,11 @@ def finish_admin_dir(admin: Path) -> None:
 PARALLEL_CHECKOUT = ["-c", "checkout.workers=0"]
 
 
-def add_private_worktree(shared: Path, store: Path, path: Path, branch: str, start_sha: str,
-                         integration: str, integration_sha: str, checkout: bool = True) -> None:
-    """The private store and the checkout of ``branch`` at ``start_sha`` (one ``git worktree add``);
-    without ``checkout``, the checkout has no files yet: ``check_out_files`` writes them."""
-    write_store_files(store, shared, integration, integration_sha)
+def attach_private_worktree(store: Path, path: Path, branch: str, start_sha: str, checkout: bool = True) -> None:
+    """The checkout of ``branch`` at ``start_sha`` (one ``git worktree add``) on the private store
+    ``write_store_files`` made (apart, so that the store can be written while ``path``'s parent is
+    still being made); without ``checkout``, the checkout has no files yet: ``check_out_files``
+    writes them."""
     git(store.parent, [*PARALLEL_CHECKOUT, f"--git-dir={store}", "worktree", "add", *([] if checkout else ["--no-checkout"]),
                        "-b", branch, str(path), start_sha], quiet=False)
     admin = admin_dir_for(store, path)
@@ -230,7 +230,7 @@ NULL_SHA = "0" * 40
 
 
 def check_out_files(path: Path, tip: str) -> None:
-    """The files of a checkout ``add_private_worktree`` made without them, as ``git worktree add``
+    """The files of a checkout ``attach_private_worktree`` made without them, as ``git worktree add``
     writes them: its ``reset --hard``, then the ``post-checkout`` hook (where your config has one)."""
     git(path, [*PARALLEL_CHECKOUT, "reset", "-q", "--hard", "--no-recurse-submodules"], quiet=False)
     git(path, ["hook", "run", "--ignore-missing", "post-checkout", "--", NULL_SHA, tip, "1"], quiet=False)

@@ -30,7 +30,7 @@ from .manifest import MANIFEST_NAME
 from .quarantine import (
     KEPT_PREFIX,
     SHA_RE,
-    add_private_worktree,
+    attach_private_worktree,
     check_out_files,
     group_git_dir,
     packed_refs_read,
@@ -38,6 +38,7 @@ from .quarantine import (
     reaches_as_data,
     read_ref,
     sync_worktree,
+    write_store_files,
 )
 from .storewalk import worktree_walk_records
 from .venvstamp import is_complete, venv_state
@@ -209,23 +210,27 @@ class CreateRun:
 
 def add_worktrees(steps: list[AddStep], name: str, run: CreateRun, added=lambda checkout: None) -> None:
     """Each step's branch and checkout; ``added(checkout)`` after each.  The container repo's checkout
-    is made first (the others are checked out inside it), without its files; then its files are
-    written while the others are added, all at once: each is its own repo and its own private store,
-    and most of the time is git writing their files (chtop's own container checkout is 240 files)."""
+    is made first (the others are checked out inside it), without its files, while the other repos'
+    branches and private stores are made; then its files are written while the others are checked
+    out, all at once: each is its own repo and its own private store, and most of the time is git
+    writing their files (chtop's own container checkout is 240 files)."""
     gitdir = steps[0].store.parent if steps else None      # .chtop/git/<name>/
     if gitdir is not None and not (gitdir.is_dir() and not gitdir.is_symlink()
                                    and all(e.name == ".lock" for e in gitdir.iterdir())):
         run.record_path(gitdir)       # (an earlier worktree's import lock alone there is reused)
 
-    def add(step: AddStep, checkout: bool = True) -> None:
+    def prepare(step: AddStep) -> None:
+        """The branch and the private store: nothing inside the container's checkout yet."""
         if step.reuse_branch:
             say(f"branch {name!r} already exists in {step.main_dir}: checking it out (kept by an earlier delete)")
         else:
             run.record_branch(step.main_dir, step.start_sha)
             git(step.main_dir, ["branch", name, step.start_sha], quiet=False, toplevel_only=True)
         run.record_path(step.checkout.path)
-        add_private_worktree(step.checkout.store, step.store, step.checkout.path, name, step.tip,
-                             step.start, step.start_sha, checkout=checkout)
+        write_store_files(step.store, step.checkout.store, step.start, step.start_sha)
+
+    def attach(step: AddStep, checkout: bool = True) -> None:
+        attach_private_worktree(step.store, step.checkout.path, name, step.tip, checkout=checkout)
         if checkout:
             filled(step)
 
@@ -241,9 +246,14 @@ def add_worktrees(steps: list[AddStep], name: str, run: CreateRun, added=lambda 
     if not steps:
         return
     container, rest = steps[0], steps[1:]
-    add(container, checkout=False)
-    jobs = [(container, lambda: fill_container(container)), *((s, lambda s=s: add(s)) for s in rest)]
     # the biggest checkouts first: the last one started is not the one that takes longest
+    rest.sort(key=lambda step: checkout_size(step.main_dir), reverse=True)
+    others_prepared = in_background(fan_out, prepare, rest)
+    with answered_before_leaving(others_prepared):
+        prepare(container)
+        attach(container, checkout=False)
+        others_prepared()
+    jobs = [(container, lambda: fill_container(container)), *((s, lambda s=s: attach(s)) for s in rest)]
     jobs.sort(key=lambda job: checkout_size(job[0].main_dir), reverse=True)
     fan_out(lambda job: job[1](), jobs)
 
