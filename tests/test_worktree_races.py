@@ -1,5 +1,6 @@
 """The group lock: racing and killed worktree tasks leave nothing half-done (real processes, real git)."""
 
+import json
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ from conftest import git
 
 from chtop_tasks.places import create_journal_path
 from chtop_tasks.workspace.grouplock import group_lock
+from chtop_tasks.workspace.worktrees import CreateRun
 
 
 def inv_process(g, cwd, *args) -> subprocess.Popen:
@@ -122,3 +124,32 @@ def test_a_create_killed_half_way_is_undone_by_the_next_task(initialized, point,
         assert_no_worktree(g, "race")
         g.inv(g.toplevel, "worktree.create", "--name", "race", "--no-venv")
         assert_complete_worktree(g, "race")
+
+
+def test_the_create_journal_is_appended_and_a_line_cut_short_at_its_end_is_a_step_not_taken(tmp_path):
+    journal = tmp_path / "creating" / "dev.json"
+    run = CreateRun("dev", journal)
+    made = [tmp_path / "dev", tmp_path / "dev" / "alpha"]
+    run.record_path(made[0])
+    run.record_branch(tmp_path / "top" / "alpha", "a" * 40)
+    run.record_path(made[1])
+    assert len(journal.read_text().splitlines()) == 3                 # one line per step
+    assert CreateRun.load(journal) == run
+    with open(journal, "a") as fh:                                      # killed while writing a fourth
+        fh.write('{"name": "dev", "pid": 1, "path": "/tmp/x')
+    assert CreateRun.load(journal) == run
+    lines = journal.read_text().splitlines()
+    journal.write_text("\n".join([lines[0], lines[-1], *lines[1:3]]) + "\n")   # cut short in the middle
+    assert CreateRun.load(journal) is None
+    journal.write_text("")                                              # killed before its first step
+    assert CreateRun.load(journal) == CreateRun("dev", journal)
+    journal.write_text('{"name": "dev", "path": "/a"}\n{"name": "other", "path": "/b"}\n')
+    assert CreateRun.load(journal) is None                              # two runs' lines: not chtop's
+
+
+def test_a_journal_of_the_whole_list_as_chtop_wrote_it_before_appends_still_reads(tmp_path):
+    journal = tmp_path / "dev.json"
+    journal.write_text(json.dumps({"pid": 1, "name": "dev", "paths": ["/g/dev", "/g/dev/alpha"],
+                                   "branches": [["/g/top/alpha", "b" * 40]]}))
+    assert CreateRun.load(journal) == CreateRun("dev", journal, ["/g/dev", "/g/dev/alpha"],
+                                                [("/g/top/alpha", "b" * 40)])

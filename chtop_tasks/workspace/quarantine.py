@@ -32,9 +32,9 @@ it: it enters through the pinned ``.git`` and ``commondir`` (git reads
 
 from __future__ import annotations
 
-# shutil is imported only where a store is made, converted or cleaned up (copy_info, _copy_ref,
-# convert_checkout, _drop_stale_shared_admin): a git task's import of this module skips it, and bz2
-# and lzma with it (about 3 ms of every git task on the 2-core box).
+# shutil is imported only where a store is converted or cleaned up (_copy_ref, convert_checkout,
+# _drop_stale_shared_admin): a git task's or a create's import of this module skips it, and bz2
+# and lzma with it (about 3-5 ms on the 2-core box).
 import fcntl
 import os
 import re
@@ -195,9 +195,7 @@ def copy_info(shared: Path, store: Path) -> None:
             target = store / "info" / entry.name
             text = entry.read_bytes()
             if not target.is_file() or target.read_bytes() != text:
-                import shutil  # (see the note at this module's imports)
-
-                shutil.copyfile(entry, target)
+                target.write_bytes(text)      # a plain write: info/ is pinned read-only in the sandbox
 
 
 def finish_admin_dir(admin: Path) -> None:

@@ -9,11 +9,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import threading
 from pathlib import Path
 
-from .. import agentfile, atomic
+from .. import agentfile
 from ..errors import ChtopError, CommandFailed, Refused, UsageError, WorkspaceError
 from ..fanout import answered_before_leaving, fan_out, in_background
 from ..places import build_cache_dir, create_journal_path, state_dir, worktree_name_problem
@@ -138,6 +137,14 @@ def steps_for_create(ws: Workspace, top: Workspace, name: str, integration: dict
     return steps
 
 
+def rmtree(path: Path, ignore_errors: bool = False) -> None:
+    """``shutil.rmtree``, imported here: a create imports this module and removes nothing, and
+    ``shutil`` brings ``zlib``, ``bz2`` and ``lzma`` (about 5 ms)."""
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=ignore_errors)
+
+
 JOURNAL_LOCK = threading.Lock()     # one journal write at a time (CreateRun.record_*)
 
 
@@ -162,28 +169,59 @@ class CreateRun:
                                 "move it away and run the same command again")
         with JOURNAL_LOCK:          # the repos are added at once (add_worktrees)
             self.paths.append(str(path))
-            self.save()
+            self.append({"path": str(path)})
 
     def record_branch(self, repo_dir: Path, tip: str) -> None:
         with JOURNAL_LOCK:
             self.branches.append((str(repo_dir), tip))
-            self.save()
+            self.append({"branch": [str(repo_dir), tip]})
 
-    def save(self) -> None:
-        if self.journal is not None:
-            self.journal.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            atomic.write_atomic(self.journal, json.dumps(
-                {"pid": os.getpid(), "name": self.name, "paths": self.paths, "branches": self.branches}))
+    def append(self, entry: dict) -> None:
+        """One line of the journal (JSON), appended: one write, where rewriting the whole list made a
+        file and renamed it for every step (nine per create)."""
+        if self.journal is None:
+            return
+        self.journal.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        line = json.dumps({"name": self.name, "pid": os.getpid(), **entry}) + "\n"
+        fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
 
     @classmethod
     def load(cls, journal: Path) -> CreateRun | None:
+        """The run a journal records; None when it is not one chtop wrote.  A last line cut short
+        (the run was killed writing it) is left out: its step had not been taken.  An empty journal
+        is a run killed before its first step.  (A journal of chtop before appends, one JSON object
+        with every path and branch, reads too.)"""
         data = agentfile.read_bytes(journal)
+        if data is None:
+            return None
+        lines = data.decode("utf-8", "replace").splitlines()
         try:
-            got = json.loads(data) if data is not None else None
-            return cls(got["name"], journal, [str(p) for p in got["paths"]],
-                       [(str(d), str(t)) for d, t in got["branches"]])
+            whole = json.loads(data) if len(lines) == 1 else None
+            if isinstance(whole, dict) and "paths" in whole:
+                return cls(whole["name"], journal, [str(p) for p in whole["paths"]],
+                           [(str(d), str(t)) for d, t in whole["branches"]])
         except (ValueError, KeyError, TypeError):
             return None
+        entries = []
+        for number, line in enumerate(lines, 1):
+            try:
+                entries.append(json.loads(line))
+            except ValueError:
+                if number < len(lines):
+                    return None
+        try:
+            names = {entry["name"] for entry in entries} or {journal.stem}
+            if len(names) != 1:
+                return None
+            paths = [str(entry["path"]) for entry in entries if "path" in entry]
+            branches = [(str(entry["branch"][0]), str(entry["branch"][1])) for entry in entries if "branch" in entry]
+        except (KeyError, TypeError, IndexError):
+            return None
+        return cls(names.pop(), journal, paths, branches)
 
     def undo(self) -> list[str]:
         notes = []
@@ -192,7 +230,7 @@ class CreateRun:
                 if path.is_symlink():
                     path.unlink()
                 elif path.exists():
-                    shutil.rmtree(path)
+                    rmtree(path)
             except OSError as exc:
                 notes.append(f"could not remove {path}: {exc}")
         for repo_dir, tip in reversed(self.branches):
@@ -553,7 +591,7 @@ def delete_worktree(ws: Workspace, name: str, force: bool = False, cwd: Path | N
     removed = fan_out(remove_branch, list(reversed(checkouts[1:]))) + [remove_branch(c) for c in checkouts[:1]]
     kept += [line for line in removed if line]
     remove_trees(wt.root, [c.path for c in checkouts[1:]], group_git_dir(ws.grouping) / name)
-    shutil.rmtree(worktree_walk_records(state_dir(ws.grouping), name), ignore_errors=True)
+    rmtree(worktree_walk_records(state_dir(ws.grouping), name), ignore_errors=True)
     if has_worktree_entries(ws.toplevel):
         git(ws.toplevel, ["worktree", "prune"], check=False, quiet=False, toplevel_only=True)
     remove_policy_layer(ws, name)
@@ -566,11 +604,11 @@ def remove_trees(root: Path, inner: list[Path], store_dir: Path) -> None:
     (``inner``) at once, each its own tree (mostly the kernel's unlinks), then the rest."""
     def remove_dir(path: Path) -> None:
         if path.is_dir() and not path.is_symlink():     # a link in the worktree goes with it, unfollowed
-            shutil.rmtree(path)
+            rmtree(path)
     fan_out(remove_dir, [p for p in inner if root in p.parents])
     for path in (root, store_dir):
         if path.exists():
-            shutil.rmtree(path)
+            rmtree(path)
 
 
 def has_worktree_entries(toplevel: Path) -> bool:
@@ -604,7 +642,7 @@ def remove_policy_layer(ws: Workspace, name: str) -> None:
     """The worktree's own net-allow/net-deny layer (``sandbox/worktrees/NAME/``) goes with it."""
     layer = ws.policy_dir / "worktrees" / name
     if layer.is_dir() and not layer.is_symlink():
-        shutil.rmtree(layer)
+        rmtree(layer)
         say(f"removed its network policy layer {ws.display(layer)}/ "
             "(if it was committed, commit the removal in the toplevel)")
 
@@ -615,7 +653,7 @@ def remove_build_cache(ws: Workspace, name: str) -> None:
     of the same name, another agent's maybe, must not install it."""
     cache = build_cache_dir(ws.grouping, name)
     if cache.is_dir() and not cache.is_symlink():
-        shutil.rmtree(cache)
+        rmtree(cache)
         say(f"removed its venv build cache {ws.display(cache)}/")
     elif cache.is_symlink():
         cache.unlink()
