@@ -12,24 +12,14 @@ from pathlib import Path
 
 
 def write_atomic(path: Path, text: str, *, mode: int = 0o644, owner: tuple[int, int] | None = None) -> None:
-    """Replace ``path`` with ``text`` (mode ``mode``; owned by ``owner`` when given, as root)."""
+    """Replace ``path`` with ``text`` (mode ``mode``; owned by ``owner`` when given, as root):
+    ``write_atomic_at`` in its dir."""
     path = Path(path)
-    # a fresh name as tempfile.mkstemp makes one, without importing it (with random: 5 ms of a create)
-    tmp = path.with_name(f".{path.name}.{os.urandom(6).hex()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        os.fchmod(fd, mode)
-        if owner is not None:
-            os.fchown(fd, *owner)
-        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+        write_atomic_at(fd, path.name, text.encode("utf-8", "replace"), mode=mode, owner=owner)
+    finally:
+        os.close(fd)
 
 
 def write_atomic_at(dir_fd: int, name: str, data: bytes, *, mode: int = 0o600,

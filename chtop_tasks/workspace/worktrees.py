@@ -181,9 +181,13 @@ class CreateRun:
         file and renamed it for every step (nine per create)."""
         if self.journal is None:
             return
-        self.journal.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         line = json.dumps({"name": self.name, "pid": os.getpid(), **entry}) + "\n"
-        fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(self.journal, flags, 0o600)
+        except FileNotFoundError:   # the first step: its dir too
+            self.journal.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(self.journal, flags, 0o600)
         try:
             os.write(fd, line.encode())
         finally:
@@ -283,17 +287,15 @@ def add_worktrees(steps: list[AddStep], name: str, run: CreateRun, added=lambda 
 
     if not steps:
         return
-    container, rest = steps[0], steps[1:]
+    container = steps[0]
     # the biggest checkouts first: the last one started is not the one that takes longest
-    rest.sort(key=lambda step: checkout_size(step.main_dir), reverse=True)
-    others_prepared = in_background(fan_out, prepare, rest)
+    biggest_first = sorted(steps, key=lambda step: checkout_size(step.main_dir), reverse=True)
+    others_prepared = in_background(fan_out, prepare, [step for step in biggest_first if step is not container])
     with answered_before_leaving(others_prepared):
         prepare(container)
         attach(container, checkout=False)
         others_prepared()
-    jobs = [(container, lambda: fill_container(container)), *((s, lambda s=s: attach(s)) for s in rest)]
-    jobs.sort(key=lambda job: checkout_size(job[0].main_dir), reverse=True)
-    fan_out(lambda job: job[1](), jobs)
+    fan_out(lambda step: fill_container(step) if step is container else attach(step), biggest_first)
 
 
 def checkout_size(main_dir: Path) -> int:
