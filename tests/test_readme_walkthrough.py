@@ -1,6 +1,11 @@
-"""README's "Your own workspace", run as written by an ordinary user on this machine.
+"""README's quick start and "Your own workspace", run as written by an ordinary user on this machine.
 
-The block is read from README.md and run line by line in one bash (so `cd` and `export` carry
+The quick start's line for an ordinary user runs as written in a fresh clone of this checkout: the real
+`./bootstrap` (chtop's own venv, its commands linked into ~/.local/bin), the PATH line, then `inv demo`. Its
+line for root is not run here: `./bootstrap` as root reinstalls this machine's own chtop (tests/test_demo.py
+runs `inv demo` as root).
+
+The "Your own workspace" block is read from README.md and run line by line in one bash (so `cd` and `export` carry
 over) as the unprivileged test user, in a fresh HOME with a plain PATH.  Only what cannot run
 here is substituted: `<this repo>` is a local bare clone of this checkout, `$EDITOR` is a script
 that writes a manifest of two local bare remotes, and the last line's interactive agent session
@@ -29,6 +34,17 @@ from sandbox_helpers import (
 )
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
+
+
+def quick_start_lines() -> dict[str, str]:
+    """The quick start's commands, keyed by whom each is for (its comment: "as root", "as an ordinary user")."""
+    block = (REPO_ROOT / "README.md").read_text().split("## Quick start", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    lines = {}
+    for line in block.strip().splitlines():
+        command, _, comment = line.partition("#")
+        who = "root" if comment.strip().startswith("as root") else "user"
+        lines[who] = command.strip()
+    return lines
 
 
 def readme_block() -> list[str]:
@@ -101,3 +117,19 @@ def test_your_own_workspace_as_written(user_setup):
         assert branch == "dev"
     assert (ch / "top" / ".venv" / "bin" / "python").exists() and (ch / "dev" / ".venv" / "bin" / "python").exists()
     assert "error" not in proc.stderr.lower().replace("errors", ""), proc.stderr[-3000:]
+
+
+def test_quick_start_as_written_by_an_ordinary_user(user_setup):
+    user, base, env, remote = user_setup
+    line = quick_start_lines()["user"]
+    assert "inv demo" in line and ".local/bin" in line, line
+    (base / "tmp").mkdir()
+    subprocess.run(["chown", f"{user.pw_uid}:{user.pw_gid}", str(base / "tmp")], check=True)
+    env = {**env, "TMPDIR": str(base / "tmp")}          # the demo's grouping dir, removed with the base
+    script = f"set -e\ngit clone -q {shlex.quote(remote)} chtop && cd chtop\n{line}\n"
+    proc = as_user(user, ["bash", "-c", script], env, base, check=False, timeout=1200)
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-5000:]}"
+    for step in ("## 3. toplevel.init", "## 4. worktree.create", "## 9. The egress proxy", "## 10. worktree.delete"):
+        assert step in proc.stdout
+    assert "committed inside the sandbox" in proc.stdout
+    assert os.path.realpath(base / "home" / ".local" / "bin" / "inv").endswith("/bin/chtop-inv")
