@@ -529,8 +529,21 @@ def launch_line(plan: LaunchPlan) -> str:
     except ValueError:
         command = []
     network = next((a for a in argv if a.startswith("--network=")), "")
-    return (f"$ podman run {network} … ({mounts} mounts) {plan.container_name} -- {shlex.join(command)}"
+    shown = shlex.join(elided(word) for word in command)
+    return (f"$ podman run {network} … ({mounts} mounts) {plan.container_name} -- {shown}"
             f"   [full command: {VERBOSE_ENV}=1]")
+
+
+# a word of the sandboxed command longer than this (a venv build's plan, given as JSON) is shown
+# by its length only on the short launch line
+LONGEST_SHOWN_WORD = 120
+
+
+def elided(word: str) -> str:
+    """``word``, or for one too long for a one-line summary, what it is and how long."""
+    if len(word) <= LONGEST_SHOWN_WORD:
+        return word
+    return f"<{len(word)} characters: {word[:40]}…>"
 
 
 def announce(plan: LaunchPlan) -> None:
