@@ -163,6 +163,26 @@ def test_ctrl_c_during_a_sandboxed_venv_build_exits_130_saying_what_was_kept(pla
     assert launch and all(len(line) < 400 for line in launch), launch
 
 
+def test_a_build_the_proxy_refused_says_the_host_the_reason_and_the_line_that_allows_it(planted):
+    """A build whose code fetches from a host the build may not reach fails with the client's words
+    only (a 403, a tunnel error): the task's own output names the host, the proxy's reason and the
+    line that allows it for builds, with no `inv net.log` needed."""
+    g = planted
+    setup = g.dev / "alpha" / "setup.py"
+    kept = setup.read_text()
+    setup.write_text("import urllib.request\n"
+                     "urllib.request.urlopen('http://index.blocked-here.example/simple/', timeout=60)\n"
+                     + SETUP.format(here=str(g.dev / "alpha")))
+    try:
+        failed = g.inv("venv.build", "--workdir", str(g.dev), "--installer", "pip", cwd=g.toplevel, timeout=600)
+    finally:
+        setup.write_text(kept)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert ("chtop: the proxy refused index.blocked-here.example: not on the venv build's allowance") in failed.stderr
+    assert ("add the line `index.blocked-here.example` to sandbox/net-allow-build.txt (builds only), or "
+            "`inv net.allow index.blocked-here.example`") in failed.stderr, failed.stderr
+
+
 def _printed_log(stdout: str) -> Path:
     line = next(ln for ln in stdout.splitlines() if ln.startswith("venv build log "))
     return Path(line.removeprefix("venv build log ").strip())
