@@ -42,6 +42,12 @@ class Refused(ChtopError):
     exit_code = 3
 
 
+class Interrupted(ChtopError):
+    """The user pressed Ctrl-C (here, or inside a sandbox that passed the interrupt on)."""
+
+    exit_code = 130
+
+
 class WorkspaceError(ChtopError):
     """We are not where a workspace says we should be."""
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .errors import CommandFailed
 from .record import record
-from .term import inert, inert_keeping_colour
+from .term import inert, inert_keeping_colour, progress_as_lines
 
 DEFAULT_TIMEOUT = 600
 
@@ -272,7 +272,7 @@ def _pump_inert(source, sink) -> None:
     """Copy a child's output to ``sink`` as it comes, decoded as UTF-8 and made inert."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     for chunk in iter(lambda: source.read1(65536), b""):
-        sink.write(inert_keeping_colour(decoder.decode(chunk), sink))
+        sink.write(inert_keeping_colour(progress_as_lines(decoder.decode(chunk)), sink))
         sink.flush()
     sink.write(inert_keeping_colour(decoder.decode(b"", final=True), sink))
     sink.flush()

@@ -47,6 +47,16 @@ def inert_line(text: str) -> str:
     return inert(text).replace("\n", "^J")
 
 
+# git's progress redraws one line: a carriage return, then (on a terminal) erase-to-end-of-line
+_REDRAW = re.compile("(?:\r(?:\x1b\\[K)?)+(?!\n)")
+
+
+def progress_as_lines(text: str) -> str:
+    """Git's progress (``Rebasing (1/2)\\r\\x1b[K``) as one line per update: each redraw becomes a
+    newline, so a streamed command's progress reads as text, not as escape codes made visible."""
+    return _REDRAW.sub("\n", text.replace("\r\n", "\n"))
+
+
 def inert_keeping_colour(text: str, stream=None) -> str:
     """``inert``, but colour (SGR) stays when ``stream`` (stdout) is a terminal with colour on."""
     if not use_color(stream):

@@ -72,6 +72,18 @@ def test_the_daily_loop_with_real_remotes(tmp_path):
     assert git(bare["ksgpu"], "log", "-1", "--format=%s", "kms") == "feature: feature.txt"
     assert git(bare["ksgpu"], "show", "kms:feature.txt") == "the feature"
     assert "dev" not in git(bare["ksgpu"], "branch", "--format=%(refname:short)").split()
+    # the toplevel's own branch (chtop and the user's manifest commit) is left alone unless asked for
+    container = remotes / "chtop.git"
+    upstream_main = git(container, "rev-parse", "main")
+    (top / "git_repositories.toml").write_text((top / "git_repositories.toml").read_text() + "# my repos\n")
+    git(top, "commit", "-q", "-am", "my repos")
+    mine = inv(top, "git.push")
+    assert ("top: main left alone (the toplevel's own checkout: chtop and your manifest; its remote is where "
+            "chtop came from); to push it to origin/main: inv git.push --toplevel") in mine.stdout, mine.stdout
+    assert git(container, "rev-parse", "main") == upstream_main
+    asked = inv(top, "git.push", "--toplevel")
+    assert "top: pushed main (1 commit) to origin/main" in asked.stdout, asked.stdout
+    assert git(container, "rev-parse", "main") == git(top, "rev-parse", "main")
     feature = inv(top, "git.push", "--feature", "dev")
     assert "top/ksgpu: pushed dev (a new branch) to origin/dev" in feature.stdout
     assert git(bare["ksgpu"], "rev-parse", "dev") == git(bare["ksgpu"], "rev-parse", "kms")

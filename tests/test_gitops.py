@@ -56,7 +56,9 @@ def test_rebase_down_and_merge_up_land_linear_history(with_dev):
     dry = g.inv(dev, "git.rebase-down", "--dry-run").stdout
     assert "dev/alpha: 1 new commit(s) on main" in dry and "dev/beta: nothing to rebase" in dry
     assert git(dev / "alpha", "rev-parse", "HEAD") == mine
-    g.inv(dev, "git.rebase-down")
+    rebased = g.inv(dev, "git.rebase-down", env={"TERM": "xterm"})   # git draws its progress for a terminal
+    shown = rebased.stdout + rebased.stderr
+    assert "Successfully rebased" in shown and "^M" not in shown and "^[[K" not in shown, shown   # progress as text
     assert git(dev / "alpha", "rev-list", "--count", "main..dev") == "1"
     assert git(dev / "alpha", "rev-list", "--count", "dev..main") == "0"
     out = g.inv(dev, "git.merge-up").stdout

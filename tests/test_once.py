@@ -34,3 +34,20 @@ def test_a_launch_says_the_token_advice_and_the_limits_warning_once(tmp_path, mo
     monkeypatch.setenv("CHTOP_VERBOSE", "1")
     say_request(request, plan)
     assert "/login once" in capsys.readouterr().err
+
+
+def test_the_short_launch_line_shows_a_long_word_by_its_length(monkeypatch):
+    """A venv build's command carries its whole plan as one JSON word: the launch line stays one
+    short line, and CHTOP_VERBOSE=1 shows the whole command."""
+    from chtop_tasks.sandbox import podman
+    from chtop_tasks.sandbox.launcher import LaunchPlan, launch_line
+
+    plan_json = '{"root": "/w/dev", "steps": [' + ", ".join(['{"kind": "install"}'] * 300) + "]}"
+    argv = ["podman", "run", "--network=none", "--volume=/a:/a:ro", podman.ENTRY, "x", "y", "env", "python3",
+            "-m", "chtop_tasks.venv.build_inside", plan_json]
+    monkeypatch.delenv("CHTOP_VERBOSE", raising=False)
+    line = launch_line(LaunchPlan(argv, "chtop-dev-1", {}))
+    assert len(line) < 300 and "\n" not in line, line
+    assert f"<{len(plan_json)} characters: " in line and "build_inside" in line
+    monkeypatch.setenv("CHTOP_VERBOSE", "1")
+    assert plan_json.replace('"', "") in launch_line(LaunchPlan(argv, "chtop-dev-1", {})).replace('"', "").replace("'", "")

@@ -136,3 +136,35 @@ def test_net_stop_asks_for_force_while_sandboxes_run_and_net_restart_keeps_them(
         if holder is not None:
             os.kill(holder, 9)
         stop_proxy(g.grouping)
+
+
+def test_a_refusal_is_said_with_its_reason_and_the_line_that_allows_it(tmp_path):
+    """What a failed launch prints for each refused host (read back from the proxy's own log):
+    one line per host and port, the proxy's reason, and what allows it; the agent's host name
+    shown inert."""
+    import time
+
+    from chtop_tasks.proxy.logs import RequestLog, net_dir
+    from chtop_tasks.proxy.policy import build_identity
+    from chtop_tasks.proxy.report import refusal_advice, refusals_since
+
+    log = RequestLog(net_dir(tmp_path))
+    before = time.time() - 1
+    log.record({"time": before - 10, "worktree": "dev", "host": "old.example", "port": 443, "decision": "blocked"})
+    log.record({"worktree": build_identity("dev"), "host": "pypi.org", "port": 443, "decision": "blocked",
+                "status": 403, "reason": "pypi.org resolves to non-public address 10.1.2.3; mark the entry "
+                                         "'pypi.org private' if that is intended"})
+    log.record({"worktree": "dev", "host": "evil\x1b[2J.example", "port": 8443, "decision": "blocked", "status": 403,
+                "reason": "not on the allowlist"})
+    log.record({"worktree": "dev", "host": "evil\x1b[2J.example", "port": 8443, "decision": "blocked", "status": 403,
+                "reason": "not on the allowlist"})
+    log.record({"worktree": "other", "host": "x.example", "port": 443, "decision": "blocked"})
+    log.close()
+    built = refusals_since(tmp_path, build_identity("dev"), before)
+    assert [refusal_advice(r, worktree="dev", build=True) for r in built] == [
+        "the proxy refused pypi.org: pypi.org resolves to non-public address 10.1.2.3; mark the entry "
+        "'pypi.org private' if that is intended; if that is intended, add the line `pypi.org private` to "
+        "sandbox/net-allow-build.txt"]
+    agent = [refusal_advice(r, worktree="dev", build=False) for r in refusals_since(tmp_path, "dev", before)]
+    assert agent == ["the proxy refused evil^[[2J.example:8443: not on the allowlist; allow it: "
+                     "inv net.allow --worktree dev evil^[[2J.example:8443"], agent

@@ -17,11 +17,13 @@ import http.server
 import json
 import os
 import shutil
+import signal
+import subprocess
 import threading
 from pathlib import Path
 
 import pytest
-from conftest import git
+from conftest import eventually, git
 from sandbox_helpers import as_owner_python, user_group_cm
 from test_venv import tinydep_wheel, wheelhouse  # noqa: F401  (a fixture)
 from venv_samples import PYPROJECT
@@ -127,6 +129,58 @@ def test_venv_build_of_a_feature_worktree_runs_its_build_code_only_inside_the_sa
     assert logged.parent == g.grouping / ".chtop" / "logs" and "not_a_module_xyz" in logged.read_text()
     assert failed.stderr.count(f"inv venv.build --workdir {g.dev}") == 1, failed.stderr
     assert not marker.exists()
+
+
+def test_ctrl_c_during_a_sandboxed_venv_build_exits_130_saying_what_was_kept(planted):
+    """Ctrl-C (SIGINT to the task's process group, as a terminal sends it) while the build runs
+    inside the sandbox: the task says it was interrupted, what is left and how to retry, and exits
+    130; the launch printed one short line, not the build's plan."""
+    g = planted
+    alpha = g.dev / "alpha"
+    started = alpha / "build-started"
+    setup = alpha / "setup.py"
+    kept = setup.read_text()
+    setup.write_text(f"import pathlib, time\npathlib.Path({str(started)!r}).write_text('x')\ntime.sleep(300)\n"
+                     + SETUP.format(here=str(alpha)))
+    argv = ["runuser", "-u", g.user.pw_name, "--", "env", "-i", *[f"{k}={v}" for k, v in g.env.items()],
+            str(g.venv / "bin" / "python"), "-m", "invoke", "venv.build", "--workdir", str(g.dev),
+            "--installer", "pip"]
+    proc = subprocess.Popen(argv, cwd=g.toplevel, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        eventually(started.exists, "the build's setup.py to start inside the sandbox", timeout=300)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        setup.write_text(kept)
+        started.unlink(missing_ok=True)
+    assert proc.returncode == 130, (proc.returncode, out, err)
+    assert "interrupted while building the venv" in err, err
+    assert f"Retry the venv alone: inv venv.build --workdir {g.dev}" in err, err
+    launch = [line for line in err.splitlines() if line.startswith("$ podman run")]
+    assert launch and all(len(line) < 400 for line in launch), launch
+
+
+def test_a_build_the_proxy_refused_says_the_host_the_reason_and_the_line_that_allows_it(planted):
+    """A build whose code fetches from a host the build may not reach fails with the client's words
+    only (a 403, a tunnel error): the task's own output names the host, the proxy's reason and the
+    line that allows it for builds, with no `inv net.log` needed."""
+    g = planted
+    setup = g.dev / "alpha" / "setup.py"
+    kept = setup.read_text()
+    setup.write_text("import urllib.request\n"
+                     "urllib.request.urlopen('http://index.blocked-here.example/simple/', timeout=60)\n"
+                     + SETUP.format(here=str(g.dev / "alpha")))
+    try:
+        failed = g.inv("venv.build", "--workdir", str(g.dev), "--installer", "pip", cwd=g.toplevel, timeout=600)
+    finally:
+        setup.write_text(kept)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert ("chtop: the proxy refused index.blocked-here.example: not on the venv build's allowance") in failed.stderr
+    assert ("add the line `index.blocked-here.example` to sandbox/net-allow-build.txt (builds only), or "
+            "`inv net.allow index.blocked-here.example`") in failed.stderr, failed.stderr
 
 
 def _printed_log(stdout: str) -> Path:

@@ -6,8 +6,10 @@ import time
 from pathlib import Path
 
 from ..places import command_for_group, group_and_policy_for
+from ..term import inert_line
 from .control import status
-from .logs import HUMAN, net_dir
+from .hostmatch import authority_spec
+from .logs import HUMAN, net_dir, read_records
 from .supervise import read_state
 
 
@@ -67,3 +69,47 @@ def restart_lines(group_dir: Path, sandboxes: int) -> list[str]:
 
 def log_path(group_dir: Path) -> Path:
     return net_dir(group_dir) / HUMAN
+
+
+REFUSED = ("blocked", "denied")
+NON_PUBLIC = "resolves to non-public address"
+NOT_FOR_BUILD = "not allowed for the venv build"     # policy.judge_build's refusal
+
+
+def refusals_since(group_dir: Path, identity: str, since: float) -> list[dict]:
+    """What the proxy refused ``identity`` (a worktree's name, or a venv build's identity) since
+    ``since`` (a ``time.time()``): its blocked and denied requests, and allowed hosts it could not
+    reach; the last record of each host and port, in the order they were first refused."""
+    found: dict[tuple, dict] = {}
+    for rec in read_records(group_dir):
+        when = rec.get("time")
+        if rec.get("worktree") != identity or not isinstance(when, (int, float)) or when < since:
+            continue
+        if rec.get("decision") in REFUSED or (rec.get("decision") == "allowed" and rec.get("status") == 502):
+            key = (rec.get("host"), rec.get("port"))
+            found[key] = rec      # a key keeps its first place in the dict
+    return list(found.values())
+
+
+def refusal_advice(rec: dict, *, worktree: str | None, build: bool) -> str:
+    """One line for a refused request: the host, why, and the line or command that allows it.
+    ``build``: the refusal was a venv build's, whose own allowance is ``sandbox/net-allow-build.txt``."""
+    host = rec.get("host") or "?"
+    port = rec.get("port") if isinstance(rec.get("port"), int) else 443
+    spec = authority_spec(host, port)
+    reason = str(rec.get("reason") or rec.get("decision"))
+    if NON_PUBLIC in reason:
+        fix = (f"if that is intended, add the line `{spec} private` to sandbox/net-allow-build.txt" if build
+               else f"if that is intended: inv net.allow --private {spec}")
+    elif build and rec.get("decision") in REFUSED and reason.startswith(NOT_FOR_BUILD):
+        reason = ("not on the venv build's allowance (the index hosts pip and uv are configured for, and "
+                  "sandbox/net-allow-build.txt)")
+        fix = f"add the line `{spec}` to sandbox/net-allow-build.txt (builds only), or `inv net.allow {spec}`"
+    elif rec.get("decision") == "denied":
+        fix = "it is on a deny list (sandbox/net-deny.txt); remove it there to allow it"
+    elif rec.get("decision") == "blocked":
+        scope = f" --worktree {worktree}" if worktree else ""
+        fix = f"allow it: inv net.allow{scope} {spec}"
+    else:
+        fix = "the host is allowed but could not be reached from this machine"
+    return inert_line(f"the proxy refused {spec}: {reason}; {fix}")

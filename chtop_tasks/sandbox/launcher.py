@@ -13,6 +13,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from .. import agentfile
@@ -529,8 +530,21 @@ def launch_line(plan: LaunchPlan) -> str:
     except ValueError:
         command = []
     network = next((a for a in argv if a.startswith("--network=")), "")
-    return (f"$ podman run {network} … ({mounts} mounts) {plan.container_name} -- {shlex.join(command)}"
+    shown = shlex.join(elided(word) for word in command)
+    return (f"$ podman run {network} … ({mounts} mounts) {plan.container_name} -- {shown}"
             f"   [full command: {VERBOSE_ENV}=1]")
+
+
+# a word of the sandboxed command longer than this (a venv build's plan, given as JSON) is shown
+# by its length only on the short launch line
+LONGEST_SHOWN_WORD = 120
+
+
+def elided(word: str) -> str:
+    """``word``, or for one too long for a one-line summary, what it is and how long."""
+    if len(word) <= LONGEST_SHOWN_WORD:
+        return word
+    return f"<{len(word)} characters: {word[:40]}…>"
 
 
 def announce(plan: LaunchPlan) -> None:
@@ -655,6 +669,7 @@ def launch(request: LaunchRequest, before_run=None) -> int:
             before_run(plan)
         if request.replace_process and not request.interactive:
             exec_waiter(plan, request.target)           # does not return
+        started = time.time()
         status = run_plan(plan, interactive=request.interactive)
     finally:
         cleanup_launch(plan)
@@ -662,7 +677,26 @@ def launch(request: LaunchRequest, before_run=None) -> int:
     note = killed_note(status, plan.limits)
     if note:
         print(f"chtop: {note}", file=sys.stderr, flush=True)
+    if status != 0:
+        for line in proxy_refusals(request, started):
+            print(f"chtop: {line}", file=sys.stderr, flush=True)
     return status
+
+
+def proxy_refusals(request: LaunchRequest, since: float) -> list[str]:
+    """What the group's proxy refused this launch's sandbox since ``since``, each with the line or
+    command that allows it: a client inside shows only its own words for a refusal (``tunnel
+    error``, ``403``), so a launch that failed says the proxy's reason in its own output."""
+    from ..proxy.policy import build_identity
+    from ..proxy.report import refusal_advice, refusals_since
+
+    target = request.target
+    if request.network == "open" or target.kind != "worktree":
+        return []
+    build = request.build_hosts is not None
+    identity = build_identity(target.name) if build else target.name
+    return [refusal_advice(rec, worktree=target.name, build=build)
+            for rec in refusals_since(target.group_dir, identity, since)]
 
 
 def shell_command(interactive: bool = True) -> list[str]:

@@ -98,8 +98,9 @@ def pull(c):
 
 
 @task(help={"dry_run": "print what would be pushed, push nothing",
-            "feature": "also push feature branch NAME of every repo that has it (never forced)"})
+            "feature": "also push feature branch NAME of every repo that has it (never forced)",
+            "toplevel": "also push the toplevel's own branch (chtop with your manifest commits) to its remote"})
 @reports_errors
-def push(c, dry_run=False, feature=""):
-    """Push each integration branch that is ahead of its remote (never forced), one line per repo."""
-    return remotes.push(layout.find_workspace(), dry_run=dry_run, feature=feature)
+def push(c, dry_run=False, feature="", toplevel=False):
+    """Push each repo's integration branch that is ahead of its remote (never forced), one line per repo."""
+    return remotes.push(layout.find_workspace(), dry_run=dry_run, feature=feature, toplevel=toplevel)

@@ -96,6 +96,10 @@ def build_inside(text: str) -> None:
     say(report.summary())     # names requirements from the repos' metadata, which the agent writes
 
 
+# the exit status of a build stopped by Ctrl-C (128 + SIGINT), which the host reports as an interrupt
+INTERRUPTED = 130
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m chtop_tasks.venv.build_inside PLAN_JSON", file=sys.stderr)
@@ -110,6 +114,9 @@ def main(argv: list[str]) -> int:
                 if not line.startswith(RETRY_LINE) and not line.strip().startswith("its whole output:")]
         error("\n".join(kept))
         return exc.exit_code or 1
+    except KeyboardInterrupt:   # Ctrl-C reached the sandbox: the host says what was kept
+        error("interrupted")
+        return INTERRUPTED
     return 0
 
 

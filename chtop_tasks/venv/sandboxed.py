@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from .. import agentfile
-from ..errors import CommandFailed, Refused, UsageError
+from ..errors import CommandFailed, Interrupted, Refused, UsageError
 from ..places import build_cache_dir, read_user_config, target_for
 from ..term import say
 from ..workspace import venvstamp as stamp
@@ -38,7 +38,7 @@ from .build import (
     venv_dir,
     venv_log_dir,
 )
-from .build_inside import LOG_NAME, plan_to_json
+from .build_inside import INTERRUPTED, LOG_NAME, plan_to_json
 from .buildlog import BuildLog, first_error_line
 from .indexhosts import index_hosts, without_credentials
 from .tls import trust_files
@@ -119,6 +119,10 @@ def build_in_sandbox(ws, *, recreate: bool = False, test: bool = False, installe
     inside_log = fresh_log(log_dir, root)
     status = run_in_sandbox(ws, steps, root, chosen, test, base, vdir, caches, log_dir, inside_log)
     log, text = copy_log(inside_log, root)
+    if status == INTERRUPTED:
+        raise Interrupted(f"interrupted while building the venv of {root} inside its sandbox; it is left "
+                          f"incomplete (no stamp), its output so far: {log.path}\n"
+                          f"Retry the venv alone: {retry_hint(root, test=test)}")
     if status != 0:   # build_inside said what failed, above
         cause = first_error_line(text)
         raise CommandFailed(f"venv build of {root} inside its sandbox failed (exit {status}); what failed is "

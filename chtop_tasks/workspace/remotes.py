@@ -166,6 +166,15 @@ def pull(ws: Workspace) -> int:
 # -- push ---------------------------------------------------------------------------------------------
 
 
+def container_left_alone(top: Workspace, checkout: Checkout) -> str:
+    """The line ``git.push`` says for the container repo it does not push by default."""
+    branch = top.integration_branch(checkout)
+    up = upstream_of(checkout.path, branch)
+    where = f" to {up.label}" if up else ""
+    return (f"{top.display(checkout.path)}: {branch} left alone (the toplevel's own checkout: chtop and your "
+            f"manifest; its remote is where chtop came from); to push it{where}: inv git.push --toplevel")
+
+
 def push_one(top: Workspace, checkout: Checkout, branch: str, dry_run: bool, feature: bool = False) -> tuple[str, bool]:
     """(summary line, ok) for pushing ``branch`` of one repo."""
     here = top.display(checkout.path)
@@ -191,11 +200,16 @@ def push_one(top: Workspace, checkout: Checkout, branch: str, dry_run: bool, fea
     return f"{here}: pushed {branch} ({what}) to {up.label}", True
 
 
-def push(ws: Workspace, dry_run: bool = False, feature: str = "") -> int:
-    """``git.push``: one line per repo; 0 when nothing failed, else 1."""
+def push(ws: Workspace, dry_run: bool = False, feature: str = "", toplevel: bool = False) -> int:
+    """``git.push``: one line per repo; 0 when nothing failed, else 1.  The container repo (chtop's
+    own checkout, where your manifest commit lives) is pushed only with ``toplevel``: its remote is
+    where chtop was cloned from, which is rarely where you mean to publish your manifest."""
     top, checkouts = toplevel_repos(ws)
     ok = True
     for checkout in checkouts:
+        if not checkout.name and not toplevel:
+            say(container_left_alone(top, checkout))
+            continue
         line, good = push_one(top, checkout, top.integration_branch(checkout), dry_run)
         (say if good else warn)(line)
         ok &= good

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 from .. import agentfile
-from ..errors import ChtopError, CommandFailed, Refused, UsageError, WorkspaceError
+from ..errors import ChtopError, CommandFailed, Interrupted, Refused, UsageError, WorkspaceError
 from ..fanout import answered_before_leaving, fan_out, in_background
 from ..places import build_cache_dir, create_journal_path, state_dir, worktree_name_problem
 from ..record import Factory, record
@@ -428,7 +428,7 @@ def run_venv_step(build_venv, wt: Workspace) -> None:
     """``build_venv(wt)``; Ctrl-C there keeps the checkouts and says how to resume (exit 130)."""
     try:
         build_venv(wt)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Interrupted):
         raise ChtopError(f"interrupted while building the venv of {wt.root}; the checkouts are kept. Resume with "
                          f"the same command: inv worktree.create --name {wt.name}", 130) from None
 
