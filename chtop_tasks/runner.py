@@ -14,16 +14,16 @@ import shlex
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import CommandFailed
-from .record import record
 from .term import inert, inert_keeping_colour
 
 DEFAULT_TIMEOUT = 600
 
 
-@record
+@dataclass
 class Result:
     argv: list[str]
     cwd: Path | None

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import re
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import PolicyError, UsageError
 from ..places import secrets_path, state_dir, target_for, user_config_dir
-from ..record import Factory, record
 from ..tomlcache import parsed_table
 from .secrets import ENV_NAME, load_secrets
 
@@ -25,7 +25,7 @@ KEYS = {"description", "command", "skip_permissions", "credentials", "tokens", "
         "config_env", "config_subdir", "login_files", "env", "install", "continue_args"}
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Agent:
     name: str
     command: tuple[str, ...]
@@ -36,7 +36,7 @@ class Agent:
     config_env: str = ""
     config_subdir: str = ""
     login_files: tuple[str, ...] = ()   # in its config dir: copied from the group's login dir (see agent_config.py)
-    env: dict[str, str] = Factory(dict)
+    env: dict[str, str] = field(default_factory=dict)
     install: str = ""
     description: str = ""
     continue_args: tuple[str, ...] = ()

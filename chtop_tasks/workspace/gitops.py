@@ -8,12 +8,12 @@ repo first, then run one repo at a time.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import runner
 from ..errors import ChtopError, CommandFailed, Refused, UsageError
 from ..fanout import StartedLater, answered_before_leaving, fan_out, in_background
-from ..record import record
 from ..term import bold, git_color_args, inert_keeping_colour, say, warn
 from .gitprobe import (
     WORKTREE_DIFF_DRIVERS_OFF,
@@ -47,7 +47,7 @@ def present_checkouts(ws: Workspace) -> list[Checkout]:
 # -- status / diff -----------------------------------------------------------
 
 
-@record
+@dataclass
 class RepoOutput:
     checkout: Checkout
     header: str
@@ -107,7 +107,7 @@ def worst_status(outputs) -> int:
 # -- branch relations -----------------------------------------------------------
 
 
-@record
+@dataclass
 class Relation:
     checkout: Checkout
     branch: str | None
@@ -336,7 +336,7 @@ def raise_if_problems(problems: list[str], what: str) -> None:
         raise Refused(f"{what}: nothing was changed, because:\n  " + "\n  ".join(problems))
 
 
-@record
+@dataclass
 class GitStep:
     """One planned git command, and why."""
 
@@ -740,7 +740,7 @@ def parse_expect(ws: Workspace, text: str) -> dict[str, str]:
     return out
 
 
-@record
+@dataclass
 class Landing:
     """One repo's relation; where it has commits to land, the imported tip that lands and the paths
     that tip changes since it left its integration branch."""

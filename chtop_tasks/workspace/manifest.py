@@ -8,11 +8,11 @@ list to keep in step.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ManifestError
 from ..places import dir_name_problem, state_dir
-from ..record import Factory, record
 from ..tomlcache import parsed_table
 from .rootfind import MANIFEST_NAME  # noqa: F401  (where a checkout is, and so the file name, is rootfind's)
 
@@ -23,7 +23,7 @@ TOP_KEYS = {"repo"}
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]*$")
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Repo:
     """One repo of the manifest.
 
@@ -43,10 +43,10 @@ class Repo:
     submodules: bool = True
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Manifest:
     path: Path
-    repos: tuple[Repo, ...] = Factory(tuple)
+    repos: tuple[Repo, ...] = field(default_factory=tuple)
 
     @property
     def names(self) -> list[str]:

@@ -42,13 +42,13 @@ import stat
 import sys
 import threading
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import agentfile, atomic
 from ..errors import ChtopError, CommandFailed, Refused, WorkspaceError
 from ..fanout import fan_out
 from ..places import state_dir
-from ..record import record
 from ..term import warn
 from .gitprobe import commits_missing_from, rev
 from .gitrun import git, git_pipeline
@@ -287,7 +287,7 @@ def remove_loose_ref(gitdir: Path, name: str) -> None:
 # -- the import ------------------------------------------------------------------------------------
 
 
-@record
+@dataclass
 class Imported:
     """What one import did: ``kept`` is the old tip kept when the branch was rewritten."""
 
