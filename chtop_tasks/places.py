@@ -22,9 +22,9 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from hashlib import sha256
 from pathlib import Path
 
-from .digest import sha256
 from .errors import ChtopError, NotInWorkspace, Refused, UsageError, WorkspaceError
 from .rundir import runtime_base_path
 

@@ -15,11 +15,11 @@ renamed in place.
 from __future__ import annotations
 
 import marshal
+from hashlib import sha256
 from pathlib import Path
 
 from . import agentfile
 from .atomic import write_private_file
-from .digest import sha256
 
 CACHE_DIR_NAME = "parsed"
 KEY_BYTES = 32

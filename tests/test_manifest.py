@@ -84,8 +84,8 @@ def test_a_groups_manifest_is_read_again_without_tomllib_and_a_changed_text_is_p
     is parsed from its text again."""
     import subprocess
     import sys
+    from hashlib import sha256
 
-    from chtop_tasks.digest import sha256
     from chtop_tasks.tomlcache import cache_file
     from chtop_tasks.workspace.manifest import group_state_of
 

@@ -20,9 +20,9 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from hashlib import sha256
 from pathlib import Path
 
-from ..digest import sha256
 from ..errors import CommandFailed, PolicyError, UsageError
 from ..runner import echo, format_command, run
 

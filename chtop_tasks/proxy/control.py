@@ -18,9 +18,9 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from hashlib import sha256
 from pathlib import Path
 
-from ..digest import sha256
 from ..errors import ChtopError
 from ..places import check_worktree_name, group_key, notify_config_path, runtime_dir
 from . import control_protocol

@@ -19,10 +19,10 @@ Agents without hooks, and a hooked agent before its first report: the screen (``
 from __future__ import annotations
 
 from dataclasses import dataclass
+from hashlib import sha256
 from pathlib import Path
 
 from .. import agentfile
-from ..digest import sha256
 from ..places import session_state_dir
 
 STATES = ("working", "waiting", "idle", "exited", "lost")
