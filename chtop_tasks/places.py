@@ -28,7 +28,7 @@ from pathlib import Path
 from .errors import ChtopError, NotInWorkspace, Refused, UsageError, WorkspaceError
 from .rundir import runtime_base_path
 
-TYPE_CHECKING = False    # typing's flag, without importing typing (2 ms where no other module does)
+TYPE_CHECKING = False    # typing's flag, without importing typing
 if TYPE_CHECKING:
     from .workspace.layout import Workspace
 

@@ -367,7 +367,7 @@ def _root_setup(target: Target, identity, mounts, devices, name: str, gitconfig:
 
 def _tmpfs_scratch() -> Path | None:
     """/dev/shm when it is there: a tmpfs on every Linux, where the ~50 mount points of a skeleton
-    are made and removed in about a millisecond (on a VM's disk: about 20 ms each way)."""
+    are made and removed without touching a disk (on a VM's disk they are much slower)."""
     shm = Path("/dev/shm")
     return shm if shm.is_dir() and not shm.is_symlink() and os.access(shm, os.W_OK | os.X_OK) else None
 

@@ -90,7 +90,7 @@ GLOB_CHARS = frozenset("*?[")
 def env_matchers(patterns: list[str]) -> tuple[set[str], tuple[str, ...], list[str]]:
     """``fnmatchcase``'s answers for the env allowlist, split for speed: the plain names, the
     prefixes (``LC_*``), and the rest (left to fnmatch, which compiles a regex per pattern in each
-    process: most of a launch's 1 ms of regex compiling)."""
+    process)."""
     names, prefixes, rest = set(), [], []
     for pattern in patterns:
         if not GLOB_CHARS & set(pattern):

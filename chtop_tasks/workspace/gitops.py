@@ -69,8 +69,7 @@ def run_in_checkout(ws: Workspace, checkout: Checkout, args: list[str]) -> RepoO
 def synced_and_verified(ws: Workspace, strict: bool = False, on_verified=None) -> None:
     """The agent's latest commits imported, then every checkout's ``.git`` checked to point where the
     layout says.  The private stores were walked for planted links and FIFOs by the import itself,
-    under the worktree's lock, just before: a second walk (about 7 ms on the real repos) would
-    close no race, so this check reads only the pointers.  ``on_verified``: called once, as soon as
+    under the worktree's lock, just before: a second walk would close no race, so this check reads only the pointers.  ``on_verified``: called once, as soon as
     every checkout's git dir has been checked (while the import runs, when there is one)."""
     called = []
 
@@ -404,7 +403,7 @@ def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False,
                 running_sandboxes=lambda ws: []) -> int:
     """``running_sandboxes(ws)``: the names of the sandboxes running in ``ws`` (the task asks podman)."""
     refuse_in_toplevel(ws, "git.rebase-down")
-    # the busy check (podman ps, 30-50 ms) runs while the repos are checked, and is answered before any
+    # the busy check (podman ps, a process of its own) runs while the repos are checked, and is answered before any
     # rebase: started at once unless every branch is at its integration tip (nothing to rebase), else
     # once the relations say something is behind
     busy = in_background(running_sandboxes, ws) if not dry_run and maybe_behind(ws) else None
