@@ -6,13 +6,12 @@ Run as root (it builds a throwaway workspace owned by the unprivileged test user
     python bench/bench_claude_start.py [--runs N]
 
 "First screen" is claude's folder-trust question drawn in a pty.  Prints the median of each and
-the ratio (the old 1.15x target, retired: issue 24); then, measured in the same interleaved runs, the
+the ratio (the old 1.15x target, retired); then, measured in the same interleaved runs, the
 floor invoke's own program pays before chtop's code runs (starting Python, importing invoke), and
-chtop's own share (target: at most 20 ms): the total minus starting Python minus the bare run, since
+chtop's own share (against its target, printed with it): the total minus starting Python minus the bare run, since
 `inv sbox.claude` is chtop's inv, whose fast start (chtop_tasks/faststart.py) imports no invoke.
-Since stop 40 `inv` is the script bootstrap writes (chtop_tasks/invscript.py), which starts
-`python -S`: the Python start subtracted is `python -S -c pass` (the figures of earlier stops
-subtracted `python -c pass`, with site's `.pth` files, and ran pip's console script).
+`inv` is the script bootstrap writes (chtop_tasks/invscript.py), which starts `python -S`: the
+Python start subtracted is `python -S -c pass`.
 Not run by the tests.
 """
 

@@ -14,7 +14,7 @@ client (bench/egress_client.py loop) that says READY and waits.  Prints:
     the hand-off holder);
   * then all N at once run CONNECT + echo + close loops through the one proxy
     for S seconds: new tunnels per second in aggregate, and errors;
-  * then each goes on with a request every 50 ms, the proxy's daemon is killed
+  * then each goes on with a request every HEAL_INTERVAL (egress_client.py), the proxy's daemon is killed
     (kill -9) and its supervisor starts it again: the time from the kill to
     each sandbox's first good request begun after it (the last one: target
     <= 10 s), and the requests that failed meanwhile (those in flight).

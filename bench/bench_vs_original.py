@@ -33,7 +33,7 @@ top-level package, and a cProfile of the rest (the git processes it waits for).
 Hermetic: its own HOME and GIT_CONFIG_GLOBAL, git allowed only the file protocol (no network), and
 the temp dir removed at the end.  Bytecode as on a user's machine: PYTHONDONTWRITEBYTECODE (set on
 this build machine) is taken out, else every module of both tools is compiled from source on every
-run (for chtop, about 30 ms of a `git.status`).
+run.
 
     python bench/bench_vs_original.py [--rounds N] [--profile] [--steps rebase-down,merge-up] [--against REV]
 """

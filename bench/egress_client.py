@@ -9,7 +9,7 @@ setup medians, and the concurrent tunnels' errors and round trips/s; or, for
 ``loop``, READY, then (once FILE exists) new tunnels opened and errors in S
 seconds, one CONNECT + echo + close after another.  With ``--heal FILE``
 it then prints that RESULT and HEALING, and goes on with one such request
-every 50 ms until FILE (the time of the proxy's kill -9, written by the
+every ``HEAL_INTERVAL`` seconds until FILE (the time of the proxy's kill -9, written by the
 bench) exists and a request begun after that time has been echoed: HEALED
 with that request's end (the clock inside is the host's) and the failures.
 """
@@ -88,8 +88,11 @@ def echoed(route: Route, echo: int, timeout: float) -> bool:
         return False
 
 
+HEAL_INTERVAL = 0.05   # seconds from one request's start to the next while healing
+
+
 def heal(route: Route, echo: int, killed: str, give_up: float = 60.0) -> dict:
-    """Requests every 50 ms until one begun after the kill written in ``killed`` is echoed."""
+    """Requests every ``HEAL_INTERVAL`` seconds until one begun after the kill written in ``killed`` is echoed."""
     print("HEALING", flush=True)
     failures, end = 0, time.time() + give_up
     while time.time() < end:
@@ -104,7 +107,7 @@ def heal(route: Route, echo: int, killed: str, give_up: float = 60.0) -> dict:
             kill_at = float("inf")
         if ok and began >= kill_at:
             return {"healed_at": done, "kill_at": kill_at, "failures": failures}
-        time.sleep(max(0.0, 0.05 - (done - began)))
+        time.sleep(max(0.0, HEAL_INTERVAL - (done - began)))
     return {"healed_at": None, "failures": failures}
 
 

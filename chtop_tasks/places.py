@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
+from hashlib import sha256
 from pathlib import Path
 
-from .digest import sha256
 from .errors import ChtopError, NotInWorkspace, Refused, UsageError, WorkspaceError
-from .record import record
 from .rundir import runtime_base_path
 
-TYPE_CHECKING = False    # typing's flag, without importing typing (2 ms where no other module does)
+TYPE_CHECKING = False    # typing's flag, without importing typing
 if TYPE_CHECKING:
     from .workspace.layout import Workspace
 
@@ -277,7 +277,7 @@ def check_dir_allowed(root: Path, home: Path | None = None) -> None:
 
 # -- which target a path is ----------------------------------------------------------------------
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Target:
     """What a sandbox runs in: a feature worktree of a workspace, or a --dir directory."""
 

@@ -14,16 +14,16 @@ import shlex
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import CommandFailed
-from .record import record
 from .term import inert, inert_keeping_colour, progress_as_lines
 
 DEFAULT_TIMEOUT = 600
 
 
-@record
+@dataclass
 class Result:
     argv: list[str]
     cwd: Path | None
@@ -280,8 +280,9 @@ def _pump_inert(source, sink) -> None:
 
 def wait_killing_after(proc: subprocess.Popen, timeout: float | None) -> bool:
     """Wait for ``proc`` in one blocking ``waitpid``; kill it once ``timeout`` seconds have passed.
-    True when it was killed so.  (``Popen.wait(timeout)`` polls, sleeping up to 50 ms a step: every
-    command waited for that way ended up to 50 ms late, a rebase-down's and a merge-up's git steps too.)"""
+    True when it was killed so.  (``Popen.wait(timeout)`` polls, sleeping longer and longer between
+    tries: a command waited for that way is noticed late after it ends, a rebase-down's and a
+    merge-up's git steps too.)"""
     if timeout is None:
         proc.wait()
         return False

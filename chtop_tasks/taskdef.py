@@ -1,7 +1,7 @@
 """``@task`` for chtop's task modules: invoke's, or on the fast start a record of the same call.
 
 The fast start (``faststart.py``) sets ``LIGHT`` before it imports the task modules: then ``@task``
-records its arguments instead of importing invoke (about 70 ms), and a task's exit is a TaskExit,
+records its arguments instead of importing invoke, and a task's exit is a TaskExit,
 which the fast start handles as invoke's program handles invoke's ``Exit``.  Outside the
 ``tasks`` package, so that the flag is set before any task module is imported.
 """

@@ -360,27 +360,12 @@ def test_two_launches_of_one_target_prepare_its_config_dir_at_once(tmp_path):
         assert (cfg.config / "settings.json").is_file() and (cfg.config / "codex").is_dir()
 
 
-def test_a_launch_reads_the_registry_kept_in_the_group_without_tomllib(home, tmp_path):
-    """The registry's files are parsed once per text and kept in the group's state dir: a later
-    read imports no tomllib and gives the same agents; a user file with bad TOML is still refused."""
-    import subprocess
-    import sys
-
-    state = tmp_path / "grp" / ".chtop"
-    state.mkdir(parents=True)
-    read = ("import sys; from pathlib import Path; from chtop_tasks.agents.registry import load_registry; "
-            f"r = load_registry(home=Path({str(home)!r}), state=Path({str(state)!r})); "
-            "print(sorted(r), 'tomllib' in sys.modules)")
-
-    def agents_and_parsed() -> str:
-        return subprocess.run([sys.executable, "-c", read], capture_output=True, text=True,
-                              check=True).stdout.strip()
-
-    first = agents_and_parsed()
-    assert first.endswith(" True") and "'claude'" in first
-    assert agents_and_parsed() == first.replace(" True", " False")
+def test_the_registry_is_read_afresh_and_a_user_file_with_bad_toml_is_refused(home, tmp_path):
+    """Each read takes the files as they are now: an agent registered since shows, and a user file
+    with bad TOML is refused naming the file."""
+    assert "standin" not in agents.load_registry(home=home)
     register_stand_in(home, tmp_path)
-    assert "'standin'" in agents_and_parsed()
+    assert "standin" in agents.load_registry(home=home) and "claude" in agents.load_registry(home=home)
     (places.user_config_dir(home) / "agents.toml").write_text("[x\n")
     with pytest.raises(PolicyError, match="agents.toml"):
-        agents.load_registry(home=home, state=state)
+        agents.load_registry(home=home)

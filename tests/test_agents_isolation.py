@@ -1,4 +1,4 @@
-"""One worktree's agent cannot reach another's (issue 20, rule 5), attacked from inside a real sandbox.
+"""One worktree's agent cannot reach another's, attacked from inside a real sandbox.
 
 dev's agent plants a hook in every claude settings file it can write, leaves a note in its agent
 config dir, looks for other's transcripts and overwrites other's session state file; then other's

@@ -1,5 +1,5 @@
 """The venv build's own network allowance: the index hosts pip and uv are configured for, and the
-policy's build section, for the build's socket only (issue 27).  The real build through it, and the
+policy's build section, for the build's socket only.  The real build through it, and the
 agent's sandbox of the same worktree refused, are in ``test_venv_sandboxed.py``."""
 
 from __future__ import annotations

@@ -167,7 +167,7 @@ def test_an_older_slower_diff_answer_never_overwrites_the_newer_one(busy_group, 
 
 def test_answers_that_come_back_while_the_app_closes_fill_nothing_and_fail_no_worker(busy_group):
     """A refresh, load or diff answer that a worker hands over after the app's widgets are gone
-    (the app closing: stop 32's full run saw NoMatches('#worktrees') fail the refresh worker)."""
+    (the app closing: a full run once saw NoMatches('#worktrees') fail the refresh worker)."""
     g = busy_group
 
     async def scenario():

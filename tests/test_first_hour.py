@@ -159,7 +159,8 @@ def test_a_deleted_worktrees_policy_layer_goes_with_it(with_dev):
 @pytest.mark.slow
 def test_a_failed_venv_build_of_a_new_worktree_prints_the_retry(with_dev, monkeypatch):
     """The worktrees stay; the error ends with the command that retries the venv alone."""
-    from chtop_tasks import record
+    import dataclasses
+
     from chtop_tasks.errors import ChtopError
     from chtop_tasks.tasks.common import venv_builder
 
@@ -167,7 +168,7 @@ def test_a_failed_venv_build_of_a_new_worktree_prints_the_retry(with_dev, monkey
     monkeypatch.setenv("CHTOP_INSTALLER", "pip")
     dev = find_workspace(with_dev.path("dev"))
     text = dev.manifest.path.read_text().replace('install = "none"', 'install = "editable"', 1)
-    broken = record.replace(dev, manifest=parse_manifest(dev.manifest.path, text))   # alpha has no pyproject
+    broken = dataclasses.replace(dev, manifest=parse_manifest(dev.manifest.path, text))   # alpha has no pyproject
     with pytest.raises(ChtopError) as info:
         venv_builder(True)(broken)
     message = str(info.value)

@@ -1,5 +1,4 @@
-"""Places where host-side code reads what the agent can write, attacked from inside real sandboxes
-(issue 20, "a pass over the code for other places of the same shape").
+"""Places where host-side code reads what the agent can write, attacked from inside real sandboxes.
 
 The launch reads the target's ``.venv/pyvenv.cfg`` to mount the venv's base interpreter.  In a
 ``--dir`` directory (all of it writable inside) the agent can make that file: naming a host dir

@@ -42,7 +42,7 @@ def test_a_failed_streamed_command_raises_when_checked():
 
 
 def test_waiting_does_not_poll(monkeypatch):
-    """One blocking wait, no sleeping in steps (Popen.wait with a timeout sleeps up to 50 ms a step)."""
+    """One blocking wait, no sleeping in steps (Popen.wait with a timeout sleeps between polls)."""
     def no_sleep(seconds):
         raise AssertionError(f"slept {seconds}s while waiting")
     monkeypatch.setattr(time, "sleep", no_sleep)

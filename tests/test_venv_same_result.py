@@ -1,4 +1,4 @@
-"""A feature worktree's venv built inside its sandbox is the venv the host build makes (issue 27):
+"""A feature worktree's venv built inside its sandbox is the venv the host build makes:
 the same packages at the same versions, editable installs pointing at the worktree's own repos, the
 same ``.pth`` finders and the same bytecode compiled; for the sample repos and for the real CHORD
 manifest (pipmake -> ksgpu with nvcc), on the uv and the pip path.

@@ -1,4 +1,4 @@
-"""A feature worktree's venv is built inside its sandbox, never on the host (issue 27).
+"""A feature worktree's venv is built inside its sandbox, never on the host.
 
 The agent can write every repo of its worktree, so a ``setup.py`` or a package's ``__init__``
 there is the agent's code.  Here one writes a marker to a path of the host that the sandbox does

@@ -19,11 +19,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import dataclass, field
+from hashlib import sha256
 from pathlib import Path
 
-from ..digest import sha256
 from ..errors import CommandFailed, PolicyError, UsageError
-from ..record import Factory, record
 from ..runner import echo, format_command, run
 
 CONTAINERS_DIR = Path(__file__).resolve().parent.parent / "containers"
@@ -34,12 +34,12 @@ HOST_PATHS = "host-paths.txt"
 BUILD_TIMEOUT = 3600
 
 
-@record
+@dataclass
 class HostPaths:
-    copy: list[Path] = Factory(list)
-    empty: list[Path] = Factory(list)
-    stamp: list[Path] = Factory(list)
-    exclude: list[str] = Factory(list)
+    copy: list[Path] = field(default_factory=list)
+    empty: list[Path] = field(default_factory=list)
+    stamp: list[Path] = field(default_factory=list)
+    exclude: list[str] = field(default_factory=list)
 
     @property
     def imported(self) -> bool:

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import re
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
 from ..errors import PolicyError, UsageError
-from ..places import secrets_path, state_dir, target_for, user_config_dir
-from ..record import Factory, record
-from ..tomlcache import parsed_table
+from ..places import secrets_path, target_for, user_config_dir
 from .secrets import ENV_NAME, load_secrets
 
 AGENT_NAME = re.compile(r"[a-z][a-z0-9-]{0,19}\Z")
@@ -25,7 +29,7 @@ KEYS = {"description", "command", "skip_permissions", "credentials", "tokens", "
         "config_env", "config_subdir", "login_files", "env", "install", "continue_args"}
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Agent:
     name: str
     command: tuple[str, ...]
@@ -36,7 +40,7 @@ class Agent:
     config_env: str = ""
     config_subdir: str = ""
     login_files: tuple[str, ...] = ()   # in its config dir: copied from the group's login dir (see agent_config.py)
-    env: dict[str, str] = Factory(dict)
+    env: dict[str, str] = field(default_factory=dict)
     install: str = ""
     description: str = ""
     continue_args: tuple[str, ...] = ()
@@ -110,10 +114,8 @@ def parse_entry(name: str, table: dict, source: str) -> Agent:
     )
 
 
-def load_registry(extra: list[Path] | None = None, home: Path | None = None,
-                  state: Path | None = None) -> dict[str, Agent]:
-    """The shipped registry, then ~/.config/chtop/agents.toml, then ``extra`` files.  ``state``: a
-    group's state dir, where the parsed files are kept (``tomlcache``)."""
+def load_registry(extra: list[Path] | None = None, home: Path | None = None) -> dict[str, Agent]:
+    """The shipped registry, then ~/.config/chtop/agents.toml, then ``extra`` files."""
     files = [REGISTRY_FILE, user_config_dir(home) / USER_REGISTRY, *(extra or [])]
     agents: dict[str, Agent] = {}
     for path in files:
@@ -123,7 +125,10 @@ def load_registry(extra: list[Path] | None = None, home: Path | None = None,
             if path == REGISTRY_FILE:
                 raise
             continue
-        data = parsed_table(text, state, lambda exc, path=path: PolicyError(f"{path}: {exc}"))
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise PolicyError(f"{path}: {exc}") from exc
         for name, table in data.items():
             agents[name] = parse_entry(name, table, str(path))
     return agents
@@ -185,7 +190,7 @@ def agent_request(agent_name: str, args: list[str], cwd: Path, *, interactive: b
     from ..sandbox import LaunchRequest
 
     target = target_for(cwd, dir)
-    agent = get_agent(agent_name, load_registry(state=state_dir(target.group_dir)))
+    agent = get_agent(agent_name, load_registry())
     check_installed(agent)
     source = secrets_path()
     env, notes = agent_env(agent, load_secrets(source), target.config_dir, source)

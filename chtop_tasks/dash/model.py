@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -25,7 +26,6 @@ from ..places import group_id
 from ..proxy import approvals
 from ..proxy.control import status as proxy_status
 from ..proxy.logs import JSONL, net_dir, pending_item
-from ..record import Factory, record
 from ..workspace import gitrun
 from ..workspace.gitprobe import WORKTREE_DIFF_DRIVERS_OFF, WORKTREE_SUBMODULES
 from ..workspace.layout import Checkout, Workspace, checkout_problem, find_workspace
@@ -36,7 +36,7 @@ from . import sessions_adapter
 SessionsProvider = Callable[[Path], list]
 
 
-@record
+@dataclass
 class RepoState:
     label: str                    # "(container)" or the repo's name
     branch: str | None            # None: detached HEAD
@@ -61,11 +61,11 @@ class RepoState:
         return " ".join(parts)
 
 
-@record
+@dataclass
 class WorktreeState:
     name: str
     root: Path
-    repos: list[RepoState] = Factory(list)
+    repos: list[RepoState] = field(default_factory=list)
     session: dict | None = None
     pending: int = 0              # blocked requests from its socket waiting for a decision
     cpu: str = ""
@@ -73,7 +73,7 @@ class WorktreeState:
     problem: str | None = None
 
 
-@record
+@dataclass
 class Snapshot:
     taken: float
     worktrees: list[WorktreeState]
@@ -294,11 +294,11 @@ def age(since: float, now: float | None = None) -> str:
 LABEL = "chtop"
 
 
-@record
+@dataclass
 class SandboxLoad:
     """(CPU %, memory) per worktree with a running sandbox; ``unavailable``: why those cells say n/a."""
 
-    by_worktree: dict[str, tuple[str, str]] = Factory(dict)
+    by_worktree: dict[str, tuple[str, str]] = field(default_factory=dict)
     unavailable: str = ""
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import ChtopError
@@ -22,22 +23,21 @@ from ..hosts import approvals as host_approvals
 from ..hosts import fleet
 from ..hosts.answers import BadAnswer
 from ..hosts.records import Host
-from ..record import Factory, record
 from . import model
 
 POLL_SECONDS = 2.0           # between one host's answers
 RETRY_SECONDS = 5.0          # after a host failed to answer (or its net.hold failed)
 
 
-@record
+@dataclass
 class RemoteState:
     """One host as last asked: its worktrees, sessions and pending requests, or why not."""
     host: Host
     asked: bool = False           # False until the first answer (or failure) came back
     error: str = ""               # "unreachable: ..." or "refused its answer: ..."
-    worktrees: list = Factory(list)
-    sessions: list = Factory(list)
-    pending: list = Factory(list)
+    worktrees: list = field(default_factory=list)
+    sessions: list = field(default_factory=list)
+    pending: list = field(default_factory=list)
     took: float = 0.0
     at: float = 0.0
 
@@ -142,7 +142,7 @@ class Fleet:
 
 # -- rows --------------------------------------------------------------------------------------
 
-@record
+@dataclass
 class RemoteRow:
     """A selected row of another host: what its keys act on (there, through the host's own tasks)."""
     host: Host

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 
 from ..errors import ChtopError
 from ..places import worktree_name_problem
-from ..record import record
 from ..term import inert_line
 
 MAX_ANSWER = 4 * 1024 * 1024     # bytes of JSON accepted from a host
@@ -33,7 +33,7 @@ class BadAnswer(ChtopError):
 WORKTREE_NAME = "worktree-name"
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Matching:
     """A schema: a string that matches ``pattern`` whole (before it is made inert: it must need no
     making inert), e.g. a host:port the answer names that a later command passes on."""

@@ -8,10 +8,11 @@ bounded (an unreachable host is a line that says so, never a hang).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from ..errors import ChtopError, Refused, UsageError
 from ..fanout import fan_out
 from ..places import check_worktree_name
-from ..record import Factory, record
 from ..term import say
 from ..workspace.gitprobe import rev
 from ..workspace.gitrun import git
@@ -21,15 +22,15 @@ from .records import LOCAL, Host, check_host, forget_host, get_host, load_hosts,
 from .ssh import LONG_TIMEOUT, Unreachable, close_connection, run_on, ssh_argv
 
 
-@record
+@dataclass
 class HostState:
     """What one host answered (``error`` set instead when it did not, or answered nonsense)."""
     host: Host
     error: str | None = None
     version: str | None = None
-    worktrees: list = Factory(list)
-    sessions: list = Factory(list)
-    pending: list = Factory(list)
+    worktrees: list = field(default_factory=list)
+    sessions: list = field(default_factory=list)
+    pending: list = field(default_factory=list)
 
     @property
     def reachable(self) -> bool:

@@ -10,9 +10,9 @@ updateInstead``: the checkout follows, and a dirty one refuses); then ``toplevel
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from ..errors import ChtopError, Refused
-from ..record import record
 from ..workspace.gitprobe import rev
 from ..workspace.gitrun import git
 from ..workspace.layout import Workspace
@@ -34,7 +34,7 @@ VENV_PYTHON = ('p="${CHTOP_VENV:-${XDG_DATA_HOME:-$HOME/.local/share}/chtop/venv
                'if [ -x "$p" ]; then echo "$p"; else command -v python3; fi')
 
 
-@record
+@dataclass
 class Mirror:
     """One checkout to mirror there: (local dir, remote dir, branch, tip, origin URL for it)."""
     local: object

@@ -27,12 +27,12 @@ import os
 import shutil
 import tempfile
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import runner
 from ..errors import CommandFailed, Refused
 from ..places import check_worktree_name, read_user_config, state_dir
-from ..record import record
 from ..term import say
 from ..workspace.gitops import (
     Relation,
@@ -71,7 +71,7 @@ FETCH_MAX_MIB = 2048                        # config.toml: host_fetch_max_mib
 ALTERNATES = "GIT_ALTERNATE_OBJECT_DIRECTORIES"
 
 
-@record
+@dataclass
 class Incoming:
     """One repo's branch NAME from the host: the commit its chtop named, the quarantine it was
     fetched into, and the commit that arrived there."""

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import atomic
 from ..errors import UsageError
 from ..places import read_toml, user_config_dir
-from ..record import asdict, record
 
 HOSTS_NAME = "hosts.toml"
 LOCAL = "local"                      # the host column's name for this machine: no host may take it
@@ -26,7 +26,7 @@ _TARGET = re.compile(r"^[A-Za-z0-9_.@%\[\]:-]{1,255}$")
 _PATH = re.compile(r"^[A-Za-z0-9_./+-]{1,255}$")
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Host:
     name: str
     target: str

@@ -16,8 +16,7 @@ import hashlib
 import hmac
 import secrets
 import time
-
-from ..record import Factory, record
+from dataclasses import dataclass, field
 
 CODE_BYTES = 16             # 128 bits of the HMAC
 FORGET_AFTER = 86400.0      # an answered or expired offer is remembered this long (to say "reused"/"expired")
@@ -30,7 +29,7 @@ def sign(secret: str, offer_id: str, domain: str, worktree: str | None, decision
     return mac[:CODE_BYTES * 2]
 
 
-@record
+@dataclass
 class Offer:
     """One notification: the decisions its buttons offer for one domain and worktree."""
 
@@ -38,7 +37,7 @@ class Offer:
     domain: str
     worktree: str | None
     expires: float
-    codes: dict[str, str] = Factory(dict)      # decision -> code
+    codes: dict[str, str] = field(default_factory=dict)      # decision -> code
     answered: bool = False
     more_asked: bool = False    # its "More…" code was used
     ended: bool = False         # the hold ended before its expiry (the proxy said so): expired

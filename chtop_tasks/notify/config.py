@@ -14,10 +14,9 @@ import os
 import re
 import secrets
 import stat
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
-
-from ..record import record, replace
 
 try:
     import tomllib
@@ -47,7 +46,7 @@ _TOPIC = re.compile(r"^[-_A-Za-z0-9]{1,64}$")
 _SECRET = re.compile(r"^[0-9a-f]{64}$")
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class NotifyConfig:
     server: str
     topic: str

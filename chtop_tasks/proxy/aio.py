@@ -28,8 +28,8 @@ TIMEOUTS = (TimeoutError, asyncio.TimeoutError)   # distinct classes before 3.11
 class Deadlines:
     """Coarse timeouts for the many short waits of new connections (a request head, a first
     ClientHello): one timer ticks every ``tick`` seconds for all of them, instead of a timer handle
-    made and cancelled for each (``asyncio.timeout``: 33 us a wait against 6 at load 28; two in every tunnel's
-    setup).  A wait ends with TimeoutError between ``seconds`` and ``seconds + tick`` after it began.
+    made and cancelled for each (``asyncio.timeout`` costs several times more per wait under load; two
+    in every tunnel's setup).  A wait ends with TimeoutError between ``seconds`` and ``seconds + tick`` after it began.
 
         with deadlines.within(10):
             await loop.sock_recv(conn, 65536)

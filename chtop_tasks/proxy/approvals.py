@@ -24,6 +24,7 @@ import os
 import re
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import locked_for_update, write_atomic
@@ -36,7 +37,6 @@ from ..places import (
     is_feature_worktree,
     user_config_dir,
 )
-from ..record import record
 from ..term import say
 from . import control_protocol
 from .control import ensure_proxy, status, stop_proxy
@@ -69,7 +69,7 @@ def format_duration(seconds: float) -> str:
     return f"{seconds}s"
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Decision:
     """What to do about one domain; computed (and checked) before anything is written."""
 

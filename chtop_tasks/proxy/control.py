@@ -17,12 +17,12 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
+from hashlib import sha256
 from pathlib import Path
 
-from ..digest import sha256
 from ..errors import ChtopError
 from ..places import check_worktree_name, group_key, notify_config_path, runtime_dir
-from ..record import record
 from . import control_protocol
 from .logs import net_dir
 from .policy import NetPolicy
@@ -35,7 +35,7 @@ NOTIFIER_LOCK = "notify.lock"     # held by the group's running phone notifier (
 SESSION_LEASE = "sessions.lease"  # held (shared) by each running session's pane process
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class ProxyEndpoint:
     url: str              # "http://127.0.0.1:PORT" (TCP, group policy)
     socket_path: Path     # unix socket to mount into a container (mount its parent dir)

@@ -16,11 +16,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import dataclass, field
 
-from ..record import Factory, record
 
-
-@record
+@dataclass
 class Hold:
     """Requests for one host on one socket, held while a watcher decides."""
 
@@ -29,7 +28,7 @@ class Hold:
     port: int
     worktree: str | None
     opened_by: str | None = None       # the source whose request opened it (its prompt)
-    since: float = Factory(time.time)
+    since: float = field(default_factory=time.time)
     waiting: int = 0
 
     def describe(self) -> dict:

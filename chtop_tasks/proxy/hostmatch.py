@@ -11,8 +11,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import re
-
-from ..record import record
+from dataclasses import dataclass
 
 _LABEL = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?$")
 _PORT = re.compile(r"^[0-9]{1,5}$")
@@ -27,7 +26,7 @@ class BadHost(ValueError):
     """A host or authority that must not be used (the message says why)."""
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Entry:
     """One line of a net-allow.txt / net-deny.txt list."""
 

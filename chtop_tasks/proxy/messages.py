@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-from ..record import record
 from . import tls
 from .hostmatch import BadHost, authority_spec, canonical_host, parse_authority
 
@@ -27,7 +27,7 @@ class Refusal(Exception):
         self.body = body if body is not None else f"chtop egress proxy: {reason}\n"
 
 
-@record
+@dataclass
 class Request:
     method: str
     target: str
@@ -166,7 +166,7 @@ def check_host_header(req: Request, host: str, port: int, *, default_port: int, 
     return hosts[0]
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class PlainTarget:
     """An absolute-form ``http://`` request's target, split."""
 

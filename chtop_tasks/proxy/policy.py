@@ -18,12 +18,12 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import locked_for_update
 from ..errors import PolicyError, UsageError
 from ..places import check_worktree_name
-from ..record import record
 from .hostmatch import DEFAULT_PORTS, BadHost, Entry, find_match, parse_entry
 
 ALLOW = "net-allow.txt"
@@ -150,7 +150,7 @@ class TimedAllows:
         return max(ends, default=None)
 
 
-@record
+@dataclass
 class Verdict:
     decision: str                 # "allowed", "blocked" or "denied"
     entry: Entry | None = None    # the entry that decided it
@@ -158,7 +158,7 @@ class Verdict:
     layer: str = "group"          # "group", "worktree", "timed" or "once"
 
 
-@record
+@dataclass
 class NetPolicy:
     """The lists of one policy dir, with per-worktree layers and allows for a while."""
 

@@ -26,10 +26,10 @@ import signal
 import socket
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..places import check_worktree_name, command_for_group
-from ..record import Factory, record
 from . import fdpass
 from .aio import TIMEOUTS, Deadlines
 from .control import build_socket, session_runs, worktree_socket
@@ -64,29 +64,29 @@ def _env_float(name: str, default: float) -> float:
         return default
 
 
-@record
+@dataclass
 class Config:
     group_dir: Path
     policy_dir: Path
     port: int
     runtime_dir: Path
-    max_conns: int = Factory(lambda: int(_env_float("CHTOP_PROXY_MAX_CONNS", 4096)))
+    max_conns: int = field(default_factory=lambda: int(_env_float("CHTOP_PROXY_MAX_CONNS", 4096)))
     # per source (one worktree's sockets and listeners; for the group, one socket or one sandbox):
     # 0 means an eighth of max_conns
-    max_conns_per_source: int = Factory(
+    max_conns_per_source: int = field(default_factory=
         lambda: int(_env_float("CHTOP_PROXY_MAX_CONNS_PER_WORKTREE", 0)))
-    max_held_per_source: int = Factory(
+    max_held_per_source: int = field(default_factory=
         lambda: int(_env_float("CHTOP_PROXY_MAX_HELD_PER_WORKTREE", 32)))
-    max_prompts_per_source: int = Factory(
+    max_prompts_per_source: int = field(default_factory=
         lambda: int(_env_float("CHTOP_PROXY_MAX_PROMPTS_PER_WORKTREE", 8)))
     max_header: int = 16 * 1024
-    header_timeout: float = Factory(lambda: _env_float("CHTOP_PROXY_HEADER_TIMEOUT", 10))
-    connect_timeout: float = Factory(lambda: _env_float("CHTOP_PROXY_CONNECT_TIMEOUT", 10))
-    hold_seconds: float = Factory(lambda: _env_float("CHTOP_PROXY_HOLD_SECONDS", 120))
+    header_timeout: float = field(default_factory=lambda: _env_float("CHTOP_PROXY_HEADER_TIMEOUT", 10))
+    connect_timeout: float = field(default_factory=lambda: _env_float("CHTOP_PROXY_CONNECT_TIMEOUT", 10))
+    hold_seconds: float = field(default_factory=lambda: _env_float("CHTOP_PROXY_HOLD_SECONDS", 120))
     hello_timeout: float = 30.0
-    hosts_file: str | None = Factory(lambda: os.environ.get("CHTOP_PROXY_HOSTS_FILE"))
+    hosts_file: str | None = field(default_factory=lambda: os.environ.get("CHTOP_PROXY_HOSTS_FILE"))
     # seconds with no sandbox, connection, watcher or session before the proxy exits (0: never)
-    idle_exit: float = Factory(lambda: _env_float("CHTOP_PROXY_IDLE_EXIT", 300))
+    idle_exit: float = field(default_factory=lambda: _env_float("CHTOP_PROXY_IDLE_EXIT", 300))
 
 
 def source_cap(cfg: Config) -> int:

@@ -27,12 +27,12 @@ import os
 import re
 import shutil
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..agentfile import read_bytes
 from ..atomic import write_atomic, write_atomic_at
 from ..places import HOOK_STATE_DIR_NAME, SESSION_ID, session_state_dir
-from ..record import record
 from ..term import warn
 from .agent_settings import install_settings, read_settings
 from .mounts import is_within
@@ -44,7 +44,7 @@ MAX_LOGIN_BYTES = 1 << 20
 MAX_ACCOUNT_BYTES = 16 << 20
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class AgentConfig:
     """What one launch needs of its target's agent config (computed; nothing made)."""
 

@@ -14,13 +14,13 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import agentfile
 from ..errors import ChtopError, CommandFailed, Refused, UsageError
 from ..fanout import answered_before_leaving
 from ..places import Target, ensure_private_dir, group_id, home_dir, is_mine_or_missing
-from ..record import Factory, record
 from ..runner import format_command
 from ..term import warn
 from ..workspace import gitrun
@@ -51,7 +51,7 @@ PODMAN_ENV = ("PATH", "HOME", "USER", "LOGNAME", "TERM", "TMPDIR", "XDG_RUNTIME_
 NO_PROXY = "localhost,127.0.0.1,::1"
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class ProxyNeed:
     """The group proxy a launch needs, and where it will listen (computed, not started)."""
 
@@ -63,7 +63,7 @@ class ProxyNeed:
     build_hosts: tuple[str, ...] | None = None   # a venv build's socket, with these index hosts allowed
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class RootSetup:
     """The per-run skeleton root to write before podman runs (and remove after it)."""
 
@@ -91,7 +91,7 @@ class RootSetup:
         return self.run_dir.parent
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class LaunchSetup:
     state_dir: Path
     proxy: ProxyNeed | None
@@ -99,24 +99,24 @@ class LaunchSetup:
     agent_config: AgentConfig | None = None
 
 
-@record
+@dataclass
 class LaunchPlan:
     argv: list[str]
     container_name: str
     env: dict[str, str]
-    warnings: list[str] = Factory(list)
+    warnings: list[str] = field(default_factory=list)
     setup: LaunchSetup | None = None
-    limits: Limits = Factory(Limits)     # the limits podman enforces (none where it cannot)
+    limits: Limits = field(default_factory=Limits)     # the limits podman enforces (none where it cannot)
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class LaunchRequest:
     """Everything a caller decides about one launch (sbox.*, an agent, the GPU check)."""
 
     target: Target
     command: list[str]
     interactive: bool = False
-    extra_env: dict[str, str] = Factory(dict)
+    extra_env: dict[str, str] = field(default_factory=dict)
     purpose: str = "run"
     network: str = "proxy"
     allow_self_edit: bool = False
@@ -368,7 +368,7 @@ def _root_setup(target: Target, identity, mounts, devices, name: str, gitconfig:
 
 def _tmpfs_scratch() -> Path | None:
     """/dev/shm when it is there: a tmpfs on every Linux, where the ~50 mount points of a skeleton
-    are made and removed in about a millisecond (on a VM's disk: about 20 ms each way)."""
+    are made and removed without touching a disk (on a VM's disk they are much slower)."""
     shm = Path("/dev/shm")
     return shm if shm.is_dir() and not shm.is_symlink() and os.access(shm, os.W_OK | os.X_OK) else None
 

@@ -32,11 +32,11 @@ them).  Where they cannot be enforced chtop says so at launch and in
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import PolicyError
 from ..places import check_worktree_name
-from ..record import record
 
 LIMITS = "limits.txt"
 KEYS = ("memory", "pids", "cpus", "cpu-shares", "ipc", "shm")
@@ -46,7 +46,7 @@ _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Limits:
     memory: int | None = None       # bytes
     pids: int | None = None

@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import agentfile
-from ..record import record
 from ..workspace.quarantine import PINNED_IN_ADMIN, PINNED_IN_STORE
 
 # What a host shell, direnv, nox, invoke or a host-side claude reads or runs
@@ -53,7 +53,7 @@ MANAGEMENT = ("tasks.py", "noxfile.py", "chtop_tasks", "invoke.yaml", "invoke.ym
 PYVENV_CFG_LIMIT = 64 * 1024
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Mount:
     src: Path | None     # None for a tmpfs
     dst: Path
@@ -269,7 +269,7 @@ def pin_checkout(plan: MountPlan, root: Path, self_edit: bool, repo_names) -> No
             repo_dir_pins(plan, root / repo)
 
 
-@record
+@dataclass
 class MountContext:
     kind: str                    # "worktree" or "dir"
     root: Path

@@ -5,9 +5,9 @@ new, so it is said again).  With ``CHTOP_VERBOSE=1`` everything is said every ti
 from __future__ import annotations
 
 import os
+from hashlib import sha256
 from pathlib import Path
 
-from ..digest import sha256
 from ..places import state_dir
 
 VERBOSE_ENV = "CHTOP_VERBOSE"

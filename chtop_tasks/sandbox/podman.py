@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 import pwd
 import resource
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ChtopError
-from ..record import Factory, record
 from .mounts import Mount
 
 RELAY_PORT = 3128
@@ -60,12 +60,12 @@ PS1="(sbox) ${PS1:-\w \$ }"
 """
 
 
-@record
+@dataclass
 class Identity:
     """Who the agent is on the host."""
 
     rootful: bool
-    uidmap: list[str] = Factory(list)   # --uidmap/--gidmap/--user
+    uidmap: list[str] = field(default_factory=list)   # --uidmap/--gidmap/--user
     note: str | None = None
     host_uid: int | None = None      # rootful: the host uid the agent's processes run as
     host_gid: int | None = None

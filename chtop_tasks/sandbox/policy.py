@@ -27,10 +27,10 @@ import glob
 import os
 import re
 import stat
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import PolicyError
-from ..record import Factory, record
 
 FS_ALLOW = "fs-allow.txt"
 DEVICES = "devices.txt"
@@ -55,7 +55,7 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
 _VAR = re.compile(r"\$(\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class FsRule:
     """One fs-allow line after expansion: ``mode`` for every path it matched."""
 
@@ -65,12 +65,12 @@ class FsRule:
     where: str            # "file:line"
 
 
-@record
+@dataclass
 class SandboxPolicy:
-    fs: list[FsRule] = Factory(list)
-    devices: list[Path] = Factory(list)
-    env_names: list[str] = Factory(list)   # names or prefix patterns ("LC_*")
-    warnings: list[str] = Factory(list)
+    fs: list[FsRule] = field(default_factory=list)
+    devices: list[Path] = field(default_factory=list)
+    env_names: list[str] = field(default_factory=list)   # names or prefix patterns ("LC_*")
+    warnings: list[str] = field(default_factory=list)
 
     def env_from(self, environ: dict[str, str]) -> dict[str, str]:
         """The allowlisted variables present in ``environ`` (never structural ones)."""
@@ -90,7 +90,7 @@ GLOB_CHARS = frozenset("*?[")
 def env_matchers(patterns: list[str]) -> tuple[set[str], tuple[str, ...], list[str]]:
     """``fnmatchcase``'s answers for the env allowlist, split for speed: the plain names, the
     prefixes (``LC_*``), and the rest (left to fnmatch, which compiles a regex per pattern in each
-    process: most of a launch's 1 ms of regex compiling)."""
+    process)."""
     names, prefixes, rest = set(), [], []
     for pattern in patterns:
         if not GLOB_CHARS & set(pattern):

@@ -1,11 +1,11 @@
 """Which of a group's sandboxes run now: ``podman ps`` for the group's label, nothing else.
 
 Its own small module (``json``, ``subprocess``, ``places``): the busy checks of ``git.rebase-down``
-and ``worktree.delete`` ask it without importing the launcher and everything a launch needs (about
-30 ms of every such task).  The answer fails closed: podman failing is an error, never "none runs";
+and ``worktree.delete`` ask it without importing the launcher and everything a launch needs.  The
+answer fails closed: podman failing is an error, never "none runs";
 only podman missing altogether (no sandbox can run then) is "none".
 
-Before podman is asked (20-40 ms of CPU, on the critical path of those checks), the machine's
+Before podman is asked (a process of its own, on the critical path of those checks), the machine's
 processes are: every running container has a ``conmon`` process that monitors it, started with
 ``-n NAME``, and a sandbox of a root is named ``chtop-<that root's name>-...`` (the launcher takes
 its names from :func:`container_name_prefix`).  When no ``conmon`` has such a name, no sandbox of

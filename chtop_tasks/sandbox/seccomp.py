@@ -110,8 +110,7 @@ _RENDERED: dict[tuple, str] = {}
 
 def profile_text() -> str:
     """The sandbox's profile as JSON, rendered once per process for each version of podman's default
-    (the stamps of the files it may come from: a package upgrade renders it again).  Reading, parsing
-    and rendering it is about 1 ms; the warm launcher renders it before forking its children."""
+    (the stamps of the files it may come from: a package upgrade renders it again)."""
     key = tuple(file_stamp(path) for path in DEFAULT_PROFILES)
     if key not in _RENDERED:
         _RENDERED.clear()

@@ -18,12 +18,12 @@ Agents without hooks, and a hooked agent before its first report: the screen (``
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from hashlib import sha256
 from pathlib import Path
 
 from .. import agentfile
-from ..digest import sha256
 from ..places import session_state_dir
-from ..record import record
 
 STATES = ("working", "waiting", "idle", "exited", "lost")
 HOOK_STATES = ("working", "waiting", "idle", "exited")   # what an agent may report
@@ -36,7 +36,7 @@ def hook_state_path(home: Path, session_id: str) -> Path:
     return session_state_dir(home, session_id) / session_id
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Reported:
     state: str
     mtime: float

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from ..atomic import write_atomic
 from ..places import state_dir
-from ..record import asdict, field_names, record
 
 RECORD_SUFFIX = ".json"
 ENV_SUFFIX = ".env.json"
@@ -21,7 +21,7 @@ LOG_SUFFIX = ".log"
 SCREEN_SUFFIX = ".screen.txt"
 
 
-@record
+@dataclass
 class Record:
     """One worktree's session, as chtop last knew it."""
 
@@ -84,7 +84,7 @@ def load(group_dir: Path, worktree: str) -> Record | None:
         data = json.loads(record_path(group_dir, worktree).read_text())
     except (FileNotFoundError, ValueError):
         return None
-    known = set(field_names(Record))
+    known = {f.name for f in fields(Record)}
     try:
         return Record(**{k: v for k, v in data.items() if k in known})
     except TypeError:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import os
 import shutil
+from hashlib import sha256
 from pathlib import Path
 
 from .. import runner
-from ..digest import sha256
 from ..errors import CommandFailed
 from ..places import group_id, runtime_dir
 

@@ -29,12 +29,12 @@ The build is planned as data (``plan_build`` returns the steps), printed by
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 import os
 import shlex
 import shutil
 import sys
 import tempfile
-from ..record import Factory, record
 from pathlib import Path
 
 from .. import runner
@@ -124,7 +124,7 @@ _BOILERPLATE = (
 )
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class BuildStep:
     """One thing the build does.
 
@@ -175,17 +175,17 @@ class BuildStep:
         return line
 
 
-@record
+@dataclass
 class BuildReport:
     """What a finished build did, for the summary line."""
 
     venv: Path
     installer: str
-    installed: list[str] = Factory(list)
-    skipped: list[str] = Factory(list)
-    smoked: list[str] = Factory(list)
-    tested: list[str] = Factory(list)
-    deps: list[str] = Factory(list)
+    installed: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    smoked: list[str] = field(default_factory=list)
+    tested: list[str] = field(default_factory=list)
+    deps: list[str] = field(default_factory=list)
     log: Path | None = None
 
     def summary(self) -> str:

@@ -15,7 +15,7 @@ import json
 import os
 import shutil
 import sys
-from ..record import asdict, field_names
+from dataclasses import asdict, fields
 from pathlib import Path
 
 from ..errors import ChtopError
@@ -51,7 +51,7 @@ def log_from_json(text: str) -> Path | None:
 def plan_from_json(text: str) -> tuple[Path, str, bool, list[BuildStep]]:
     """``plan_to_json`` read back; ValueError (KeyError, TypeError) for anything else."""
     data = json.loads(text)
-    names = set(field_names(BuildStep))
+    names = {f.name for f in fields(BuildStep)}
     steps = []
     for item in data["steps"]:
         kwargs = {}

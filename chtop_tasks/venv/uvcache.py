@@ -4,8 +4,8 @@ uv unpacks each wheel once into its cache (``archive-v0/<id>/``) and links
 the files from there into every environment it installs into, including the
 throwaway environment of each isolated (PEP 517) build.  It unpacks them
 without bytecode, so every isolated build of a setuptools repo compiles
-setuptools again, in each of the two hook processes (about 0.3 s of a 0.9 s
-editable build here).  Byte-compiling those unpacked wheels once, in the
+setuptools again, in each of the two hook processes (about a third of an
+editable build).  Byte-compiling those unpacked wheels once, in the
 cache, lets every later build link the compiled files too.
 
 Only the distributions named by the isolated repos' ``build-system.requires``

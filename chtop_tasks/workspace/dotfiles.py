@@ -41,8 +41,8 @@ def render_text(template_path: Path, context: dict) -> str:
 
 def render_plain(source: str, context: dict) -> str | None:
     """``source`` rendered as Jinja would, when its only markup is ``{{ name }}`` of names in
-    ``context`` (each becomes ``str(value)``); None for anything else, which Jinja renders (its
-    import and compile were most of the dotfiles' cost: ~55 ms of every rebase-down and create)."""
+    ``context`` (each becomes ``str(value)``); None for anything else, which Jinja renders (so a
+    plain template needs no Jinja import or compile)."""
     if any(mark in PLAIN_SUBSTITUTION.sub("", source) for mark in JINJA_MARKUP):
         return None
     if not all(name in context and name not in JINJA_WORDS for name in PLAIN_SUBSTITUTION.findall(source)):

@@ -8,12 +8,12 @@ repo first, then run one repo at a time.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import runner
 from ..errors import ChtopError, CommandFailed, Refused, UsageError
 from ..fanout import StartedLater, answered_before_leaving, fan_out, in_background
-from ..record import record
 from ..term import bold, git_color_args, inert_keeping_colour, say, warn
 from .gitprobe import (
     WORKTREE_DIFF_DRIVERS_OFF,
@@ -47,7 +47,7 @@ def present_checkouts(ws: Workspace) -> list[Checkout]:
 # -- status / diff -----------------------------------------------------------
 
 
-@record
+@dataclass
 class RepoOutput:
     checkout: Checkout
     header: str
@@ -69,8 +69,7 @@ def run_in_checkout(ws: Workspace, checkout: Checkout, args: list[str]) -> RepoO
 def synced_and_verified(ws: Workspace, strict: bool = False, on_verified=None) -> None:
     """The agent's latest commits imported, then every checkout's ``.git`` checked to point where the
     layout says.  The private stores were walked for planted links and FIFOs by the import itself,
-    under the worktree's lock, just before: a second walk (about 7 ms on the real repos) would
-    close no race, so this check reads only the pointers.  ``on_verified``: called once, as soon as
+    under the worktree's lock, just before: a second walk would close no race, so this check reads only the pointers.  ``on_verified``: called once, as soon as
     every checkout's git dir has been checked (while the import runs, when there is one)."""
     called = []
 
@@ -107,7 +106,7 @@ def worst_status(outputs) -> int:
 # -- branch relations -----------------------------------------------------------
 
 
-@record
+@dataclass
 class Relation:
     checkout: Checkout
     branch: str | None
@@ -336,7 +335,7 @@ def raise_if_problems(problems: list[str], what: str) -> None:
         raise Refused(f"{what}: nothing was changed, because:\n  " + "\n  ".join(problems))
 
 
-@record
+@dataclass
 class GitStep:
     """One planned git command, and why."""
 
@@ -404,7 +403,7 @@ def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False,
                 running_sandboxes=lambda ws: []) -> int:
     """``running_sandboxes(ws)``: the names of the sandboxes running in ``ws`` (the task asks podman)."""
     refuse_in_toplevel(ws, "git.rebase-down")
-    # the busy check (podman ps, 30-50 ms) runs while the repos are checked, and is answered before any
+    # the busy check (podman ps, a process of its own) runs while the repos are checked, and is answered before any
     # rebase: started at once unless every branch is at its integration tip (nothing to rebase), else
     # once the relations say something is behind
     busy = in_background(running_sandboxes, ws) if not dry_run and maybe_behind(ws) else None
@@ -740,7 +739,7 @@ def parse_expect(ws: Workspace, text: str) -> dict[str, str]:
     return out
 
 
-@record
+@dataclass
 class Landing:
     """One repo's relation; where it has commits to land, the imported tip that lands and the paths
     that tip changes since it left its integration branch."""

@@ -99,7 +99,7 @@ def dirty_paths(checkout_dir: Path, untracked: bool = True, toplevel: bool = Fal
     ``toplevel``: a toplevel checkout (no sandbox writes it, and merge-up lands there): git may
     write back the index it refreshed, as your own ``git status`` does.  Otherwise an index written
     in the same second as its files (a fresh clone or checkout) stays "racily clean", and every
-    status read all of its files again: 15 ms of each merge-up for pirate's 284."""
+    status would read all of its files again."""
     locks = [] if toplevel else ["--no-optional-locks"]
     out = git(checkout_dir, [*locks, "status", WORKTREE_SUBMODULES, "--porcelain",
                              "--untracked-files=all" if untracked else "--untracked-files=no"]).stdout

@@ -13,12 +13,12 @@ from __future__ import annotations
 import os
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import agentfile
 from ..errors import CommandFailed
 from ..fanout import fan_out
-from ..record import record
 from .gitprobe import commits_missing_from
 from .gitrun import git
 from .layout import Checkout, Workspace, private_store
@@ -31,7 +31,7 @@ PLAIN_COMPONENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")      # of a ref n
 PLAIN_REF = re.compile(r"^refs/(heads|tags)/[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*$")
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Tip:
     """A commit a private store names: ``source`` is ``refs/...``, ``HEAD``, ``stash@{N}`` or
     ``reflog`` (an older value of a ref); ``sha`` what it names (a commit or annotated tag)."""
@@ -217,7 +217,7 @@ def missing_commits(checkout_path: Path, commits: list[str], have: list[str]) ->
     return git(checkout_path, ["rev-list", "--stdin"], input=query).stdout.split()
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Unsaved:
     """A tip of a private store whose commits the toplevel lacks, and how many there are."""
 

@@ -23,12 +23,12 @@ the checkout back and borrow from a toplevel of this group.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import agentfile
 from ..errors import WorkspaceError
 from ..places import STATE_DIR_NAME, login_dir, state_dir
-from ..record import record
 from .manifest import MANIFEST_NAME, Manifest, load_manifest
 from .rootfind import MARKERS, check_grouping, find_root, toplevel_in_grouping  # noqa: F401  (this module's API too)
 from .storewalk import UNREADABLE, planted_entry
@@ -48,7 +48,7 @@ def shared_objects_of(store: Path) -> Path | None:
     return Path(lines[0].strip()) if lines and lines[0].strip() else None
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Checkout:
     """One repo's checkout inside a workspace ("" names the container repo)."""
 
@@ -61,7 +61,7 @@ class Checkout:
         return self.name or "(container)"
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Workspace:
     grouping: Path
     toplevel: Path

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import os
 import zlib
+from hashlib import sha1
 from pathlib import Path
 
 from .. import agentfile
-from ..digest import sha1
 
 PACK_TYPES = {b"commit": 1, b"tree": 2, b"blob": 3, b"tag": 4}
 MAX_OBJECTS = 99              # below git's transfer.unpackLimit: more go to index-pack, as fetch does

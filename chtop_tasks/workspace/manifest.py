@@ -8,12 +8,16 @@ list to keep in step.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
 from ..errors import ManifestError
-from ..places import dir_name_problem, state_dir
-from ..record import Factory, record
-from ..tomlcache import parsed_table
+from ..places import dir_name_problem
 from .rootfind import MANIFEST_NAME  # noqa: F401  (where a checkout is, and so the file name, is rootfind's)
 
 INSTALL_MODES = ("editable", "editable-no-build-isolation", "none")
@@ -23,7 +27,7 @@ TOP_KEYS = {"repo"}
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]*$")
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Repo:
     """One repo of the manifest.
 
@@ -43,10 +47,10 @@ class Repo:
     submodules: bool = True
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Manifest:
     path: Path
-    repos: tuple[Repo, ...] = Factory(tuple)
+    repos: tuple[Repo, ...] = field(default_factory=tuple)
 
     @property
     def names(self) -> list[str]:
@@ -120,15 +124,11 @@ def parse_repo(path: Path, index: int, entry) -> Repo:
     )
 
 
-def group_state_of(path: Path) -> Path | None:
-    """The state dir of the group a checkout's manifest ``path`` is in (``<group>/.chtop``), if any."""
-    state = state_dir(path.parent.parent)
-    return state if state.is_dir() and not state.is_symlink() else None
-
-
 def parse_manifest(path: Path, text: str, reserved: tuple[str, ...] = ()) -> Manifest:
-    data = parsed_table(text, group_state_of(path),
-                        lambda exc: ManifestError(f"{path}: not valid TOML: {exc}"))
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ManifestError(f"{path}: not valid TOML: {exc}") from exc
     unknown = sorted(set(data) - TOP_KEYS)
     if unknown:
         raise ManifestError(f"{path}: unknown top-level key(s) {', '.join(unknown)}; expected [[repo]] entries")

@@ -20,10 +20,10 @@ from __future__ import annotations
 import os
 import stat
 import zlib
+from hashlib import sha1
 from pathlib import Path
 
 from .. import agentfile
-from ..digest import sha1
 from .loosepack import read_loose
 
 IDX_MAGIC = b"\377tOc"

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 # shutil is imported only where a store is converted or cleaned up (_copy_ref, convert_checkout,
 # _drop_stale_shared_admin): a git task's or a create's import of this module skips it, and bz2
-# and lzma with it (about 3-5 ms on the 2-core box).
+# and lzma with it.
 import fcntl
 import os
 import re
@@ -42,13 +42,13 @@ import stat
 import sys
 import threading
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import agentfile, atomic
 from ..errors import ChtopError, CommandFailed, Refused, WorkspaceError
 from ..fanout import fan_out
 from ..places import state_dir
-from ..record import record
 from ..term import warn
 from .gitprobe import commits_missing_from, rev
 from .gitrun import git, git_pipeline
@@ -206,8 +206,8 @@ def finish_admin_dir(admin: Path) -> None:
 
 # A checkout's files written by as many of git's checkout workers as there are cores (git's own
 # parallel checkout: it inflates and writes files in worker processes; 100 files or more, no filter
-# on them).  git's default is one: pirate's 290 files took 170-270 ms with it, 120-140 ms with two
-# workers on the 2-core box; chtop's own 240, 215-280 ms against 160-180.
+# on them).  git's default is one worker; one per core writes a checkout of a few hundred files
+# faster, on 2 cores too.
 PARALLEL_CHECKOUT = ["-c", "checkout.workers=0"]
 
 
@@ -287,7 +287,7 @@ def remove_loose_ref(gitdir: Path, name: str) -> None:
 # -- the import ------------------------------------------------------------------------------------
 
 
-@record
+@dataclass
 class Imported:
     """What one import did: ``kept`` is the old tip kept when the branch was rewritten."""
 
@@ -718,8 +718,8 @@ def _synced_checkouts(ws: Workspace, checkouts: list[Checkout], refresh: bool, r
     """Each repo's refresh and, where its branch has something new, its import; a failed import is
     its message.  The refreshes and the "nothing new" reads are file work only and run in turn; the
     imports (each waiting on its git processes) run in parallel threads.  A thread per repo for file
-    work alone only adds its start and the GIL passed back and forth at every system call: about 1 ms
-    of every launch and git task, where nothing was committed inside.  A refresh that fails is
+    work alone only adds its start and the GIL passed back and forth at every system call, on every
+    launch and git task, where nothing was committed inside.  A refresh that fails is
     raised once every repo was tried.  ``walked``: the private stores were just walked for planted
     files (``verify_git_dirs``)."""
     outcomes: list = [None] * len(checkouts)

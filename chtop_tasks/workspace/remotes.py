@@ -10,11 +10,11 @@ branch only when named.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CommandFailed
 from ..fanout import fan_out
-from ..record import record
 from ..term import say, warn
 from .gitops import relation_words
 from .gitprobe import ahead_behind, branch_exists, dirty_paths, head_branch, operation_in_progress, rev
@@ -25,7 +25,7 @@ from .layout import Checkout, Workspace, verify_git_dirs
 FETCH_TIMEOUT = 120
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Upstream:
     """Where an integration branch lives on its remote."""
 
@@ -76,7 +76,7 @@ def toplevel_repos(ws: Workspace) -> tuple[Workspace, list[Checkout]]:
 # -- pull ---------------------------------------------------------------------------------------------
 
 
-@record
+@dataclass
 class PullResult:
     checkout: Checkout
     line: str

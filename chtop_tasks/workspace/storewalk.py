@@ -4,8 +4,7 @@ Host git opens a private store's files by itself, with plain ``open()``: a FIFO 
 would block it, a link would make it read or write the file the link names.  So before host git
 runs there, every entry of the store is checked to be a regular file or a directory.  A worktree's
 store keeps every object its agent wrote loose (its ``gc.auto`` is 0): hundreds of commits make
-256 object directories of thousands of files, and a walk of all of them (tens of milliseconds) ran
-in every task.
+256 object directories of thousands of files, and every task walked all of them.
 
 A directory's entries change only together with its ctime, which no process can set: adding,
 removing or renaming an entry (a file made a FIFO, a directory made a link) changes it.  So the walk

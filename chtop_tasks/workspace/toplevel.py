@@ -26,7 +26,7 @@ def commit_graph_written(repo_dir: Path) -> bool:
     it was written.  Every import of a worktree's branch is a fetch whose negotiation, pack and
     connectivity check walk commits, and so are the ahead/behind counts of every git task; with the
     graph (the private stores read it through their alternates) git reads no commit object for
-    that: one commit's import into pirate's clone took 52 ms, 27 ms with it.  Commits made later
+    that.  Commits made later
     are walked as before until ``git gc`` (which rewrites it) or ``git commit-graph write``."""
     info = repo_dir / ".git" / "objects" / "info"
     if (info / "commit-graph").exists() or (info / "commit-graphs").exists() or not (repo_dir / ".git").is_dir():

@@ -10,13 +10,13 @@ import json
 import os
 import re
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import agentfile
 from ..errors import ChtopError, CommandFailed, Interrupted, Refused, UsageError, WorkspaceError
 from ..fanout import answered_before_leaving, fan_out, in_background
 from ..places import build_cache_dir, create_journal_path, state_dir, worktree_name_problem
-from ..record import Factory, record
 from ..term import say, warn
 from .bytecode import first_task_sources, seed_worktree_bytecode
 from .dotfiles import refresh_workspace_files
@@ -69,7 +69,7 @@ def plainly_a_branch_name(name: str) -> bool:
     return bool(PLAIN_BRANCH_NAME.match(name)) and name != "HEAD"
 
 
-@record
+@dataclass
 class AddStep:
     """One checkout of the plan, on private git state ``store``: its branch starts at
     ``start_sha`` (the integration branch ``start``), or at ``branch_sha`` when the
@@ -139,7 +139,7 @@ def steps_for_create(ws: Workspace, top: Workspace, name: str, integration: dict
 
 def rmtree(path: Path, ignore_errors: bool = False) -> None:
     """``shutil.rmtree``, imported here: a create imports this module and removes nothing, and
-    ``shutil`` brings ``zlib``, ``bz2`` and ``lzma`` (about 5 ms)."""
+    ``shutil`` brings ``zlib``, ``bz2`` and ``lzma``."""
     import shutil
 
     shutil.rmtree(path, ignore_errors=ignore_errors)
@@ -148,7 +148,7 @@ def rmtree(path: Path, ignore_errors: bool = False) -> None:
 JOURNAL_LOCK = threading.Lock()     # one journal write at a time (CreateRun.record_*)
 
 
-@record
+@dataclass
 class CreateRun:
     """What one create run made, so a failure (or the next run, after a kill) can undo exactly that.
 
@@ -160,8 +160,8 @@ class CreateRun:
 
     name: str
     journal: Path | None = None
-    paths: list[str] = Factory(list)
-    branches: list[tuple[str, str]] = Factory(list)   # (repo dir, tip at creation)
+    paths: list[str] = field(default_factory=list)
+    branches: list[tuple[str, str]] = field(default_factory=list)   # (repo dir, tip at creation)
 
     def record_path(self, path: Path) -> None:
         if path.exists() or path.is_symlink():
