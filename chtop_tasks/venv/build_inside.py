@@ -15,10 +15,10 @@ import json
 import os
 import shutil
 import sys
-from ..record import asdict, field_names
 from pathlib import Path
 
 from ..errors import ChtopError
+from ..record import asdict, field_names
 from ..term import error, say
 from ..workspace import venvstamp as stamp
 from .build import BuildStep, run_build_steps, venv_dir
