@@ -19,7 +19,7 @@ from conftest import git
 from test_venv import base_can_build, offline, wheelhouse  # noqa: F401  (fixtures)
 from venv_samples import PYPROJECT
 
-from chtop_tasks.errors import ManifestError, Refused
+from chtop_tasks.errors import ManifestError
 from chtop_tasks.venv import toolchain as T
 from chtop_tasks.venv.build import own_base_python
 from chtop_tasks.workspace.manifest import parse_manifest
