@@ -197,3 +197,17 @@ def test_a_request_refused_just_now_is_pending_at_once(proxy):
     for i in range(3):
         assert status_of(proxy, f"fresh{i}.example.test:443") == 403
         assert f"fresh{i}.example.test" in [p["host"] for p in approvals.pending_requests(proxy.group, proxy.policy)]
+
+
+def test_allow_given_a_url_names_its_host_and_changes_nothing(initialized):
+    """`inv net.allow https://pypi.org/simple` (what a client's error shows): refused, naming the
+    host to give instead; the list is untouched."""
+    g = initialized
+    allow = g.toplevel / "sandbox" / "net-allow.txt"
+    before = allow.read_text()
+    for given, meant in (("https://pypi.org/simple", "pypi.org"), ("http://mirror.example:8443/x", "mirror.example:8443"),
+                         ("files.example.org/pkg", "files.example.org")):
+        r = g.inv(g.toplevel, "net.allow", given, check=False)
+        assert r.returncode == 2, r.stderr
+        assert f"did you mean `{meant}`?" in r.stderr, r.stderr
+    assert allow.read_text() == before

@@ -119,3 +119,35 @@ def test_pull_reports_what_could_not_move_and_touches_none_of_it(initialized):
     assert f"top/alpha: could not fetch origin (file://{g.remotes}/alpha.git)" in offline.stderr
     assert "nothing changed in it" in offline.stderr and "1 unreachable" in offline.stdout
     assert git(top_alpha, "rev-parse", "main") == before["alpha"]
+
+
+def test_an_approved_domain_does_not_stop_the_toplevels_fast_forward(initialized):
+    """`inv net.allow example.org` in the toplevel writes sandbox/net-allow.txt (tracked: the
+    toplevel is dirty); a colleague pushes to the container remote; `inv git.pull` fast-forwards the
+    toplevel anyway and the allowance still holds.  When the colleague changed that file too, the
+    pull refuses it alone (nothing changed) and says how to merge by hand; another dirty file still
+    stops it as before."""
+    g = initialized
+    g.inv(g.toplevel, "net.allow", "example.org")
+    allow = g.toplevel / "sandbox" / "net-allow.txt"
+    assert "example.org" in allow.read_text()
+    new = colleague_pushes(g.base, g.remotes / "chtop.git", "main", "COLLEAGUE.md")
+    pulled = g.inv(g.toplevel, "git.pull")
+    assert "top: main fast-forwarded 1 commit from origin/main" in pulled.stdout, pulled.stdout
+    assert "kept your uncommitted changes to sandbox/net-allow.txt" in pulled.stdout, pulled.stdout
+    assert git(g.toplevel, "rev-parse", "HEAD") == new and (g.toplevel / "COLLEAGUE.md").exists()
+    assert "example.org" in allow.read_text()
+    # the colleague allows a domain of their own: the same file, changed on both sides
+    colleague = g.base / "colleague-chtop"      # their clone, from the first push
+    g.commit(colleague, "sandbox/net-allow.txt", "colleague.example\n", "colleague: allow colleague.example")
+    git(colleague, "push", "-q", "origin", "main")
+    both = g.inv(g.toplevel, "git.pull", check=False)
+    assert both.returncode == 3, both.stderr
+    assert ("top: main not moved: origin/main changes sandbox/net-allow.txt too, which has your uncommitted "
+            "policy changes") in both.stderr, both.stderr
+    assert f"git -C {g.toplevel} commit -m 'sandbox policy' -- sandbox" in both.stderr
+    assert git(g.toplevel, "rev-parse", "HEAD") == new and "example.org" in allow.read_text()
+    # any other uncommitted file still stops the fast-forward, as it always did
+    (g.toplevel / "README.md").write_text("mine\n")
+    other = g.inv(g.toplevel, "git.pull", check=False)
+    assert "uncommitted changes to README.md" in other.stderr, other.stderr

@@ -22,10 +22,10 @@ SHIPPED_MANIFEST = REPO_ROOT / "git_repositories.toml"
 def chord_manifest(remotes: dict[str, Path], pirate_install: str | None = None, ksgpu_smoke: bool = True) -> str:
     """The shipped manifest, its URLs pointed at ``remotes``; pirate without submodules (its
     asdf-cxx is unreachable here), and with ``install = pirate_install`` when given; without
-    ksgpu's smoke import unless ``ksgpu_smoke`` (importing ksgpu needs cupy)."""
+    ksgpu's smoke import and its cupy unless ``ksgpu_smoke`` (importing ksgpu needs cupy)."""
     text = SHIPPED_MANIFEST.read_text()
     if not ksgpu_smoke:
-        text, count = re.subn(r'^smoke_import = "ksgpu"\n', "", text, flags=re.M)
+        text, count = re.subn(r'^smoke_import = "ksgpu"\nbase_requires = \["cupy"\].*\n', "", text, flags=re.M)
         assert count == 1
     for name, bare in remotes.items():
         text, count = re.subn(rf'url = "https://github.com/kmsmith137/{name}.git"', f'url = "file://{bare}"', text)

@@ -270,6 +270,21 @@ def _ports(text: str, spec: str) -> frozenset[int]:
     return frozenset(ports)
 
 
+def _did_you_mean(url: str) -> str:
+    """``: did you mean `HOST`?`` for the host (and explicit port) of ``url``, else nothing."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return ""
+    if not host:
+        return ""
+    host = f"[{host}]" if ":" in host else host
+    return f": did you mean `{host}{f':{port}' if port else ''}`?"
+
+
 def parse_entry(line: str, *, allow_list: bool = True) -> Entry:
     """Validate one list line (comment already removed).
 
@@ -287,9 +302,9 @@ def parse_entry(line: str, *, allow_list: bool = True) -> Entry:
         if flag != "private":
             raise BadHost(f"unknown word {flag!r} (the only option is 'private')")
     if "://" in spec:
-        raise BadHost(f"{spec!r} is a URL; give the domain only")
+        raise BadHost(f"{spec!r} is a URL; give the domain only{_did_you_mean(spec)}")
     if "/" in spec:
-        raise BadHost(f"{spec!r} has a path; give the domain only")
+        raise BadHost(f"{spec!r} has a path; give the domain only{_did_you_mean('//' + spec)}")
     if spec.startswith("*."):
         spec = spec[2:]
         if not spec or is_ip(spec):

@@ -44,7 +44,7 @@ from ..places import read_user_config, state_dir
 from ..term import say
 from ..workspace import venvstamp as stamp
 from ..workspace.manifest import MANIFEST_NAME, Manifest, Repo
-from . import compcache, uvcache
+from . import compcache, toolchain, uvcache
 from .buildlog import BuildLog, first_error_line
 from .tls import installer_trust_env
 
@@ -653,18 +653,21 @@ def build_venv(
     """Build (or refresh) ``<root>/.venv`` with every manifest repo installed; every step's
     output goes to a new log in ``log_dir`` (default: the group's ``.chtop/logs``).
 
-    Raises ChtopError subclasses: Refused when a repo is not cloned,
+    Raises ChtopError subclasses: Refused when a repo is not cloned or the base interpreter lacks
+    what the repos need (``toolchain``: checked before anything is built),
     UsageError for a bad installer, CommandFailed when a step fails (naming
     the repo, the tail of its output and the command to retry).
     """
     root = Path(root).resolve()
     chosen = choose_installer(installer)
     check_repos(root, manifest)
-    steps = plan_build(root, manifest, recreate=recreate, test=test, installer=chosen)
+    base, why = base_python_choice()
+    steps = plan_build(root, manifest, recreate=recreate, test=test, installer=chosen, python=base)
     if dry_run:
-        base, why = base_python_choice()
-        print(f"# base interpreter: {base} ({why})\n{format_plan(steps)}", flush=True)
+        print(f"# base interpreter: {base} ({why})\n{toolchain.describe_needs(root, manifest)}\n"
+              f"{format_plan(steps)}", flush=True)
         return
+    toolchain.check_toolchain(root, manifest, base, why, retry_hint(root, test=test))
     log = BuildLog.create(log_dir or venv_log_dir(root), root.name)
     compcache.prepare(root)   # the compiler cache the install steps' env names
     stamp.clear_stamp(venv_dir(root))

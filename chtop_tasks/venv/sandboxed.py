@@ -25,7 +25,7 @@ from ..errors import CommandFailed, Interrupted, Refused, UsageError
 from ..places import build_cache_dir, read_user_config, target_for
 from ..term import say
 from ..workspace import venvstamp as stamp
-from . import compcache
+from . import compcache, toolchain
 from .build import (
     base_python_choice,
     check_repos,
@@ -104,8 +104,9 @@ def build_in_sandbox(ws, *, recreate: bool = False, test: bool = False, installe
         print(f"# base interpreter: {base} ({why})\n# every step runs inside the sandbox of {ws.name} "
               f"(purpose {PURPOSE}), none on the host\n# its network: its agent's allowlist, plus the index "
               f"hosts {hosts} and sandbox/net-allow-build.txt, on the build's own proxy socket\n"
-              f"{format_plan(steps)}", flush=True)
+              f"{toolchain.describe_needs(root, ws.manifest)}\n{format_plan(steps)}", flush=True)
         return
+    toolchain.check_toolchain(root, ws.manifest, base, why, retry_hint(root, test=test))  # on the host: data only
     vdir = ready_venv_dir(root)
     caches = build_cache_dirs(ws.grouping, ws.name)
     log_dir = build_log_dir(ws.grouping, ws.name)

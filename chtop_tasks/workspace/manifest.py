@@ -21,10 +21,17 @@ from ..places import dir_name_problem
 from .rootfind import MANIFEST_NAME  # noqa: F401  (where a checkout is, and so the file name, is rootfind's)
 
 INSTALL_MODES = ("editable", "editable-no-build-isolation", "none")
-REPO_KEYS = {"name", "url", "branch", "install", "smoke_import", "test", "submodules"}
+REPO_KEYS = {"name", "url", "branch", "install", "smoke_import", "test", "submodules", "base_requires"}
 TOP_KEYS = {"repo"}
 
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]*$")
+# A requirement the base interpreter must meet: a distribution name (PEP 508), optional extras, an
+# optional version specifier ("cupy", "pybind11>=2.10", "grpcio-tools >= 1.60, < 2"); no marker, no URL.
+_VERSION_CLAUSE = r"(?:===|==|!=|<=|>=|~=|<|>)\s*[A-Za-z0-9.*+!_-]+"
+REQUIREMENT = re.compile(
+    r"^(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(?P<extras>\[[A-Za-z0-9._,\s-]*\])?\s*"
+    rf"(?P<spec>{_VERSION_CLAUSE}(?:\s*,\s*{_VERSION_CLAUSE})*)?\s*$"
+)
 
 
 @dataclass(frozen=True)
@@ -36,6 +43,9 @@ class Repo:
     the venv, or "none" to say on purpose that it is not installed).
     ``smoke_import``: modules imported after the build, from a throwaway dir.
     ``test``: an optional heavier command run by ``venv.build --test``.
+    ``base_requires``: what the base interpreter must hold for this repo to build and import that
+    the repo's own metadata does not declare (cupy, which ksgpu imports but leaves undeclared so
+    pip never tries to install it); checked before every venv build.
     """
 
     name: str
@@ -45,6 +55,7 @@ class Repo:
     smoke_import: tuple[str, ...] = ()
     test: str | None = None
     submodules: bool = True
+    base_requires: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,6 +99,22 @@ def _parse_smoke(path, index, name, value) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _parse_base_requires(path, index, name, value) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _entry_error(path, index, name, "'base_requires' must be a list of requirements, "
+                                              'e.g. base_requires = ["cupy", "pybind11>=2.10"]')
+    for text in value:
+        if not REQUIREMENT.match(text):
+            raise _entry_error(path, index, name, f"'base_requires' entry {text!r} is not a requirement: a "
+                                                  'distribution name with an optional version, e.g. "cupy" or '
+                                                  '"pybind11>=2.10" (no marker, no URL)')
+    return tuple(text.strip() for text in value)
+
+
 def parse_repo(path: Path, index: int, entry) -> Repo:
     if not isinstance(entry, dict):
         raise _entry_error(path, index, None, "must be a table ([[repo]])")
@@ -121,6 +148,7 @@ def parse_repo(path: Path, index: int, entry) -> Repo:
         smoke_import=_parse_smoke(path, index, name, entry.get("smoke_import")),
         test=test,
         submodules=submodules,
+        base_requires=_parse_base_requires(path, index, name, entry.get("base_requires")),
     )
 
 

@@ -4,6 +4,9 @@ Both act on the toplevel's checkouts, where the integration branches live (run f
 they act on its toplevel).  ``pull`` fetches every repo (the container repo too), then
 fast-forwards each integration branch that is checked out clean there, and says what moved and
 what could not (diverged, dirty, on another branch, remote unreachable) without touching it.
+The container repo's policy files (``sandbox/``: ``inv net.allow`` writes there, and you edit them)
+may be uncommitted: git's own fast-forward carries them along when the remote did not change
+them, and refuses, changing nothing, when it did; then the pull says how to merge by hand.
 ``push`` pushes each integration branch that is ahead of its remote, never forced; a feature
 branch only when named.
 """
@@ -23,6 +26,7 @@ from .grouplock import holds_group_lock
 from .layout import Checkout, Workspace, verify_git_dirs
 
 FETCH_TIMEOUT = 120
+POLICY_DIR = "sandbox"   # the container repo's policy files, which chtop's net.allow and the user edit in place
 
 
 @dataclass(frozen=True)
@@ -120,21 +124,50 @@ def move_repo(top: Workspace, checkout: Checkout, up: Upstream | None, failed: s
     if ahead:
         return PullResult(checkout, f"{here}: {branch} has diverged from {up.label} ({relation_words(ahead, behind)}); "
                                     f"not moved: rebase or merge it there by hand", "stuck")
-    why = not_movable(checkout.path, branch)
+    carried = () if checkout.name else (POLICY_DIR,)
+    why = not_movable(checkout.path, branch, carried)
     if why:
         return PullResult(checkout, f"{here}: {branch} not moved ({plural(behind)} behind {up.label}): {why}", "stuck")
+    policy = uncommitted_under(checkout.path, carried)
     old = rev(checkout.path, branch)
+    if policy and changed_between(checkout.path, branch, up.tracking, policy):
+        return PullResult(checkout, policy_clash(top, checkout, branch, up, policy), "stuck")
     got = git(checkout.path, ["merge", "--ff-only", "--quiet", up.tracking], check=False, quiet=False,
               toplevel_only=True)
     if not got.ok:
         return PullResult(checkout, f"{here}: fast-forward of {branch} failed: {got.error_tail(2)}", "stuck")
     new = rev(checkout.path, branch)
+    kept = f"; kept your uncommitted changes to {', '.join(policy)}" if policy else ""
     return PullResult(checkout, f"{here}: {branch} fast-forwarded {plural(behind)} from {up.label} "
-                                f"({old[:10]}..{new[:10]})", "moved")
+                                f"({old[:10]}..{new[:10]}){kept}", "moved")
 
 
-def not_movable(checkout_dir: Path, branch: str) -> str | None:
-    """Why the integration branch checked out in the toplevel cannot be fast-forwarded, or None."""
+def uncommitted_under(checkout_dir: Path, dirs: tuple[str, ...]) -> list[str]:
+    """The tracked files under ``dirs`` with uncommitted changes."""
+    if not dirs:
+        return []
+    tracked = [d[3:] for d in dirty_paths(checkout_dir, untracked=False, toplevel=True)]
+    return [path for path in tracked if path.startswith(tuple(f"{d}/" for d in dirs))]
+
+
+def changed_between(checkout_dir: Path, old: str, new: str, paths: list[str]) -> list[str]:
+    """Which of ``paths`` differ between ``old`` and ``new``."""
+    got = git(checkout_dir, ["diff", "--name-only", old, new, "--", *paths], toplevel_only=True)
+    return [line for line in got.stdout.splitlines() if line]
+
+
+def policy_clash(top: Workspace, checkout: Checkout, branch: str, up: Upstream, policy: list[str]) -> str:
+    """The line for a remote that changed a policy file you changed too (not committed)."""
+    where = checkout.path
+    both = changed_between(where, branch, up.tracking, policy)
+    return (f"{top.display(where)}: {branch} not moved: {up.label} changes {', '.join(both)} too, which has your "
+            f"uncommitted policy changes; commit yours, then merge theirs by hand: "
+            f"git -C {where} commit -m 'sandbox policy' -- {POLICY_DIR} && git -C {where} merge {up.label}")
+
+
+def not_movable(checkout_dir: Path, branch: str, carried: tuple[str, ...] = ()) -> str | None:
+    """Why the integration branch checked out in the toplevel cannot be fast-forwarded, or None;
+    uncommitted changes under the dirs ``carried`` do not count (``uncommitted_under``)."""
     on = head_branch(checkout_dir)
     if on != branch:
         return f"the checkout is on {repr(on) if on else 'a detached HEAD'}, expected {branch!r}"
@@ -142,6 +175,7 @@ def not_movable(checkout_dir: Path, branch: str) -> str | None:
     if busy:
         return f"a {busy} is in progress there"
     tracked = [d[3:] for d in dirty_paths(checkout_dir) if not d.startswith("??")]
+    tracked = [path for path in tracked if not path.startswith(tuple(f"{d}/" for d in carried))]
     if tracked:
         return f"uncommitted changes to {', '.join(tracked[:4])}; commit or stash them, then pull again"
     return None
