@@ -28,6 +28,7 @@ from .gitprobe import (
 )
 from .gitrun import HOST_GIT_OPTS, git
 from .grouplock import holds_group_lock
+from .landing import changes_since_fork, hidden_pinned_warnings, pinned_marks, pinned_path_problems
 from .layout import Checkout, Workspace, private_store, verify_git_dirs
 from .quarantine import SHA_RE, commits_in_line, read_ref, store_of, sync_worktree
 from .treediff import changed_paths
@@ -200,6 +201,9 @@ def relations_block(ws: Workspace, rels: list[Relation]) -> list[str]:
 def git_status(ws: Workspace, args: list[str]) -> int:
     outputs = fan_out_git(ws, ["status", *args])
     print_outputs(outputs, hide_empty=False)
+    hidden = [] if ws.is_toplevel else hidden_pinned_in(ws)
+    for line in hidden:
+        warn(line)
     rels = relations(ws)
     say()
     for line in relations_block(ws, rels):
@@ -211,7 +215,13 @@ def git_status(ws: Workspace, args: list[str]) -> int:
     else:
         for line in off_branch_warnings(ws, relations(ws.for_root(ws.toplevel))):
             warn(line)      # where merge-up lands: a toplevel repo on another branch
-    return worst_status(outputs)
+    return max(worst_status(outputs), 1 if hidden else 0)
+
+
+def hidden_pinned_in(ws: Workspace) -> list[str]:
+    """A feature worktree's pinned paths that its (agent-written) index hides from status."""
+    return [line for lines in fan_out(lambda c: hidden_pinned_warnings(ws.display(c.path), c.path, not c.name),
+                                      present_checkouts(ws)) for line in lines]
 
 
 def group_status(top: Workspace) -> None:
@@ -247,11 +257,25 @@ def git_diff_integration(ws: Workspace, args: list[str]) -> int:
     """Each repo's work against its own integration branch (``git diff --merge-base BRANCH``): what
     the feature changed, not what the integration branch gained since."""
     synced_and_verified(ws)
-    outputs = fan_out(lambda c: run_in_checkout(ws, c, ["diff", "--merge-base", ws.integration_branch(c), *args]),
+    outputs = fan_out(lambda c: marked(ws, c, run_in_checkout(ws, c, ["diff", "--merge-base",
+                                                                       ws.integration_branch(c), *args])),
                       present_checkouts(ws))
     if not print_outputs(outputs, hide_empty=True):
         say(f"no differences against the integration branches in {len(outputs)} repos")
     return worst_status(outputs)
+
+
+def marked(ws: Workspace, checkout: Checkout, out: RepoOutput) -> RepoOutput:
+    """``out`` of a review diff, with a warning line first for each pinned path the branch changes
+    since it left its integration branch (as git compares the trees, whatever the index says)."""
+    if ws.is_toplevel:
+        return out
+    main_dir = ws.main_checkout_dir(checkout)
+    changes = changes_since_fork(main_dir, ws.integration_branch(checkout), f"refs/heads/{ws.name}")
+    marks = pinned_marks(changes, not checkout.name)
+    if not marks:
+        return out
+    return RepoOutput(checkout, out.header, "".join(f"{bold(line)}\n" for line in marks) + out.text, out.returncode)
 
 
 # -- rebase-down / merge-up -------------------------------------------------------
@@ -561,13 +585,16 @@ def conflict_instructions(ws: Workspace, step: GitStep) -> str:
 
 
 def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool, touched: set[str] | None = None,
-                      tip: str | None = None, dirty: list[str] | None = None) -> list[str]:
+                      tip: str | None = None, dirty: list[str] | None = None,
+                      allow_self_edit: bool = False) -> list[str]:
     """``touched``: ``landing_paths(ws, rel, tip)``, when the caller has it already; ``tip``: the commit
     that lands (else branch NAME as it is now); ``dirty``: the checkout's ``dirty_paths``, when the
-    caller has it already."""
+    caller has it already; ``allow_self_edit``: the user lets this landing change chtop's own files."""
     problems = preflight_problems(ws, rel, dirty)
     if rel.ahead:
         problems += landing_branch_problems(ws, rel)
+        problems += landing_pinned_problems(ws, rel, tip or rel.branch or ws.name, allow_self_edit,
+                                            "inv git.merge-up")
         problems += attribute_driver_problems(ws, rel, landing_paths(ws, rel, tip) if touched is None else touched,
                                               tip)
     if rel.ahead and rel.behind and not no_ff:
@@ -576,6 +603,15 @@ def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool, touched: set[st
             f"since you rebased; run `inv git.rebase-down` and retry (or pass --no-ff for a merge commit)"
         )
     return problems
+
+
+def landing_pinned_problems(ws: Workspace, rel: Relation, tip: str, allow_self_edit: bool, again: str) -> list[str]:
+    """The pinned paths (chtop's own files, what the host runs) that ``tip`` changes since it left
+    ``rel``'s integration branch, compared by git in the toplevel checkout where it lands."""
+    main_dir = ws.main_checkout_dir(rel.checkout)
+    changes = changes_since_fork(main_dir, rel.integration, tip)
+    return pinned_path_problems(ws.display(rel.checkout.path), main_dir, changes, not rel.checkout.name,
+                                allow_self_edit, f"git -C {main_dir} merge --ff-only {tip}", again)
 
 
 def landing_branch_problems(ws: Workspace, rel: Relation) -> list[str]:
@@ -786,8 +822,10 @@ def tips_problems(ws: Workspace, expected: dict[str, str], tips: dict[str, str])
 
 
 @holds_group_lock("git.merge-up")
-def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False, expect: str | None = None) -> int:
-    """``expect``: the dry run's ``REPO=SHA,...``; refused (nothing moved) unless exactly those land."""
+def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False, expect: str | None = None,
+             allow_self_edit: bool = False) -> int:
+    """``expect``: the dry run's ``REPO=SHA,...``; refused (nothing moved) unless exactly those land.
+    ``allow_self_edit``: the landing may change chtop's own files and policy in the container repo."""
     refuse_in_toplevel(ws, "git.merge-up")
     expected = parse_expect(ws, expect) if expect is not None else None
     verify_git_dirs(ws.for_root(ws.toplevel))
@@ -809,7 +847,7 @@ def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False, expect: 
     touched_by = {id(landing.rel): landing.touched for landing in landings}
     raise_if_problems(problems_of(
         rels, lambda rel: merge_up_problems(ws, rel, no_ff, touched_by[id(rel)], tips.get(rel.checkout.name),
-                                            dirty_here.get(rel.checkout.path)),
+                                            dirty_here.get(rel.checkout.path), allow_self_edit),
         lambda rel: toplevel_checkout_problems(ws, rel, tips.get(rel.checkout.name), touched_by[id(rel)],
                                                dirty_there.get(ws.main_checkout_dir(rel.checkout)))), "merge-up")
     if expected is not None:

@@ -1,0 +1,138 @@
+"""What a landing may not carry, read from its trees with git's own plumbing: chtop's own files.
+
+The sandbox pins chtop's code and policy (and what the host runs from every checkout) read-only
+in the checkout, but the agent's git store is its own: it can commit any tree there with plumbing
+(``hash-object``, ``commit-tree``, ``update-ref``) and hide it from ``git status`` with index
+flags.  So what lands is checked where it is: the trees of the commits, compared by git
+(``diff-tree``), never the checkout or a diff the agent can shape.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..record import record
+from ..sandbox.mounts import HOST_EXECUTED, MANAGEMENT
+from .gitrun import git
+
+
+@record(frozen=True)
+class Change:
+    """One path a landing changes: its mode before and after (``000000``: none there)."""
+
+    old_mode: str
+    new_mode: str
+    path: str
+
+
+def parse_raw_diff(out: str) -> list[Change]:
+    """``git diff-tree -r -z`` raw output (``:OLD NEW SHA SHA STATUS\\0PATH\\0`` per path) as Changes."""
+    fields = out.split("\0")
+    changes = []
+    for i in range(0, len(fields) - 1, 2):
+        meta, path = fields[i], fields[i + 1]
+        if not meta.startswith(":"):
+            break
+        old_mode, new_mode = meta[1:].split(" ", 2)[:2]
+        changes.append(Change(old_mode, new_mode, path))
+    return changes
+
+
+def merge_bases(repo_dir: Path, integration: str, tip: str) -> list[str]:
+    """Where ``tip`` left ``integration`` (every best common ancestor; none for unrelated histories)."""
+    return git(repo_dir, ["merge-base", "--all", integration, tip], check=False).stdout.split()
+
+
+def changes_since_fork(repo_dir: Path, integration: str, tip: str) -> list[Change]:
+    """Every path ``tip``'s commits change since they left ``integration``, as git compares trees
+    (no rename folding: a file moved away shows as its old path deleted); against each merge base,
+    or against ``integration`` itself where there is none."""
+    seen: dict[str, Change] = {}
+    for base in merge_bases(repo_dir, integration, tip) or [integration]:
+        out = git(repo_dir, ["diff-tree", "-r", "-z", "--no-renames", base, tip], input=b"").stdout
+        for change in parse_raw_diff(out):
+            seen.setdefault(change.path, change)
+    return list(seen.values())
+
+
+# -- chtop's own files ---------------------------------------------------------------------------
+
+
+def pinned_in_landing(paths, is_container: bool, allow_self_edit: bool) -> tuple[list[str], list[str]]:
+    """(chtop's own files, what the host runs from a checkout) among ``paths``: the names the sandbox
+    pins read-only at the top of the checkout (``sandbox/mounts.py``).  chtop's own files are
+    the container repo's alone, and none where the user lets this landing change them
+    (``allow_self_edit``); what the host runs is pinned in every repo, self-edit or not."""
+    own, host_run = [], []
+    for path in sorted(paths):
+        top = path.split("/", 1)[0]
+        if top in HOST_EXECUTED:
+            host_run.append(path)
+        elif is_container and top in MANAGEMENT and not allow_self_edit:
+            own.append(path)
+    return own, host_run
+
+
+def shown(paths: list[str], most: int = 8) -> str:
+    more = f" and {len(paths) - most} more" if len(paths) > most else ""
+    return ", ".join(paths[:most]) + more
+
+
+def pinned_path_problems(where: str, repo_dir: Path, changes: list[Change], is_container: bool,
+                         allow_self_edit: bool, by_hand: str, again: str) -> list[str]:
+    """Why the landing of ``changes`` into ``repo_dir`` is refused for the pinned paths it changes
+    (``where``: the repo as the user knows it; ``by_hand``: the git command that lands it anyway;
+    ``again``: the chtop command that lands it with chtop's own files allowed)."""
+    own, host_run = pinned_in_landing([c.path for c in changes], is_container, allow_self_edit)
+    problems = []
+    if own:
+        problems.append(f"{where}: the landing changes chtop's own files or policy ({shown(own)}), which the "
+                        f"sandbox keeps read-only: the commits were made around that pin, and the toplevel would "
+                        f"run them (its next inv, every worktree's next launch). Read them "
+                        f"(inv git.diff --integration); if you mean them to land: {again} --allow-self-edit")
+    if host_run:
+        problems.append(f"{where}: the landing changes what the host runs from a checkout ({shown(host_run)}), "
+                        f"which the sandbox keeps read-only even with --allow-self-edit; merge-up lands none. "
+                        f"Read them, then land by hand: {by_hand}")
+    return problems
+
+
+def pinned_marks(changes: list[Change], is_container: bool) -> list[str]:
+    """The review's warning lines for the pinned paths ``changes`` touch (none when none)."""
+    own, host_run = pinned_in_landing([c.path for c in changes], is_container, False)
+    lines = []
+    if own:
+        lines.append(f"!! changes chtop's own files or policy (merge-up refuses them without "
+                     f"--allow-self-edit): {shown(own)}")
+    if host_run:
+        lines.append(f"!! changes what the host runs from a checkout (merge-up refuses them): {shown(host_run)}")
+    return lines
+
+
+# -- index flags that hide a pinned path from status -------------------------------------------------
+
+
+def hidden_pinned_paths(checkout_dir: Path, is_container: bool) -> list[tuple[str, str]]:
+    """(path, flag) for each pinned path the checkout's index flags ``skip-worktree`` or
+    ``assume-unchanged``: git status then never compares it with the file there, so a commit made
+    around the pin reads as a clean tree.  ``git ls-files -v`` tags such entries ``S`` or in lower
+    case."""
+    names = HOST_EXECUTED + (MANAGEMENT if is_container else ())
+    out = git(checkout_dir, ["ls-files", "-v", "-z", "--", *[f":(top,literal){name}" for name in names]],
+              check=False, input=b"").stdout
+    hidden = []
+    for entry in filter(None, out.split("\0")):
+        tag, _, path = entry.partition(" ")
+        if tag == "S" or tag == "s":
+            hidden.append((path, "skip-worktree"))
+        elif tag.islower():
+            hidden.append((path, "assume-unchanged"))
+    return hidden
+
+
+def hidden_pinned_warnings(where: str, checkout_dir: Path, is_container: bool) -> list[str]:
+    """One line per pinned path whose index flag hides it from status, with the command that clears it."""
+    return [f"{where}: {path} is flagged {flag} in the index, so git status does not look at it: the "
+            f"agent's index may say anything about chtop's files. Clear it: git -C {checkout_dir} update-index "
+            f"--no-skip-worktree --no-assume-unchanged -- {path}"
+            for path, flag in hidden_pinned_paths(checkout_dir, is_container)]

