@@ -83,3 +83,68 @@ def test_merge_up_refuses_a_pinned_path_in_a_sub_repo_whatever_the_flag(with_dev
     # a flag for chtop's own code does not open what the host runs from every checkout
     merge = g.inv(g.path("dev"), "git.merge-up", "--allow-self-edit", check=False)
     assert merge.returncode == 3 and ".envrc" in merge.stderr, merge.stdout + merge.stderr
+
+
+# -- attributes, read as git applies them ----------------------------------------------------------
+
+
+def configure_filter(home: Path, mark: Path, name: str = "x") -> None:
+    """A filter driver in the user's git config whose smudge leaves ``mark`` when it runs."""
+    with open(home / ".gitconfig", "a") as fh:
+        fh.write(f'[filter "{name}"]\n\tsmudge = touch {mark}; cat\n\tclean = cat\n')
+
+
+def assert_refused_unrun(g, merge, mark: Path, *words: str) -> None:
+    assert merge.returncode == 3, merge.stdout + merge.stderr
+    for word in words:
+        assert word in merge.stderr, merge.stderr
+    assert git(g.toplevel / "alpha", "rev-parse", "main") == git(g.toplevel / "alpha", "rev-parse", "origin/main")
+    assert not mark.exists()
+
+
+def test_an_attribute_file_git_reads_past_a_nul_cannot_route_files_through_your_filter(with_dev):
+    """A NUL makes ``git diff`` say "Binary files differ" (no lines to read), yet git's attribute
+    parser still applies the lines before it."""
+    g = with_dev
+    mark = g.base / "smudge-ran"
+    configure_filter(Path(os.environ["HOME"]), mark)
+    plumbing_commit(g.path("dev", "alpha"), {".gitattributes": b"*.txt filter=x\n\0\n", "new.txt": b"data\n"},
+                    "attributes")
+    assert_refused_unrun(g, g.inv(g.path("dev"), "git.merge-up", check=False), mark, ".gitattributes")
+    # the control: by hand, git applies the line before the NUL
+    git(g.toplevel / "alpha", "merge", "-q", "--ff-only", "dev")
+    assert mark.exists()
+
+
+def test_an_attribute_line_that_reads_as_a_diff_header_cannot_route_files_through_your_filter(with_dev):
+    """``++ filter=x`` in the file is ``+++ filter=x`` in the diff: a header to a reader of its
+    ``+`` lines, an attribute of the file ``++`` to git."""
+    g = with_dev
+    mark = g.base / "smudge-ran"
+    configure_filter(Path(os.environ["HOME"]), mark)
+    plumbing_commit(g.path("dev", "alpha"), {".gitattributes": b"++ filter=x\n", "++": b"data\n"}, "attributes")
+    assert_refused_unrun(g, g.inv(g.path("dev"), "git.merge-up", check=False), mark, "++", "filter=x")
+
+
+def test_a_macro_that_names_your_filter_is_refused_and_a_cr_too(with_dev):
+    g = with_dev
+    mark = g.base / "smudge-ran"
+    configure_filter(Path(os.environ["HOME"]), mark)
+    alpha = g.path("dev", "alpha")
+    plumbing_commit(alpha, {".gitattributes": b"[attr]harmless filter=x\nsub/*.txt harmless\n",
+                            "sub/new.txt": b"data\n"}, "macro")
+    assert_refused_unrun(g, g.inv(g.path("dev"), "git.merge-up", check=False), mark, "sub/new.txt", "filter=x")
+    git(alpha, "reset", "-q", "--hard", "origin/main")
+    plumbing_commit(alpha, {".gitattributes": b"*.md text\r\n"}, "crlf")
+    assert_refused_unrun(g, g.inv(g.path("dev"), "git.merge-up", check=False), mark, ".gitattributes", "CR")
+
+
+def test_an_lfsconfig_change_is_refused_while_git_lfs_is_configured(with_dev):
+    g = with_dev
+    mark = g.base / "smudge-ran"
+    alpha = g.path("dev", "alpha")
+    plumbing_commit(alpha, {".lfsconfig": b"[lfs]\n\turl = https://agent.example/lfs\n"}, "lfs")
+    assert g.inv(g.path("dev"), "git.merge-up", "--dry-run", check=False).returncode == 0
+    configure_filter(Path(os.environ["HOME"]), mark, "lfs")
+    assert_refused_unrun(g, g.inv(g.path("dev"), "git.merge-up", check=False), mark, ".lfsconfig", "git-lfs")
+

@@ -47,3 +47,21 @@ def test_a_commit_around_the_pin_on_tasks_py_is_shown_and_not_landed(g):
     assert merge.returncode == 3 and "tasks.py" in merge.stderr, merge.stdout + merge.stderr
     assert g.git(g.toplevel, "rev-parse", "main") == main
     assert "agent line" not in (g.toplevel / "tasks.py").read_text()
+
+
+def test_attributes_past_a_nul_or_shaped_as_a_diff_header_do_not_run_your_filter(g):
+    """Two commits whose attribute lines a reader of ``git diff`` misses (a NUL: "Binary files
+    differ"; ``++ filter=x``: a ``+++`` header) are refused, and the filter never runs."""
+    mark = g.base / "smudge-ran"
+    with open(g.home / ".gitconfig", "a") as fh:
+        fh.write(f'[filter "x"]\n\tsmudge = touch {mark}; cat\n\tclean = cat\n')
+    main = g.git(g.toplevel / "alpha", "rev-parse", "main")
+    agent(g, "cd alpha && printf '*.txt filter=x\\n\\000\\n' > .gitattributes && echo data > new.txt && "
+             "git add .gitattributes new.txt && git -c core.autocrlf=false commit -qm 'binary attributes'")
+    merge = g.inv("git.merge-up")
+    assert merge.returncode == 3 and "NUL" in merge.stderr, merge.stdout + merge.stderr
+    agent(g, "cd alpha && git reset -q --hard HEAD~1 && printf '++ filter=x\\n' > .gitattributes && "
+             "echo data > ++ && git add .gitattributes ++ && git commit -qm 'header-shaped attributes'")
+    merge = g.inv("git.merge-up")
+    assert merge.returncode == 3 and "++ (filter=x)" in merge.stderr, merge.stdout + merge.stderr
+    assert g.git(g.toplevel / "alpha", "rev-parse", "main") == main and not mark.exists()

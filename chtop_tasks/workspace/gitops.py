@@ -28,7 +28,13 @@ from .gitprobe import (
 )
 from .gitrun import HOST_GIT_OPTS, git
 from .grouplock import holds_group_lock
-from .landing import changes_since_fork, hidden_pinned_warnings, pinned_marks, pinned_path_problems
+from .landing import (
+    attribute_problems,
+    changes_since_fork,
+    hidden_pinned_warnings,
+    pinned_marks,
+    pinned_path_problems,
+)
 from .layout import Checkout, Workspace, private_store, verify_git_dirs
 from .quarantine import SHA_RE, commits_in_line, read_ref, store_of, sync_worktree
 from .treediff import changed_paths
@@ -584,19 +590,15 @@ def conflict_instructions(ws: Workspace, step: GitStep) -> str:
     )
 
 
-def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool, touched: set[str] | None = None,
-                      tip: str | None = None, dirty: list[str] | None = None,
-                      allow_self_edit: bool = False) -> list[str]:
-    """``touched``: ``landing_paths(ws, rel, tip)``, when the caller has it already; ``tip``: the commit
-    that lands (else branch NAME as it is now); ``dirty``: the checkout's ``dirty_paths``, when the
-    caller has it already; ``allow_self_edit``: the user lets this landing change chtop's own files."""
+def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool, tip: str | None = None,
+                      dirty: list[str] | None = None, allow_self_edit: bool = False) -> list[str]:
+    """``tip``: the commit that lands (else branch NAME as it is now); ``dirty``: the checkout's
+    ``dirty_paths``, when the caller has it already; ``allow_self_edit``: the user lets this landing
+    change chtop's own files."""
     problems = preflight_problems(ws, rel, dirty)
     if rel.ahead:
         problems += landing_branch_problems(ws, rel)
-        problems += landing_pinned_problems(ws, rel, tip or rel.branch or ws.name, allow_self_edit,
-                                            "inv git.merge-up")
-        problems += attribute_driver_problems(ws, rel, landing_paths(ws, rel, tip) if touched is None else touched,
-                                              tip)
+        problems += landing_tree_problems(ws, rel, tip or rel.branch or ws.name, allow_self_edit, "inv git.merge-up")
     if rel.ahead and rel.behind and not no_ff:
         problems.append(
             f"{ws.display(rel.checkout.path)}: {rel.integration} moved ({rel.behind} new commit(s)) "
@@ -605,13 +607,16 @@ def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool, touched: set[st
     return problems
 
 
-def landing_pinned_problems(ws: Workspace, rel: Relation, tip: str, allow_self_edit: bool, again: str) -> list[str]:
-    """The pinned paths (chtop's own files, what the host runs) that ``tip`` changes since it left
-    ``rel``'s integration branch, compared by git in the toplevel checkout where it lands."""
+def landing_tree_problems(ws: Workspace, rel: Relation, tip: str, allow_self_edit: bool, again: str) -> list[str]:
+    """What ``tip``'s trees may not carry onto ``rel``'s integration branch (``landing.py``): the
+    pinned paths it changes since it left it (chtop's own files, what the host runs), attributes
+    that hand files to your drivers; compared by git in the toplevel checkout where it lands.
+    ``again``: the chtop command that lands it (``--allow-self-edit`` is added to it)."""
     main_dir = ws.main_checkout_dir(rel.checkout)
+    where, by_hand = ws.display(rel.checkout.path), f"git -C {main_dir} merge --ff-only {tip}"
     changes = changes_since_fork(main_dir, rel.integration, tip)
-    return pinned_path_problems(ws.display(rel.checkout.path), main_dir, changes, not rel.checkout.name,
-                                allow_self_edit, f"git -C {main_dir} merge --ff-only {tip}", again)
+    return (pinned_path_problems(where, main_dir, changes, not rel.checkout.name, allow_self_edit, by_hand, again)
+            + attribute_problems(where, main_dir, rel.integration, tip, changes, by_hand))
 
 
 def landing_branch_problems(ws: Workspace, rel: Relation) -> list[str]:
@@ -671,62 +676,6 @@ def toplevel_checkout_problems(ws: Workspace, rel: Relation, tip: str | None = N
     if untracked:
         problems.append(f"{here}: untracked {', '.join(untracked[:4])} would be overwritten by the merge; "
                         "move them away")
-    return problems
-
-
-# What a .gitattributes line can hand to a program your git config names: a filter's smudge or
-# process runs when the toplevel checks the landed files out, a merge driver on a --no-ff merge,
-# a diff driver's textconv or command when you diff there later.
-DRIVER_ATTRIBUTES = ("filter", "diff", "merge")
-ATTRIBUTE_FILES = ":(glob)**/.gitattributes"
-
-
-def configured_drivers(repo_dir: Path) -> set[str]:
-    """``filter=NAME``, ``diff=NAME``, ``merge=NAME`` for each driver the effective git config defines."""
-    out = git(repo_dir, ["config", "--name-only", "--get-regexp", r"^(filter|diff|merge)\..*\."],
-              check=False).stdout
-    return {f"{kind}={name}" for key in out.split() for kind, _, rest in [key.partition(".")]
-            for name in [rest.rpartition(".")[0]] if kind in DRIVER_ATTRIBUTES and name}
-
-
-def added_attribute_lines(repo_dir: Path, base: str, tip: str) -> list[tuple[str, str]]:
-    """(path, line) for each line ``tip`` adds to a ``.gitattributes`` since ``base``."""
-    out = git(repo_dir, ["diff", "--no-ext-diff", "--no-textconv", "--no-renames", "-U0", base, tip, "--",
-                         ATTRIBUTE_FILES]).stdout
-    found, path = [], ""
-    for line in out.splitlines():
-        if line.startswith("+++ "):
-            path = line[len("+++ b/"):] if line.startswith("+++ b/") else line[4:]
-        elif line.startswith("+"):
-            found.append((path, line[1:]))
-    return found
-
-
-def attribute_driver_problems(ws: Workspace, rel: Relation, touched: set[str] | None = None,
-                              tip: str | None = None) -> list[str]:
-    """Attribute lines the landed commits add that name a driver your config defines: landing them
-    would run that program on the agent's files (the agent cannot define a driver, but it can
-    choose yours), so merge-up refuses and says how to land by hand after reading them.
-
-    ``touched``: ``landing_paths(ws, rel, tip)``; when no path of it is (or, quoted, holds) a
-    ``.gitattributes``, the landed commits add no attribute line, and neither your config nor the
-    diff is asked (a merge keeps the integration branch's version of every file the feature left).
-    ``tip``: the commit that lands (else ``rel``'s branch as it is now)."""
-    if touched is not None and not any(".gitattributes" in path for path in touched):
-        return []
-    main_dir = ws.main_checkout_dir(rel.checkout)
-    drivers = configured_drivers(main_dir)
-    if not drivers:
-        return []
-    problems = []
-    landing = tip or rel.branch or ws.name
-    for path, line in added_attribute_lines(main_dir, rel.integration, landing):
-        named = sorted(word for word in line.split()[1:] if word in drivers)
-        if named:
-            problems.append(f"{ws.display(rel.checkout.path)}: {path} adds `{line.strip()}`, which routes files "
-                            f"through {', '.join(named)} (a driver your git config defines); merge-up lands no "
-                            f"attribute that runs one. Read it, then land by hand: "
-                            f"git -C {main_dir} merge --ff-only {landing}")
     return problems
 
 
@@ -846,7 +795,7 @@ def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False, expect: 
     tips = {landing.rel.checkout.name: landing.tip for landing in landings if landing.tip}
     touched_by = {id(landing.rel): landing.touched for landing in landings}
     raise_if_problems(problems_of(
-        rels, lambda rel: merge_up_problems(ws, rel, no_ff, touched_by[id(rel)], tips.get(rel.checkout.name),
+        rels, lambda rel: merge_up_problems(ws, rel, no_ff, tips.get(rel.checkout.name),
                                             dirty_here.get(rel.checkout.path), allow_self_edit),
         lambda rel: toplevel_checkout_problems(ws, rel, tips.get(rel.checkout.name), touched_by[id(rel)],
                                                dirty_there.get(ws.main_checkout_dir(rel.checkout)))), "merge-up")

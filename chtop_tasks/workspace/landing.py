@@ -1,14 +1,21 @@
-"""What a landing may not carry, read from its trees with git's own plumbing: chtop's own files.
+"""What a landing may not carry, read from its trees with git's own plumbing: chtop's own files, attributes that run your drivers.
 
 The sandbox pins chtop's code and policy (and what the host runs from every checkout) read-only
 in the checkout, but the agent's git store is its own: it can commit any tree there with plumbing
 (``hash-object``, ``commit-tree``, ``update-ref``) and hide it from ``git status`` with index
 flags.  So what lands is checked where it is: the trees of the commits, compared by git
 (``diff-tree``), never the checkout or a diff the agent can shape.
+
+Its ``.gitattributes`` files are read the same way: by git's own parser (``check-attr`` over a
+scratch index of the tree, every directory's file and the root's ``[attr]`` macros included), so
+that no byte the agent chooses (a NUL, a line that looks like a diff header) reads one way here
+and another way where git applies it.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 from ..record import record
@@ -136,3 +143,103 @@ def hidden_pinned_warnings(where: str, checkout_dir: Path, is_container: bool) -
             f"agent's index may say anything about chtop's files. Clear it: git -C {checkout_dir} update-index "
             f"--no-skip-worktree --no-assume-unchanged -- {path}"
             for path, flag in hidden_pinned_paths(checkout_dir, is_container)]
+
+
+# -- attributes that hand the agent's files to a program your git config names -------------------
+
+# A filter's smudge or process runs when the toplevel checks the landed files out, a merge driver
+# on a --no-ff merge, a diff driver's textconv or command when you diff there later.
+DRIVER_ATTRIBUTES = ("filter", "diff", "merge")
+ATTRIBUTE_FILE = ".gitattributes"
+LFS_CONFIG = ".lfsconfig"
+REGULAR_MODES = ("100644", "100755")
+
+
+def configured_drivers(repo_dir: Path) -> set[str]:
+    """``filter=NAME``, ``diff=NAME``, ``merge=NAME`` for each driver the effective git config defines."""
+    out = git(repo_dir, ["config", "--name-only", "--get-regexp", r"^(filter|diff|merge)\..*\."],
+              check=False).stdout
+    return {f"{kind}={name}" for key in out.split() for kind, _, rest in [key.partition(".")]
+            for name in [rest.rpartition(".")[0]] if kind in DRIVER_ATTRIBUTES and name}
+
+
+def named(changes: list[Change], name: str) -> list[Change]:
+    return [c for c in changes if c.path.rsplit("/", 1)[-1] == name]
+
+
+def blob_bytes_text(repo_dir: Path, tip: str, path: str) -> str:
+    """The blob at ``tip:path`` as text, every byte kept (a NUL, a CR)."""
+    return git(repo_dir, ["cat-file", "blob", f"{tip}:{path}"], input=b"").stdout
+
+
+def attribute_file_problems(where: str, repo_dir: Path, tip: str, changes: list[Change]) -> list[str]:
+    """Each ``.gitattributes`` the landing writes that git would not read as plain lines of text:
+    not a regular file, or holding a NUL (git's own test for binary) or a CR."""
+    problems = []
+    for change in named(changes, ATTRIBUTE_FILE):
+        if change.new_mode == "000000":
+            continue
+        if change.new_mode not in REGULAR_MODES:
+            why = f"is not a regular file (mode {change.new_mode})"
+        else:
+            text = blob_bytes_text(repo_dir, tip, change.path)
+            why = "holds a NUL byte (git reads it as binary)" if "\0" in text else \
+                "holds a CR (\\r) byte" if "\r" in text else ""
+        if why:
+            problems.append(f"{where}: the landing's {change.path} {why}; merge-up lands only attribute files "
+                            "of plain lines. Read it (git cat-file blob " + f"{tip}:{change.path} | cat -v), "
+                            "then land by hand if you mean it")
+    return problems
+
+
+def tree_paths(repo_dir: Path, tree: str) -> list[str]:
+    out = git(repo_dir, ["ls-tree", "-r", "-z", "--name-only", "--full-tree", tree], input=b"").stdout
+    return [path for path in out.split("\0") if path]
+
+
+def driver_attributes(repo_dir: Path, tree: str, paths: list[str]) -> dict[tuple[str, str], str]:
+    """(path, attribute) -> value for ``filter``, ``diff`` and ``merge`` of ``paths``, as git applies
+    ``tree``'s attribute files to them: ``git check-attr --cached`` over a scratch index of ``tree``
+    (the real index is never touched)."""
+    with tempfile.TemporaryDirectory(prefix="chtop-attr-") as scratch:
+        env = {"GIT_INDEX_FILE": os.path.join(scratch, "index")}
+        git(repo_dir, ["read-tree", tree], env=env)
+        out = git(repo_dir, ["check-attr", "--cached", "-z", "--stdin", *DRIVER_ATTRIBUTES], env=env,
+                  input="".join(f"{path}\0" for path in paths).encode()).stdout
+    fields = out.split("\0")
+    return {(fields[i], fields[i + 1]): fields[i + 2] for i in range(0, len(fields) - 2, 3)}
+
+
+def newly_routed(repo_dir: Path, base: str, tip: str, drivers: set[str]) -> list[tuple[str, str]]:
+    """(path, ``attr=NAME``) for each file of ``tip`` that ``tip``'s attribute files hand to a
+    driver in ``drivers`` and ``base``'s (where it lands) do not."""
+    paths = tree_paths(repo_dir, tip)
+    before, after = driver_attributes(repo_dir, base, paths), driver_attributes(repo_dir, tip, paths)
+    return [(path, f"{attr}={value}") for (path, attr), value in sorted(after.items())
+            if f"{attr}={value}" in drivers and before.get((path, attr)) != value]
+
+
+def attribute_problems(where: str, repo_dir: Path, integration: str, tip: str, changes: list[Change],
+                       by_hand: str) -> list[str]:
+    """Why the landing of ``tip`` on ``integration`` in ``repo_dir`` is refused for its attributes:
+    an attribute file git would not read as text lines, one that hands a file to a driver your
+    config defines (the agent cannot define one, but it can choose yours), a ``.lfsconfig`` while
+    git-lfs is configured (its URL is where your git-lfs would fetch from, outside the proxy).
+    Neither config nor trees are asked when the landing changes no attribute or lfs file."""
+    attribute_files, lfs_files = named(changes, ATTRIBUTE_FILE), named(changes, LFS_CONFIG)
+    if not attribute_files and not lfs_files:
+        return []
+    problems = attribute_file_problems(where, repo_dir, tip, changes)
+    drivers = configured_drivers(repo_dir)
+    if lfs_files and "filter=lfs" in drivers:
+        problems.append(f"{where}: the landing changes {shown([c.path for c in lfs_files])} while git-lfs is "
+                        "configured here: it would fetch from wherever the file says, outside the proxy. "
+                        f"Read it, then land by hand: {by_hand}")
+    if attribute_files and drivers and not problems:
+        routed = newly_routed(repo_dir, integration, tip, drivers)
+        if routed:
+            problems.append(f"{where}: the landing's .gitattributes route "
+                            f"{shown([f'{path} ({value})' for path, value in routed])} through a driver your "
+                            "git config defines; merge-up lands no attribute that runs one. Read them, then "
+                            f"land by hand: {by_hand}")
+    return problems
