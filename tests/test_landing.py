@@ -148,3 +148,29 @@ def test_an_lfsconfig_change_is_refused_while_git_lfs_is_configured(with_dev):
     configure_filter(Path(os.environ["HOME"]), mark, "lfs")
     assert_refused_unrun(g, g.inv(g.path("dev"), "git.merge-up", check=False), mark, ".lfsconfig", "git-lfs")
 
+
+# -- files the agent plants where host git opens one by name -------------------------------------
+
+
+def test_a_fifo_where_git_opens_a_file_by_name_is_refused_and_a_deeper_one_costs_one_worktree(with_dev):
+    """``alpha/.gitignore`` a FIFO (untracked, shown nowhere): the worktree's status refuses by
+    name with the rm to type; one deeper (``alpha/sub/.gitignore``, which the check does not
+    reach) fails that worktree's line of the list, and the others are listed."""
+    from chtop_tasks.workspace.layout import find_workspace
+    from chtop_tasks.workspace.worktrees import create_worktree
+
+    g = with_dev
+    create_worktree(find_workspace(g.toplevel), "other")
+    top_fifo = g.path("dev", "alpha", ".gitignore")
+    os.mkfifo(top_fifo)
+    status = g.inv(g.path("dev"), "git.status", check=False, timeout=120)
+    assert status.returncode != 0 and f"rm {top_fifo}" in status.stderr, status.stdout + status.stderr
+    listed = g.inv(g.toplevel, "worktree.list", check=False, timeout=120)
+    assert f"rm {top_fifo}" in listed.stdout + listed.stderr and "other  (" in listed.stdout, listed.stdout
+    top_fifo.unlink()
+    (g.path("dev", "alpha", "sub")).mkdir()
+    os.mkfifo(g.path("dev", "alpha", "sub", ".gitignore"))
+    listed = g.inv(g.toplevel, "worktree.list", check=False, timeout=120)
+    assert "timed out" in listed.stdout and "other  (" in listed.stdout, listed.stdout + listed.stderr
+    assert "clean" in listed.stdout.split("other  (")[1]
+

@@ -65,3 +65,12 @@ def test_attributes_past_a_nul_or_shaped_as_a_diff_header_do_not_run_your_filter
     merge = g.inv("git.merge-up")
     assert merge.returncode == 3 and "++ (filter=x)" in merge.stderr, merge.stdout + merge.stderr
     assert g.git(g.toplevel / "alpha", "rev-parse", "main") == main and not mark.exists()
+
+
+def test_a_fifo_planted_where_git_opens_a_file_by_name_is_refused_by_name(g):
+    fifo = g.dev / "alpha" / ".gitignore"
+    agent(g, f"mkfifo {fifo}")
+    status = g.inv("git.status", timeout=90)
+    assert status.returncode != 0 and f"rm {fifo}" in status.stderr, status.stdout + status.stderr
+    listed = g.inv("worktree.list", cwd=g.toplevel, timeout=90)
+    assert f"rm {fifo}" in listed.stdout + listed.stderr, listed.stdout + listed.stderr

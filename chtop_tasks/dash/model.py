@@ -27,7 +27,7 @@ from ..proxy.control import status as proxy_status
 from ..proxy.logs import JSONL, net_dir, pending_item
 from ..record import Factory, record
 from ..workspace import gitrun
-from ..workspace.gitprobe import WORKTREE_DIFF_DRIVERS_OFF, WORKTREE_SUBMODULES
+from ..workspace.gitprobe import LISTING_TIMEOUT, WORKTREE_DIFF_DRIVERS_OFF, WORKTREE_SUBMODULES
 from ..workspace.layout import Checkout, Workspace, checkout_problem, find_workspace
 from ..workspace.quarantine import sync_worktree
 from ..workspace.worktrees import worktree_roots
@@ -114,9 +114,9 @@ def in_progress(git_dir: Path) -> str | None:
     return None
 
 
-def _git(checkout_dir: Path, args: list[str]) -> runner.Result:
+def _git(checkout_dir: Path, args: list[str], timeout: float = 60) -> runner.Result:
     """Host git through the one guarded runner (an agent's nested repo or submodule config never runs)."""
-    return gitrun.git(checkout_dir, args, check=False, timeout=60)
+    return gitrun.git(checkout_dir, args, check=False, timeout=timeout)
 
 
 def probe_repo(ws: Workspace, checkout: Checkout) -> RepoState:
@@ -136,9 +136,13 @@ def probe_repo(ws: Workspace, checkout: Checkout) -> RepoState:
         state.problem = f"unreadable .git: {exc}"
         return state
     # no optional locks: the dashboard's polls never hold index.lock while the agent runs git there
-    status = _git(checkout.path, ["--no-optional-locks", "status", WORKTREE_SUBMODULES, "--porcelain",
-                                  "--untracked-files=normal"])
-    counts = _git(checkout.path, ["rev-list", "--left-right", "--count", f"{integ}...HEAD"])
+    try:        # a FIFO planted deeper than checkout_problem looks fails this repo's row, after a bounded wait
+        status = _git(checkout.path, ["--no-optional-locks", "status", WORKTREE_SUBMODULES, "--porcelain",
+                                      "--untracked-files=normal"], timeout=LISTING_TIMEOUT)
+        counts = _git(checkout.path, ["rev-list", "--left-right", "--count", f"{integ}...HEAD"])
+    except ChtopError as exc:
+        state.problem = str(exc).splitlines()[0]
+        return state
     if not status.ok or not counts.ok:
         state.problem = (status if not status.ok else counts).error_tail(1) or "git failed"
         return state

@@ -92,17 +92,23 @@ def ahead_behind(checkout_dir: Path, base: str, tip: str = "HEAD") -> tuple[int,
     return ahead, behind
 
 
-def dirty_paths(checkout_dir: Path, untracked: bool = True, toplevel: bool = False) -> list[str]:
+# How long a listing of many worktrees (worktree.list, the dashboard) waits on one repo's git
+# status: a FIFO the agent planted deep in its checkout then fails that repo's line, not the list.
+LISTING_TIMEOUT = 20
+
+
+def dirty_paths(checkout_dir: Path, untracked: bool = True, toplevel: bool = False,
+                timeout: float = 300) -> list[str]:
     """Uncommitted tracked changes and (unless not ``untracked``: git then walks no directory for
     them) untracked, non-ignored files.  Without git's optional locks: this check writes no
     refreshed index, so it never holds ``index.lock`` while the agent (or you) run git there.
     ``toplevel``: a toplevel checkout (no sandbox writes it, and merge-up lands there): git may
     write back the index it refreshed, as your own ``git status`` does.  Otherwise an index written
     in the same second as its files (a fresh clone or checkout) stays "racily clean", and every
-    status read all of its files again: 15 ms of each merge-up for pirate's 284."""
+    status read all of its files again.  ``timeout``: seconds before git is stopped (CommandFailed)."""
     locks = [] if toplevel else ["--no-optional-locks"]
     out = git(checkout_dir, [*locks, "status", WORKTREE_SUBMODULES, "--porcelain",
-                             "--untracked-files=all" if untracked else "--untracked-files=no"]).stdout
+                             "--untracked-files=all" if untracked else "--untracked-files=no"], timeout=timeout).stdout
     return [line for line in out.splitlines() if line.strip()]
 
 
