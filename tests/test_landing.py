@@ -174,3 +174,26 @@ def test_a_fifo_where_git_opens_a_file_by_name_is_refused_and_a_deeper_one_costs
     assert "timed out" in listed.stdout and "other  (" in listed.stdout, listed.stdout + listed.stderr
     assert "clean" in listed.stdout.split("other  (")[1]
 
+
+# -- the review shows content, whatever the agent's attributes say ------------------------------
+
+
+def test_the_review_shows_content_that_the_agents_attributes_call_binary(with_dev):
+    """``*.txt -diff`` and ``.gitattributes -diff`` committed: git's own diff says only "Binary
+    files differ"; the review (``git.diff --integration``, the dashboard's diff pane) shows the
+    lines, control characters made visible, and calls out the attribute change."""
+    from chtop_tasks.dash import model
+    from chtop_tasks.workspace.layout import find_workspace
+
+    g = with_dev
+    alpha = g.path("dev", "alpha")
+    (alpha / ".gitattributes").write_text("*.txt -diff\n.gitattributes -diff\n")
+    (alpha / "alpha.txt").write_text("line 1\nevil line \x1b[2J\n")
+    git(alpha, "add", "-A")
+    git(alpha, "commit", "-q", "-m", "quiet change")
+    assert "Binary files" in git(alpha, "diff", "--merge-base", "main")       # the control
+    review = g.inv(g.path("dev"), "git.diff", "--integration").stdout
+    assert "+evil line ^[[2J" in review and "Binary files" not in review, review
+    assert "!! " in review and ".gitattributes" in review.split("evil line")[0], review
+    pane = model.worktree_diff(find_workspace(g.path("dev")), full=True)
+    assert "+evil line" in pane and "Binary files" not in pane and "!! " in pane, pane

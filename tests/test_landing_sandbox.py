@@ -74,3 +74,11 @@ def test_a_fifo_planted_where_git_opens_a_file_by_name_is_refused_by_name(g):
     assert status.returncode != 0 and f"rm {fifo}" in status.stderr, status.stdout + status.stderr
     listed = g.inv("worktree.list", cwd=g.toplevel, timeout=90)
     assert f"rm {fifo}" in listed.stdout + listed.stderr, listed.stdout + listed.stderr
+
+
+def test_the_review_shows_what_attributes_inside_call_binary(g):
+    agent(g, "cd alpha && printf '*.txt -diff\\n.gitattributes -diff\\n' > .gitattributes && "
+             "echo 'evil line' >> alpha.txt && git add -A && git commit -qm 'quiet change'")
+    review = g.inv("git.diff", "--integration")
+    assert "+evil line" in review.stdout and "Binary files" not in review.stdout, review.stdout + review.stderr
+    assert ".gitattributes" in review.stdout.split("+evil line")[0], review.stdout

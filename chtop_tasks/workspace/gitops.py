@@ -16,6 +16,9 @@ from ..fanout import StartedLater, answered_before_leaving, fan_out, in_backgrou
 from ..record import record
 from ..term import bold, git_color_args, inert_keeping_colour, say, warn
 from .gitprobe import (
+    REVIEW_DIFF_OPTS,
+    REVIEW_ENV,
+    REVIEW_GIT_OPTS,
     WORKTREE_DIFF_DRIVERS_OFF,
     WORKTREE_SUBMODULES,
     ahead_behind,
@@ -32,8 +35,8 @@ from .landing import (
     attribute_problems,
     changes_since_fork,
     hidden_pinned_warnings,
-    pinned_marks,
     pinned_path_problems,
+    review_marks,
 )
 from .layout import Checkout, Workspace, private_store, verify_git_dirs
 from .quarantine import SHA_RE, commits_in_line, read_ref, store_of, sync_worktree
@@ -62,12 +65,17 @@ class RepoOutput:
     returncode: int
 
 
-def run_in_checkout(ws: Workspace, checkout: Checkout, args: list[str]) -> RepoOutput:
+def run_in_checkout(ws: Workspace, checkout: Checkout, args: list[str], review: bool = False) -> RepoOutput:
+    """``review``: a diff that shows content as text whatever the attributes say (a feature
+    worktree's, whose attribute files are the agent's)."""
     command, rest = args[0], args[1:]
     guard = [] if ws.is_toplevel else [WORKTREE_SUBMODULES]
     if command == "diff" and not ws.is_toplevel:
         guard += WORKTREE_DIFF_DRIVERS_OFF
-    result = git(checkout.path, [*git_color_args(), command, *guard, *rest], check=False)
+    opts, env = [], None
+    if review and not ws.is_toplevel:
+        opts, env, guard = list(REVIEW_GIT_OPTS), REVIEW_ENV, guard + list(REVIEW_DIFF_OPTS)
+    result = git(checkout.path, [*git_color_args(), *opts, command, *guard, *rest], check=False, env=env)
     # the header names the command as asked (chtop's guards above are always added)
     header = f"==== {ws.display(checkout.path)}  [{runner.format_command(['git', *args], checkout.path)}]"
     return RepoOutput(checkout, header, result.stdout + result.stderr, result.returncode)
@@ -264,7 +272,7 @@ def git_diff_integration(ws: Workspace, args: list[str]) -> int:
     the feature changed, not what the integration branch gained since."""
     synced_and_verified(ws)
     outputs = fan_out(lambda c: marked(ws, c, run_in_checkout(ws, c, ["diff", "--merge-base",
-                                                                       ws.integration_branch(c), *args])),
+                                                                       ws.integration_branch(c), *args], review=True)),
                       present_checkouts(ws))
     if not print_outputs(outputs, hide_empty=True):
         say(f"no differences against the integration branches in {len(outputs)} repos")
@@ -272,13 +280,16 @@ def git_diff_integration(ws: Workspace, args: list[str]) -> int:
 
 
 def marked(ws: Workspace, checkout: Checkout, out: RepoOutput) -> RepoOutput:
-    """``out`` of a review diff, with a warning line first for each pinned path the branch changes
-    since it left its integration branch (as git compares the trees, whatever the index says)."""
+    """``out`` of a review diff, with a warning line first for each pinned path or attribute file
+    the branch changes since it left its integration branch (as git compares the trees, whatever
+    the index says)."""
     if ws.is_toplevel:
         return out
-    main_dir = ws.main_checkout_dir(checkout)
-    changes = changes_since_fork(main_dir, ws.integration_branch(checkout), f"refs/heads/{ws.name}")
-    marks = pinned_marks(changes, not checkout.name)
+    try:
+        marks = review_marks(ws.main_checkout_dir(checkout), ws.integration_branch(checkout),
+                             f"refs/heads/{ws.name}", not checkout.name)
+    except CommandFailed as exc:
+        marks = [f"!! cannot compare the branch's trees with its integration branch's: {exc}"]
     if not marks:
         return out
     return RepoOutput(checkout, out.header, "".join(f"{bold(line)}\n" for line in marks) + out.text, out.returncode)

@@ -19,6 +19,12 @@ WORKTREE_SUBMODULES = "--ignore-submodules=dirty"
 # A worktree's .gitattributes is the agent's: its diff= lines could route files through a textconv
 # or external diff command your git config defines. Host-side diffs of a worktree run neither.
 WORKTREE_DIFF_DRIVERS_OFF = ("--no-ext-diff", "--no-textconv")
+# The review of a worktree's work (git.diff --integration, the dashboard's diff pane) shows every
+# file's content as text, whatever its attributes say (``-diff``, ``binary``: "Binary files differ"
+# would hide what lands); the user's own attribute files are not read either.  Shown inert.
+REVIEW_GIT_OPTS = ("-c", "core.attributesFile=/dev/null")
+REVIEW_DIFF_OPTS = ("--text",)
+REVIEW_ENV = {"GIT_ATTR_NOSYSTEM": "1"}
 
 
 SHA_HEX = frozenset("0123456789abcdef")

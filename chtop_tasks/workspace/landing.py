@@ -19,8 +19,17 @@ import tempfile
 from pathlib import Path
 
 from ..record import record
-from ..sandbox.mounts import HOST_EXECUTED, MANAGEMENT
 from .gitrun import git
+
+# What a host shell, direnv, nox, invoke or a host-side claude reads or runs
+# from a checkout: never writable from inside.
+# __pycache__: the bytecode of tasks.py and noxfile.py (nox writes it there), which invoke and nox
+# load when its header matches the source, and which no diff shows
+HOST_EXECUTED = (".git", ".envrc", ".venv", ".claude", ".nox", ".direnv", ".vscode", "__pycache__")
+# chtop's own management code in the container repo: read-only in the sandbox unless the user
+# opts in (sbox.run --allow-self-edit), and landed only with merge-up --allow-self-edit.
+MANAGEMENT = ("tasks.py", "noxfile.py", "chtop_tasks", "invoke.yaml", "invoke.yml", "pyproject.toml",
+              "dotfile_templates", "sandbox", "git_repositories.toml", "bootstrap", ".ci", "containers")
 
 
 @record(frozen=True)
@@ -102,6 +111,18 @@ def pinned_path_problems(where: str, repo_dir: Path, changes: list[Change], is_c
                         f"which the sandbox keeps read-only even with --allow-self-edit; merge-up lands none. "
                         f"Read them, then land by hand: {by_hand}")
     return problems
+
+
+def review_marks(repo_dir: Path, integration: str, tip: str, is_container: bool) -> list[str]:
+    """The review's warning lines for what ``tip`` changes since it left ``integration`` (compared
+    by git in ``repo_dir``, whatever the agent's index says): pinned paths, attribute files."""
+    changes = changes_since_fork(repo_dir, integration, tip)
+    attributes = [c.path for c in named(changes, ATTRIBUTE_FILE) + named(changes, LFS_CONFIG)]
+    lines = pinned_marks(changes, is_container)
+    if attributes:
+        lines.append(f"!! changes attribute files ({shown(attributes)}): this review shows every file as text "
+                     "whatever they say; read them, they decide how git treats the landed files")
+    return lines
 
 
 def pinned_marks(changes: list[Change], is_container: bool) -> list[str]:
