@@ -259,8 +259,8 @@ def attribute_problems(where: str, repo_dir: Path, integration: str, tip: str, c
     if attribute_files and drivers and not problems:
         routed = newly_routed(repo_dir, integration, tip, drivers)
         if routed:
-            problems.append(f"{where}: the landing's .gitattributes route "
-                            f"{shown([f'{path} ({value})' for path, value in routed])} through a driver your "
-                            "git config defines; merge-up lands no attribute that runs one. Read them, then "
-                            f"land by hand: {by_hand}")
+            values = ", ".join(sorted({value for _, value in routed}))
+            problems.append(f"{where}: the landing's .gitattributes routes files through {values}, a driver your "
+                            f"git config defines ({shown([f'{path} ({value})' for path, value in routed])}); "
+                            f"merge-up lands no attribute that runs one. Read them, then land by hand: {by_hand}")
     return problems
