@@ -27,7 +27,15 @@ from ..proxy import approvals
 from ..proxy.control import status as proxy_status
 from ..proxy.logs import JSONL, net_dir, pending_item
 from ..workspace import gitrun
-from ..workspace.gitprobe import WORKTREE_DIFF_DRIVERS_OFF, WORKTREE_SUBMODULES
+from ..workspace.gitprobe import (
+    LISTING_TIMEOUT,
+    REVIEW_DIFF_OPTS,
+    REVIEW_ENV,
+    REVIEW_GIT_OPTS,
+    WORKTREE_DIFF_DRIVERS_OFF,
+    WORKTREE_SUBMODULES,
+)
+from ..workspace.landing import review_marks
 from ..workspace.layout import Checkout, Workspace, checkout_problem, find_workspace
 from ..workspace.quarantine import sync_worktree
 from ..workspace.worktrees import worktree_roots
@@ -114,9 +122,19 @@ def in_progress(git_dir: Path) -> str | None:
     return None
 
 
-def _git(checkout_dir: Path, args: list[str]) -> runner.Result:
+def _git(checkout_dir: Path, args: list[str], timeout: float = 60, env: dict | None = None) -> runner.Result:
     """Host git through the one guarded runner (an agent's nested repo or submodule config never runs)."""
-    return gitrun.git(checkout_dir, args, check=False, timeout=60)
+    return gitrun.git(checkout_dir, args, check=False, timeout=timeout, env=env)
+
+
+def review_marks_of(ws: Workspace, checkout: Checkout) -> list[str]:
+    """The diff pane's warning lines for what the branch changes (``landing.review_marks``); none
+    where git cannot say (the pane shows git's own error below)."""
+    try:
+        return review_marks(ws.main_checkout_dir(checkout), ws.integration_branch(checkout),
+                            f"refs/heads/{ws.name}", not checkout.name)
+    except ChtopError:
+        return []
 
 
 def probe_repo(ws: Workspace, checkout: Checkout) -> RepoState:
@@ -136,9 +154,13 @@ def probe_repo(ws: Workspace, checkout: Checkout) -> RepoState:
         state.problem = f"unreadable .git: {exc}"
         return state
     # no optional locks: the dashboard's polls never hold index.lock while the agent runs git there
-    status = _git(checkout.path, ["--no-optional-locks", "status", WORKTREE_SUBMODULES, "--porcelain",
-                                  "--untracked-files=normal"])
-    counts = _git(checkout.path, ["rev-list", "--left-right", "--count", f"{integ}...HEAD"])
+    try:        # a FIFO planted deeper than checkout_problem looks fails this repo's row, after a bounded wait
+        status = _git(checkout.path, ["--no-optional-locks", "status", WORKTREE_SUBMODULES, "--porcelain",
+                                      "--untracked-files=normal"], timeout=LISTING_TIMEOUT)
+        counts = _git(checkout.path, ["rev-list", "--left-right", "--count", f"{integ}...HEAD"])
+    except ChtopError as exc:
+        state.problem = str(exc).splitlines()[0]
+        return state
     if not status.ok or not counts.ok:
         state.problem = (status if not status.ok else counts).error_tail(1) or "git failed"
         return state
@@ -371,8 +393,10 @@ def worktree_diff(ws: Workspace, full: bool = False) -> str:
         if not checkout.path.exists():
             return f"==== {checkout.label}: missing"
         integ = ws.integration_branch(checkout)
-        args = ["diff", WORKTREE_SUBMODULES, *WORKTREE_DIFF_DRIVERS_OFF, "--merge-base", integ] + ([] if full else ["--stat"])
-        result = _git(checkout.path, args)
+        args = [*REVIEW_GIT_OPTS, "diff", WORKTREE_SUBMODULES, *WORKTREE_DIFF_DRIVERS_OFF, *REVIEW_DIFF_OPTS,
+                "--merge-base", integ] + ([] if full else ["--stat"])
+        result = _git(checkout.path, args, env=REVIEW_ENV)
         body = (result.stdout if result.ok else result.error_tail(3)).rstrip()
-        return f"==== {checkout.label}  (vs {integ})\n{body or '(no changes)'}"
+        marks = "".join(f"{line}\n" for line in review_marks_of(ws, checkout))
+        return f"==== {checkout.label}  (vs {integ})\n{marks}{body or '(no changes)'}"
     return "\n\n".join(fan_out(one, ws.checkouts()))

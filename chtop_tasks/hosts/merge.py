@@ -8,8 +8,8 @@ runner's ssh options, into a quarantine: a fresh bare repo under this group's ``
 borrows the toplevel store's objects, with ``transfer.fsckObjects`` on, the pack kept whole and
 its size capped (``prlimit --fsize``; ``host_fetch_max_mib`` in ``config.toml``).  The commit that
 arrived must be the one the host named.  Nothing of the host runs here: a fetch brings no hook,
-config or attribute of its, and the landing refuses attribute lines naming a driver of your config
-as the local merge-up does.
+config or attribute of its, and the landing refuses chtop's own files and attributes that hand
+files to a driver of your config as the local merge-up does (``landing.py``).
 
 The plan is the local merge-up's (``gitops``: its checks of the toplevel checkouts, its steps, its
 dry run, its outcome check), computed while git sees the quarantine's objects as an alternate
@@ -36,13 +36,13 @@ from ..places import check_worktree_name, read_user_config, state_dir
 from ..term import say
 from ..workspace.gitops import (
     Relation,
-    attribute_driver_problems,
     check_outcome,
     dry_run_footer,
     format_expect,
     landed_on_integration,
     landing_branch_problems,
     landing_paths,
+    landing_tree_problems,
     parse_expect,
     per_relation,
     plan_merge_up,
@@ -234,13 +234,15 @@ def relation_of_tip(top: Workspace, checkout: Checkout, tip: str) -> Relation:
 
 
 def landing_problems(top: Workspace, host: Host, name: str, rel: Relation, no_ff: bool,
-                     touched: set[str]) -> list[str]:
-    """What stops ``rel``'s tip landing here: the toplevel checkout off its integration branch, an
-    attribute naming a driver of your config (``touched``: the paths the tip changes), or (without
-    ``no_ff``) no fast-forward."""
+                     allow_self_edit: bool = False) -> list[str]:
+    """What stops ``rel``'s tip landing here: the toplevel checkout off its integration branch, a
+    change to chtop's own files (unless ``allow_self_edit``) or to what the host runs from a
+    checkout, an attribute handing a file to a driver of your config, or (without ``no_ff``) no
+    fast-forward."""
     if not rel.ahead:
         return []
-    problems = landing_branch_problems(top, rel) + attribute_driver_problems(top, rel, touched, rel.branch)
+    problems = landing_branch_problems(top, rel) + landing_tree_problems(
+        top, rel, rel.branch, allow_self_edit, f"inv git.merge-up --host {host.name} --name {name}")
     if rel.behind and not no_ff:
         problems.append(f"{host.name}:{name}/{rel.checkout.label}: {rel.integration} here has {rel.behind} commit(s) "
                         f"the branch there lacks (not a fast-forward): inv host.update --name {host.name}, then "
@@ -250,7 +252,7 @@ def landing_problems(top: Workspace, host: Host, name: str, rel: Relation, no_ff
 
 @holds_group_lock("git.merge-up")
 def merge_up_there(ws: Workspace, host_name: str, name: str, no_ff: bool = False, dry_run: bool = False,
-                   expect: str | None = None) -> int:
+                   expect: str | None = None, allow_self_edit: bool = False) -> int:
     """Land worktree ``name`` of host ``host_name`` on this toplevel's integration branches."""
     top = ws.for_root(ws.toplevel)
     check_worktree_name(name)
@@ -266,7 +268,7 @@ def merge_up_there(ws: Workspace, host_name: str, name: str, no_ff: bool = False
         with objects_visible([item.quarantine for item in incoming]):
             rels = [relation_of_tip(top, item.checkout, item.tip) for item in incoming]
             touched = per_relation(lambda rel: landing_paths(top, rel, rel.branch) if rel.ahead else set())
-            raise_if_problems(problems_of(rels, lambda rel: landing_problems(top, host, name, rel, no_ff, touched(rel)),
+            raise_if_problems(problems_of(rels, lambda rel: landing_problems(top, host, name, rel, no_ff, allow_self_edit),
                                           lambda rel: toplevel_checkout_problems(top, rel, rel.branch, touched(rel))),
                               what)
         to_land = {rel.checkout.name: rel.branch for rel in rels if rel.ahead}

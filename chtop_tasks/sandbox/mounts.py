@@ -38,17 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import agentfile
+from ..workspace.landing import HOST_EXECUTED, MANAGEMENT  # what this plan pins is what a landing may not change
 from ..workspace.quarantine import PINNED_IN_ADMIN, PINNED_IN_STORE
 
-# What a host shell, direnv, nox, invoke or a host-side claude reads or runs
-# from a checkout: never writable from inside.
-# __pycache__: the bytecode of tasks.py and noxfile.py (nox writes it there), which invoke and nox
-# load when its header matches the source, and which no diff shows
-HOST_EXECUTED = (".git", ".envrc", ".venv", ".claude", ".nox", ".direnv", ".vscode", "__pycache__")
-# chtop's own management code in the container repo: read-only unless the
-# user opts in (--allow-self-edit).
-MANAGEMENT = ("tasks.py", "noxfile.py", "chtop_tasks", "invoke.yaml", "invoke.yml", "pyproject.toml",
-              "dotfile_templates", "sandbox", "git_repositories.toml", "bootstrap", ".ci", "containers")
 # a venv's pyvenv.cfg is a few lines; more is not one
 PYVENV_CFG_LIMIT = 64 * 1024
 

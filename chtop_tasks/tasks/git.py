@@ -78,16 +78,20 @@ def rebase_down(c, dry_run=False, host="", name=""):
                                        "unless exactly these tips land",
                              "host": "land worktree --name of this recorded host here: its branch fetched over "
                                      "SSH into a quarantine and checked as a local import is",
-                             "name": "with --host: the worktree there"})
+                             "name": "with --host: the worktree there",
+                             "allow_self_edit": "let THIS landing change chtop's own code and policy (tasks.py, "
+                                                "chtop_tasks/, sandbox/, the manifest, noxfile.py, the templates): "
+                                                "the toplevel then runs what the agent wrote there, as you"})
 @reports_errors
-def merge_up(c, dry_run=False, no_ff=False, expect=None, host="", name=""):
+def merge_up(c, dry_run=False, no_ff=False, expect=None, host="", name="", allow_self_edit=False):
     """In a worktree: fast-forward each integration branch to this feature (in the toplevel); --host: a host's."""
     if host:
         if not name:
             raise UsageError("git.merge-up --host HOST needs --name NAME (the worktree there)")
         return host_merge.merge_up_there(layout.find_workspace(), host, name, no_ff=no_ff, dry_run=dry_run,
-                                         expect=expect)
-    return gitops.merge_up(layout.find_workspace(), no_ff=no_ff, dry_run=dry_run, expect=expect)
+                                         expect=expect, allow_self_edit=allow_self_edit)
+    return gitops.merge_up(layout.find_workspace(), no_ff=no_ff, dry_run=dry_run, expect=expect,
+                           allow_self_edit=allow_self_edit)
 
 
 @task

@@ -16,6 +16,9 @@ from ..errors import ChtopError, CommandFailed, Refused, UsageError
 from ..fanout import StartedLater, answered_before_leaving, fan_out, in_background
 from ..term import bold, git_color_args, inert_keeping_colour, say, warn
 from .gitprobe import (
+    REVIEW_DIFF_OPTS,
+    REVIEW_ENV,
+    REVIEW_GIT_OPTS,
     WORKTREE_DIFF_DRIVERS_OFF,
     WORKTREE_SUBMODULES,
     ahead_behind,
@@ -28,6 +31,13 @@ from .gitprobe import (
 )
 from .gitrun import HOST_GIT_OPTS, git
 from .grouplock import holds_group_lock
+from .landing import (
+    attribute_problems,
+    changes_since_fork,
+    hidden_pinned_warnings,
+    pinned_path_problems,
+    review_marks,
+)
 from .layout import Checkout, Workspace, private_store, verify_git_dirs
 from .quarantine import SHA_RE, commits_in_line, read_ref, store_of, sync_worktree
 from .treediff import changed_paths
@@ -55,12 +65,17 @@ class RepoOutput:
     returncode: int
 
 
-def run_in_checkout(ws: Workspace, checkout: Checkout, args: list[str]) -> RepoOutput:
+def run_in_checkout(ws: Workspace, checkout: Checkout, args: list[str], review: bool = False) -> RepoOutput:
+    """``review``: a diff that shows content as text whatever the attributes say (a feature
+    worktree's, whose attribute files are the agent's)."""
     command, rest = args[0], args[1:]
     guard = [] if ws.is_toplevel else [WORKTREE_SUBMODULES]
     if command == "diff" and not ws.is_toplevel:
         guard += WORKTREE_DIFF_DRIVERS_OFF
-    result = git(checkout.path, [*git_color_args(), command, *guard, *rest], check=False)
+    opts, env = [], None
+    if review and not ws.is_toplevel:
+        opts, env, guard = list(REVIEW_GIT_OPTS), REVIEW_ENV, guard + list(REVIEW_DIFF_OPTS)
+    result = git(checkout.path, [*git_color_args(), *opts, command, *guard, *rest], check=False, env=env)
     # the header names the command as asked (chtop's guards above are always added)
     header = f"==== {ws.display(checkout.path)}  [{runner.format_command(['git', *args], checkout.path)}]"
     return RepoOutput(checkout, header, result.stdout + result.stderr, result.returncode)
@@ -199,6 +214,9 @@ def relations_block(ws: Workspace, rels: list[Relation]) -> list[str]:
 def git_status(ws: Workspace, args: list[str]) -> int:
     outputs = fan_out_git(ws, ["status", *args])
     print_outputs(outputs, hide_empty=False)
+    hidden = [] if ws.is_toplevel else hidden_pinned_in(ws)
+    for line in hidden:
+        warn(line)
     rels = relations(ws)
     say()
     for line in relations_block(ws, rels):
@@ -210,7 +228,13 @@ def git_status(ws: Workspace, args: list[str]) -> int:
     else:
         for line in off_branch_warnings(ws, relations(ws.for_root(ws.toplevel))):
             warn(line)      # where merge-up lands: a toplevel repo on another branch
-    return worst_status(outputs)
+    return max(worst_status(outputs), 1 if hidden else 0)
+
+
+def hidden_pinned_in(ws: Workspace) -> list[str]:
+    """A feature worktree's pinned paths that its (agent-written) index hides from status."""
+    return [line for lines in fan_out(lambda c: hidden_pinned_warnings(ws.display(c.path), c.path, not c.name),
+                                      present_checkouts(ws)) for line in lines]
 
 
 def group_status(top: Workspace) -> None:
@@ -246,11 +270,28 @@ def git_diff_integration(ws: Workspace, args: list[str]) -> int:
     """Each repo's work against its own integration branch (``git diff --merge-base BRANCH``): what
     the feature changed, not what the integration branch gained since."""
     synced_and_verified(ws)
-    outputs = fan_out(lambda c: run_in_checkout(ws, c, ["diff", "--merge-base", ws.integration_branch(c), *args]),
+    outputs = fan_out(lambda c: marked(ws, c, run_in_checkout(ws, c, ["diff", "--merge-base",
+                                                                       ws.integration_branch(c), *args], review=True)),
                       present_checkouts(ws))
     if not print_outputs(outputs, hide_empty=True):
         say(f"no differences against the integration branches in {len(outputs)} repos")
     return worst_status(outputs)
+
+
+def marked(ws: Workspace, checkout: Checkout, out: RepoOutput) -> RepoOutput:
+    """``out`` of a review diff, with a warning line first for each pinned path or attribute file
+    the branch changes since it left its integration branch (as git compares the trees, whatever
+    the index says)."""
+    if ws.is_toplevel:
+        return out
+    try:
+        marks = review_marks(ws.main_checkout_dir(checkout), ws.integration_branch(checkout),
+                             f"refs/heads/{ws.name}", not checkout.name)
+    except CommandFailed as exc:
+        marks = [f"!! cannot compare the branch's trees with its integration branch's: {exc}"]
+    if not marks:
+        return out
+    return RepoOutput(checkout, out.header, "".join(f"{bold(line)}\n" for line in marks) + out.text, out.returncode)
 
 
 # -- rebase-down / merge-up -------------------------------------------------------
@@ -559,22 +600,33 @@ def conflict_instructions(ws: Workspace, step: GitStep) -> str:
     )
 
 
-def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool, touched: set[str] | None = None,
-                      tip: str | None = None, dirty: list[str] | None = None) -> list[str]:
-    """``touched``: ``landing_paths(ws, rel, tip)``, when the caller has it already; ``tip``: the commit
-    that lands (else branch NAME as it is now); ``dirty``: the checkout's ``dirty_paths``, when the
-    caller has it already."""
+def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool, tip: str | None = None,
+                      dirty: list[str] | None = None, allow_self_edit: bool = False) -> list[str]:
+    """``tip``: the commit that lands (else branch NAME as it is now); ``dirty``: the checkout's
+    ``dirty_paths``, when the caller has it already; ``allow_self_edit``: the user lets this landing
+    change chtop's own files."""
     problems = preflight_problems(ws, rel, dirty)
     if rel.ahead:
         problems += landing_branch_problems(ws, rel)
-        problems += attribute_driver_problems(ws, rel, landing_paths(ws, rel, tip) if touched is None else touched,
-                                              tip)
+        problems += landing_tree_problems(ws, rel, tip or rel.branch or ws.name, allow_self_edit, "inv git.merge-up")
     if rel.ahead and rel.behind and not no_ff:
         problems.append(
             f"{ws.display(rel.checkout.path)}: {rel.integration} moved ({rel.behind} new commit(s)) "
             f"since you rebased; run `inv git.rebase-down` and retry (or pass --no-ff for a merge commit)"
         )
     return problems
+
+
+def landing_tree_problems(ws: Workspace, rel: Relation, tip: str, allow_self_edit: bool, again: str) -> list[str]:
+    """What ``tip``'s trees may not carry onto ``rel``'s integration branch (``landing.py``): the
+    pinned paths it changes since it left it (chtop's own files, what the host runs), attributes
+    that hand files to your drivers; compared by git in the toplevel checkout where it lands.
+    ``again``: the chtop command that lands it (``--allow-self-edit`` is added to it)."""
+    main_dir = ws.main_checkout_dir(rel.checkout)
+    where, by_hand = ws.display(rel.checkout.path), f"git -C {main_dir} merge --ff-only {tip}"
+    changes = changes_since_fork(main_dir, rel.integration, tip)
+    return (pinned_path_problems(where, main_dir, changes, not rel.checkout.name, allow_self_edit, by_hand, again)
+            + attribute_problems(where, main_dir, rel.integration, tip, changes, by_hand))
 
 
 def landing_branch_problems(ws: Workspace, rel: Relation) -> list[str]:
@@ -634,62 +686,6 @@ def toplevel_checkout_problems(ws: Workspace, rel: Relation, tip: str | None = N
     if untracked:
         problems.append(f"{here}: untracked {', '.join(untracked[:4])} would be overwritten by the merge; "
                         "move them away")
-    return problems
-
-
-# What a .gitattributes line can hand to a program your git config names: a filter's smudge or
-# process runs when the toplevel checks the landed files out, a merge driver on a --no-ff merge,
-# a diff driver's textconv or command when you diff there later.
-DRIVER_ATTRIBUTES = ("filter", "diff", "merge")
-ATTRIBUTE_FILES = ":(glob)**/.gitattributes"
-
-
-def configured_drivers(repo_dir: Path) -> set[str]:
-    """``filter=NAME``, ``diff=NAME``, ``merge=NAME`` for each driver the effective git config defines."""
-    out = git(repo_dir, ["config", "--name-only", "--get-regexp", r"^(filter|diff|merge)\..*\."],
-              check=False).stdout
-    return {f"{kind}={name}" for key in out.split() for kind, _, rest in [key.partition(".")]
-            for name in [rest.rpartition(".")[0]] if kind in DRIVER_ATTRIBUTES and name}
-
-
-def added_attribute_lines(repo_dir: Path, base: str, tip: str) -> list[tuple[str, str]]:
-    """(path, line) for each line ``tip`` adds to a ``.gitattributes`` since ``base``."""
-    out = git(repo_dir, ["diff", "--no-ext-diff", "--no-textconv", "--no-renames", "-U0", base, tip, "--",
-                         ATTRIBUTE_FILES]).stdout
-    found, path = [], ""
-    for line in out.splitlines():
-        if line.startswith("+++ "):
-            path = line[len("+++ b/"):] if line.startswith("+++ b/") else line[4:]
-        elif line.startswith("+"):
-            found.append((path, line[1:]))
-    return found
-
-
-def attribute_driver_problems(ws: Workspace, rel: Relation, touched: set[str] | None = None,
-                              tip: str | None = None) -> list[str]:
-    """Attribute lines the landed commits add that name a driver your config defines: landing them
-    would run that program on the agent's files (the agent cannot define a driver, but it can
-    choose yours), so merge-up refuses and says how to land by hand after reading them.
-
-    ``touched``: ``landing_paths(ws, rel, tip)``; when no path of it is (or, quoted, holds) a
-    ``.gitattributes``, the landed commits add no attribute line, and neither your config nor the
-    diff is asked (a merge keeps the integration branch's version of every file the feature left).
-    ``tip``: the commit that lands (else ``rel``'s branch as it is now)."""
-    if touched is not None and not any(".gitattributes" in path for path in touched):
-        return []
-    main_dir = ws.main_checkout_dir(rel.checkout)
-    drivers = configured_drivers(main_dir)
-    if not drivers:
-        return []
-    problems = []
-    landing = tip or rel.branch or ws.name
-    for path, line in added_attribute_lines(main_dir, rel.integration, landing):
-        named = sorted(word for word in line.split()[1:] if word in drivers)
-        if named:
-            problems.append(f"{ws.display(rel.checkout.path)}: {path} adds `{line.strip()}`, which routes files "
-                            f"through {', '.join(named)} (a driver your git config defines); merge-up lands no "
-                            f"attribute that runs one. Read it, then land by hand: "
-                            f"git -C {main_dir} merge --ff-only {landing}")
     return problems
 
 
@@ -785,8 +781,10 @@ def tips_problems(ws: Workspace, expected: dict[str, str], tips: dict[str, str])
 
 
 @holds_group_lock("git.merge-up")
-def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False, expect: str | None = None) -> int:
-    """``expect``: the dry run's ``REPO=SHA,...``; refused (nothing moved) unless exactly those land."""
+def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False, expect: str | None = None,
+             allow_self_edit: bool = False) -> int:
+    """``expect``: the dry run's ``REPO=SHA,...``; refused (nothing moved) unless exactly those land.
+    ``allow_self_edit``: the landing may change chtop's own files and policy in the container repo."""
     refuse_in_toplevel(ws, "git.merge-up")
     expected = parse_expect(ws, expect) if expect is not None else None
     verify_git_dirs(ws.for_root(ws.toplevel))
@@ -807,8 +805,8 @@ def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False, expect: 
     tips = {landing.rel.checkout.name: landing.tip for landing in landings if landing.tip}
     touched_by = {id(landing.rel): landing.touched for landing in landings}
     raise_if_problems(problems_of(
-        rels, lambda rel: merge_up_problems(ws, rel, no_ff, touched_by[id(rel)], tips.get(rel.checkout.name),
-                                            dirty_here.get(rel.checkout.path)),
+        rels, lambda rel: merge_up_problems(ws, rel, no_ff, tips.get(rel.checkout.name),
+                                            dirty_here.get(rel.checkout.path), allow_self_edit),
         lambda rel: toplevel_checkout_problems(ws, rel, tips.get(rel.checkout.name), touched_by[id(rel)],
                                                dirty_there.get(ws.main_checkout_dir(rel.checkout)))), "merge-up")
     if expected is not None:

@@ -19,6 +19,12 @@ WORKTREE_SUBMODULES = "--ignore-submodules=dirty"
 # A worktree's .gitattributes is the agent's: its diff= lines could route files through a textconv
 # or external diff command your git config defines. Host-side diffs of a worktree run neither.
 WORKTREE_DIFF_DRIVERS_OFF = ("--no-ext-diff", "--no-textconv")
+# The review of a worktree's work (git.diff --integration, the dashboard's diff pane) shows every
+# file's content as text, whatever its attributes say (``-diff``, ``binary``: "Binary files differ"
+# would hide what lands); the user's own attribute files are not read either.  Shown inert.
+REVIEW_GIT_OPTS = ("-c", "core.attributesFile=/dev/null")
+REVIEW_DIFF_OPTS = ("--text",)
+REVIEW_ENV = {"GIT_ATTR_NOSYSTEM": "1"}
 
 
 SHA_HEX = frozenset("0123456789abcdef")
@@ -92,17 +98,23 @@ def ahead_behind(checkout_dir: Path, base: str, tip: str = "HEAD") -> tuple[int,
     return ahead, behind
 
 
-def dirty_paths(checkout_dir: Path, untracked: bool = True, toplevel: bool = False) -> list[str]:
+# How long a listing of many worktrees (worktree.list, the dashboard) waits on one repo's git
+# status: a FIFO the agent planted deep in its checkout then fails that repo's line, not the list.
+LISTING_TIMEOUT = 20
+
+
+def dirty_paths(checkout_dir: Path, untracked: bool = True, toplevel: bool = False,
+                timeout: float = 300) -> list[str]:
     """Uncommitted tracked changes and (unless not ``untracked``: git then walks no directory for
     them) untracked, non-ignored files.  Without git's optional locks: this check writes no
     refreshed index, so it never holds ``index.lock`` while the agent (or you) run git there.
     ``toplevel``: a toplevel checkout (no sandbox writes it, and merge-up lands there): git may
     write back the index it refreshed, as your own ``git status`` does.  Otherwise an index written
     in the same second as its files (a fresh clone or checkout) stays "racily clean", and every
-    status would read all of its files again."""
+    status would read all of its files again.  ``timeout``: seconds before git is stopped (CommandFailed)."""
     locks = [] if toplevel else ["--no-optional-locks"]
     out = git(checkout_dir, [*locks, "status", WORKTREE_SUBMODULES, "--porcelain",
-                             "--untracked-files=all" if untracked else "--untracked-files=no"]).stdout
+                             "--untracked-files=all" if untracked else "--untracked-files=no"], timeout=timeout).stdout
     return [line for line in out.splitlines() if line.strip()]
 
 

@@ -23,6 +23,7 @@ the checkout back and borrow from a toplevel of this group.
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -209,9 +210,29 @@ def find_workspace(start: Path | None = None) -> Workspace:
     return Workspace(grouping, toplevel, root, load_manifest(root / MANIFEST_NAME))
 
 
+# Files git opens by name in a checkout (plain open(), which a FIFO blocks): .gitignore while it
+# walks for untracked files, .gitattributes for a file's attributes, .gitmodules for submodules.  A
+# link git does not follow there; a directory fails at once.  Deeper ones only a bounded wait covers.
+OPENED_BY_NAME = (".gitignore", ".gitattributes", ".gitmodules")
+BLOCKING_KINDS = ("a FIFO", "a socket", "a device", "not a regular file")
+
+
+def planted_in_checkout(checkout_dir: Path) -> str | None:
+    """Why host git would block in ``checkout_dir``: a FIFO, socket or device at its top where git
+    opens a file by that name, with the command that removes it; else None."""
+    for name in OPENED_BY_NAME:
+        path = checkout_dir / name
+        kind = agentfile.non_regular(path)
+        if kind in BLOCKING_KINDS:
+            return (f"{path}: {kind} where git opens a file by that name (host git would wait on it for "
+                    f"ever); remove it: rm {shlex.quote(str(path))}")
+    return None
+
+
 def checkout_problem(ws: Workspace, checkout: Checkout, walk: bool = True) -> str | None:
-    """Why ``checkout``'s .git does not point where the layout says, or None; with ``walk``, also the
-    first link, FIFO or device in its private store (``planted_file``)."""
+    """Why ``checkout``'s .git does not point where the layout says, or a file planted at its top
+    would block host git (``planted_in_checkout``), or None; with ``walk``, also the first link,
+    FIFO or device in its private store (``planted_file``)."""
     dot_git = checkout.path / ".git"
     if not dot_git.exists() and not dot_git.is_symlink():
         return f"{checkout.path}: missing (no .git)"
@@ -219,6 +240,9 @@ def checkout_problem(ws: Workspace, checkout: Checkout, walk: bool = True) -> st
         if dot_git.is_symlink() or not dot_git.is_dir():
             return f"{dot_git}: expected the repo's own .git directory"
         return None
+    planted = planted_in_checkout(checkout.path)
+    if planted:
+        return planted
     try:
         admin = read_gitdir_file(dot_git)
     except WorkspaceError as exc:

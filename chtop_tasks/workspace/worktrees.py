@@ -20,7 +20,7 @@ from ..places import build_cache_dir, create_journal_path, state_dir, worktree_n
 from ..term import say, warn
 from .bytecode import first_task_sources, seed_worktree_bytecode
 from .dotfiles import refresh_workspace_files
-from .gitprobe import ahead_behind, branch_exists, dirty_paths, head_branch, local_branches, rev
+from .gitprobe import LISTING_TIMEOUT, ahead_behind, branch_exists, dirty_paths, head_branch, local_branches, rev
 from .gitrun import git
 from .grouplock import holds_group_lock
 from .keep import keep_worktree_commits, prune_worktree_kept, unsaved_in_worktree, unsaved_problems
@@ -693,7 +693,7 @@ def checkout_record(wt: Workspace, checkout: Checkout) -> dict:
         return dict(record, problem="missing")
     try:
         record["branch"] = branch = head_branch(checkout.path)
-        record["dirty"] = bool(dirty_paths(checkout.path))
+        record["dirty"] = bool(dirty_paths(checkout.path, timeout=LISTING_TIMEOUT))
         if branch is not None:
             record["ahead"], record["behind"] = ahead_behind(checkout.path, record["integration"], branch)
     except ChtopError as exc:        # a junk ref the agent wrote fails that repo's line, never the list
