@@ -19,6 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..term import inert_line
 from .gitrun import git
 
 # What a host shell, direnv, nox, invoke or a host-side claude reads or runs
@@ -256,7 +257,13 @@ def attribute_problems(where: str, repo_dir: Path, integration: str, tip: str, c
         problems.append(f"{where}: the landing changes {shown([c.path for c in lfs_files])} while git-lfs is "
                         "configured here: it would fetch from wherever the file says, outside the proxy. "
                         f"Read it, then land by hand: {by_hand}")
-    if attribute_files and drivers and not problems:
+    readable = not problems
+    if attribute_files and drivers and readable:
+        for path, line, driver in driver_rules_added(repo_dir, integration, tip, attribute_files, drivers):
+            problems.append(f"{where}: {path} adds `{inert_line(line)}`, which routes files through {driver}, a "
+                            f"driver your git config defines; merge-up lands no attribute that runs one. Read it, "
+                            f"then land by hand: {by_hand}")
+    if attribute_files and drivers and readable:
         routed = newly_routed(repo_dir, integration, tip, drivers)
         if routed:
             values = ", ".join(sorted({value for _, value in routed}))
@@ -264,3 +271,80 @@ def attribute_problems(where: str, repo_dir: Path, integration: str, tip: str, c
                             f"git config defines ({shown([f'{path} ({value})' for path, value in routed])}); "
                             f"merge-up lands no attribute that runs one. Read them, then land by hand: {by_hand}")
     return problems
+
+
+# git's built-in macro (attr.c); every other macro is an ``[attr]`` line of the root .gitattributes
+BUILTIN_MACROS = {"binary": ["-diff", "-merge", "-text"]}
+MACRO_DEPTH = 16
+
+
+def attribute_line_parts(line: str) -> tuple[str, list[str]] | None:
+    """(pattern, attributes) of one ``.gitattributes`` line, split as git's attr.c splits it
+    (leading blanks skipped, a C-quoted pattern read to its closing quote, attributes separated by
+    blanks); None for a blank or comment line.  A macro definition's pattern is ``[attr]NAME``."""
+    line = line.lstrip(" \t")
+    if not line or line.startswith("#"):
+        return None
+    if line.startswith('"'):
+        end, escaped = 1, False
+        while end < len(line) and (escaped or line[end] != '"'):
+            escaped = not escaped and line[end] == "\\"
+            end += 1
+        pattern, rest = line[:end + 1], line[end + 1:]
+    else:
+        pattern, _, rest = line.replace("\t", " ").partition(" ")
+    return pattern, rest.replace("\t", " ").split()
+
+
+def expanded(attributes: list[str], macros: dict[str, list[str]], depth: int = 0) -> list[str]:
+    """``attributes`` with each macro set on the line replaced by what it sets, as git expands it."""
+    out = []
+    for attr in attributes:
+        out.append(attr)
+        if depth < MACRO_DEPTH and attr in macros:
+            out += expanded(macros[attr], macros, depth + 1)
+    return out
+
+
+def macro_definitions(text: str) -> dict[str, list[str]]:
+    """The ``[attr]NAME ...`` macros a root ``.gitattributes`` defines, with git's built-in ones."""
+    macros = dict(BUILTIN_MACROS)
+    for line in text.split("\n"):
+        parts = attribute_line_parts(line)
+        if parts and parts[0].startswith("[attr]"):
+            macros[parts[0][len("[attr]"):]] = parts[1]
+    return macros
+
+
+def driver_rules_added(repo_dir: Path, integration: str, tip: str, attribute_files: list[Change],
+                       drivers: set[str]) -> list[tuple[str, str, str]]:
+    """(path, line, ``attr=NAME``) for each line the landing adds to a ``.gitattributes`` (or a macro
+    it defines or changes) that sets a driver in ``drivers``: a rule lands whether or not a file
+    matches it yet, since a later landing's files would then pass through it unasked."""
+    root_text = text_at(repo_dir, tip, ATTRIBUTE_FILE)
+    macros = macro_definitions(root_text)
+    before_macros = macro_definitions(text_at(repo_dir, integration, ATTRIBUTE_FILE))
+    found = []
+    for change in attribute_files:
+        if change.new_mode == "000000":
+            continue
+        before = set(text_at(repo_dir, integration, change.path).split("\n"))
+        for line in text_at(repo_dir, tip, change.path).split("\n"):
+            parts = attribute_line_parts(line)
+            if parts is None:
+                continue
+            pattern, attributes = parts
+            uses_changed_macro = any(macros.get(a) != before_macros.get(a) for a in attributes if a in macros)
+            if line in before and not uses_changed_macro:
+                continue
+            for attr in expanded(attributes, macros):
+                if attr in drivers:
+                    found.append((change.path, line.strip(), attr))
+                    break
+    return found
+
+
+def text_at(repo_dir: Path, commit: str, path: str) -> str:
+    """The blob at ``commit:path`` as text; empty where there is none."""
+    got = git(repo_dir, ["cat-file", "-e", f"{commit}:{path}"], check=False)
+    return blob_bytes_text(repo_dir, commit, path) if got.ok else ""
