@@ -337,27 +337,39 @@ def git_logged(tmp_path: Path) -> tuple[dict[str, str], Path]:
     return {"PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}, shim / "log"
 
 
-def test_merge_up_reads_what_lands_from_packed_integration_trees_with_no_git_diff(with_dev, tmp_path):
-    """The toplevel stores packed (as a clone leaves them): the dry run still finds the paths each
-    landing changes as data, and lands them (the plan and the untracked-file check both see them)."""
+def test_merge_up_finds_what_lands_in_packed_stores_a_rename_both_ways_and_a_quoted_name(with_dev, tmp_path):
+    """The toplevel stores packed (as a clone leaves them): the dry run finds the paths each landing
+    changes with one ``git diff-tree`` per repo that lands -- a rename as both of its paths (the
+    merge changes both), a name git quotes as ``git status`` shows it -- so the checkout checks
+    see an uncommitted change to a renamed file and untracked files in the way; then it lands."""
     g = with_dev
     dev = g.path("dev")
     for repo in ("alpha", "beta"):
         subprocess.run(["git", "repack", "-adq"], cwd=g.toplevel / repo, check=True)
         subprocess.run(["git", "prune-packed"], cwd=g.toplevel / repo, check=True)
-    g.commit(dev / "alpha", "landing.txt", "x\n", "a file that lands")
+    git(dev / "alpha", "mv", "alpha.txt", "moved.txt")
+    (dev / "alpha" / "caf\u00e9.txt").write_text("quoted by git\n")
+    git(dev / "alpha", "add", "-A")
+    g.commit(dev / "alpha", "landing.txt", "x\n", "a rename and files that land")
     g.commit(dev / "beta", "b.txt", "x\n", "another")
-    (g.toplevel / "alpha" / "landing.txt").write_text("in the way\n")
+    top_alpha = g.toplevel / "alpha"
+    (top_alpha / "alpha.txt").write_text("changed where the rename lands\n")
+    (top_alpha / "landing.txt").write_text("in the way\n")
+    (top_alpha / "caf\u00e9.txt").write_text("in the way too\n")
     env, log = git_logged(tmp_path)
     result = g.inv(dev, "git.merge-up", "--dry-run", check=False, env=env)
     assert result.returncode == 3, result.stdout + result.stderr
-    assert "untracked landing.txt would be overwritten by the merge" in result.stderr, result.stderr
-    assert "--name-only" not in log.read_text(), log.read_text()
-    (g.toplevel / "alpha" / "landing.txt").unlink()
-    log.write_text("")
-    g.inv(dev, "git.merge-up", env=env)
-    assert "--name-only" not in log.read_text()
-    assert git(g.toplevel / "alpha", "log", "-1", "--format=%s") == "a file that lands"
+    assert "top/alpha: uncommitted changes to alpha.txt, which the merge changes" in result.stderr, result.stderr
+    assert "landing.txt" in result.stderr and '"caf\\303\\251.txt"' in result.stderr, result.stderr
+    assert "would be overwritten by the merge" in result.stderr
+    diffs = [line for line in log.read_text().splitlines() if " diff-tree " in line or " diff " in line]
+    assert sorted(line.split()[0] for line in diffs) == [str(top_alpha), str(g.toplevel / "beta")], diffs
+    git(top_alpha, "checkout", "--", "alpha.txt")
+    for name in ("landing.txt", "caf\u00e9.txt"):
+        (top_alpha / name).unlink()
+    g.inv(dev, "git.merge-up")
+    assert git(top_alpha, "log", "-1", "--format=%s") == "a rename and files that land"
+    assert not (top_alpha / "alpha.txt").exists() and (top_alpha / "moved.txt").is_file()
 
 
 def test_the_outcome_checks_read_refs_where_the_branch_is_at_its_integration_tip(with_dev, monkeypatch):

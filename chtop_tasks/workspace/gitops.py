@@ -30,7 +30,6 @@ from .gitrun import HOST_GIT_OPTS, git
 from .grouplock import holds_group_lock
 from .layout import Checkout, Workspace, private_store, verify_git_dirs
 from .quarantine import SHA_RE, commits_in_line, read_ref, store_of, sync_worktree
-from .treediff import changed_paths
 
 
 def present_checkouts(ws: Workspace) -> list[Checkout]:
@@ -591,16 +590,14 @@ def landing_branch_problems(ws: Workspace, rel: Relation) -> list[str]:
 
 def landing_paths(ws: Workspace, rel: Relation, tip: str | None = None) -> set[str]:
     """The paths the feature (``tip``, else branch NAME here) changed since it left its integration
-    branch (what a merge changes), as ``git diff --name-only`` in the toplevel checkout prints them.
-    A tip none behind its integration tip (which is then where it left it) is diffed from the
-    toplevel store's loose trees where they are all there (``treediff``), with no git."""
-    if tip and SHA_RE.match(tip) and len(tip) == 40 and not rel.behind:
-        base = read_ref(rel.checkout.store, f"refs/heads/{rel.integration}")
-        paths = changed_paths(rel.checkout.store, base, tip) if base and SHA_RE.match(base) else None
-        if paths is not None:
-            return paths
+    branch (what a merge changes), as git prints them in the toplevel checkout (quoted where
+    ``core.quotePath`` says, as ``dirty_paths`` shows them): one ``git diff-tree`` from the merge
+    base.  A rename is its two paths (``--no-renames``): the merge changes both, so the checks mind
+    both."""
     main_dir = ws.main_checkout_dir(rel.checkout)
-    return set(git(main_dir, ["diff", "--name-only", f"{rel.integration}...{tip or ws.name}"]).stdout.splitlines())
+    out = git(main_dir, ["diff-tree", "-r", "--name-only", "--no-renames", "--no-ext-diff", "--no-textconv",
+                         "--merge-base", rel.integration, tip or ws.name]).stdout
+    return set(out.splitlines())
 
 
 def toplevel_checkout_problems(ws: Workspace, rel: Relation, tip: str | None = None,

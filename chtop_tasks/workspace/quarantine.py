@@ -62,7 +62,6 @@ from .layout import (
     read_gitdir_file,
     verify_git_dirs,
 )
-from .loosepack import pack_of_new_objects
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 KEPT_PREFIX = "refs/chtop/kept"
@@ -392,26 +391,19 @@ def copy_objects(store: Path, shared: Path, new: str, exclude: list[str], what: 
     private ``store`` into ``shared``, every one of them checked; the ``.keep`` file that guards a new
     pack from a repack until a ref holds it (the caller removes it), or None.
 
-    Two git processes, where ``git fetch`` from the checkout started six (fetch, a shell,
-    upload-pack, pack-objects, index-pack, a connectivity rev-list): 10 ms against 30 ms for a
-    commit to pirate's store on the 2-core box.  ``pack-objects``, in ``shared``, reads the private
-    store's objects as objects through ``GIT_ALTERNATE_OBJECT_DIRECTORIES`` (none of the store's
-    config, hooks or refs is read; its ``objects/info`` is pinned).  As fetch does, fewer than
-    ``UNPACK_LIMIT`` objects are written loose (``unpack-objects``: a pack per import would soon
-    have git's automatic gc repack the whole store), more as a pack (``index-pack``); either runs in
-    ``shared`` alone with ``--strict``, which checks every object as fsck does
-    (``transfer.fsckObjects``) and that each object it links to is in the pack or already in
-    ``shared``, so nothing lands that ``shared`` cannot complete.  The branch then moves with
-    ``update-ref``, which writes nothing but a commit to it.
-
-    The common import, a few commits the agent just made, is one process: the pack of its loose
-    objects is made here (``loosepack``) and goes to ``unpack-objects --strict``; where that cannot
-    be told so, or the unpack fails (an object the agent's ``gc`` packed, say), the pipe above runs."""
-    pack = pack_of_new_objects(store, shared, new, exclude)
-    if pack == b"":
-        return None                  # the host's store has every object already
-    if pack is not None and git(shared, ["unpack-objects", "--strict", "-q"], input=pack, check=False).ok:
-        return None
+    Two git processes, where ``git fetch`` from the checkout starts six (fetch, a shell,
+    upload-pack, pack-objects, index-pack, a connectivity rev-list).  ``pack-objects``, in
+    ``shared``, reads the private store's objects as objects through
+    ``GIT_ALTERNATE_OBJECT_DIRECTORIES`` (none of the store's config, hooks or refs is read; its
+    ``objects/info`` is pinned, and the store was walked for planted links and FIFOs first).  As
+    fetch does, fewer than ``UNPACK_LIMIT`` objects are written loose (``unpack-objects``: a pack
+    per import would soon have git's automatic gc repack the whole store), more as a pack
+    (``index-pack``); either runs in ``shared`` alone with ``--strict``, which names every object
+    by the hash of its content, checks each as fsck does (``transfer.fsckObjects``) and that each
+    object it links to is in the pack or already in ``shared``: an object of the agent's whose
+    content is not what its name says leaves its name missing, and nothing lands that ``shared``
+    cannot complete.  The branch then moves with ``update-ref``, which writes nothing but a commit
+    to it."""
     revs = "".join(f"{line}\n" for line in [new, "--not", *exclude])
     result = git_pipeline(
         shared, ["pack-objects", "--revs", "--stdout", "--delta-base-offset", "-q"], taker_for_pack,
