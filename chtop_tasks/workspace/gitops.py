@@ -28,8 +28,8 @@ from .gitprobe import (
 )
 from .gitrun import HOST_GIT_OPTS, git
 from .grouplock import holds_group_lock
-from .layout import Checkout, Workspace, private_store, verify_git_dirs
-from .quarantine import SHA_RE, commits_in_line, read_ref, store_of, sync_worktree
+from .layout import Checkout, Workspace, verify_git_dirs
+from .quarantine import SHA_RE, read_ref, store_of, sync_worktree
 
 
 def present_checkouts(ws: Workspace) -> list[Checkout]:
@@ -120,38 +120,15 @@ class Relation:
         return self.branch != self.expected_branch
 
 
-def relation_of(ws: Workspace, checkout: Checkout, tip: str | None = None) -> Relation:
-    """How the checkout's branch stands to its integration branch.  ``tip``: branch NAME's commit in
-    the toplevel's store, when the caller read it already (else it is read here)."""
+def relation_of(ws: Workspace, checkout: Checkout) -> Relation:
+    """How the checkout's branch stands to its integration branch."""
     integ = ws.integration_branch(checkout)
     branch = head_branch(checkout.path)
     expected = integ if ws.is_toplevel else ws.name
     if ws.is_toplevel:
         return Relation(checkout, branch, integ, 0, 0, expected)
-    counts = counts_in_line(ws, checkout, branch, integ, tip)
-    ahead, behind = counts if counts is not None else ahead_behind(checkout.path, integ)
+    ahead, behind = ahead_behind(checkout.path, integ)
     return Relation(checkout, branch, integ, ahead, behind, expected)
-
-
-def counts_in_line(ws: Workspace, checkout: Checkout, branch: str | None, integration: str,
-                   tip: str | None = None) -> tuple[int, int] | None:
-    """``ahead_behind``'s answer with no ``rev-list``, where the checkout is on branch NAME at the
-    commit the toplevel's store has for it (``tip``; the import copied it there) and one of that
-    commit and the integration tip there is a line of single-parent commits on the other
-    (``commits_in_line``: the store's own loose commits, which git wrote or the import checked).
-    None: ask git."""
-    if branch != ws.name:
-        return None
-    tip = tip or read_ref(checkout.store, f"refs/heads/{ws.name}")
-    here = read_ref(private_store(ws.grouping, ws.name, checkout.name), f"refs/heads/{ws.name}")
-    base = read_ref(checkout.store, f"refs/heads/{integration}")
-    if not (tip and base and here == tip and SHA_RE.match(tip) and SHA_RE.match(base)):
-        return None
-    ahead = commits_in_line(checkout.store, tip, base)
-    if ahead is not None:
-        return ahead, 0
-    behind = commits_in_line(checkout.store, base, tip)
-    return None if behind is None else (0, behind)
 
 
 def relations(ws: Workspace) -> list[Relation]:
@@ -754,7 +731,7 @@ def landing_of(ws: Workspace, checkout: Checkout) -> Landing:
     alone) may move it at any time meanwhile."""
     tip = read_ref(checkout.store, f"refs/heads/{ws.name}")
     tip = tip if tip and SHA_RE.match(tip) else None
-    rel = relation_of(ws, checkout, tip)
+    rel = relation_of(ws, checkout)
     if not rel.ahead:
         return Landing(rel, None, set())
     tip = tip or imported_tip(ws, checkout)
