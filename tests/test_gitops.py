@@ -256,10 +256,9 @@ def test_merge_up_says_what_landed(with_dev):
     assert "landed nothing: every integration branch already has dev" in g.inv(dev, "git.merge-up").stdout
 
 
-def test_merge_up_counts_a_line_of_commits_as_data_and_asks_git_past_a_merge(with_dev, monkeypatch, capsys):
-    """A feature that is a line of commits on its integration tip is counted from the toplevel
-    store's loose commits (no ``rev-list``); one with a merge in it is counted by git, the same way."""
-    from chtop_tasks import runner
+def test_merge_up_counts_a_line_of_commits_and_one_past_a_merge(with_dev, capsys):
+    """A feature that is a line of commits on its integration tip, and one with a merge in it, are
+    counted as ``rev-list`` counts them."""
     from chtop_tasks.workspace import gitops
     from chtop_tasks.workspace.layout import find_workspace
 
@@ -272,13 +271,8 @@ def test_merge_up_counts_a_line_of_commits_as_data_and_asks_git_past_a_merge(wit
     git(dev / "beta", "checkout", "-q", "dev")
     g.commit(dev / "beta", "b.txt", "x\n", "on dev")
     git(dev / "beta", "merge", "-q", "--no-ff", "--no-edit", "side")
-    counted_in = []
-    run = runner.run
-    monkeypatch.setattr(runner, "run", lambda argv, cwd=None, **k: (
-        "rev-list" in argv and "--left-right" in argv and counted_in.append(Path(cwd).name)) or run(argv, cwd, **k))
     assert gitops.merge_up(find_workspace(dev)) == 0
     assert "landed dev: alpha 2, beta 3 commits" in capsys.readouterr().out
-    assert counted_in == ["beta"], counted_in
 
 
 def test_dotfiles_render_without_jinja_as_jinja_does(tmp_path):
@@ -339,27 +333,39 @@ def git_logged(tmp_path: Path) -> tuple[dict[str, str], Path]:
     return {"PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}, shim / "log"
 
 
-def test_merge_up_reads_what_lands_from_packed_integration_trees_with_no_git_diff(with_dev, tmp_path):
-    """The toplevel stores packed (as a clone leaves them): the dry run still finds the paths each
-    landing changes as data, and lands them (the plan and the untracked-file check both see them)."""
+def test_merge_up_finds_what_lands_in_packed_stores_a_rename_both_ways_and_a_quoted_name(with_dev, tmp_path):
+    """The toplevel stores packed (as a clone leaves them): the dry run finds the paths each landing
+    changes with one ``git diff-tree`` per repo that lands -- a rename as both of its paths (the
+    merge changes both), a name git quotes as ``git status`` shows it -- so the checkout checks
+    see an uncommitted change to a renamed file and untracked files in the way; then it lands."""
     g = with_dev
     dev = g.path("dev")
     for repo in ("alpha", "beta"):
         subprocess.run(["git", "repack", "-adq"], cwd=g.toplevel / repo, check=True)
         subprocess.run(["git", "prune-packed"], cwd=g.toplevel / repo, check=True)
-    g.commit(dev / "alpha", "landing.txt", "x\n", "a file that lands")
+    git(dev / "alpha", "mv", "alpha.txt", "moved.txt")
+    (dev / "alpha" / "caf\u00e9.txt").write_text("quoted by git\n")
+    git(dev / "alpha", "add", "-A")
+    g.commit(dev / "alpha", "landing.txt", "x\n", "a rename and files that land")
     g.commit(dev / "beta", "b.txt", "x\n", "another")
-    (g.toplevel / "alpha" / "landing.txt").write_text("in the way\n")
+    top_alpha = g.toplevel / "alpha"
+    (top_alpha / "alpha.txt").write_text("changed where the rename lands\n")
+    (top_alpha / "landing.txt").write_text("in the way\n")
+    (top_alpha / "caf\u00e9.txt").write_text("in the way too\n")
     env, log = git_logged(tmp_path)
     result = g.inv(dev, "git.merge-up", "--dry-run", check=False, env=env)
     assert result.returncode == 3, result.stdout + result.stderr
-    assert "untracked landing.txt would be overwritten by the merge" in result.stderr, result.stderr
-    assert "--name-only" not in log.read_text(), log.read_text()
-    (g.toplevel / "alpha" / "landing.txt").unlink()
-    log.write_text("")
-    g.inv(dev, "git.merge-up", env=env)
-    assert "--name-only" not in log.read_text()
-    assert git(g.toplevel / "alpha", "log", "-1", "--format=%s") == "a file that lands"
+    assert "top/alpha: uncommitted changes to alpha.txt, which the merge changes" in result.stderr, result.stderr
+    assert "landing.txt" in result.stderr and '"caf\\303\\251.txt"' in result.stderr, result.stderr
+    assert "would be overwritten by the merge" in result.stderr
+    diffs = [line for line in log.read_text().splitlines() if " diff-tree " in line or " diff " in line]
+    assert sorted(line.split()[0] for line in diffs) == [str(top_alpha), str(g.toplevel / "beta")], diffs
+    git(top_alpha, "checkout", "--", "alpha.txt")
+    for name in ("landing.txt", "caf\u00e9.txt"):
+        (top_alpha / name).unlink()
+    g.inv(dev, "git.merge-up")
+    assert git(top_alpha, "log", "-1", "--format=%s") == "a rename and files that land"
+    assert not (top_alpha / "alpha.txt").exists() and (top_alpha / "moved.txt").is_file()
 
 
 def test_the_outcome_checks_read_refs_where_the_branch_is_at_its_integration_tip(with_dev, monkeypatch):
@@ -428,11 +434,9 @@ def test_merge_up_lands_only_the_commits_it_checked_when_the_import_moves_the_br
     assert git(g.toplevel / "alpha", "rev-parse", "main") == before      # nothing landed
 
 
-def test_relations_read_a_line_either_way_as_data_and_ask_git_when_the_branches_diverged(with_dev, monkeypatch):
-    """A worktree branch behind its integration branch by a line of commits, or ahead of it, is
-    counted from the toplevel store's loose commits; branches that diverged are counted by git, and
-    both ways give what ``rev-list --left-right --count`` says."""
-    from chtop_tasks import runner
+def test_relations_count_a_line_either_way_and_branches_that_diverged(with_dev):
+    """A worktree branch behind its integration branch by a line of commits, ahead of it, or
+    diverged from it, is counted as ``rev-list --left-right --count`` says."""
     from chtop_tasks.workspace import gitops
     from chtop_tasks.workspace.layout import find_workspace
     from chtop_tasks.workspace.quarantine import sync_worktree
@@ -444,14 +448,8 @@ def test_relations_read_a_line_either_way_as_data_and_ask_git_when_the_branches_
     g.commit(g.toplevel / "alpha", "up2.txt", "2\n", "upstream two")
     g.commit(dev / "beta", "b.txt", "b\n", "feature")
     sync_worktree(ws)
-    counted_in = []
-    run = runner.run
-    monkeypatch.setattr(runner, "run", lambda argv, cwd=None, **k: (
-        "rev-list" in argv and "--left-right" in argv and counted_in.append(Path(cwd).name)) or run(argv, cwd, **k))
     by_name = {rel.checkout.name: (rel.ahead, rel.behind) for rel in gitops.relations(ws)}
     assert by_name["alpha"] == (0, 2) and by_name["beta"] == (1, 0) and by_name[""] == (0, 0)
-    assert counted_in == [], counted_in
     g.commit(dev / "alpha", "a.txt", "a\n", "diverged")
     sync_worktree(ws)
     assert {r.checkout.name: (r.ahead, r.behind) for r in gitops.relations(ws)}["alpha"] == (1, 2)
-    assert counted_in == ["alpha"], counted_in

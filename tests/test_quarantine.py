@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import resource
 import shlex
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from sandbox_helpers import as_owner_python, as_user, rootful_podman_env, user_g
 
 from chtop_tasks import runner
 from chtop_tasks.errors import CommandFailed
-from chtop_tasks.workspace import loosepack, quarantine
+from chtop_tasks.workspace import quarantine
 from chtop_tasks.workspace.layout import find_workspace, private_store, read_gitdir_file, verify_git_dirs
 
 # -- the layout ------------------------------------------------------------------------------------
@@ -146,7 +147,7 @@ def test_a_branch_moved_to_its_integration_tip_imports_without_a_fetch(with_dev,
     second = g.commit(dev / "alpha", "b.txt", "2\n", "second")
     quarantine.sync_worktree(ws, convert=False)
     assert git(shared, "rev-parse", "dev") == second
-    assert calls.count("unpack-objects") == 1 and not [c for c in calls if c.startswith("pack-objects")], calls
+    assert calls.count("pack-objects|unpack-objects") == 1 and "fetch" not in calls, calls
 
 
 def git_subcommand(argv: list[str]) -> str | None:
@@ -183,12 +184,12 @@ def packs(store: Path) -> set[str]:
 
 
 def test_an_import_copies_the_new_objects_checked_and_a_branch_at_no_commit_never_lands(with_dev, monkeypatch):
-    """A new commit is copied with one ``unpack-objects --strict`` in the host's store, fed the pack
-    of its loose objects (``loosepack``: read as data, nothing of the store's config; loose, as fetch
-    stores fewer than 100 objects), then the branch moves with one ``update-ref`` (that the old tip
-    is the new one's parent is read from its loose commit: no ``rev-list``): no fetch, no
-    ``incoming`` ref, no new pack.  A hundred objects or more go through ``pack-objects |
-    index-pack --strict``: one pack, its ``.keep`` gone once the branch holds it.  A branch the agent
+    """A new commit is copied with ``pack-objects | unpack-objects --strict`` in the host's store
+    (the private store's objects read as objects, nothing of its config; loose, as fetch stores
+    fewer than 100 objects), then the branch moves with one ``update-ref`` (that the old tip is the
+    new one's parent is its old tip: one ``rev-list`` says so): no fetch, no ``incoming`` ref, no
+    new pack.  A hundred objects or more go through ``pack-objects | index-pack --strict``:
+    one pack, its ``.keep`` gone once the branch holds it.  A branch the agent
     points at a tree (git writes only commits to a branch) fails the import and stays at its commit;
     a rewritten branch keeps its old tip."""
     g = with_dev
@@ -201,7 +202,7 @@ def test_an_import_copies_the_new_objects_checked_and_a_branch_at_no_commit_neve
     imported = quarantine.sync_worktree(ws, convert=False)
     assert [(i.old, i.new, i.kept) for i in imported] == [(first, second, None)]
     assert git(shared, "rev-parse", "dev") == second
-    assert calls == ["unpack-objects", "update-ref"], calls      # its parent read as data
+    assert calls == ["pack-objects|unpack-objects", "rev-list", "update-ref"], calls
     assert "chtop: import dev from its sandbox" in git(shared, "reflog", "-1", "--format=%gs", "dev")
     # the agent points its branch at a tree: refused, the branch stays at its commit
     tree = git(dev / "alpha", "rev-parse", "HEAD^{tree}")       # as the agent writes it (git refuses to)
@@ -222,7 +223,7 @@ def test_an_import_copies_the_new_objects_checked_and_a_branch_at_no_commit_neve
     (private_store(g.grouping, "dev", "alpha") / "refs" / "heads" / "dev").write_text(second + "\n")
     quarantine.sync_worktree(ws, convert=False)
     assert git(shared, "rev-parse", "dev") == second and packs(shared / ".git") == before
-    assert calls[ran_before:] == ["rev-list", "update-ref"], calls
+    assert calls[ran_before:] == ["pack-objects|unpack-objects", "rev-list", "update-ref"], calls
     # a hundred objects or more: one pack, kept until the branch holds it
     packs_before = packs(shared / ".git")
     for number in range(60):            # 120 blobs and trees, and a commit
@@ -266,11 +267,12 @@ def test_an_object_fsck_refuses_or_one_that_links_to_nothing_never_lands(with_de
     assert git(shared, "fsck", "--no-dangling", "--no-progress") == ""
 
 
-def test_an_import_reads_loose_objects_and_asks_git_where_they_are_packed_or_lie(with_dev, monkeypatch):
-    """The pack of the agent's loose objects (a file bigger than a pack entry's one-byte size, a new
-    directory) lands with one ``unpack-objects --strict``.  Objects a ``git gc`` inside packed are
-    not loose: ``pack-objects`` copies them.  A loose object whose content is not what its name says
-    is never packed so; git refuses the import, the branch stays and the host's store stays whole."""
+def test_an_import_copies_loose_and_packed_objects_and_refuses_one_that_lies(with_dev, monkeypatch):
+    """The agent's new objects (a file bigger than a pack entry's one-byte size, a new directory)
+    land with one ``pack-objects | unpack-objects --strict``; so do objects a ``git gc`` inside
+    packed.  A loose object whose content is not what its name says is named by its content on
+    the way in, so the name the tree gives is missing: git refuses the import, the branch stays
+    and the host's store stays whole."""
     g = with_dev
     dev, shared = g.path("dev"), g.toplevel / "alpha"
     ws = find_workspace(dev)
@@ -284,14 +286,15 @@ def test_an_import_reads_loose_objects_and_asks_git_where_they_are_packed_or_lie
     git(dev / "alpha", "add", "-A")
     second = g.commit(dev / "alpha", "big.txt", big, "big")
     quarantine.sync_worktree(ws, convert=False)
-    assert git(shared, "rev-parse", "dev") == second and calls == ["unpack-objects", "update-ref"], calls
+    assert git(shared, "rev-parse", "dev") == second
+    assert calls == ["pack-objects|unpack-objects", "rev-list", "update-ref"], calls
     assert git(shared, "show", f"{second}:big.txt") == big.rstrip("\n")
-    # packed inside (the agent's gc): git copies them
+    # packed inside (the agent's gc): copied the same way
     third = g.commit(dev / "alpha", "d.txt", "4\n", "third")
     git(dev / "alpha", "gc", "-q")
     assert not (store / "objects" / third[:2] / third[2:]).exists()
     quarantine.sync_worktree(ws, convert=False)
-    assert git(shared, "rev-parse", "dev") == third and calls[-2:] == ["pack-objects|unpack-objects", "update-ref"]
+    assert git(shared, "rev-parse", "dev") == third and calls[-3:] == ["pack-objects|unpack-objects", "rev-list", "update-ref"]
     # a loose blob whose content is another's: refused
     fourth = g.commit(dev / "alpha", "e.txt", "five\n", "fourth")
     blob = git(dev / "alpha", "rev-parse", f"{fourth}:e.txt")
@@ -301,24 +304,45 @@ def test_an_import_reads_loose_objects_and_asks_git_where_they_are_packed_or_lie
     with pytest.raises(CommandFailed, match="importing dev"):
         quarantine.sync_worktree(ws, convert=False, strict=True)
     assert git(shared, "rev-parse", "dev") == third
+    assert subprocess.run(["git", "cat-file", "-e", fourth], cwd=shared).returncode != 0
     assert git(shared, "fsck", "--no-dangling", "--no-progress") == ""
     assert first in git(shared, "rev-list", "dev").split()
 
 
-def test_the_pack_of_loose_objects_is_one_git_reads_as_written(tmp_path):
-    """``loosepack.pack_bytes`` writes what git's ``index-pack`` accepts, each object under its name."""
-    repo = tmp_path / "r"
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    contents = ["", "x" * 15, "y" * 16, "".join(chr(97 + n % 26) for n in range(300000))]
-    names = [write_object(repo, "blob", content) for content in contents]
-    objects = [loosepack.read_loose(repo / ".git", name) for name in names]
-    assert [obj and obj[1].decode() for obj in objects] == contents
-    pack = tmp_path / "p.pack"
-    pack.write_bytes(loosepack.pack_bytes(objects))
-    subprocess.run(["git", "index-pack", str(pack)], cwd=repo, check=True, capture_output=True)
-    listed = subprocess.run(["git", "verify-pack", "-v", str(pack)], cwd=repo, capture_output=True, text=True,
-                            check=True).stdout
-    assert {line.split()[0] for line in listed.splitlines() if " blob " in line} == set(names)
+def inflating_past_its_header() -> bytes:
+    """A loose blob whose header says ``blob 5`` and whose stream goes on for 512 MiB of zeros."""
+    compressor = zlib.compressobj(9)
+    out = compressor.compress(b"blob 5\0five\n")
+    zeros = b"\0" * (1 << 20)
+    out += b"".join(compressor.compress(zeros) for _ in range(512))
+    return out + compressor.flush()
+
+
+@pytest.mark.parametrize("planted", ["a stream past its header's size", "a header over what it holds"])
+def test_a_loose_object_whose_stream_and_header_disagree_is_refused_at_once(with_dev, planted):
+    """The agent's loose object is inflated by git only as far as its header says and no further: one
+    whose stream runs on (512 MiB of zeros) or whose header claims far more than it holds fails the
+    import at once, in bounded memory; the branch stays and the host's store stays whole."""
+    g = with_dev
+    dev, shared = g.path("dev"), g.toplevel / "alpha"
+    ws = find_workspace(dev)
+    store = private_store(g.grouping, "dev", "alpha")
+    first = g.commit(dev / "alpha", "a.txt", "1\n", "first")
+    quarantine.sync_worktree(ws)
+    second = g.commit(dev / "alpha", "e.txt", "five\n", "second")
+    blob = git(dev / "alpha", "rev-parse", f"{second}:e.txt")
+    loose = store / "objects" / blob[:2] / blob[2:]
+    loose.chmod(0o644)
+    loose.write_bytes(inflating_past_its_header() if planted.startswith("a stream")
+                      else zlib.compress(b"blob 99999999999\0five\n"))
+    peak_before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss        # KiB
+    with pytest.raises(CommandFailed, match="importing dev"):
+        quarantine.sync_worktree(ws, convert=False, strict=True)
+    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss <= max(peak_before, 256 << 10), \
+        "a git inflated the object far past its header"
+    assert git(shared, "rev-parse", "dev") == first
+    assert subprocess.run(["git", "cat-file", "-e", second], cwd=shared).returncode != 0
+    assert git(shared, "fsck", "--no-dangling", "--no-progress") == ""
 
 
 def test_worktree_delete_imports_first_and_never_loses_a_commit(with_dev):
@@ -1011,42 +1035,3 @@ def test_a_directory_made_unreadable_inside_hides_no_fifo_from_host_git(remote_t
         assert status.returncode != 0, status.stdout + status.stderr
         assert f"{planted} is an unreadable directory" in status.stderr and f"chmod u+rwx {planted}" in status.stderr, \
             status.stderr
-
-
-def test_reaches_as_data_finds_only_what_the_loose_commits_show(with_dev):
-    """The import's fast-forward check read as data: an ancestor among the loose commits is found; a
-    commit that is no ancestor, or one behind a packed commit or past the budget, is not (git is
-    asked then)."""
-    g = with_dev
-    shared = g.toplevel / "alpha"
-    store = shared / ".git"
-    shas = [g.commit(shared, f"n{i}.txt", f"{i}\n", f"n{i}") for i in range(4)]
-    assert quarantine.reaches_as_data(store, shas[3], shas[0])
-    assert quarantine.reaches_as_data(store, shas[3], shas[3])
-    assert not quarantine.reaches_as_data(store, shas[0], shas[3])           # a descendant, not an ancestor
-    assert not quarantine.reaches_as_data(store, shas[3], "1" * 40)
-    assert not quarantine.reaches_as_data(store, shas[3], shas[0], budget=2)
-    git(shared, "repack", "-adq")                            # every commit packed: nothing read as data
-    assert not quarantine.reaches_as_data(store, shas[3], shas[2])
-
-
-def test_commits_in_line_counts_only_a_line_of_loose_single_parent_commits(with_dev):
-    """merge-up's ahead count read as data: a line of loose commits on the base is counted; a merge
-    on the way, a base that is no ancestor, a packed commit or a spent budget give None (git counts)."""
-    g = with_dev
-    shared = g.toplevel / "alpha"
-    store = shared / ".git"
-    base = git(shared, "rev-parse", "HEAD")
-    shas = [g.commit(shared, f"l{i}.txt", f"{i}\n", f"l{i}") for i in range(3)]
-    assert quarantine.commits_in_line(store, shas[2], base) == 3
-    assert quarantine.commits_in_line(store, shas[2], shas[2]) == 0
-    assert quarantine.commits_in_line(store, shas[0], shas[2]) is None         # behind, not ahead
-    assert quarantine.commits_in_line(store, shas[2], base, budget=2) is None
-    git(shared, "checkout", "-q", "-b", "side", shas[0])
-    g.commit(shared, "side.txt", "s\n", "side")
-    git(shared, "checkout", "-q", "-")
-    git(shared, "merge", "-q", "--no-edit", "side")
-    merged = git(shared, "rev-parse", "HEAD")
-    assert quarantine.commits_in_line(store, merged, base) is None
-    git(shared, "repack", "-adq")
-    assert quarantine.commits_in_line(store, shas[2], shas[1]) is None

@@ -53,7 +53,7 @@ def current_code(source: Path, source_bytes: bytes) -> bytes | None:
 
 # What a worktree's first git task imports beyond the modules worktree.create has imported itself
 # (the task modules import the rest lazily, when the task runs)
-FIRST_TASK_MODULES = ("chtop_tasks.tasks.git", "chtop_tasks.workspace.gitops", "chtop_tasks.workspace.treediff",
+FIRST_TASK_MODULES = ("chtop_tasks.tasks.git", "chtop_tasks.workspace.gitops",
                       "chtop_tasks.argv", "chtop_tasks.warmstart.client")
 # Seeded by their files, not imported here (the server's import of socket and select is not the
 # create's to pay): the warm launcher the first git task starts, and what it imports of chtop's own

@@ -38,9 +38,8 @@ from .landing import (
     pinned_path_problems,
     review_marks,
 )
-from .layout import Checkout, Workspace, private_store, verify_git_dirs
-from .quarantine import SHA_RE, commits_in_line, read_ref, store_of, sync_worktree
-from .treediff import changed_paths
+from .layout import Checkout, Workspace, verify_git_dirs
+from .quarantine import SHA_RE, read_ref, store_of, sync_worktree
 
 
 def present_checkouts(ws: Workspace) -> list[Checkout]:
@@ -135,38 +134,15 @@ class Relation:
         return self.branch != self.expected_branch
 
 
-def relation_of(ws: Workspace, checkout: Checkout, tip: str | None = None) -> Relation:
-    """How the checkout's branch stands to its integration branch.  ``tip``: branch NAME's commit in
-    the toplevel's store, when the caller read it already (else it is read here)."""
+def relation_of(ws: Workspace, checkout: Checkout) -> Relation:
+    """How the checkout's branch stands to its integration branch."""
     integ = ws.integration_branch(checkout)
     branch = head_branch(checkout.path)
     expected = integ if ws.is_toplevel else ws.name
     if ws.is_toplevel:
         return Relation(checkout, branch, integ, 0, 0, expected)
-    counts = counts_in_line(ws, checkout, branch, integ, tip)
-    ahead, behind = counts if counts is not None else ahead_behind(checkout.path, integ)
+    ahead, behind = ahead_behind(checkout.path, integ)
     return Relation(checkout, branch, integ, ahead, behind, expected)
-
-
-def counts_in_line(ws: Workspace, checkout: Checkout, branch: str | None, integration: str,
-                   tip: str | None = None) -> tuple[int, int] | None:
-    """``ahead_behind``'s answer with no ``rev-list``, where the checkout is on branch NAME at the
-    commit the toplevel's store has for it (``tip``; the import copied it there) and one of that
-    commit and the integration tip there is a line of single-parent commits on the other
-    (``commits_in_line``: the store's own loose commits, which git wrote or the import checked).
-    None: ask git."""
-    if branch != ws.name:
-        return None
-    tip = tip or read_ref(checkout.store, f"refs/heads/{ws.name}")
-    here = read_ref(private_store(ws.grouping, ws.name, checkout.name), f"refs/heads/{ws.name}")
-    base = read_ref(checkout.store, f"refs/heads/{integration}")
-    if not (tip and base and here == tip and SHA_RE.match(tip) and SHA_RE.match(base)):
-        return None
-    ahead = commits_in_line(checkout.store, tip, base)
-    if ahead is not None:
-        return ahead, 0
-    behind = commits_in_line(checkout.store, base, tip)
-    return None if behind is None else (0, behind)
 
 
 def relations(ws: Workspace) -> list[Relation]:
@@ -642,16 +618,14 @@ def landing_branch_problems(ws: Workspace, rel: Relation) -> list[str]:
 
 def landing_paths(ws: Workspace, rel: Relation, tip: str | None = None) -> set[str]:
     """The paths the feature (``tip``, else branch NAME here) changed since it left its integration
-    branch (what a merge changes), as ``git diff --name-only`` in the toplevel checkout prints them.
-    A tip none behind its integration tip (which is then where it left it) is diffed from the
-    toplevel store's loose trees where they are all there (``treediff``), with no git."""
-    if tip and SHA_RE.match(tip) and len(tip) == 40 and not rel.behind:
-        base = read_ref(rel.checkout.store, f"refs/heads/{rel.integration}")
-        paths = changed_paths(rel.checkout.store, base, tip) if base and SHA_RE.match(base) else None
-        if paths is not None:
-            return paths
+    branch (what a merge changes), as git prints them in the toplevel checkout (quoted where
+    ``core.quotePath`` says, as ``dirty_paths`` shows them): one ``git diff-tree`` from the merge
+    base.  A rename is its two paths (``--no-renames``): the merge changes both, so the checks mind
+    both."""
     main_dir = ws.main_checkout_dir(rel.checkout)
-    return set(git(main_dir, ["diff", "--name-only", f"{rel.integration}...{tip or ws.name}"]).stdout.splitlines())
+    out = git(main_dir, ["diff-tree", "-r", "--name-only", "--no-renames", "--no-ext-diff", "--no-textconv",
+                         "--merge-base", rel.integration, tip or ws.name]).stdout
+    return set(out.splitlines())
 
 
 def toplevel_checkout_problems(ws: Workspace, rel: Relation, tip: str | None = None,
@@ -752,7 +726,7 @@ def landing_of(ws: Workspace, checkout: Checkout) -> Landing:
     alone) may move it at any time meanwhile."""
     tip = read_ref(checkout.store, f"refs/heads/{ws.name}")
     tip = tip if tip and SHA_RE.match(tip) else None
-    rel = relation_of(ws, checkout, tip)
+    rel = relation_of(ws, checkout)
     if not rel.ahead:
         return Landing(rel, None, set())
     tip = tip or imported_tip(ws, checkout)

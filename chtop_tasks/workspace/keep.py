@@ -22,7 +22,7 @@ from ..fanout import fan_out
 from .gitprobe import commits_missing_from
 from .gitrun import git
 from .layout import Checkout, Workspace, private_store
-from .quarantine import KEPT_PREFIX, SHA_RE, loose_commit_parents, packed_refs_read, read_packed_refs, read_ref
+from .quarantine import KEPT_PREFIX, SHA_RE, packed_refs_read, read_packed_refs
 
 REFLOG_DAYS = 30          # git's own default for expiring unreachable reflog entries
 MAX_REF_FILES = 5000      # an agent-made store with more is read only this far
@@ -225,16 +225,15 @@ class Unsaved:
     commits: int
 
 
-def unsaved_tips(checkout_path: Path, store: Path, shared: Path, bases: list[str] = (),
-                 walk_from: list[str] = ()) -> list[Unsaved]:
+def unsaved_tips(checkout_path: Path, store: Path, shared: Path, bases: list[str] = ()) -> list[Unsaved]:
     """The tips of ``store`` (checkout ``checkout_path``'s private store) that hold commits no ref
     of ``shared`` reaches; a reflog entry only when no named tip of the list holds it already, and
     only when some of its changes are in none of ``bases`` by patch-id (the tip a rebase-down
-    replaced, once the rebased commits landed, holds nothing that would be lost).  No git runs
-    when ``shared`` has every tip as data (``held_as_data``, from the branches ``walk_from``)."""
+    replaced, once the rebased commits landed, holds nothing that would be lost).  Where a ref of
+    ``shared`` reaches every tip (a worktree whose work all landed), one ``rev-list`` there says so."""
     tips = store_tips(store)
     have = shared_tips(shared)
-    if held_as_data(shared, {t.sha for t in tips}, have, walk_from):
+    if held_by_refs(shared, {t.sha for t in tips}, have):
         return []
     commit = commits_of(checkout_path, sorted({t.sha for t in tips}))
     missing = set(missing_commits(checkout_path, sorted(set(commit.values())), have))
@@ -256,25 +255,16 @@ def unsaved_tips(checkout_path: Path, store: Path, shared: Path, bases: list[str
     return found
 
 
-LOOSE_READS = 64         # loose commits read by held_as_data before git is asked
-
-
-def held_as_data(shared: Path, shas: set[str], have: list[str], walk_from: list[str]) -> bool:
-    """True when every one of ``shas`` is what a ref of the toplevel's store ``shared`` names
-    (``have``) or a loose commit it reaches from the branches ``walk_from`` (the worktree's and its
-    integration branch), read as data: the store the host wrote has each of those and all it
-    reaches.  False only means "not found so" (at most ``LOOSE_READS`` commits are read): git is asked."""
-    left = shas - set(have)
-    pending = [tip for name in walk_from if (tip := read_ref(shared, f"refs/heads/{name}")) and SHA_RE.match(tip)]
-    seen: set[str] = set()
-    while left and pending and len(seen) < LOOSE_READS:
-        sha = pending.pop()
-        if sha in seen:
-            continue
-        seen.add(sha)
-        left.discard(sha)
-        pending.extend(loose_commit_parents(shared, sha) or [])
-    return not left
+def held_by_refs(shared: Path, shas: set[str], have: list[str]) -> bool:
+    """True when ``shared`` (the toplevel's store: no sandbox writes it) has each of ``shas`` and
+    some ref of it (``have``) reaches each: one ``git rev-list`` of the shas not in ``have``, which
+    fails on an object the store lacks.  False: some tip may hold work (the caller asks in turn)."""
+    left = sorted(shas - set(have))
+    if not left:
+        return True
+    query = "".join(f"{sha}\n" for sha in left) + "".join(f"^{sha}\n" for sha in have)
+    result = git(shared, ["rev-list", "--stdin"], input=query, check=False)
+    return result.ok and not result.stdout.strip()
 
 
 def independent(checkout_path: Path, commits: list[str]) -> set[str]:
@@ -328,7 +318,7 @@ def unsaved_in_worktree(wt: Workspace, checkouts: list[Checkout]) -> dict[Checko
         if (store.is_dir() and not store.is_symlink() and (checkout.path / ".git").is_file()
                 and checkout.store.is_dir()):
             integration = wt.integration_branch(checkout)
-            return unsaved_tips(checkout.path, store, checkout.store, [integration], [wt.name, integration])
+            return unsaved_tips(checkout.path, store, checkout.store, [integration])
         return []
     found = fan_out(one, checkouts)          # read-only git, each repo in a thread of its own
     return {checkout: unsaved for checkout, unsaved in zip(checkouts, found, strict=True) if unsaved}

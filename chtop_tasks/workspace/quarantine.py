@@ -41,7 +41,6 @@ import re
 import stat
 import sys
 import threading
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,7 +61,6 @@ from .layout import (
     read_gitdir_file,
     verify_git_dirs,
 )
-from .loosepack import pack_of_new_objects
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 KEPT_PREFIX = "refs/chtop/kept"
@@ -367,9 +365,7 @@ def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str,
         got = f"{incoming}^{{commit}}"       # what was fetched, as a commit: git fails on anything else
     try:
         kept = None
-        landed = new if SHA_RE.match(new) else None
-        if old and not (landed and SHA_RE.match(old) and reaches_as_data(shared, landed, old)) \
-                and rewritten(shared, old, got, host_rewrite_bases, f"importing {branch} from {checkout_path}"):
+        if old and rewritten(shared, old, got, host_rewrite_bases, f"importing {branch} from {checkout_path}"):
             kept = f"{KEPT_PREFIX}/{branch}/{old}"
         lines = [f"update {ref} {got} {old}" if old else f"create {ref} {got}"]
         lines += [f"update {kept} {old}"] if kept else []
@@ -392,26 +388,19 @@ def copy_objects(store: Path, shared: Path, new: str, exclude: list[str], what: 
     private ``store`` into ``shared``, every one of them checked; the ``.keep`` file that guards a new
     pack from a repack until a ref holds it (the caller removes it), or None.
 
-    Two git processes, where ``git fetch`` from the checkout started six (fetch, a shell,
-    upload-pack, pack-objects, index-pack, a connectivity rev-list): 10 ms against 30 ms for a
-    commit to pirate's store on the 2-core box.  ``pack-objects``, in ``shared``, reads the private
-    store's objects as objects through ``GIT_ALTERNATE_OBJECT_DIRECTORIES`` (none of the store's
-    config, hooks or refs is read; its ``objects/info`` is pinned).  As fetch does, fewer than
-    ``UNPACK_LIMIT`` objects are written loose (``unpack-objects``: a pack per import would soon
-    have git's automatic gc repack the whole store), more as a pack (``index-pack``); either runs in
-    ``shared`` alone with ``--strict``, which checks every object as fsck does
-    (``transfer.fsckObjects``) and that each object it links to is in the pack or already in
-    ``shared``, so nothing lands that ``shared`` cannot complete.  The branch then moves with
-    ``update-ref``, which writes nothing but a commit to it.
-
-    The common import, a few commits the agent just made, is one process: the pack of its loose
-    objects is made here (``loosepack``) and goes to ``unpack-objects --strict``; where that cannot
-    be told so, or the unpack fails (an object the agent's ``gc`` packed, say), the pipe above runs."""
-    pack = pack_of_new_objects(store, shared, new, exclude)
-    if pack == b"":
-        return None                  # the host's store has every object already
-    if pack is not None and git(shared, ["unpack-objects", "--strict", "-q"], input=pack, check=False).ok:
-        return None
+    Two git processes, where ``git fetch`` from the checkout starts six (fetch, a shell,
+    upload-pack, pack-objects, index-pack, a connectivity rev-list).  ``pack-objects``, in
+    ``shared``, reads the private store's objects as objects through
+    ``GIT_ALTERNATE_OBJECT_DIRECTORIES`` (none of the store's config, hooks or refs is read; its
+    ``objects/info`` is pinned, and the store was walked for planted links and FIFOs first).  As
+    fetch does, fewer than ``UNPACK_LIMIT`` objects are written loose (``unpack-objects``: a pack
+    per import would soon have git's automatic gc repack the whole store), more as a pack
+    (``index-pack``); either runs in ``shared`` alone with ``--strict``, which names every object
+    by the hash of its content, checks each as fsck does (``transfer.fsckObjects``) and that each
+    object it links to is in the pack or already in ``shared``: an object of the agent's whose
+    content is not what its name says leaves its name missing, and nothing lands that ``shared``
+    cannot complete.  The branch then moves with ``update-ref``, which writes nothing but a commit
+    to it."""
     revs = "".join(f"{line}\n" for line in [new, "--not", *exclude])
     result = git_pipeline(
         shared, ["pack-objects", "--revs", "--stdout", "--delta-base-offset", "-q"], taker_for_pack,
@@ -458,71 +447,6 @@ def rewritten(shared: Path, old: str, got: str, host_rewrite_bases: list[str] | 
     if not result.stdout.strip():
         return False                     # a fast-forward (or the same commit)
     return not (host_rewrite_bases and not commits_missing_from(shared, old, [got, *host_rewrite_bases]))
-
-
-LOOSE_COMMIT_LIMIT = 1 << 20
-
-
-def reaches_as_data(store: Path, tip: str, target: str, budget: int = 32) -> bool:
-    """True when ``target`` is ``tip`` or an ancestor of it, found by reading at most ``budget`` commits
-    as loose objects of the host's ``store`` (zlib, no git process): the common import, a commit or a
-    few on the tip imported before, needs no ``rev-list``.  False only means "not found so" (a commit
-    packed or not there, the budget spent): git is asked.  The objects are ones the import's
-    ``--strict`` check let into the host's own store."""
-    pending, seen = [tip], set()
-    while pending and len(seen) < budget:
-        sha = pending.pop()
-        if sha == target:
-            return True
-        if sha in seen:
-            continue
-        seen.add(sha)
-        parents = loose_commit_parents(store, sha)
-        if parents is None:
-            return False
-        pending.extend(parents)
-    return False
-
-
-def commits_in_line(store: Path, tip: str, base: str, budget: int = 32) -> int | None:
-    """How many commits ``tip`` has that ``base`` has not, where ``tip`` descends from ``base`` through
-    single-parent commits only, read as loose objects of the host's ``store`` (at most ``budget``):
-    ``rev-list --count base..tip``, with nothing ``base`` lacks behind it.  None: not found so (a
-    merge, a packed commit, the budget spent): git is asked."""
-    count, sha = 0, tip
-    while sha != base:
-        if count == budget:
-            return None
-        parents = loose_commit_parents(store, sha)
-        if parents is None or len(parents) != 1:
-            return None
-        count, sha = count + 1, parents[0]
-    return count
-
-
-def loose_commit_parents(store: Path, sha: str) -> list[str] | None:
-    """The parents of commit ``sha`` read from its loose object in ``store``; None when it is not a
-    loose commit there."""
-    compressed = agentfile.read_bytes(store / "objects" / sha[:2] / sha[2:], limit=LOOSE_COMMIT_LIMIT)
-    if compressed is None:
-        return None
-    try:
-        data = zlib.decompressobj().decompress(compressed, LOOSE_COMMIT_LIMIT)
-    except zlib.error:
-        return None
-    header, _, body = data.partition(b"\0")
-    if not header.startswith(b"commit "):
-        return None
-    parents = []
-    for line in body.split(b"\n"):
-        if not line:
-            break                   # the end of the headers
-        if line.startswith(b"parent "):
-            parent = line[len(b"parent "):].decode("ascii", "replace")
-            if not SHA_RE.match(parent):
-                return None
-            parents.append(parent)
-    return parents
 
 
 def owned_by_me(path: Path) -> bool:

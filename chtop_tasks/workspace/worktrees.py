@@ -34,7 +34,6 @@ from .quarantine import (
     group_git_dir,
     packed_refs_read,
     private_worktree_names,
-    reaches_as_data,
     read_ref,
     sync_worktree,
     write_store_files,
@@ -494,25 +493,18 @@ def delete_problems(wt: Workspace, checkouts: list[Checkout] | None = None,
         branch = head_branch(checkout.path)
         if branch:
             base = branch_base(checkout)
-            merged = merged_as_data(private_store(wt.grouping, wt.name, checkout.name), checkout.store, branch, base)
-            ahead = 0 if merged else ahead_behind(checkout.path, base, branch)[0]
+            ahead = ahead_behind(checkout.path, toplevel_tip(checkout, base), branch)[0]
             if ahead:
                 found.append(f"{here}: {ahead} commit(s) on {branch} not merged up (run `inv git.merge-up` in {wt.root})")
         return found
     return [p for problems in fan_out(check, checkouts or wt.checkouts()) for p in problems]
 
 
-def merged_as_data(store: Path, shared: Path, branch: str, base: str) -> bool:
-    """True when ``branch`` of the private ``store`` is at, or behind, ``base`` of the toplevel's store
-    ``shared``, read as data: the branch's ref a plain file (or packed), whose commit the base reaches
-    through the toplevel store's loose commits (``reaches_as_data``).  False only means "not found
-    so": git counts."""
-    ref = f"refs/heads/{branch}"
-    if agentfile.non_regular(store / ref):
-        return False
-    tip, base_tip = read_ref(store, ref), read_ref(shared, f"refs/heads/{base}")
-    return bool(tip and base_tip and SHA_RE.match(tip) and SHA_RE.match(base_tip)
-                and reaches_as_data(shared, base_tip, tip))
+def toplevel_tip(checkout: Checkout, branch: str) -> str:
+    """``branch``'s commit in the toplevel's store (what "merged up" means; the private store's copy
+    is refreshed only at the next import), read from its ref file where plain, else its name there."""
+    tip = read_ref(checkout.store, f"refs/heads/{branch}")
+    return tip if tip and SHA_RE.match(tip) else f"refs/heads/{branch}"
 
 
 def delete_checks(wt: Workspace, top: Workspace, checkouts: list[Checkout]):
