@@ -22,7 +22,7 @@ The ``inv`` script ``./bootstrap`` writes (``invscript.py``) starts Python witho
 (``python -S``) and calls ``main_without_site``: site's directories go on ``sys.path`` as site would
 put them, but their ``.pth`` files (an editable install's import hook, a machine's own hooks: 40 ms of
 a 70 ms start on these VMs) are run only when invoke's program is needed (``complete_site``); a fast
-or warm start runs without them.
+start runs without them.
 """
 
 import os
@@ -118,22 +118,18 @@ def main_without_site(package_parent: str) -> None:
     main()
 
 
-def main(found_root: str | None = None) -> None:
-    """``inv``.  ``found_root``: the checkout root, found already from this cwd (the warm launcher's
-    child: its client found it, and the server checked it is its own)."""
+def main() -> None:
+    """``inv``."""
     from .errors import ChtopError
 
     try:
-        root = found_root or pinned_search_root(os.getcwd())
+        root = pinned_search_root(os.getcwd())
     except ChtopError as exc:
         print(f"inv: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
     if root is not None:
-        one_task = bool(sys.argv[1:]) and not sys.argv[1].startswith("-")
-        if one_task:
-            warm_start(root)
         os.environ[PINNED_ENV] = root
-        if one_task:
+        if sys.argv[1:] and not sys.argv[1].startswith("-"):
             fast_start(root, sys.argv[1:])
             os.environ[PINNED_ENV] = root     # the prologue took it; invoke's load of tasks.py checks it again
     complete_site()
@@ -157,21 +153,6 @@ def fast_start(root: str, argv: list[str]) -> None:
         return                                # a checkout from before the fast start
     if faststart.run(argv, project=root):
         sys.exit(0)
-
-
-def warm_start(root: str) -> None:
-    """A launch task on a terminal, or a daily git task of a feature worktree, goes to the checkout's
-    warm launcher (``warmstart/``) and exits with its status; return when it runs here (no launcher
-    yet: one is started for the next)."""
-    from .warmstart import wire
-
-    if not wire.wanted(sys.argv[1:], os.environ, root):
-        return
-    from .warmstart.client import launched
-
-    status = launched(root, sys.argv)
-    if status is not None:
-        sys.exit(status)
 
 
 def run_prologue(path: str) -> None:

@@ -6,10 +6,8 @@ every chtop module and runs the checkout's own, so whatever this module imports 
 (``layout``, which re-exports these names, brings ``places``, ``manifest`` and ``agentfile``: about
 10 ms of every task in a feature worktree).  Reads only directory entries, as ``layout`` does.
 
-It answers with ``os.path`` alone (``find_root_path``): ``pathlib`` (with ``re``, ``enum`` and
-``fnmatch``) costs 8 ms to import, and the warm launcher's client (``warmstart/client.py``) asks
-this before handing a launch over without importing any of them; ``find_root`` and
-``toplevel_in_grouping`` give the same answers as Paths.
+It answers with ``os.path`` (``find_root_path``); ``find_root`` and ``toplevel_in_grouping`` give
+the same answers as Paths.
 """
 
 import os
