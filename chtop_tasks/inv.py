@@ -17,12 +17,6 @@ checkout, they are kept (one import, not two).
 pinned ``tasks.py`` runs, but only its prologue (the checkout first on ``sys.path``, private
 bytecode), then the checkout's ``faststart`` runs the one task without importing invoke; a command
 line it does not take on (read faststart.py) goes to invoke's program as before.
-
-The ``inv`` script ``./bootstrap`` writes (``invscript.py``) starts Python without its site step
-(``python -S``) and calls ``main_without_site``: site's directories go on ``sys.path`` as site would
-put them, but their ``.pth`` files (an editable install's import hook, a machine's own hooks: 40 ms of
-a 70 ms start on these VMs) are run only when invoke's program is needed (``complete_site``); a fast
-start runs without them.
 """
 
 import os
@@ -61,63 +55,6 @@ def program(search_root: str | None):
                    loader_class=PinnedLoader)
 
 
-# the site dirs whose .pth files add_site_dirs passed over, in site's order: complete_site runs them
-PTH_DIRS: list[str] = []
-
-
-def add_site_dirs() -> None:
-    """The directories site would add (the venv's or the base's site-packages, the user's), without
-    running their ``.pth`` files: what ``site.main`` does but for those, under ``python -S``."""
-    import site
-
-    def pass_over(sitedir, name, known_paths):
-        if sitedir not in PTH_DIRS:
-            PTH_DIRS.append(sitedir)
-        return known_paths
-
-    run_pth, site.addpackage = site.addpackage, pass_over
-    try:
-        known = site.venv(site.removeduppaths())
-        if site.ENABLE_USER_SITE is None:
-            site.ENABLE_USER_SITE = site.check_enableusersite()
-        site.addsitepackages(site.addusersitepackages(known))
-    finally:
-        site.addpackage = run_pth
-
-
-def complete_site() -> None:
-    """The rest of site's step after ``add_site_dirs``, before invoke's program, which then runs as
-    in any other start: each site dir's ``.pth`` files, once, in site's order; ``exit`` and the other
-    builtins site defines; ``sitecustomize`` and ``usercustomize``."""
-    if not sys.flags.no_site:
-        return
-    import site
-
-    for sitedir in PTH_DIRS:
-        site.addsitedir(sitedir)
-    PTH_DIRS.clear()
-    site.setquit()
-    site.setcopyright()
-    site.sethelper()
-    if not sys.flags.isolated:
-        site.enablerlcompleter()
-    site.execsitecustomize()
-    if site.ENABLE_USER_SITE:
-        site.execusercustomize()
-
-
-def main_without_site(package_parent: str) -> None:
-    """``inv`` from the script ``invscript.py`` writes (``python -S``), which put ``package_parent``
-    (where this chtop_tasks lives: an editable install's checkout) on ``sys.path`` to import this: it
-    goes after site's directories, as an editable install's import hook comes after them."""
-    if sys.path[-1] == package_parent:
-        sys.path.pop()
-    add_site_dirs()
-    if package_parent not in sys.path:     # (where PYTHONPATH names it, it stays where that put it)
-        sys.path.append(package_parent)
-    main()
-
-
 def main() -> None:
     """``inv``."""
     from .errors import ChtopError
@@ -132,7 +69,6 @@ def main() -> None:
         if sys.argv[1:] and not sys.argv[1].startswith("-"):
             fast_start(root, sys.argv[1:])
             os.environ[PINNED_ENV] = root     # the prologue took it; invoke's load of tasks.py checks it again
-    complete_site()
     forget_chtop_modules()
     program(root).run()
 
@@ -156,12 +92,10 @@ def fast_start(root: str, argv: list[str]) -> None:
 
 
 def run_prologue(path: str) -> None:
-    """Run ``tasks.py`` as ``chtop_prologue`` (it stops before importing the collection), as
-    ``runpy.run_path`` would run it (compiled from its source, ``__file__`` set) without importing
-    runpy and pkgutil (about 1 ms)."""
-    with open(path, "rb") as source:
-        code = compile(source.read(), path, "exec", dont_inherit=True)
-    exec(code, {"__name__": PROLOGUE, "__file__": path, "__builtins__": __builtins__})
+    """Run ``tasks.py`` as ``chtop_prologue``: it stops before importing the collection."""
+    import runpy
+
+    runpy.run_path(path, run_name=PROLOGUE)
 
 
 if __name__ == "__main__":

@@ -14,13 +14,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from conftest import REPO_ROOT
 from test_inv_discovery import CHTOP_INV, console_script, plant, typed
-
-from chtop_tasks import invscript
 
 # Any INVOKE_* variable is invoke config, which the fast start leaves to invoke; this one changes nothing.
 INVOKE_PATH = {"INVOKE_TASKS_DEDUPE": "1"}
@@ -73,27 +70,13 @@ def same(fast, slow, argv) -> None:
         f"--- invoke stdout\n{slow.stdout}\n--- invoke stderr\n{slow.stderr}")
 
 
-def bootstraps_inv(bin_dir: Path, python: str, chtop_tree: Path) -> Path:
-    """The ``inv`` ./bootstrap writes (``invscript.py``: ``python -S``), importing ``chtop_tree``'s chtop_tasks."""
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    script = bin_dir / "inv"
-    script.write_text(invscript.script_text(python, str(chtop_tree)))
-    script.chmod(0o755)
-    return script
-
-
-@pytest.mark.parametrize("state,script", [("clean", "pip"), ("dirty", "pip"), ("clean", "bootstrap"),
-                                          ("dirty", "bootstrap")])
-def test_inv_fast_start_and_invokes_program_say_the_same(with_dev, tmp_path, state, script):
-    """Through pip's console script and through bootstrap's (``python -S``, site's step run before
-    invoke's program only)."""
+@pytest.mark.parametrize("state", ["clean", "dirty"])
+def test_inv_fast_start_and_invokes_program_say_the_same(with_dev, tmp_path, state):
+    """Through an ``inv`` on PATH as pip's console script runs it."""
     g = with_dev
     if state == "dirty":
         (g.path("dev", "alpha") / "new.txt").write_text("x\n")
-    if script == "pip":
-        bin_dir = console_script(tmp_path / "bin", sys.executable, chtop_tree=g.toplevel, code=CHTOP_INV).parent
-    else:
-        bin_dir = bootstraps_inv(tmp_path / "bin", sys.executable, g.toplevel).parent
+    bin_dir = console_script(tmp_path / "bin", sys.executable, chtop_tree=g.toplevel, code=CHTOP_INV).parent
 
     def run(argv, env):
         return typed(bin_dir, g.path("dev", "alpha"), *argv, env=dict(os.environ, **env))
@@ -211,90 +194,21 @@ def test_the_modules_of_a_launch_and_of_the_git_tasks_import_no_typing():
     assert out.returncode == 0 and out.stdout.split() == ["False"], out.stdout + out.stderr
 
 
-def test_bootstraps_inv_runs_the_site_pth_files_only_for_invokes_program(with_dev, tmp_path):
-    """bootstrap's ``inv`` (``python -S``): a task on the fast start sees site's directories as a
-    usual start puts them (the venv's site-packages), but no ``.pth`` file of them runs; ``--list``
-    (invoke's program) runs site's whole step first, ``.pth`` files included, and lists as always."""
+def test_inv_starts_python_as_usual_site_pth_files_and_sitecustomize_included(with_dev, tmp_path):
+    """``inv`` is pip's console script: Python's own start runs, so a ``.pth`` file and
+    ``sitecustomize`` of the environment run before a task on the light path, as before any other."""
     g = with_dev
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     site_dir = next(venv.glob("lib/python3*/site-packages"))
-    marker = tmp_path / "pth-ran"
-    (site_dir / "zz_marker.pth").write_text(f"import os; open({str(marker)!r}, 'a').write('ran\\n')\n")
-    python = str(venv / "bin" / "python")
-    # invoke and the rest from the test's own environment; chtop_tasks from the group's toplevel
-    here_site = [p for p in sys.path if p.endswith("site-packages")]
-    # the fast start itself: the warm launcher this git task would leave behind starts Python with
-    # site's whole step, as designed (tests/test_warmstart.py)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(here_site), CHTOP_WARM="0")
-    bin_dir = bootstraps_inv(tmp_path / "bin", python, g.toplevel).parent
-
+    ran = tmp_path / "ran"
+    (site_dir / "zz_marker.pth").write_text(f"import os; open({str(ran)!r}, 'a').write('pth\\n')\n")
+    (site_dir / "sitecustomize.py").write_text(f"open({str(ran)!r}, 'a').write('sitecustomize\\n')\n")
+    here_site = [p for p in sys.path if p.endswith("site-packages")]      # invoke and the rest, from here
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(here_site), PYTHONPROFILEIMPORTTIME="1")
+    bin_dir = console_script(tmp_path / "bin", str(venv / "bin" / "python"), chtop_tree=g.toplevel,
+                             code=CHTOP_INV).parent
     status = typed(bin_dir, g.path("dev", "alpha"), "git.status", env=env)
     assert status.returncode == 0 and "alpha" in status.stdout, status.stdout + status.stderr
-    assert not marker.exists()
-    probes = tmp_path / "probes"          # scripts, as inv is one (its dir first on sys.path)
-    probes.mkdir()
-    (probes / "without_site.py").write_text("import sys; sys.path.append(sys.argv[1]); "
-                                            "from chtop_tasks.inv import add_site_dirs; add_site_dirs(); print(sys.path)\n")
-    (probes / "usual.py").write_text("import sys; print(sys.path)\n")
-    probe = subprocess.run([python, "-S", str(probes / "without_site.py"), str(g.toplevel)], capture_output=True,
-                           text=True, env=env, check=True)
-    usual = subprocess.run([python, str(probes / "usual.py")], capture_output=True, text=True, env=env, check=True)
-    marker.unlink()
-    assert probe.stdout.replace(f", {str(g.toplevel)!r}", "") == usual.stdout, (probe.stdout, usual.stdout)
-    assert str(site_dir) in probe.stdout
-
-    listed = typed(bin_dir, g.path("dev", "alpha"), "--list", env=env)
-    assert listed.returncode == 0 and "git.status" in listed.stdout, listed.stdout + listed.stderr
-    assert marker.read_text() == "ran\n"
-
-
-def test_bootstraps_inv_runs_from_a_python_path_too_long_for_a_shebang(tmp_path):
-    """Past the kernel's ``#!`` limit (or with a space in it) the script is pip's ``/bin/sh``
-    trampoline, still ``python -S``."""
-    deep = tmp_path / ("d" * 60) / ("e e" + "f" * 60)
-    deep.mkdir(parents=True)
-    (deep / "python").symlink_to(sys.executable)
-    script = bootstraps_inv(tmp_path / "bin", str(deep / "python"), REPO_ROOT)
-    assert script.read_text().startswith("#!/bin/sh\n")
-    here_site = [p for p in sys.path if p.endswith("site-packages")]
-    code = "import sys; print(sys.flags.no_site, sys.argv[1:])"
-    text = script.read_text()
-    script.write_text(text[:text.index("try:")] + code + "\n")
-    out = subprocess.run([str(script), "git.status", "x y"], capture_output=True, text=True, timeout=60,
-                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(here_site)))
-    assert (out.returncode, out.stdout) == (0, "1 ['git.status', 'x y']\n"), out.stderr
-
-
-def test_bootstraps_inv_runs_an_older_chtop_first_on_pythonpath_with_site_done(tmp_path):
-    """A chtop_tasks from before the script (its inv has no ``main_without_site``), first on
-    ``PYTHONPATH``: its own ``main`` runs, after site's whole step, as pip's script ran it."""
-    old = tmp_path / "old" / "chtop_tasks"
-    old.mkdir(parents=True)
-    (old / "__init__.py").write_text("")
-    (old / "inv.py").write_text("import sys\ndef main():\n    import invoke\n    print('old main', sys.argv[1:])\n")
-    script = bootstraps_inv(tmp_path / "bin", sys.executable, REPO_ROOT)
-    out = subprocess.run([str(script), "git.status"], capture_output=True, text=True, timeout=60,
-                         env=dict(os.environ, PYTHONPATH=str(old.parent)))
-    assert (out.returncode, out.stdout) == (0, "old main ['git.status']\n"), out.stderr
-
-
-def test_bootstrap_writes_the_script_over_pips_never_through_a_link(tmp_path):
-    """``python -m chtop_tasks.invscript DIR`` (what bootstrap runs): the script replaces what is there,
-    executable; a link planted in its place is replaced, its target left as it was; a bad dir is a
-    usage error that writes nothing."""
-    scripts = tmp_path / "bin"
-    scripts.mkdir()
-    target = tmp_path / "target"
-    target.write_text("untouched\n")
-    (scripts / invscript.NAME).symlink_to(target)
-    out = subprocess.run([sys.executable, "-m", "chtop_tasks.invscript", str(scripts)], capture_output=True,
-                         text=True, cwd=REPO_ROOT, timeout=60)
-    assert out.returncode == 0, out.stderr
-    written = scripts / invscript.NAME
-    assert not written.is_symlink() and target.read_text() == "untouched\n"
-    assert written.read_text() == invscript.script_text(sys.executable, str(REPO_ROOT))
-    assert written.stat().st_mode & 0o777 == 0o755
-    bad = subprocess.run([sys.executable, "-m", "chtop_tasks.invscript", str(tmp_path / "nope")],
-                         capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
-    assert bad.returncode == 2 and "usage" in bad.stderr and not (tmp_path / "nope").exists()
+    assert not imported_invoke(status.stderr), "the light task path was not taken"
+    assert set(ran.read_text().split()) == {"pth", "sitecustomize"}       # (the task's own Pythons run them too)

@@ -22,7 +22,7 @@ ALLOWED = {
     "incontainer": set(),
     "hosts": {"places", "workspace"},   # a host's chtop is asked for its worktrees, rendered as ours
 }
-ENTRY_POINTS = {"tasks", "nox_sessions", "cli", "inv", "invscript", "faststart", "taskdef", "demo", "__init__", "jump", "dash"}
+ENTRY_POINTS = {"tasks", "nox_sessions", "cli", "inv", "faststart", "taskdef", "demo", "__init__", "jump", "dash"}
 
 
 def concern_of(path: Path) -> str:
