@@ -22,12 +22,12 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .digest import sha256
 from .errors import ChtopError, NotInWorkspace, Refused, UsageError, WorkspaceError
 from .record import record
 
-TYPE_CHECKING = False    # typing's flag: the import below is for type checkers only
 if TYPE_CHECKING:
     from .workspace.layout import Workspace
 
