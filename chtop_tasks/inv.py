@@ -13,8 +13,8 @@ resolver's modules are dropped again before invoke loads the checkout's ``tasks.
 imports that checkout's own ``chtop_tasks`` (not the installed one); when the installed one is that
 checkout, they are kept (one import, not two).
 
-``inv TASK --flag ...`` inside a workspace first tries the fast start (``faststart.py``): the same
-pinned ``tasks.py`` runs, but only its prologue (the checkout first on ``sys.path``, private
+``inv TASK --flag ...`` inside a workspace first tries the light task path (``faststart.py``): the
+same pinned ``tasks.py`` runs, but only its prologue (the checkout first on ``sys.path``, private
 bytecode), then the checkout's ``faststart`` runs the one task without importing invoke; a command
 line it does not take on (read faststart.py) goes to invoke's program as before.
 """
@@ -24,14 +24,14 @@ import sys
 
 # Set for the tasks.py it pins (which takes it out of the environment again): see tasks.py.
 PINNED_ENV = "CHTOP_INV_ROOT"
-# The name the fast start runs tasks.py under: it then stops before importing the collection.
+# The name the light task path runs tasks.py under: it then stops before importing the collection.
 PROLOGUE = "chtop_prologue"
 
 
 def pinned_search_root(cwd: str) -> str | None:
     """The checkout root around ``cwd``; None outside a chtop workspace (a broken one raises)."""
     from .errors import NotInWorkspace
-    from .workspace.rootfind import find_root_path  # it alone: what this imports, the task imports again
+    from .workspace.rootfind import find_root_path  # it alone: the checkout's own chtop is loaded after
 
     try:
         return find_root_path(cwd)
@@ -86,7 +86,7 @@ def fast_start(root: str, argv: list[str]) -> None:
     try:
         from chtop_tasks import faststart  # the checkout's own: its prologue put it first on sys.path
     except ImportError:
-        return                                # a checkout from before the fast start
+        return                                # a checkout from before the light task path
     if faststart.run(argv, project=root):
         sys.exit(0)
 

@@ -1,11 +1,12 @@
-"""The fast start (chtop_tasks/faststart.py) does what invoke's program does, without importing invoke.
+"""The light task path (chtop_tasks/faststart.py) does what invoke's program does, without importing invoke.
 
 Each command runs twice in a real worktree, typed as a user types it (chtop's ``inv`` on PATH, and
 the ``chtop`` console script): once as is, once with an invoke config variable set, which sends
 every command line to invoke's program.  Both must give the same stdout, stderr and exit code;
-``-X importtime`` shows which runs imported invoke, so a fast start that silently handed every
+``-X importtime`` shows which runs imported invoke, so a light path that silently handed every
 command to invoke (or one that took on a command line it should not) fails too.  The task table
-the fast start builds must match invoke's collection, flag for flag.
+the light path builds must match invoke's collection, flag for flag, and for every task and many
+flag forms its parse must be invoke's parser's, or it must leave the command line to invoke.
 """
 
 from __future__ import annotations
@@ -49,12 +50,6 @@ def imported_invoke(stderr: str) -> bool:
     return any(line.rstrip().endswith("| invoke") for line in stderr.splitlines())
 
 
-def task_modules(stderr: str) -> set[str]:
-    """The task modules (``chtop_tasks.tasks.*``) a run's ``-X importtime`` lines name."""
-    names = (line.rpartition("|")[2].strip() for line in stderr.splitlines() if line.startswith("import time:"))
-    return {name for name in names if name.startswith("chtop_tasks.tasks.")}
-
-
 def both_ways(run, argv: list[str]) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess, bool]:
     fast = run(argv, {})
     slow = run(argv, INVOKE_PATH)
@@ -87,11 +82,6 @@ def test_inv_fast_start_and_invokes_program_say_the_same(with_dev, tmp_path, sta
         assert went_fast == fast_expected, f"{argv}: fast start {'taken' if went_fast else 'not taken'}"
     status = run(["git.status"], {})
     assert status.returncode == 0 and "alpha" in status.stdout, status
-    # the fast start imports the one task module it runs from (and what that imports), no other
-    assert task_modules(run(["git.status"], {"PYTHONPROFILEIMPORTTIME": "1"}).stderr) == {
-        "chtop_tasks.tasks.git", "chtop_tasks.tasks.common"}
-    assert task_modules(run(["worktree.delete"], {"PYTHONPROFILEIMPORTTIME": "1"}).stderr) <= {
-        "chtop_tasks.tasks.worktree", "chtop_tasks.tasks.common"}
     assert ("new.txt" in status.stdout) == (state == "dirty"), status.stdout
 
 
@@ -159,6 +149,127 @@ def test_the_fast_starts_table_is_invokes_collection():
         assert flags == full[name], f"{name}: the fast start's flags {flags}, invoke's {full[name]}"
 
 
+# For every task, each flag form below, parsed by the light path (faststart.light_call) and by
+# invoke's own Program on the real collection (its execute step records the call instead of
+# running it).  Printed as JSON: [task, argv, the light path's call or None, invoke's calls or None].
+PARSES = r"""
+import contextlib, io, json, sys
+sys.path.insert(0, sys.argv[1])
+from chtop_tasks import faststart
+
+table = faststart.light_tasks()
+params = {name: faststart.defaulted_parameters(light.body) for name, light in table.items()}
+faststart.drop_light_modules()
+from invoke import Program
+from chtop_tasks import namespace
+
+
+def forms(task):
+    args = task.get_arguments()
+    yield []
+    yield ["--", "--short", "x y"]
+    yield ["--bogus"]
+    yield ["--bogus=1"]
+    yield ["stray"]
+    yield ["git.status"]
+    yield ["-x"]
+    yield ["--help"]
+    yield ["-h"]
+    every = []
+    for arg in args:
+        long = "--" + next(n for n in arg.names if len(n) > 1)
+        shorts = [n for n in arg.names if len(n) == 1]
+        yield ["--" + arg.name.replace("_", "-")] + ([] if arg.kind is bool else ["v"])     # naively dashed
+        if arg.kind is bool:
+            yield [long]
+            yield [long + "=1"]
+            yield ["--no-" + long[2:]]
+            yield [long, long]
+            every.append([long])
+        else:
+            good = "3" if arg.kind in (int, float) else "v"
+            for value in (good, "x", "alpha=0", "٣", "²", "-v", "--", "git.status", " "):
+                yield [long, value]
+                yield [long + "=" + value]
+            yield [long]
+            yield [long + "="]
+            yield [long, good, long, good]
+            yield [long, good, "stray"]
+            every.append([long, good])
+        for short in shorts:
+            yield ["-" + short] + ([] if arg.kind is bool else ["v"])
+    yield [word for flag in every for word in flag]
+    yield [word for flag in reversed(every) for word in flag] + ["--", "rest"]
+
+
+class Recording(Program):
+    def execute(self):
+        self.calls = [[ctx.name, ctx.as_kwargs] for ctx in self.tasks]
+
+
+def invokes(argv):
+    program = Recording(namespace=namespace, name="Invoke", binary="inv")
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            program.run(["inv", *argv], exit=False)
+        except (Exception, SystemExit) as exc:          # a value invoke cannot cast: its traceback
+            return [["raised", type(exc).__name__]]
+    return getattr(program, "calls", None)
+
+
+rows = []
+for name in namespace.task_names:
+    for form in forms(namespace[name]):
+        argv = [name, *form]
+        call = faststart.light_call(table, argv)
+        light = None if call is None else [[name, dict(params[name], **call[1])]]
+        rows.append([name, argv, light, invokes(argv)])
+print(json.dumps(rows))
+"""
+
+
+def test_the_light_paths_parse_is_invokes_or_it_leaves_the_command_line_to_invoke():
+    """For every task and flag forms (``--flag value``, ``--flag=value``, short flags, booleans,
+    ``--no-flag``, unknown flags, stray words, repeats, odd values, ``--``): whatever the light path
+    takes on, invoke's parser parses to the same call (the task, every argument's value); and it
+    takes on the plain forms of each task it can run, so it cannot pass by declining everything."""
+    out = subprocess.run([sys.executable, "-c", PARSES, str(REPO_ROOT)], capture_output=True, text=True,
+                         timeout=300, env=hermetic_invoke_env())
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    taken = [(argv, light, invoked) for _, argv, light, invoked in rows if light is not None]
+    wrong = [f"{argv}: light path {light}, invoke {invoked}" for argv, light, invoked in taken if light != invoked]
+    assert not wrong, "\n".join(wrong)
+    plain = [argv for _, argv, _, invoked in rows if invoked is not None and plain_form(argv)]
+    declined = [argv for _, argv, light, _ in rows if light is None and argv in plain
+                and argv[0] in LIGHT_TASKS_EXPECTED]
+    assert not declined, f"plain command lines left to invoke: {declined}"
+    assert {argv[0] for argv, _, _ in taken} >= LIGHT_TASKS_EXPECTED
+
+
+# tasks the light path must run (a daily command each; every other plain task is checked as well
+# where it takes it on)
+LIGHT_TASKS_EXPECTED = {"git.status", "git.diff", "git.rebase-down", "git.merge-up", "worktree.create",
+                        "worktree.delete"}
+
+
+def plain_form(argv: list[str]) -> bool:
+    """A task and only long flags, each once, with a plain value (what the light path must take on)."""
+    words = argv[:argv.index("--")] if "--" in argv else argv
+    flags = [w for w in words[1:] if w.startswith("--")]
+    values = [w for w in words[1:] if not w.startswith("-")]
+    return (len({f.partition("=")[0] for f in flags}) == len(flags)
+            and not any(f.startswith("--no-") or f.endswith("=") or f in ("--bogus", "--bogus=1", "--help")
+                        for f in flags)
+            and all(v in ("v", "3") for v in values + [f.partition("=")[2] for f in flags if "=" in f])
+            and not any(w.startswith("-") and not w.startswith("--") for w in words[1:]))
+
+
+def hermetic_invoke_env() -> dict:
+    """No invoke config of the user's or the machine's: both parsers see the same flags."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("INVOKE_")}
+
+
 def test_a_task_that_uses_its_context_gets_invokes_on_the_fast_start():
     """No chtop task uses ``c`` today; one that does gets invoke's Context, made once, on first use."""
     from invoke import Context
@@ -169,29 +280,6 @@ def test_a_task_that_uses_its_context_gets_invokes_on_the_fast_start():
     assert "_context" not in context.__dict__
     assert context.config is context.config and isinstance(context.__dict__["_context"], Context)
     assert callable(context.run)
-
-
-def test_inv_finds_the_checkout_importing_no_chtop_module_it_imports_again(with_dev):
-    """``inv`` finds the checkout with the installed chtop, then forgets every chtop module and runs
-    the checkout's own: what the search imported is imported twice (``layout`` with ``places``,
-    ``manifest`` and ``agentfile`` cost about 10 ms of every task in a feature worktree)."""
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from chtop_tasks import inv; "
-            "print(inv.pinned_search_root(sys.argv[2])); print(sorted(m for m in sys.modules if m.startswith('chtop_tasks')))")
-    out = subprocess.run([sys.executable, "-c", code, str(REPO_ROOT), str(with_dev.path("dev", "alpha"))],
-                         capture_output=True, text=True, check=True, timeout=60).stdout.splitlines()
-    assert out[0] == str(with_dev.path("dev"))
-    assert json.loads(out[1].replace("'", '"')) == ["chtop_tasks", "chtop_tasks.errors", "chtop_tasks.inv",
-                                                    "chtop_tasks.workspace", "chtop_tasks.workspace.rootfind"]
-
-
-def test_the_modules_of_a_launch_and_of_the_git_tasks_import_no_typing():
-    """``typing`` (about 2 ms to import) is for type checkers: no module a launch or a git task loads
-    imports it.  Run with ``-S``: a site ``.pth`` of some machines imports it on its own."""
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import chtop_tasks.inv, chtop_tasks.faststart, "
-            "chtop_tasks.sandbox.launcher, chtop_tasks.agents.registry, chtop_tasks.passthrough, "
-            "chtop_tasks.workspace.gitops, chtop_tasks.workspace.worktrees; print('typing' in sys.modules)")
-    out = subprocess.run([sys.executable, "-S", "-c", code, str(REPO_ROOT)], capture_output=True, text=True)
-    assert out.returncode == 0 and out.stdout.split() == ["False"], out.stdout + out.stderr
 
 
 def test_inv_starts_python_as_usual_site_pth_files_and_sitecustomize_included(with_dev, tmp_path):
