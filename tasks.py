@@ -38,6 +38,6 @@ if not sys.flags.dont_write_bytecode:
         cache = cache if os.path.isabs(cache) else os.path.join(os.path.expanduser("~"), ".cache")
         sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(cache, "chtop", "pycache")
 
-# chtop's fast start (chtop_tasks/inv.py) runs only the lines above, then the one task it was asked for.
+# chtop's light task path (chtop_tasks/inv.py) runs only the lines above, then the one task it was asked for.
 if __name__ != "chtop_prologue":
     from chtop_tasks import namespace as ns  # noqa: F401

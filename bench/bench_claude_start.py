@@ -8,10 +8,9 @@ Run as root (it builds a throwaway workspace owned by the unprivileged test user
 "First screen" is claude's folder-trust question drawn in a pty.  Prints the median of each and
 the ratio (the old 1.15x target, retired); then, measured in the same interleaved runs, the
 floor invoke's own program pays before chtop's code runs (starting Python, importing invoke), and
-chtop's own share (against its target, printed with it): the total minus starting Python minus the bare run, since
-`inv sbox.claude` is chtop's inv, whose fast start (chtop_tasks/faststart.py) imports no invoke.
-`inv` is the script bootstrap writes (chtop_tasks/invscript.py), which starts `python -S`: the
-Python start subtracted is `python -S -c pass`.
+chtop's own share: the total minus starting Python minus the bare run, since `inv sbox.claude` is
+chtop's inv, whose light task path (chtop_tasks/faststart.py) imports no invoke.  `inv` runs as
+pip's console script runs it (a plain Python start, site included).
 Not run by the tests.
 """
 
@@ -34,11 +33,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_sandbox import build, floor_commands, inv_floor, require_root, scratch_base, stop_proxies, timed  # noqa: E402
 
-from chtop_tasks import invscript  # noqa: E402
-
 FIRST_SCREEN = "trust"
-WARM_OFF = "CHTOP_WARM"
 LAUNCH_LINE = r"\$ podman run"
+# pip's chtop-inv, with the checkout (argv[1]) first on sys.path: the worktree's own chtop_tasks
+INV_SCRIPT = "import sys; sys.path.insert(0, sys.argv.pop(1)); from chtop_tasks.inv import main; sys.exit(main())"
 PLAN_CLAUDE = """
 import json
 from pathlib import Path
@@ -78,16 +76,6 @@ def time_to_first_screen(argv: list[str], cwd: Path, before_podman: list | None 
         child.close()
 
 
-def wait_for_warm_launcher(g, timeout: float = 30) -> None:
-    """Until the warm launcher the warm-up run started listens (its socket in the user's runtime dir)."""
-    base = Path(g.env.get("XDG_RUNTIME_DIR") or "/tmp") / f"chtop-{g.user.pw_uid}"
-    deadline = time.monotonic() + timeout
-    while not list(base.glob("warm-*.sock")):
-        if time.monotonic() > deadline:
-            raise SystemExit(f"no warm launcher listened in {base} after the first launch")
-        time.sleep(0.1)
-
-
 def remove_containers(g, as_user: list[str]) -> None:
     names = subprocess.run(as_user + ["podman", "ps", "-aq", "--filter", "label=chtop.worktree=dev"],
                            cwd=g.dev, capture_output=True, text=True).stdout.split()
@@ -109,24 +97,18 @@ def main() -> int:
         seed_claude_config(g)
         env = dict(g.env, TERM="xterm-256color")
         as_user = ["runuser", "-u", g.user.pw_name, "--", "env", "-i", *[f"{k}={v}" for k, v in env.items()]]
-        # chtop's inv as the script bootstrap writes starts it (invscript.py: python -S), with the
-        # worktree's own checkout's chtop_tasks
+        # chtop's inv as pip's console script starts it, with the worktree's own checkout's chtop_tasks
         py = str(g.venv / "bin" / "python")
-        inv_argv = [py, "-S", "-c", invscript.script_text(py, str(g.dev)), "sbox.claude"]
-        inv = as_user + inv_argv
-        cold = as_user + [f"{WARM_OFF}=0", *inv_argv]      # the same, the warm launcher turned off
-        time_to_first_screen(inv, g.dev)          # warm-up: proxy started, hooks and skeleton made, and
-        remove_containers(g, as_user)             # the warm launcher started (chtop_tasks/warmstart/)
-        wait_for_warm_launcher(g)
-        floors = dict(floor_commands(g), python_s=[py, "-S", "-c", "pass"])    # the start inv's script has
-        t_inv, t_cold, t_bare, t_floor = [], [], [], {k: [] for k in floors}
-        pre_warm, pre_cold = [], []
+        inv = as_user + [py, "-c", INV_SCRIPT, str(g.dev), "sbox.claude"]
+        time_to_first_screen(inv, g.dev)          # warm-up: proxy started, hooks and skeleton made
+        remove_containers(g, as_user)
+        floors = floor_commands(g)
+        t_inv, t_bare, t_floor = [], [], {k: [] for k in floors}
+        before_podman = []
         for _ in range(args.runs):                # interleaved, so load drifts hit both alike
             for key, argv in floors.items():
                 t_floor[key].append(timed(as_user + argv, g.dev))
-            t_inv.append(time_to_first_screen(inv, g.dev, pre_warm))
-            remove_containers(g, as_user)
-            t_cold.append(time_to_first_screen(cold, g.dev, pre_cold))
+            t_inv.append(time_to_first_screen(inv, g.dev, before_podman))
             remove_containers(g, as_user)
             planned = subprocess.run(as_user + [str(g.venv / "bin" / "python"), "-c", PLAN_CLAUDE], cwd=g.dev,
                                      capture_output=True, text=True, stdin=subprocess.DEVNULL)
@@ -138,28 +120,24 @@ def main() -> int:
                     *[f"{k}={v}" for k, v in dict(penv, TERM="xterm-256color").items()], *argv]
             t_bare.append(time_to_first_screen(bare, g.dev))
             remove_containers(g, as_user)
-        m_inv, m_cold, m_bare = statistics.median(t_inv), statistics.median(t_cold), statistics.median(t_bare)
+        m_inv, m_bare = statistics.median(t_inv), statistics.median(t_bare)
         print(f"runs: {args.runs} each (interleaved), as {g.user.pw_name}, rootless; first screen = claude's "
               f"folder-trust question")
         print(f"bare podman run, same mounts   median {m_bare * 1000:7.0f} ms  (min {min(t_bare) * 1000:.0f})")
         print(f"inv sbox.claude                median {m_inv * 1000:7.0f} ms  (min {min(t_inv) * 1000:.0f})")
-        print(f"  cold ({WARM_OFF}=0)           median {m_cold * 1000:7.0f} ms  (min {min(t_cold) * 1000:.0f})")
         print(f"ratio                          {m_inv / m_bare:.2f}x  (target <= 1.15x: "
               f"{'ok' if m_inv / m_bare <= 1.15 else 'MISSED'})")
         floor, parts = inv_floor(t_floor)
         print(f"floor of any inv task: {parts}, where 1.15x leaves {0.15 * m_bare * 1000:.1f} ms;\n"
               f"  so through inv claude's first screen is at best {(m_bare + floor) / m_bare:.2f}x "
               "before any chtop code runs")
-        python = statistics.median(t_floor["python_s"]) - statistics.median(t_floor["true"])
-        print(f"chtop's own share: {(m_inv - python - m_bare) * 1000:.1f} ms (target <= 20 ms; inv sbox.claude - "
-              "starting python -S - bare podman run: its fast start imports no invoke, its warm launcher\n"
-              f"  imported the launch's modules); cold ({WARM_OFF}=0): {(m_cold - python - m_bare) * 1000:.1f} ms")
-        floor_python = statistics.median(t_floor["python_s"])
-        print(f"to chtop's '$ podman run' line: warm {statistics.median(pre_warm) * 1000:.1f} ms, cold "
-              f"{statistics.median(pre_cold) * 1000:.1f} ms (medians); minus starting python -S "
-              f"({floor_python * 1000:.1f} ms as the same user): warm "
-              f"{(statistics.median(pre_warm) - floor_python) * 1000:.1f} ms, cold "
-              f"{(statistics.median(pre_cold) - floor_python) * 1000:.1f} ms")
+        python = statistics.median(t_floor["python"]) - statistics.median(t_floor["true"])
+        print(f"chtop's own share: {(m_inv - python - m_bare) * 1000:.1f} ms (inv sbox.claude - starting python - "
+              "bare podman run: its light task path imports no invoke)")
+        to_podman = statistics.median(before_podman)
+        print(f"to chtop's '$ podman run' line: {to_podman * 1000:.1f} ms (median); minus starting python "
+              f"({statistics.median(t_floor['python']) * 1000:.1f} ms as the same user): "
+              f"{(to_podman - statistics.median(t_floor['python'])) * 1000:.1f} ms")
     finally:
         stop_proxies(base)
         shutil.rmtree(base, ignore_errors=True)

@@ -271,10 +271,6 @@ def report(times: dict, rounds: int) -> None:
     print(f"\n{rounds} rounds; wall ms as min / median / max; ratio = chtop median / original median; "
           "then the CPU time (user + system, the command and every process it waited for), medians")
     steps = list(dict.fromkeys(key[0] for key in times))
-    if os.environ.get("CHTOP_WARM", "1") != "0":
-        print("(the git tasks in a worktree after its first run warm: a warm run's CPU is the warm launcher's\n"
-              " child's, which this process never waits for, so it counts only the client; CHTOP_WARM=0 runs\n"
-              " every command cold, its whole CPU counted)")
     print_table(times, steps, "original")
     for tool in dict.fromkeys(key[1] for key in times if len(key) == 2 and key[1] not in ("original", "chtop")):
         print(f"\nchtop against {tool}, interleaved in the same rounds: median and CPU, this checkout's / {tool}'s")

@@ -6,8 +6,8 @@ current directory is sandboxed); inside a workspace `chtop TASK` and
 ``chtop shell-init bash|zsh`` and ``chtop go NAME`` (see jump.py).  Installed by pyproject.toml:
 ``chtop = "chtop_tasks.cli:main"``.
 
-`chtop TASK --flag ...` (one task and its own flags) runs through the fast
-start (faststart.py), without invoke's program; every other command line is
+`chtop TASK --flag ...` (one task and its own flags) runs through the light
+task path (faststart.py), without invoke's program; every other command line is
 invoke's.  Usage errors invoke's parser finds (an unknown flag, a missing
 value) exit 2, as every chtop usage error does; a reader that goes away
 (``chtop --list | head``) ends the output quietly.
@@ -34,7 +34,7 @@ def version() -> str:
 
 def program_class():
     """invoke's Program, with the parse errors it finds exiting 2 (usage) instead of 1 (invoke is
-    imported here, not at the top: the fast start runs a task without it)."""
+    imported here, not at the top: the light task path runs a task without it)."""
     from invoke import ParseError, Program
 
     class ChtopProgram(Program):

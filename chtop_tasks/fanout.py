@@ -1,7 +1,7 @@
 """Run one function over many items in a few threads (each item's work is mostly a subprocess).
 
-Plain threads, not ``concurrent.futures``: its import (with ``logging``) costs every task that fans
-out more than the threads themselves do.
+Plain threads: each item's answer or error is all a caller needs, so there is no executor or
+future to manage.
 """
 
 from __future__ import annotations

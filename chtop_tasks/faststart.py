@@ -1,22 +1,26 @@
-"""The fast start of ``inv TASK --flag ...`` and ``chtop TASK ...``: the one task, without invoke's program.
+"""The light task path of ``inv TASK --flag ...`` and ``chtop TASK ...``: the one task, without invoke.
 
-Importing invoke costs about 70 ms (its config machinery, its vendored yaml, ``unittest.mock`` for
-``MockContext``), more than the rest of a ``git.status``.  When the command line names one task with
-only its own ``--long`` flags (and maybe ``-- ARGS``), invoke would do nothing but call the task's
-body with those values; this start does that, with the task modules imported in light mode
-(``taskdef.LIGHT``: ``@task`` records its arguments, no invoke).  The table of tasks is the
-one invoke's collection is built from (``tasks.NAMESPACES`` and ``ROOT_TASKS``, named as
-``Collection.from_module`` names them), so a new collection is picked up as it is by ``inv --list``;
-only the module that can define the task named is imported.
+When a command line names one task with only its own ``--long`` flags (and maybe ``-- ARGS``),
+invoke's program would do nothing but parse those flags and call the task's body with them; this
+path does that itself, with the task modules imported in light mode (``taskdef.LIGHT``: ``@task``
+records its arguments, invoke is not imported).  The tasks are the ones invoke's collection is built
+from (``tasks.NAMESPACE_MODULES`` and ``ROOT_TASK_MODULES``, named as ``Collection.from_module``
+names them), so a new task is picked up as ``inv --list`` picks it up; only the module that can
+define the task named is imported.
 
-Anything else returns to invoke, with the light modules dropped again, and invoke does exactly
-what it did before: a core flag (``--list``, ``--help``, ``-l``, ``--complete``, ``--version``,
-``-e``), a short flag, a flag the task does not have or a repeated one, a missing value or one that
-starts with ``-``, a positional argument or a second task, a task with pre/post tasks,
-positional/optional/iterable arguments or aliases, and any invoke config (an ``INVOKE_*``
-variable, or an invoke.yaml/.yml/.json/.py in /etc, your home or the checkout root), which could
-change how invoke parses or runs.  A task's exit is handled as invoke's program handles it (the
-message on stderr, the code), and so is an interrupt (exit 1).
+What it takes on: ``TASK``, then any of that task's own flags, each at most once, as ``--flag`` (a
+boolean), ``--flag VALUE`` or ``--flag=VALUE`` (a string, or digits for an int), then optionally
+``-- ARGS``.  A task's exit is handled as invoke's program handles it (the message on stderr, the
+code), and so is an interrupt (exit 1).
+
+What it leaves to invoke's program, which then runs exactly as it would have (the light modules
+dropped first): a core flag (``--list``, ``--help``, ``--complete``, ``--version``, ``-e``...), a
+short flag, ``--no-flag``, a flag the task does not have or a repeated one, a missing value or one
+that starts with ``-``, a positional argument or a second task, a task with pre/post tasks,
+positional/optional/iterable arguments or aliases, and any invoke config (an ``INVOKE_*`` variable,
+or an invoke.yaml/.yml/.json/.py in /etc, your home or the checkout root), which could change how
+invoke parses or runs.  ``tests/test_inv_fastpath.py`` checks, for every task and many flag forms,
+that what this path takes on it parses as invoke's parser does.
 """
 
 from __future__ import annotations
@@ -41,6 +45,11 @@ def invoke_configured(project: str | None) -> bool:
 
 def dashed(name: str) -> str:
     return name.replace("_", "-")
+
+
+def flag_name(param: str) -> str:
+    """A parameter's long flag, as invoke names it: ``dry_run`` is ``--dry-run``, ``continue_`` is ``--continue``."""
+    return param.strip("_").replace("_", "-")
 
 
 def light_tasks(word: str | None = None) -> dict[str, object]:
@@ -83,31 +92,24 @@ def flag_kinds(light) -> dict[str, tuple[str, type]] | None:
     if params is None:
         return None
     kinds = {}
-    for name, default in params[1:]:          # after the context
+    for name, default in params:
         kind = str if default is None else type(default)
         if kind is not bool and kind not in VALUE_KINDS:
             return None
-        kinds[dashed(name)] = (name, kind)
+        kinds[flag_name(name)] = (name, kind)
     return kinds
 
 
-CO_VARARGS, CO_VARKEYWORDS = 0x04, 0x08
-
-
 def defaulted_parameters(body) -> list[tuple[str, object]] | None:
-    """``(name, default)`` of each parameter of ``body`` (through ``functools.wraps`` wrappers, as
-    ``inspect.signature`` reads it), the first (the context) with default None; None unless all of
-    them are plain positional-or-keyword ones and all but the first have a default.  Read from the
-    function's code object, without ``inspect`` (which brings ``ast``, ``dis``, ``tokenize``)."""
-    while hasattr(body, "__wrapped__"):
-        body = body.__wrapped__
-    code, defaults = getattr(body, "__code__", None), getattr(body, "__defaults__", None) or ()
-    if code is None or hasattr(body, "__signature__") or code.co_posonlyargcount or code.co_kwonlyargcount \
-            or code.co_flags & (CO_VARARGS | CO_VARKEYWORDS) or code.co_argcount < 1 \
-            or len(defaults) != code.co_argcount - 1:
+    """``(name, default)`` of each parameter of ``body`` after the context, as invoke reads them
+    (``inspect.signature``); None unless all are plain positional-or-keyword ones with a default."""
+    import inspect
+
+    params = list(inspect.signature(body).parameters.values())
+    if not params or any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in params) \
+            or any(p.default is p.empty for p in params[1:]):
         return None
-    names = code.co_varnames[:code.co_argcount]
-    return list(zip(names, (None, *defaults), strict=True))
+    return [(p.name, p.default) for p in params[1:]]
 
 
 def parse_flags(words: list[str], kinds: dict[str, tuple[str, type]]) -> dict | None:
@@ -132,25 +134,42 @@ def parse_flags(words: list[str], kinds: dict[str, tuple[str, type]]) -> dict | 
                 if index == len(words):
                     return None
                 value = words[index]
-            if not value or value.startswith("-") or (kind is int and not value.isdigit()):
+            if not value or value.startswith("-") or (kind is int and not is_int(value)):
                 return None
             values[param] = kind(value)
         index += 1
     return values
 
 
-def planned_call(argv: list[str], project: str | None):
-    """(body, kwargs) when ``argv`` is one task with its own flags; None (nothing imported) otherwise."""
-    words = argv[:argv.index("--")] if "--" in argv else list(argv)
-    if not words or words[0].startswith("-") or invoke_configured(project):
-        return None
-    light = light_tasks(words[0]).get(words[0])
+def is_int(value: str) -> bool:
+    """Plain decimal digits, as ``int`` reads them (not every ``str.isdigit`` character is one)."""
+    return value.isdecimal()
+
+
+def task_words(argv: list[str]) -> list[str]:
+    """The task and its flags: what comes before ``--`` (the rest is passed through, as invoke's remainder)."""
+    return argv[:argv.index("--")] if "--" in argv else list(argv)
+
+
+def light_call(table: dict, argv: list[str]):
+    """(body, kwargs) of the call invoke's program would make for ``argv``, from ``light_tasks``'
+    table; None when the command line is one this path leaves to invoke."""
+    words = task_words(argv)
+    light = table.get(words[0]) if words else None
     kinds = flag_kinds(light) if light is not None else None
     kwargs = parse_flags(words[1:], kinds) if kinds is not None else None
-    if kwargs is None:
-        drop_light_modules()
+    return None if kwargs is None else (light.body, kwargs)
+
+
+def planned_call(argv: list[str], project: str | None):
+    """(body, kwargs) when ``argv`` is one task with its own flags; None (nothing imported) otherwise."""
+    words = task_words(argv)
+    if not words or words[0].startswith("-") or invoke_configured(project):
         return None
-    return light.body, kwargs
+    call = light_call(light_tasks(words[0]), argv)
+    if call is None:
+        drop_light_modules()
+    return call
 
 
 def drop_light_modules() -> None:

@@ -13,16 +13,10 @@ resolver's modules are dropped again before invoke loads the checkout's ``tasks.
 imports that checkout's own ``chtop_tasks`` (not the installed one); when the installed one is that
 checkout, they are kept (one import, not two).
 
-``inv TASK --flag ...`` inside a workspace first tries the fast start (``faststart.py``): the same
-pinned ``tasks.py`` runs, but only its prologue (the checkout first on ``sys.path``, private
+``inv TASK --flag ...`` inside a workspace first tries the light task path (``faststart.py``): the
+same pinned ``tasks.py`` runs, but only its prologue (the checkout first on ``sys.path``, private
 bytecode), then the checkout's ``faststart`` runs the one task without importing invoke; a command
 line it does not take on (read faststart.py) goes to invoke's program as before.
-
-The ``inv`` script ``./bootstrap`` writes (``invscript.py``) starts Python without its site step
-(``python -S``) and calls ``main_without_site``: site's directories go on ``sys.path`` as site would
-put them, but their ``.pth`` files (an editable install's import hook, a machine's own hooks: 40 ms of
-a 70 ms start on these VMs) are run only when invoke's program is needed (``complete_site``); a fast
-or warm start runs without them.
 """
 
 import os
@@ -30,14 +24,14 @@ import sys
 
 # Set for the tasks.py it pins (which takes it out of the environment again): see tasks.py.
 PINNED_ENV = "CHTOP_INV_ROOT"
-# The name the fast start runs tasks.py under: it then stops before importing the collection.
+# The name the light task path runs tasks.py under: it then stops before importing the collection.
 PROLOGUE = "chtop_prologue"
 
 
 def pinned_search_root(cwd: str) -> str | None:
     """The checkout root around ``cwd``; None outside a chtop workspace (a broken one raises)."""
     from .errors import NotInWorkspace
-    from .workspace.rootfind import find_root_path  # it alone: what this imports, the task imports again
+    from .workspace.rootfind import find_root_path  # it alone: the checkout's own chtop is loaded after
 
     try:
         return find_root_path(cwd)
@@ -61,82 +55,20 @@ def program(search_root: str | None):
                    loader_class=PinnedLoader)
 
 
-# the site dirs whose .pth files add_site_dirs passed over, in site's order: complete_site runs them
-PTH_DIRS: list[str] = []
-
-
-def add_site_dirs() -> None:
-    """The directories site would add (the venv's or the base's site-packages, the user's), without
-    running their ``.pth`` files: what ``site.main`` does but for those, under ``python -S``."""
-    import site
-
-    def pass_over(sitedir, name, known_paths):
-        if sitedir not in PTH_DIRS:
-            PTH_DIRS.append(sitedir)
-        return known_paths
-
-    run_pth, site.addpackage = site.addpackage, pass_over
-    try:
-        known = site.venv(site.removeduppaths())
-        if site.ENABLE_USER_SITE is None:
-            site.ENABLE_USER_SITE = site.check_enableusersite()
-        site.addsitepackages(site.addusersitepackages(known))
-    finally:
-        site.addpackage = run_pth
-
-
-def complete_site() -> None:
-    """The rest of site's step after ``add_site_dirs``, before invoke's program, which then runs as
-    in any other start: each site dir's ``.pth`` files, once, in site's order; ``exit`` and the other
-    builtins site defines; ``sitecustomize`` and ``usercustomize``."""
-    if not sys.flags.no_site:
-        return
-    import site
-
-    for sitedir in PTH_DIRS:
-        site.addsitedir(sitedir)
-    PTH_DIRS.clear()
-    site.setquit()
-    site.setcopyright()
-    site.sethelper()
-    if not sys.flags.isolated:
-        site.enablerlcompleter()
-    site.execsitecustomize()
-    if site.ENABLE_USER_SITE:
-        site.execusercustomize()
-
-
-def main_without_site(package_parent: str) -> None:
-    """``inv`` from the script ``invscript.py`` writes (``python -S``), which put ``package_parent``
-    (where this chtop_tasks lives: an editable install's checkout) on ``sys.path`` to import this: it
-    goes after site's directories, as an editable install's import hook comes after them."""
-    if sys.path[-1] == package_parent:
-        sys.path.pop()
-    add_site_dirs()
-    if package_parent not in sys.path:     # (where PYTHONPATH names it, it stays where that put it)
-        sys.path.append(package_parent)
-    main()
-
-
-def main(found_root: str | None = None) -> None:
-    """``inv``.  ``found_root``: the checkout root, found already from this cwd (the warm launcher's
-    child: its client found it, and the server checked it is its own)."""
+def main() -> None:
+    """``inv``."""
     from .errors import ChtopError
 
     try:
-        root = found_root or pinned_search_root(os.getcwd())
+        root = pinned_search_root(os.getcwd())
     except ChtopError as exc:
         print(f"inv: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
     if root is not None:
-        one_task = bool(sys.argv[1:]) and not sys.argv[1].startswith("-")
-        if one_task:
-            warm_start(root)
         os.environ[PINNED_ENV] = root
-        if one_task:
+        if sys.argv[1:] and not sys.argv[1].startswith("-"):
             fast_start(root, sys.argv[1:])
             os.environ[PINNED_ENV] = root     # the prologue took it; invoke's load of tasks.py checks it again
-    complete_site()
     forget_chtop_modules()
     program(root).run()
 
@@ -154,33 +86,16 @@ def fast_start(root: str, argv: list[str]) -> None:
     try:
         from chtop_tasks import faststart  # the checkout's own: its prologue put it first on sys.path
     except ImportError:
-        return                                # a checkout from before the fast start
+        return                                # a checkout from before the light task path
     if faststart.run(argv, project=root):
         sys.exit(0)
 
 
-def warm_start(root: str) -> None:
-    """A launch task on a terminal, or a daily git task of a feature worktree, goes to the checkout's
-    warm launcher (``warmstart/``) and exits with its status; return when it runs here (no launcher
-    yet: one is started for the next)."""
-    from .warmstart import wire
-
-    if not wire.wanted(sys.argv[1:], os.environ, root):
-        return
-    from .warmstart.client import launched
-
-    status = launched(root, sys.argv)
-    if status is not None:
-        sys.exit(status)
-
-
 def run_prologue(path: str) -> None:
-    """Run ``tasks.py`` as ``chtop_prologue`` (it stops before importing the collection), as
-    ``runpy.run_path`` would run it (compiled from its source, ``__file__`` set) without importing
-    runpy and pkgutil (about 1 ms)."""
-    with open(path, "rb") as source:
-        code = compile(source.read(), path, "exec", dont_inherit=True)
-    exec(code, {"__name__": PROLOGUE, "__file__": path, "__builtins__": __builtins__})
+    """Run ``tasks.py`` as ``chtop_prologue``: it stops before importing the collection."""
+    import runpy
+
+    runpy.run_path(path, run_name=PROLOGUE)
 
 
 if __name__ == "__main__":

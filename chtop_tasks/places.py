@@ -24,11 +24,10 @@ import re
 from dataclasses import dataclass
 from hashlib import sha256
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import ChtopError, NotInWorkspace, Refused, UsageError, WorkspaceError
-from .rundir import runtime_base_path
 
-TYPE_CHECKING = False    # typing's flag, without importing typing
 if TYPE_CHECKING:
     from .workspace.layout import Workspace
 
@@ -38,6 +37,7 @@ LOGIN_DIR_NAME = "claude"
 HOOK_STATE_DIR_NAME = "chtop-state"     # in an agent config dir: where a session's hooks report
 SESSION_ID = re.compile(r"^[a-z0-9]{8,32}$")
 SECRETS_NAME = "secrets.env"
+MAX_RUNTIME_BASE = 46      # unix socket paths must stay under ~100 bytes
 NOTIFY_NAME = "notify.toml"
 WORKTREE_NAME_MAX = 64
 _WORKTREE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
@@ -180,9 +180,12 @@ def login_dir(group_dir: Path) -> Path:
 
 
 def runtime_base() -> Path:
-    """``${XDG_RUNTIME_DIR or /tmp}/chtop-<uid>`` (``rundir``): the proxy's, tmux's and the warm
-    launcher's sockets."""
-    return Path(runtime_base_path())
+    """``${XDG_RUNTIME_DIR or /tmp}/chtop-<uid>``: the proxy's and tmux's sockets (``/tmp``'s when
+    the runtime dir's path is too long for the socket paths below it)."""
+    base = os.path.join(os.environ.get("XDG_RUNTIME_DIR") or "/tmp", f"chtop-{os.getuid()}")
+    if len(base) > MAX_RUNTIME_BASE:
+        base = os.path.join("/tmp", f"chtop-{os.getuid()}")
+    return Path(base)
 
 
 def runtime_dir(group_dir: Path, create: bool = False) -> Path:

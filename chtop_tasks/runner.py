@@ -280,9 +280,8 @@ def _pump_inert(source, sink) -> None:
 
 def wait_killing_after(proc: subprocess.Popen, timeout: float | None) -> bool:
     """Wait for ``proc`` in one blocking ``waitpid``; kill it once ``timeout`` seconds have passed.
-    True when it was killed so.  (``Popen.wait(timeout)`` polls, sleeping longer and longer between
-    tries: a command waited for that way is noticed late after it ends, a rebase-down's and a
-    merge-up's git steps too.)"""
+    True when it was killed so.  (``Popen.wait(timeout)`` polls, sleeping between checks: every
+    command waited for that way ended late, a rebase-down's and a merge-up's git steps too.)"""
     if timeout is None:
         proc.wait()
         return False

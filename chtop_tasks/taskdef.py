@@ -1,9 +1,9 @@
-"""``@task`` for chtop's task modules: invoke's, or on the fast start a record of the same call.
+"""``@task`` for chtop's task modules: invoke's, or on the light task path a record of the same call.
 
-The fast start (``faststart.py``) sets ``LIGHT`` before it imports the task modules: then ``@task``
-records its arguments instead of importing invoke, and a task's exit is a TaskExit,
-which the fast start handles as invoke's program handles invoke's ``Exit``.  Outside the
-``tasks`` package, so that the flag is set before any task module is imported.
+The light task path (``faststart.py``) sets ``LIGHT`` before it imports the task modules: then
+``@task`` records its arguments instead of importing invoke, and a task's exit is a TaskExit, which
+that path handles as invoke's program handles invoke's ``Exit``.  Outside the ``tasks`` package, so
+that the flag is set before any task module is imported.
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ LIGHT = False
 
 
 class LightTask:
-    """What ``@task`` was given, on the fast start: the body and the decorator's arguments."""
+    """What ``@task`` was given, on the light task path: the body and the decorator's arguments."""
 
     def __init__(self, body, options: dict, pre: tuple):
         self.body, self.options, self.pre = body, options, pre
 
 
 def task(*args, **kwargs):
-    """invoke's ``@task`` (bare or with arguments); on the fast start a LightTask of the same call."""
+    """invoke's ``@task`` (bare or with arguments); on the light task path a LightTask of the same call."""
     if not LIGHT:
         from invoke import task as invoke_task
 
@@ -30,7 +30,7 @@ def task(*args, **kwargs):
 
 
 class TaskExit(Exception):
-    """A task's ``Exit(message, code)`` on the fast start, which handles it as invoke's program does."""
+    """A task's ``Exit(message, code)`` on the light task path, which handles it as invoke's program does."""
 
     def __init__(self, message: str | None, code: int):
         super().__init__(message)

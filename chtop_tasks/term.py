@@ -32,7 +32,7 @@ def _visible(char: str) -> str:
     return "^" + chr(code + 0x40)
 
 
-# every control as it is shown: str.translate's table, made at import (no regex to compile)
+# every control as it is shown: str.translate's table, made at import
 _SHOWN = {code: _visible(chr(code)) for code in _CONTROLS}
 
 

@@ -1,11 +1,12 @@
-"""The fast start (chtop_tasks/faststart.py) does what invoke's program does, without importing invoke.
+"""The light task path (chtop_tasks/faststart.py) does what invoke's program does, without importing invoke.
 
 Each command runs twice in a real worktree, typed as a user types it (chtop's ``inv`` on PATH, and
 the ``chtop`` console script): once as is, once with an invoke config variable set, which sends
 every command line to invoke's program.  Both must give the same stdout, stderr and exit code;
-``-X importtime`` shows which runs imported invoke, so a fast start that silently handed every
+``-X importtime`` shows which runs imported invoke, so a light path that silently handed every
 command to invoke (or one that took on a command line it should not) fails too.  The task table
-the fast start builds must match invoke's collection, flag for flag.
+the light path builds must match invoke's collection, flag for flag, and for every task and many
+flag forms its parse must be invoke's parser's, or it must leave the command line to invoke.
 """
 
 from __future__ import annotations
@@ -14,13 +15,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from conftest import REPO_ROOT
 from test_inv_discovery import CHTOP_INV, console_script, plant, typed
-
-from chtop_tasks import invscript
 
 # Any INVOKE_* variable is invoke config, which the fast start leaves to invoke; this one changes nothing.
 INVOKE_PATH = {"INVOKE_TASKS_DEDUPE": "1"}
@@ -52,12 +50,6 @@ def imported_invoke(stderr: str) -> bool:
     return any(line.rstrip().endswith("| invoke") for line in stderr.splitlines())
 
 
-def task_modules(stderr: str) -> set[str]:
-    """The task modules (``chtop_tasks.tasks.*``) a run's ``-X importtime`` lines name."""
-    names = (line.rpartition("|")[2].strip() for line in stderr.splitlines() if line.startswith("import time:"))
-    return {name for name in names if name.startswith("chtop_tasks.tasks.")}
-
-
 def both_ways(run, argv: list[str]) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess, bool]:
     fast = run(argv, {})
     slow = run(argv, INVOKE_PATH)
@@ -73,27 +65,13 @@ def same(fast, slow, argv) -> None:
         f"--- invoke stdout\n{slow.stdout}\n--- invoke stderr\n{slow.stderr}")
 
 
-def bootstraps_inv(bin_dir: Path, python: str, chtop_tree: Path) -> Path:
-    """The ``inv`` ./bootstrap writes (``invscript.py``: ``python -S``), importing ``chtop_tree``'s chtop_tasks."""
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    script = bin_dir / "inv"
-    script.write_text(invscript.script_text(python, str(chtop_tree)))
-    script.chmod(0o755)
-    return script
-
-
-@pytest.mark.parametrize("state,script", [("clean", "pip"), ("dirty", "pip"), ("clean", "bootstrap"),
-                                          ("dirty", "bootstrap")])
-def test_inv_fast_start_and_invokes_program_say_the_same(with_dev, tmp_path, state, script):
-    """Through pip's console script and through bootstrap's (``python -S``, site's step run before
-    invoke's program only)."""
+@pytest.mark.parametrize("state", ["clean", "dirty"])
+def test_inv_fast_start_and_invokes_program_say_the_same(with_dev, tmp_path, state):
+    """Through an ``inv`` on PATH as pip's console script runs it."""
     g = with_dev
     if state == "dirty":
         (g.path("dev", "alpha") / "new.txt").write_text("x\n")
-    if script == "pip":
-        bin_dir = console_script(tmp_path / "bin", sys.executable, chtop_tree=g.toplevel, code=CHTOP_INV).parent
-    else:
-        bin_dir = bootstraps_inv(tmp_path / "bin", sys.executable, g.toplevel).parent
+    bin_dir = console_script(tmp_path / "bin", sys.executable, chtop_tree=g.toplevel, code=CHTOP_INV).parent
 
     def run(argv, env):
         return typed(bin_dir, g.path("dev", "alpha"), *argv, env=dict(os.environ, **env))
@@ -104,11 +82,6 @@ def test_inv_fast_start_and_invokes_program_say_the_same(with_dev, tmp_path, sta
         assert went_fast == fast_expected, f"{argv}: fast start {'taken' if went_fast else 'not taken'}"
     status = run(["git.status"], {})
     assert status.returncode == 0 and "alpha" in status.stdout, status
-    # the fast start imports the one task module it runs from (and what that imports), no other
-    assert task_modules(run(["git.status"], {"PYTHONPROFILEIMPORTTIME": "1"}).stderr) == {
-        "chtop_tasks.tasks.git", "chtop_tasks.tasks.common"}
-    assert task_modules(run(["worktree.delete"], {"PYTHONPROFILEIMPORTTIME": "1"}).stderr) <= {
-        "chtop_tasks.tasks.worktree", "chtop_tasks.tasks.common"}
     assert ("new.txt" in status.stdout) == (state == "dirty"), status.stdout
 
 
@@ -176,6 +149,127 @@ def test_the_fast_starts_table_is_invokes_collection():
         assert flags == full[name], f"{name}: the fast start's flags {flags}, invoke's {full[name]}"
 
 
+# For every task, each flag form below, parsed by the light path (faststart.light_call) and by
+# invoke's own Program on the real collection (its execute step records the call instead of
+# running it).  Printed as JSON: [task, argv, the light path's call or None, invoke's calls or None].
+PARSES = r"""
+import contextlib, io, json, sys
+sys.path.insert(0, sys.argv[1])
+from chtop_tasks import faststart
+
+table = faststart.light_tasks()
+params = {name: faststart.defaulted_parameters(light.body) for name, light in table.items()}
+faststart.drop_light_modules()
+from invoke import Program
+from chtop_tasks import namespace
+
+
+def forms(task):
+    args = task.get_arguments()
+    yield []
+    yield ["--", "--short", "x y"]
+    yield ["--bogus"]
+    yield ["--bogus=1"]
+    yield ["stray"]
+    yield ["git.status"]
+    yield ["-x"]
+    yield ["--help"]
+    yield ["-h"]
+    every = []
+    for arg in args:
+        long = "--" + next(n for n in arg.names if len(n) > 1)
+        shorts = [n for n in arg.names if len(n) == 1]
+        yield ["--" + arg.name.replace("_", "-")] + ([] if arg.kind is bool else ["v"])     # naively dashed
+        if arg.kind is bool:
+            yield [long]
+            yield [long + "=1"]
+            yield ["--no-" + long[2:]]
+            yield [long, long]
+            every.append([long])
+        else:
+            good = "3" if arg.kind in (int, float) else "v"
+            for value in (good, "x", "alpha=0", "٣", "²", "-v", "--", "git.status", " "):
+                yield [long, value]
+                yield [long + "=" + value]
+            yield [long]
+            yield [long + "="]
+            yield [long, good, long, good]
+            yield [long, good, "stray"]
+            every.append([long, good])
+        for short in shorts:
+            yield ["-" + short] + ([] if arg.kind is bool else ["v"])
+    yield [word for flag in every for word in flag]
+    yield [word for flag in reversed(every) for word in flag] + ["--", "rest"]
+
+
+class Recording(Program):
+    def execute(self):
+        self.calls = [[ctx.name, ctx.as_kwargs] for ctx in self.tasks]
+
+
+def invokes(argv):
+    program = Recording(namespace=namespace, name="Invoke", binary="inv")
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            program.run(["inv", *argv], exit=False)
+        except (Exception, SystemExit) as exc:          # a value invoke cannot cast: its traceback
+            return [["raised", type(exc).__name__]]
+    return getattr(program, "calls", None)
+
+
+rows = []
+for name in namespace.task_names:
+    for form in forms(namespace[name]):
+        argv = [name, *form]
+        call = faststart.light_call(table, argv)
+        light = None if call is None else [[name, dict(params[name], **call[1])]]
+        rows.append([name, argv, light, invokes(argv)])
+print(json.dumps(rows))
+"""
+
+
+def test_the_light_paths_parse_is_invokes_or_it_leaves_the_command_line_to_invoke():
+    """For every task and flag forms (``--flag value``, ``--flag=value``, short flags, booleans,
+    ``--no-flag``, unknown flags, stray words, repeats, odd values, ``--``): whatever the light path
+    takes on, invoke's parser parses to the same call (the task, every argument's value); and it
+    takes on the plain forms of each task it can run, so it cannot pass by declining everything."""
+    out = subprocess.run([sys.executable, "-c", PARSES, str(REPO_ROOT)], capture_output=True, text=True,
+                         timeout=300, env=hermetic_invoke_env())
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    taken = [(argv, light, invoked) for _, argv, light, invoked in rows if light is not None]
+    wrong = [f"{argv}: light path {light}, invoke {invoked}" for argv, light, invoked in taken if light != invoked]
+    assert not wrong, "\n".join(wrong)
+    plain = [argv for _, argv, _, invoked in rows if invoked is not None and plain_form(argv)]
+    declined = [argv for _, argv, light, _ in rows if light is None and argv in plain
+                and argv[0] in LIGHT_TASKS_EXPECTED]
+    assert not declined, f"plain command lines left to invoke: {declined}"
+    assert {argv[0] for argv, _, _ in taken} >= LIGHT_TASKS_EXPECTED
+
+
+# tasks the light path must run (a daily command each; every other plain task is checked as well
+# where it takes it on)
+LIGHT_TASKS_EXPECTED = {"git.status", "git.diff", "git.rebase-down", "git.merge-up", "worktree.create",
+                        "worktree.delete"}
+
+
+def plain_form(argv: list[str]) -> bool:
+    """A task and only long flags, each once, with a plain value (what the light path must take on)."""
+    words = argv[:argv.index("--")] if "--" in argv else argv
+    flags = [w for w in words[1:] if w.startswith("--")]
+    values = [w for w in words[1:] if not w.startswith("-")]
+    return (len({f.partition("=")[0] for f in flags}) == len(flags)
+            and not any(f.startswith("--no-") or f.endswith("=") or f in ("--bogus", "--bogus=1", "--help")
+                        for f in flags)
+            and all(v in ("v", "3") for v in values + [f.partition("=")[2] for f in flags if "=" in f])
+            and not any(w.startswith("-") and not w.startswith("--") for w in words[1:]))
+
+
+def hermetic_invoke_env() -> dict:
+    """No invoke config of the user's or the machine's: both parsers see the same flags."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("INVOKE_")}
+
+
 def test_a_task_that_uses_its_context_gets_invokes_on_the_fast_start():
     """No chtop task uses ``c`` today; one that does gets invoke's Context, made once, on first use."""
     from invoke import Context
@@ -188,113 +282,21 @@ def test_a_task_that_uses_its_context_gets_invokes_on_the_fast_start():
     assert callable(context.run)
 
 
-def test_inv_finds_the_checkout_importing_no_chtop_module_it_imports_again(with_dev):
-    """``inv`` finds the checkout with the installed chtop, then forgets every chtop module and runs
-    the checkout's own: what the search imported is imported twice (``layout`` with ``places``,
-    ``manifest`` and ``agentfile`` cost about 10 ms of every task in a feature worktree)."""
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from chtop_tasks import inv; "
-            "print(inv.pinned_search_root(sys.argv[2])); print(sorted(m for m in sys.modules if m.startswith('chtop_tasks')))")
-    out = subprocess.run([sys.executable, "-c", code, str(REPO_ROOT), str(with_dev.path("dev", "alpha"))],
-                         capture_output=True, text=True, check=True, timeout=60).stdout.splitlines()
-    assert out[0] == str(with_dev.path("dev"))
-    assert json.loads(out[1].replace("'", '"')) == ["chtop_tasks", "chtop_tasks.errors", "chtop_tasks.inv",
-                                                    "chtop_tasks.workspace", "chtop_tasks.workspace.rootfind"]
-
-
-def test_the_modules_of_a_launch_and_of_the_git_tasks_import_no_typing():
-    """``typing`` (about 2 ms to import) is for type checkers: no module a launch or a git task loads
-    imports it.  Run with ``-S``: a site ``.pth`` of some machines imports it on its own."""
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import chtop_tasks.inv, chtop_tasks.faststart, "
-            "chtop_tasks.sandbox.launcher, chtop_tasks.agents.registry, chtop_tasks.passthrough, "
-            "chtop_tasks.workspace.gitops, chtop_tasks.workspace.worktrees; print('typing' in sys.modules)")
-    out = subprocess.run([sys.executable, "-S", "-c", code, str(REPO_ROOT)], capture_output=True, text=True)
-    assert out.returncode == 0 and out.stdout.split() == ["False"], out.stdout + out.stderr
-
-
-def test_bootstraps_inv_runs_the_site_pth_files_only_for_invokes_program(with_dev, tmp_path):
-    """bootstrap's ``inv`` (``python -S``): a task on the fast start sees site's directories as a
-    usual start puts them (the venv's site-packages), but no ``.pth`` file of them runs; ``--list``
-    (invoke's program) runs site's whole step first, ``.pth`` files included, and lists as always."""
+def test_inv_starts_python_as_usual_site_pth_files_and_sitecustomize_included(with_dev, tmp_path):
+    """``inv`` is pip's console script: Python's own start runs, so a ``.pth`` file and
+    ``sitecustomize`` of the environment run before a task on the light path, as before any other."""
     g = with_dev
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     site_dir = next(venv.glob("lib/python3*/site-packages"))
-    marker = tmp_path / "pth-ran"
-    (site_dir / "zz_marker.pth").write_text(f"import os; open({str(marker)!r}, 'a').write('ran\\n')\n")
-    python = str(venv / "bin" / "python")
-    # invoke and the rest from the test's own environment; chtop_tasks from the group's toplevel
-    here_site = [p for p in sys.path if p.endswith("site-packages")]
-    # the fast start itself: the warm launcher this git task would leave behind starts Python with
-    # site's whole step, as designed (tests/test_warmstart.py)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(here_site), CHTOP_WARM="0")
-    bin_dir = bootstraps_inv(tmp_path / "bin", python, g.toplevel).parent
-
+    ran = tmp_path / "ran"
+    (site_dir / "zz_marker.pth").write_text(f"import os; open({str(ran)!r}, 'a').write('pth\\n')\n")
+    (site_dir / "sitecustomize.py").write_text(f"open({str(ran)!r}, 'a').write('sitecustomize\\n')\n")
+    here_site = [p for p in sys.path if p.endswith("site-packages")]      # invoke and the rest, from here
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(here_site), PYTHONPROFILEIMPORTTIME="1")
+    bin_dir = console_script(tmp_path / "bin", str(venv / "bin" / "python"), chtop_tree=g.toplevel,
+                             code=CHTOP_INV).parent
     status = typed(bin_dir, g.path("dev", "alpha"), "git.status", env=env)
     assert status.returncode == 0 and "alpha" in status.stdout, status.stdout + status.stderr
-    assert not marker.exists()
-    probes = tmp_path / "probes"          # scripts, as inv is one (its dir first on sys.path)
-    probes.mkdir()
-    (probes / "without_site.py").write_text("import sys; sys.path.append(sys.argv[1]); "
-                                            "from chtop_tasks.inv import add_site_dirs; add_site_dirs(); print(sys.path)\n")
-    (probes / "usual.py").write_text("import sys; print(sys.path)\n")
-    probe = subprocess.run([python, "-S", str(probes / "without_site.py"), str(g.toplevel)], capture_output=True,
-                           text=True, env=env, check=True)
-    usual = subprocess.run([python, str(probes / "usual.py")], capture_output=True, text=True, env=env, check=True)
-    marker.unlink()
-    assert probe.stdout.replace(f", {str(g.toplevel)!r}", "") == usual.stdout, (probe.stdout, usual.stdout)
-    assert str(site_dir) in probe.stdout
-
-    listed = typed(bin_dir, g.path("dev", "alpha"), "--list", env=env)
-    assert listed.returncode == 0 and "git.status" in listed.stdout, listed.stdout + listed.stderr
-    assert marker.read_text() == "ran\n"
-
-
-def test_bootstraps_inv_runs_from_a_python_path_too_long_for_a_shebang(tmp_path):
-    """Past the kernel's ``#!`` limit (or with a space in it) the script is pip's ``/bin/sh``
-    trampoline, still ``python -S``."""
-    deep = tmp_path / ("d" * 60) / ("e e" + "f" * 60)
-    deep.mkdir(parents=True)
-    (deep / "python").symlink_to(sys.executable)
-    script = bootstraps_inv(tmp_path / "bin", str(deep / "python"), REPO_ROOT)
-    assert script.read_text().startswith("#!/bin/sh\n")
-    here_site = [p for p in sys.path if p.endswith("site-packages")]
-    code = "import sys; print(sys.flags.no_site, sys.argv[1:])"
-    text = script.read_text()
-    script.write_text(text[:text.index("try:")] + code + "\n")
-    out = subprocess.run([str(script), "git.status", "x y"], capture_output=True, text=True, timeout=60,
-                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(here_site)))
-    assert (out.returncode, out.stdout) == (0, "1 ['git.status', 'x y']\n"), out.stderr
-
-
-def test_bootstraps_inv_runs_an_older_chtop_first_on_pythonpath_with_site_done(tmp_path):
-    """A chtop_tasks from before the script (its inv has no ``main_without_site``), first on
-    ``PYTHONPATH``: its own ``main`` runs, after site's whole step, as pip's script ran it."""
-    old = tmp_path / "old" / "chtop_tasks"
-    old.mkdir(parents=True)
-    (old / "__init__.py").write_text("")
-    (old / "inv.py").write_text("import sys\ndef main():\n    import invoke\n    print('old main', sys.argv[1:])\n")
-    script = bootstraps_inv(tmp_path / "bin", sys.executable, REPO_ROOT)
-    out = subprocess.run([str(script), "git.status"], capture_output=True, text=True, timeout=60,
-                         env=dict(os.environ, PYTHONPATH=str(old.parent)))
-    assert (out.returncode, out.stdout) == (0, "old main ['git.status']\n"), out.stderr
-
-
-def test_bootstrap_writes_the_script_over_pips_never_through_a_link(tmp_path):
-    """``python -m chtop_tasks.invscript DIR`` (what bootstrap runs): the script replaces what is there,
-    executable; a link planted in its place is replaced, its target left as it was; a bad dir is a
-    usage error that writes nothing."""
-    scripts = tmp_path / "bin"
-    scripts.mkdir()
-    target = tmp_path / "target"
-    target.write_text("untouched\n")
-    (scripts / invscript.NAME).symlink_to(target)
-    out = subprocess.run([sys.executable, "-m", "chtop_tasks.invscript", str(scripts)], capture_output=True,
-                         text=True, cwd=REPO_ROOT, timeout=60)
-    assert out.returncode == 0, out.stderr
-    written = scripts / invscript.NAME
-    assert not written.is_symlink() and target.read_text() == "untouched\n"
-    assert written.read_text() == invscript.script_text(sys.executable, str(REPO_ROOT))
-    assert written.stat().st_mode & 0o777 == 0o755
-    bad = subprocess.run([sys.executable, "-m", "chtop_tasks.invscript", str(tmp_path / "nope")],
-                         capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
-    assert bad.returncode == 2 and "usage" in bad.stderr and not (tmp_path / "nope").exists()
+    assert not imported_invoke(status.stderr), "the light task path was not taken"
+    assert set(ran.read_text().split()) == {"pth", "sitecustomize"}       # (the task's own Pythons run them too)

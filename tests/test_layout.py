@@ -7,7 +7,7 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "chtop_tasks"
 CORE = {"errors", "runner", "term", "argv", "passthrough", "atomic", "fanout", "agentfile", "record", "digest",
-        "tomlcache", "rundir", "filestamp"}
+        "tomlcache"}
 # what each concern may import besides the core modules and itself
 ALLOWED = {
     "core": set(),
@@ -22,8 +22,7 @@ ALLOWED = {
     "incontainer": set(),
     "hosts": {"places", "workspace"},   # a host's chtop is asked for its worktrees, rendered as ours
 }
-ENTRY_POINTS = {"tasks", "nox_sessions", "cli", "inv", "invscript", "faststart", "taskdef", "demo", "__init__", "jump", "dash",
-                "warmstart"}
+ENTRY_POINTS = {"tasks", "nox_sessions", "cli", "inv", "faststart", "taskdef", "demo", "__init__", "jump", "dash"}
 
 
 def concern_of(path: Path) -> str:

@@ -18,12 +18,12 @@ from __future__ import annotations
 import json
 import socket
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import ChtopError
 from ..places import command_for_group, runtime_dir
 
-TYPE_CHECKING = False    # typing's flag, without importing typing
-if TYPE_CHECKING:   # the proxy's server imports asyncio; a client of the control socket (a launch) need not
+if TYPE_CHECKING:   # the proxy's server imports asyncio; a client of the control socket need not
     import asyncio
 
 # What a decision tells held requests: "allow-once*" lets them through by itself; after the

@@ -29,8 +29,8 @@ import stat
 import struct
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False    # typing's flag, without importing typing
 if TYPE_CHECKING:   # only the proxy's server, which imports it itself, runs the hand-off's loop
     import asyncio
 

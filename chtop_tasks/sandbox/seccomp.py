@@ -23,7 +23,6 @@ import stat
 from pathlib import Path
 
 from ..errors import ChtopError
-from ..filestamp import file_stamp
 
 # where podman's packages install the default profile (containers-common)
 DEFAULT_PROFILES = (Path("/usr/share/containers/seccomp.json"), Path("/etc/containers/seccomp.json"))
@@ -105,14 +104,6 @@ def write_profile(path: Path) -> None:
     tmp.replace(path)
 
 
-_RENDERED: dict[tuple, str] = {}
-
-
 def profile_text() -> str:
-    """The sandbox's profile as JSON, rendered once per process for each version of podman's default
-    (the stamps of the files it may come from: a package upgrade renders it again)."""
-    key = tuple(file_stamp(path) for path in DEFAULT_PROFILES)
-    if key not in _RENDERED:
-        _RENDERED.clear()
-        _RENDERED[key] = json.dumps(no_setid_profile(default_profile()))
-    return _RENDERED[key]
+    """The sandbox's profile as JSON: podman's default as installed now, set-id modes refused."""
+    return json.dumps(no_setid_profile(default_profile()))

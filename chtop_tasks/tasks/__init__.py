@@ -1,7 +1,7 @@
 """The Invoke namespaces, one module per noun, and the root-level tasks.
 
 Imported on first use: ``NAMESPACES`` and ``ROOT_TASKS`` import every task module (invoke's
-collection, ``inv --list``); the fast start (``faststart``) imports only the module of the one task
+collection, ``inv --list``); the light task path (``faststart``) imports only the module of the one task
 it runs, by these names.
 """
 

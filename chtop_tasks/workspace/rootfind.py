@@ -2,19 +2,18 @@
 checkout's chtop to run (``chtop_tasks/inv.py``).
 
 It imports nothing of chtop but ``errors``: ``inv`` asks it with the installed chtop, then forgets
-every chtop module and runs the checkout's own, so whatever this module imports is imported twice
-(``layout``, which re-exports these names, brings ``places``, ``manifest`` and ``agentfile``).
-Reads only directory entries, as ``layout`` does.
+every chtop module and runs the checkout's own, so the question is answered before any workspace
+model is loaded (``layout`` re-exports these names).  Reads only directory entries, as ``layout`` does.
 
-``find_root_path`` answers with ``os.path`` strings; ``find_root`` and ``toplevel_in_grouping`` give
+It answers with ``os.path`` (``find_root_path``); ``find_root`` and ``toplevel_in_grouping`` give
 the same answers as Paths.
 """
 
 import os
+from typing import TYPE_CHECKING
 
 from ..errors import ManifestError, NotInWorkspace, WorkspaceError
 
-TYPE_CHECKING = False    # typing's flag, without importing typing
 if TYPE_CHECKING:
     from pathlib import Path
 

@@ -18,7 +18,6 @@ from ..errors import ChtopError, CommandFailed, Interrupted, Refused, UsageError
 from ..fanout import answered_before_leaving, fan_out, in_background
 from ..places import build_cache_dir, create_journal_path, state_dir, worktree_name_problem
 from ..term import say, warn
-from .bytecode import first_task_sources, seed_worktree_bytecode
 from .dotfiles import refresh_workspace_files
 from .gitprobe import LISTING_TIMEOUT, ahead_behind, branch_exists, dirty_paths, head_branch, local_branches, rev
 from .gitrun import git
@@ -137,8 +136,7 @@ def steps_for_create(ws: Workspace, top: Workspace, name: str, integration: dict
 
 
 def rmtree(path: Path, ignore_errors: bool = False) -> None:
-    """``shutil.rmtree``, imported here: a create imports this module and removes nothing, and
-    ``shutil`` brings ``zlib``, ``bz2`` and ``lzma``."""
+    """``shutil.rmtree``, imported here: a create imports this module and removes nothing."""
     import shutil
 
     shutil.rmtree(path, ignore_errors=ignore_errors)
@@ -249,8 +247,8 @@ class CreateRun:
             self.journal.unlink(missing_ok=True)
 
 
-def add_worktrees(steps: list[AddStep], name: str, run: CreateRun, added=lambda checkout: None) -> None:
-    """Each step's branch and checkout; ``added(checkout)`` after each.  The container repo's checkout
+def add_worktrees(steps: list[AddStep], name: str, run: CreateRun) -> None:
+    """Each step's branch and checkout.  The container repo's checkout
     is made first (the others are checked out inside it), without its files, while the other repos'
     branches and private stores are made; then its files are written while the others are checked
     out, all at once: each is its own repo and its own private store, and most of the time is git
@@ -278,7 +276,6 @@ def add_worktrees(steps: list[AddStep], name: str, run: CreateRun, added=lambda 
     def filled(step: AddStep) -> None:
         if step.submodules:
             init_submodules(step.checkout.path, step.checkout.name)
-        added(step.checkout)
 
     def fill_container(step: AddStep) -> None:
         check_out_files(step.checkout.path, step.tip)
@@ -372,18 +369,10 @@ def make_worktree(ws: Workspace, name: str) -> Workspace:
     undo_interrupted_create(ws, name)
     steps = plan_create(ws, name)
     run = CreateRun(name, create_journal_path(ws.grouping, name))
-    root = ws.worktree_root(name)
-    seeding = []
-
-    def added(checkout: Checkout) -> None:
-        if not checkout.name:       # chtop's own copy is there: its bytecode is seeded while git adds the rest
-            seeding.append(in_background(seed_quietly, checkout.path))
     try:
-        add_worktrees(steps, name, run, added)
-        new_ws = find_workspace(root)
+        add_worktrees(steps, name, run)
+        new_ws = find_workspace(ws.worktree_root(name))
         refresh_workspace_files(new_ws)
-        for wait in seeding:
-            wait()
     except (ChtopError, OSError, KeyboardInterrupt) as exc:
         notes = run.undo()
         detail = "\n".join(notes)
@@ -394,17 +383,6 @@ def make_worktree(ws: Workspace, name: str) -> Workspace:
         ) from exc
     run.done()
     return new_ws
-
-
-def seed_quietly(root: Path) -> int:
-    """``seed_worktree_bytecode`` of the modules a first git task imports (it compiles nothing: see
-    bytecode.py); a failure only means that first task compiles, so it is a warning, never a reason
-    to undo the create."""
-    try:
-        return seed_worktree_bytecode(root, only=first_task_sources())
-    except OSError as exc:
-        warn(f"bytecode for {root} not seeded ({exc}); its first task compiles chtop's modules")
-        return 0
 
 
 def kept_worktree_to_resume(ws: Workspace, name: str, build_venv) -> Workspace | None:
