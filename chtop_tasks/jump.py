@@ -161,10 +161,8 @@ def attach_or_start(ws) -> int:
         print(f"starting a {sessions.DEFAULT_AGENT} session in {ws.name} ...", file=sys.stderr, flush=True)
         sessions.start_session(ws, sessions.DEFAULT_AGENT, [], False)
         session = sessions.session_of(ws.grouping, ws.name) or {"worktree": ws.name}
-    argv = sessions.attach_argv(ws.grouping, sessions.session_name(session))
     sys.stdout.flush()
-    os.execvp(argv[0], argv)
-    return 0  # not reached
+    return sessions.attach(ws.grouping, sessions.session_name(session))
 
 
 def parse_go(argv: list[str]) -> argparse.Namespace:
