@@ -18,12 +18,12 @@ from pathlib import Path
 
 from .. import runner, term
 from ..errors import ChtopError, CommandFailed, Refused, UsageError
-from ..places import is_dir_group, is_feature_worktree, target_for
+from ..places import target_for
 from ..sandbox.agent_config import check_user_settings, remove_session_state
 from ..sandbox.once import VERBOSE_ENV, first_time
 from ..term import say, warn
 from . import records, tmux
-from .listing import is_live, list_sessions, session_row
+from .listing import is_live, list_sessions, require_known_worktree, session_row
 
 STOP_GRACE = 10.0
 PANE_EXIT_WAIT = 5.0
@@ -200,6 +200,7 @@ def stop_session(group_dir: Path, name: str, grace: float = STOP_GRACE) -> dict:
     group_dir = Path(group_dir)
     record = records.load(group_dir, name)
     if record is None:
+        require_known_worktree(group_dir, name)
         raise UsageError(f"no session for worktree {name!r} in {group_dir} (inv session.list shows them)")
     row = session_row(record)
     record = records.load(group_dir, name) or record      # the pane may have recorded its container by now
@@ -264,10 +265,7 @@ def restore_sessions(ws) -> list[dict]:
 def _live_record(group_dir: Path, name: str) -> records.Record:
     record = records.load(Path(group_dir), name)
     if record is None:
-        if not is_dir_group(Path(group_dir)) and not is_feature_worktree(Path(group_dir), name):
-            from ..workspace.suggest import no_worktree_message
-
-            raise UsageError(no_worktree_message(Path(group_dir), name))
+        require_known_worktree(Path(group_dir), name)
         raise Refused(f"no session for worktree {name}; start one there:  inv session.start")
     row = session_row(record)
     if row["state"] == "lost":
