@@ -85,6 +85,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(jump_main(args))
     try:
         if not (args and not args[0].startswith("-") and faststart.run(args)):
+            message = faststart.name_given_as_a_word(args, binary="chtop")
+            if message:
+                print(f"error: {message}", file=sys.stderr)
+                sys.exit(USAGE_EXIT)
+            faststart.drop_light_modules()
             program().run(argv)
         sys.stdout.flush()
     except BrokenPipeError:

@@ -209,6 +209,32 @@ def run_task(body, kwargs: dict) -> None:
         sys.exit(1)
 
 
+def name_given_as_a_word(argv: list[str], binary: str = "inv") -> str | None:
+    """``inv worktree.create dev2``: invoke would answer "No idea what 'dev2' is!".  When the task
+    has a ``--name`` flag and the first word after its flags is no task's name, the message showing
+    the ``--name`` form; else None (invoke's parser decides)."""
+    words = argv[:argv.index("--")] if "--" in argv else list(argv)
+    if not words or words[0].startswith("-"):
+        return None
+    light = light_tasks(words[0]).get(words[0])
+    kinds = flag_kinds(light) if light is not None else None
+    if not kinds or "name" not in kinds or kinds["name"][1] is not str:
+        return None
+    rest, index = list(words[1:]), 0
+    while index < len(rest) and rest[index].startswith("--"):
+        flag, has_value, _ = rest[index][2:].partition("=")
+        index += 1 if has_value or kinds.get(flag, ("", bool))[1] is bool else 2
+    if index >= len(rest) or rest[index].startswith("-") or "name" in {kinds.get(w[2:].partition("=")[0], ("",))[0]
+                                                                       for w in rest if w.startswith("--")}:
+        return None
+    word = rest[index]
+    if light_tasks(word).get(word) is not None:       # a second task: invoke's to run
+        return None
+    flags = rest[:index] + rest[index + 1:]
+    fixed = " ".join([binary, words[0], "--name", word, *flags])
+    return f"{binary} {words[0]}: the worktree's name is given with --name:  {fixed}"
+
+
 def run(argv: list[str], project: str | None = None) -> bool:
     """Run the task ``argv`` names and return True; False (and nothing of it imported) when invoke must."""
     call = planned_call(argv, project)

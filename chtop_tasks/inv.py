@@ -64,6 +64,8 @@ def main() -> None:
     except ChtopError as exc:
         print(f"inv: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
+    if root is None and sys.argv[1:] and not sys.argv[1].startswith("-") and not invoke_tasks_above(os.getcwd()):
+        say_not_in_workspace(os.getcwd())
     if root is not None:
         os.environ[PINNED_ENV] = root
         if sys.argv[1:] and not sys.argv[1].startswith("-"):
@@ -71,6 +73,31 @@ def main() -> None:
             os.environ[PINNED_ENV] = root     # the prologue took it; invoke's load of tasks.py checks it again
     forget_chtop_modules()
     program(root).run()
+
+
+def invoke_tasks_above(cwd: str) -> bool:
+    """Whether invoke would find a collection (``tasks.py`` or a ``tasks`` package) here or above."""
+    path = cwd
+    while True:
+        if os.path.isfile(os.path.join(path, "tasks.py")) or os.path.isfile(os.path.join(path, "tasks", "__init__.py")):
+            return True
+        parent = os.path.dirname(path)
+        if parent == path:
+            return False
+        path = parent
+
+
+def say_not_in_workspace(cwd: str) -> None:
+    """Outside any workspace (and any invoke project), what to do instead of invoke's
+    "Can't find any collection named 'tasks'!"; exits 2."""
+    from .errors import NotInWorkspace
+    from .workspace.rootfind import find_root_path
+
+    try:
+        find_root_path(cwd)
+    except NotInWorkspace as exc:
+        print(f"inv: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
 
 
 def is_this_checkout(root: str) -> bool:
@@ -89,6 +116,12 @@ def fast_start(root: str, argv: list[str]) -> None:
         return                                # a checkout from before the light task path
     if faststart.run(argv, project=root):
         sys.exit(0)
+    hint = getattr(faststart, "name_given_as_a_word", None)
+    message = hint(argv) if hint is not None else None
+    if message:
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+    faststart.drop_light_modules()
 
 
 def run_prologue(path: str) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from . import term
 from .errors import ChtopError, NotInWorkspace, UsageError, WorkspaceError
 from .places import check_worktree_name, read_user_config, user_config_dir
-from .workspace.suggest import no_worktree_message
+from .workspace.suggest import closest_worktree, no_worktree_message
 
 SHELLS = ("bash", "zsh")
 CONFIG_NAME = "config.toml"
@@ -116,12 +116,13 @@ def existing_worktree(top, name: str):
 # -- the real command's side ---------------------------------------------------------------------
 
 def offer_create(top, name: str, venv: bool, stdin=None) -> bool:
-    """Ask on the terminal whether to create ``name``; never without one."""
+    """Ask on the terminal whether to create ``name``; never without one, nor when ``name`` is
+    close to an existing worktree's (a typo is answered with that name instead)."""
     stdin = stdin or sys.stdin
-    if not stdin.isatty():
+    if not stdin.isatty() or closest_worktree(top.grouping, name):
         return False
-    sys.stderr.write(f"{no_worktree_message(top.grouping, name)} in {top.grouping}. Create it (inv worktree.create --name {name}"
-                     f"{'' if venv else ' --no-venv'})? [y/N] ")
+    sys.stderr.write(f"{no_worktree_message(top.grouping, name)}.\nCreate worktree {name} now "
+                     f"(inv worktree.create --name {name}{'' if venv else ' --no-venv'})? [y/N] ")
     sys.stderr.flush()
     return stdin.readline().strip().lower() in ("y", "yes")
 
@@ -148,8 +149,10 @@ def resolve(name: str, venv: bool = True, cwd: Path | None = None):
         return ws
     if offer_create(top, name, venv):
         return create(top, name, venv)
-    raise UsageError(f"{no_worktree_message(top.grouping, name)}; make it with:\n"
-                     f"  cd {top.toplevel} && inv worktree.create --name {name}")
+    close = closest_worktree(top.grouping, name)
+    fix = (f"go there:  chtop go {close}" if close else
+           f"make it with:\n  cd {top.toplevel} && inv worktree.create --name {name}")
+    raise UsageError(f"{no_worktree_message(top.grouping, name)}; {fix}")
 
 
 def attach_or_start(ws) -> int:
@@ -161,10 +164,8 @@ def attach_or_start(ws) -> int:
         print(f"starting a {sessions.DEFAULT_AGENT} session in {ws.name} ...", file=sys.stderr, flush=True)
         sessions.start_session(ws, sessions.DEFAULT_AGENT, [], False)
         session = sessions.session_of(ws.grouping, ws.name) or {"worktree": ws.name}
-    argv = sessions.attach_argv(ws.grouping, sessions.session_name(session))
     sys.stdout.flush()
-    os.execvp(argv[0], argv)
-    return 0  # not reached
+    return sessions.attach(ws.grouping, sessions.session_name(session))
 
 
 def parse_go(argv: list[str]) -> argparse.Namespace:
@@ -214,7 +215,7 @@ def existing_or_fail(name: str):
     top = current_toplevel()
     ws = existing_worktree(top, name)
     if ws is None:
-        raise UsageError(f"{no_worktree_message(top.grouping, name)} in {top.grouping}")
+        raise UsageError(no_worktree_message(top.grouping, name))
     return ws
 
 

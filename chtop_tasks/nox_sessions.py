@@ -53,7 +53,9 @@ def run_in_sandbox(cwd: Path, name: str | None = None) -> int:
     if name:
         root = find_workspace(cwd).worktree_root(name)
         if not root.is_dir():
-            raise UsageError(f"no worktree {name!r} at {root}; see `inv worktree.list`")
+            from .workspace.suggest import require_feature_worktree
+
+            require_feature_worktree(find_workspace(cwd).grouping, name)
     return launch(LaunchRequest(target_for(root), check_command(), purpose="gpu-smoke"))
 
 
@@ -104,7 +106,9 @@ def session_root(name: str | None, start: Path | None = None):
     else:
         root = ws.worktree_root(name)
     if not root.is_dir():
-        raise UsageError(f"no worktree {name!r} in {ws.grouping} (make it with `inv worktree.create {name}`)")
+        from .workspace.suggest import require_feature_worktree
+
+        require_feature_worktree(ws.grouping, name)
     other = find_workspace(root)
     if other.root != root.resolve():
         raise UsageError(f"{root} is not a checkout of this workspace")

@@ -151,3 +151,19 @@ def test_an_approved_domain_does_not_stop_the_toplevels_fast_forward(initialized
     (g.toplevel / "README.md").write_text("mine\n")
     other = g.inv(g.toplevel, "git.pull", check=False)
     assert "uncommitted changes to README.md" in other.stderr, other.stderr
+
+
+def test_rebase_down_says_when_a_remote_has_moved_that_git_pull_has_not_brought_in(with_dev):
+    g = with_dev
+    colleague_pushes(g.base, g.remotes / "alpha.git", "main", "a.txt")
+    git(g.toplevel / "alpha", "fetch", "-q", "origin")     # fetched (by hand, or a pull that could not move)
+    before = git(g.toplevel / "alpha", "rev-parse", "main")
+    done = g.inv(g.path("dev"), "git.rebase-down")
+    assert "dev/alpha: nothing to rebase" in done.stdout, done.stdout
+    assert "top/alpha: origin/main has 1 commit that main here lacks (as last fetched)" in done.stdout, done.stdout
+    assert f"cd {g.toplevel} && inv git.pull" in done.stdout
+    assert "beta" not in done.stdout.split("remotes have moved")[1]
+    assert git(g.toplevel / "alpha", "rev-parse", "main") == before       # nothing fetched or moved
+    g.inv(g.path("dev"), "git.pull")
+    again = g.inv(g.path("dev"), "git.rebase-down")
+    assert "remotes have moved" not in again.stdout and "1 new commit(s) on main" in again.stdout, again.stdout

@@ -453,3 +453,27 @@ def test_relations_count_a_line_either_way_and_branches_that_diverged(with_dev):
     g.commit(dev / "alpha", "a.txt", "a\n", "diverged")
     sync_worktree(ws)
     assert {r.checkout.name: (r.ahead, r.behind) for r in gitops.relations(ws)}["alpha"] == (1, 2)
+
+
+def test_a_rebase_conflict_finished_by_hand_as_told_is_imported_without_a_warning_or_kept_ref(with_dev):
+    g = with_dev
+    dev = g.path("dev")
+    g.commit(dev / "alpha", "mine.txt", "m\n", "mine first")
+    g.commit(dev / "alpha", "alpha.txt", "line 1\nmine\nline 3\n", "conflicting change")
+    g.inv(dev, "git.status")                                            # imported: the old tip is shared
+    g.push_upstream_commit("alpha", "alpha.txt", "line 1\nupstream\nline 3\n")
+    assert g.inv(dev, "git.rebase-down", check=False).returncode == 1
+    (dev / "alpha" / "alpha.txt").write_text("line 1\nresolved\nline 3\n")
+    git(dev / "alpha", "add", "alpha.txt")
+    subprocess.run(["git", "-c", "core.editor=true", "rebase", "--continue"], cwd=dev / "alpha", check=True,
+                   capture_output=True)
+    after = g.inv(dev, "git.status")                                     # the next chtop task, as the docs say
+    assert "rewritten inside" not in after.stderr and "kept" not in after.stderr, after.stderr
+    assert git(g.toplevel / "alpha", "for-each-ref", "refs/chtop/kept") == ""
+    assert git(g.toplevel / "alpha", "rev-parse", "dev") == git(dev / "alpha", "rev-parse", "HEAD")
+    # a rewrite that drops a commit of the series is no finished rebase: its old tip is kept
+    old = git(dev / "alpha", "rev-parse", "HEAD")
+    git(dev / "alpha", "reset", "-q", "--hard", "HEAD~1")
+    dropped = g.inv(dev, "git.status")
+    assert "rewritten inside" in dropped.stderr
+    assert old in git(g.toplevel / "alpha", "for-each-ref", "--format=%(objectname)", "refs/chtop/kept")

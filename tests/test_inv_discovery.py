@@ -143,8 +143,9 @@ def test_chtops_inv_outside_a_workspace_is_invoke_as_usual(tmp_path):
     (project / "tasks.py").write_text("from invoke import task\n\n@task\ndef hello(c):\n    print('hello from project')\n")
     bin_dir = console_script(tmp_path / "bin", os.sys.executable, chtop_tree=REPO_ROOT, code=CHTOP_INV).parent
     assert typed(bin_dir, project / "sub", "hello").stdout == "hello from project\n"
-    missing = typed(bin_dir, tmp_path, "hello")
-    assert missing.returncode == 1 and "Can't find any collection named 'tasks'!" in missing.stderr
+    missing = typed(bin_dir, tmp_path, "hello")            # no project and no workspace: what to do
+    assert missing.returncode == 2 and "is not inside a chtop workspace" in missing.stderr, missing.stderr
+    assert "Can't find any collection" not in missing.stderr
 
 
 def test_invokes_own_inv_typed_in_a_worktree_refuses_loudly(with_dev, tmp_path):

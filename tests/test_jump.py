@@ -81,8 +81,13 @@ def test_go_offers_to_create_a_missing_worktree_at_a_terminal(with_dev, chtop_bi
                           timeout=120, dimensions=(40, 200))
     try:
         child.sendline(INIT)
+        child.sendline("chtop go dve --no-venv")              # a typo: never offered for creation
+        child.expect(r"did you mean 'dev'\?; go there:  chtop go dev\r")
+        child.sendline("echo rc=$? at $PWD")
+        child.expect(r"rc=2 at (\S+)\r")
+        assert "[y/N]" not in child.before
         child.sendline("chtop go feat2 --no-venv")
-        child.expect(r"no worktree 'feat2' \(worktrees: dev\) in .*Create it .*\[y/N\] ")
+        child.expect(r"no worktree 'feat2' in \S+ \(worktrees: dev\)\.\r\nCreate worktree feat2 now .*\[y/N\] ")
         child.sendline("n")
         child.sendline("echo rc=$? at $PWD")
         child.expect(r"rc=2 at (\S+)\r")
@@ -126,7 +131,7 @@ def test_go_names_the_worktrees_with_a_close_name_and_goes_to_the_toplevel_by_it
     g = with_dev
     r = bash(g.toplevel, chtop_bin, "chtop go dve; echo rc=$?")
     assert "rc=2" in r.stdout
-    assert "no worktree 'dve' (worktrees: dev); did you mean 'dev'?" in r.stderr, r.stderr
+    assert f"no worktree 'dve' in {g.path()} (worktrees: dev); did you mean 'dev'?" in r.stderr, r.stderr
     r = bash(g.path("dev", "alpha"), chtop_bin, f"chtop go {g.toplevel.name} && pwd")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == str(g.toplevel) and not g.path(g.toplevel.name, g.toplevel.name).exists()
@@ -136,7 +141,7 @@ def test_session_attach_to_a_worktree_that_does_not_exist_says_so(with_dev):
     g = with_dev
     r = g.inv(g.path("dev"), "session.attach", "--name", "dve", check=False)
     assert r.returncode == 2
-    assert "no worktree 'dve' (worktrees: dev); did you mean 'dev'?" in r.stderr, r.stderr
+    assert "did you mean 'dev'?" in r.stderr, r.stderr
     assert "start one there" not in r.stderr
     r = g.inv(g.path("dev"), "session.attach", "--name", "dev", check=False)    # exists, no session yet
     assert r.returncode == 3 and "start one there" in r.stderr

@@ -27,6 +27,10 @@ curl -s -o /dev/null --max-time 10 -w 'proxy=%{http_code}\n' http://blocked.exam
 i=0; while [ $i -lt 10 ]; do echo "tick $i"; i=$((i+1)); sleep 1; done
 echo STANDIN-QUIET; sleep 12; exit 5
 """
+# An agent that cannot reach its API: one error line, exit 1 at once (what claude does then).
+DIES_AT_ONCE = r"""echo 'API Error: Failed to connect to api.example.com'; exit 1"""
+# One that runs past session.start's first seconds, then fails the same way with status 3.
+DIES_LATER = r"""echo STILL-UP; sleep 12; echo 'API Error: connection lost'; exit 3"""
 
 
 @pytest.fixture
@@ -35,7 +39,9 @@ def g(user_group):  # noqa: F811
     config = g.home / ".config" / "chtop"
     config.mkdir(parents=True, exist_ok=True)
     (config / "agents.toml").write_text(
-        f"[standin]\ncommand = ['sh', '-c', '''{STAND_IN}''', 'standin']\ncontinue_args = ['--again']\n")
+        f"[standin]\ncommand = ['sh', '-c', '''{STAND_IN}''', 'standin']\ncontinue_args = ['--again']\n"
+        f"[dies]\ncommand = ['sh', '-c', '''{DIES_AT_ONCE}''']\n"
+        f"[dieslater]\ncommand = ['sh', '-c', '''{DIES_LATER}''']\n")
     out = g.base / "notified"
     (config / "config.toml").write_text(f'notify = ["sh", "-c", "echo \\"$@\\" >> {out}", "notify"]\n')
     subprocess.run(["chown", "-R", f"{g.user.pw_uid}:{g.user.pw_gid}", str(g.home / ".config")], check=True)
@@ -129,3 +135,39 @@ def test_a_session_outlives_its_terminal_and_stop_ends_it_with_sigterm_leaving_n
     wait_notified(g, "dev exited", "the notify command never ran on stop")
     again = g.inv("session.stop")
     assert again.returncode == 2 and "no session for worktree 'dev'" in again.stderr
+
+
+def test_an_agent_that_dies_at_start_fails_session_start_with_its_last_lines_and_attach_says_why(g):
+    first = g.inv("session.start", "--agent", "dies")
+    assert first.returncode == 1, first.stdout + first.stderr
+    assert "started dev" not in first.stdout
+    assert "ended" in first.stderr and "exit 1" in first.stderr, first.stderr
+    assert "API Error: Failed to connect to api.example.com" in first.stderr, first.stderr
+    assert "inv session.log" in first.stderr
+    assert row(g)["state"] == "exited"
+    attach = g.inv("session.attach")
+    assert attach.returncode == 3, attach.stdout + attach.stderr
+    assert "has exited (1)" in attach.stderr and "Failed to connect to api.example.com" in attach.stderr
+    # how the terminal server runs is said once per group (an earlier test here may have been told)
+    second = g.inv("session.start", "--agent", "dies")
+    assert second.returncode == 1 and "Failed to connect" in second.stderr
+    assert "terminal server" not in second.stdout + second.stderr, second.stdout
+
+
+def test_attach_to_an_agent_that_then_exits_says_why_and_fails(g):
+    started = g.inv("session.start", "--agent", "dieslater")
+    assert started.returncode == 0, started.stdout + started.stderr
+    env = dict(g.env, TERM="xterm")
+    inv = f"{g.venv}/bin/python -m invoke session.attach"
+    child = pexpect.spawn("runuser", ["-u", g.user.pw_name, "--", "env", "-i",
+                                      *[f"{k}={v}" for k, v in env.items()], "bash", "--norc", "-i"],
+                          cwd=str(g.dev), encoding="utf-8", codec_errors="replace", timeout=60,
+                          dimensions=(24, 100))
+    child.sendline(f"{inv}; echo ATTACH-RETURNED-$?")
+    child.expect("STILL-UP")
+    child.expect(r"ATTACH-RETURNED-(\d+)")
+    status = child.match.group(1)
+    shown = child.before
+    child.close(force=True)
+    assert status == "1", shown
+    assert "exited (3)" in shown and "API Error: connection lost" in shown, shown

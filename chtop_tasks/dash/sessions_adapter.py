@@ -68,3 +68,8 @@ def stop_session(group_dir: Path, name: str):
 
 def attach_argv(group_dir: Path, name: str) -> list[str]:
     return list(_require().attach_argv(Path(group_dir), name))
+
+
+def attach(group_dir: Path, name: str) -> int:
+    """Attach this terminal to ``name``'s session; its status (an error saying why if the agent ends)."""
+    return int(_require().attach(Path(group_dir), name))

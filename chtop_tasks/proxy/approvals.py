@@ -132,8 +132,12 @@ def require_worktree(group_dir: Path, worktree: str) -> None:
         raise UsageError(f"--worktree {worktree}: the --dir group has no worktrees (run this in a workspace, "
                          "or leave out --worktree for the group's lists)")
     if not is_feature_worktree(group_dir, worktree):
-        raise UsageError(f"--worktree {worktree}: no such worktree in {group_dir} "
-                         f"(inv worktree.list shows them; inv worktree.create --name {worktree} makes it)")
+        from ..workspace.suggest import require_feature_worktree
+
+        try:
+            require_feature_worktree(group_dir, worktree)
+        except UsageError as exc:
+            raise UsageError(f"--worktree {worktree}: {exc}") from None
 
 
 def writable_policy_dir(group_dir: Path, policy_dir: Path) -> Path:

@@ -9,6 +9,8 @@ The stable API (the dashboard and the ``session.*`` tasks use it):
 - ``start_session(ws, agent, args, continue_) -> dict``: start it, return its row at once;
 - ``stop_session(group_dir, name) -> dict``: end the agent, its container and tmux session;
 - ``attach_argv(group_dir, name) -> list[str]``: the command that attaches a terminal to it;
+- ``attach(group_dir, name) -> int``: attach this terminal until the user detaches, saying why the
+  agent ended if it ends meanwhile;
 - ``restore_sessions(ws)``, ``session_log(group_dir, name)``,
   ``refuse_while_in_use(wt)`` (worktree.delete's check: no session, no sandbox running).
 """
@@ -17,7 +19,7 @@ from importlib import import_module
 
 # each name of the API, and the module that has it: imported when first asked for, so that
 # worktree.delete's busy check (``refuse_while_in_use``) does not import the launch side
-_WHERE = {"SessionRunning": "lifecycle", "attach_argv": "lifecycle", "restore_sessions": "lifecycle",
+_WHERE = {"SessionRunning": "lifecycle", "attach": "lifecycle", "attach_argv": "lifecycle", "restore_sessions": "lifecycle",
           "start_session": "lifecycle", "stop_all": "lifecycle", "stop_session": "lifecycle",
           "list_sessions": "listing", "refuse_delete_while_running": "listing", "refuse_while_in_use": "listing",
           "running_session": "listing", "session_log": "screenlog"}

@@ -16,17 +16,20 @@ import sys
 import time
 from pathlib import Path
 
-from .. import runner
+from .. import runner, term
 from ..errors import ChtopError, CommandFailed, Refused, UsageError
-from ..places import is_dir_group, is_feature_worktree, target_for
+from ..places import target_for
 from ..sandbox.agent_config import check_user_settings, remove_session_state
 from ..sandbox.once import VERBOSE_ENV, first_time
 from ..term import say, warn
 from . import records, tmux
-from .listing import is_live, list_sessions, session_row
+from .listing import is_live, list_sessions, require_known_worktree, session_row
 
 STOP_GRACE = 10.0
 PANE_EXIT_WAIT = 5.0
+SANDBOX_START_WAIT = 30.0   # seconds for the pane process to plan and start the agent's sandbox
+FIRST_SECONDS = 4.0         # an agent that ends this soon after its sandbox starts failed to start
+LAST_LINES = 12             # lines of its screen shown when an agent has exited
 
 
 class SessionRunning(Refused):
@@ -63,7 +66,7 @@ def start_session(ws, agent: str = "claude", args: list[str] | None = None, cont
     prefix, how = ([], "") if tmux.server_running(socket) else tmux.scope_prefix(target.group_dir)
     record = _new_record(target, agent, args, continue_, socket)
     _open_tmux_session(record, prefix)
-    if how:
+    if how and first_time(target.group_dir, f"how the terminal server runs: {bool(prefix)}"):
         say(f"chtop: {how}")
     return _check_started(target.group_dir, record.worktree, record.session_id)
 
@@ -129,21 +132,50 @@ def _open_tmux_session(record: records.Record, prefix: list[str]) -> None:
 
 
 def _check_started(group: Path, name: str, session_id: str) -> dict:
-    """The new session's row; its error when the pane process could not launch the agent."""
-    deadline = time.monotonic() + 2.0
+    """The new session's row once its agent has run for its first seconds; ChtopError with the
+    agent's exit status and last lines when it ended by then (a missing login, an unreachable API)."""
+    deadline, watching = time.monotonic() + SANDBOX_START_WAIT, False
     while True:
-        record = records.load(group, name)
-        if record is None or record.session_id != session_id:
-            raise ChtopError(f"the session record of {name} vanished while starting")
-        if record.status == "exited":
-            raise ChtopError(f"{name}'s agent ended at once (exit {record.exit_status}): "
-                             f"{record.error or 'see inv session.log --name ' + name}")
-        if record.container or time.monotonic() > deadline:
-            break
+        record = _ended_or_current(group, name, session_id)
+        if record.container and not watching:       # its sandbox starts now: watch the agent's first seconds
+            deadline, watching = time.monotonic() + FIRST_SECONDS, True
+        if time.monotonic() > deadline:
+            return session_row(record)
         time.sleep(0.1)
-    if not is_live(record) and record.status != "exited":
+
+
+def _ended_or_current(group: Path, name: str, session_id: str) -> records.Record:
+    """The session's record while it runs; ChtopError saying why once it has ended."""
+    record = records.load(group, name)
+    if record is not None and record.session_id == session_id and record.status != "exited" \
+            and not is_live(record):
+        record = records.load(group, name)          # the pane records the exit just before it ends
+    if record is None or record.session_id != session_id:
+        raise ChtopError(f"the session record of {name} vanished while starting")
+    if record.status == "exited":
+        raise ChtopError(f"{name}'s agent ended within its first seconds, so no session runs; "
+                         + exit_report(group, record))
+    if not is_live(record):
         raise ChtopError(f"{name}'s tmux session ended at once; see: inv session.log --name {name}")
-    return session_row(record)
+    return record
+
+
+def exit_report(group: Path, record: records.Record) -> str:
+    """Why an exited session ended: its exit status, the pane process's error, the last lines of
+    its screen (made inert), and the commands that show more and start it again."""
+    from .screenlog import session_log
+
+    name = record.worktree
+    parts = [f"exit status {record.exit_status}" + (f": {term.inert(record.error)}" if record.error else "")]
+    try:
+        text = session_log(group, name).decode(errors="replace")
+    except ChtopError:
+        text = ""
+    lines = text.rstrip().splitlines()[-LAST_LINES:]
+    if lines:
+        parts.append("its last lines:\n" + "\n".join(f"  | {term.inert_line(line)}" for line in lines))
+    parts.append(f"the whole log: inv session.log --name {name}    start it again: inv session.start")
+    return "\n".join(parts)
 
 
 # -- stop ------------------------------------------------------------------------------------------
@@ -168,6 +200,7 @@ def stop_session(group_dir: Path, name: str, grace: float = STOP_GRACE) -> dict:
     group_dir = Path(group_dir)
     record = records.load(group_dir, name)
     if record is None:
+        require_known_worktree(group_dir, name)
         raise UsageError(f"no session for worktree {name!r} in {group_dir} (inv session.list shows them)")
     row = session_row(record)
     record = records.load(group_dir, name) or record      # the pane may have recorded its container by now
@@ -232,17 +265,13 @@ def restore_sessions(ws) -> list[dict]:
 def _live_record(group_dir: Path, name: str) -> records.Record:
     record = records.load(Path(group_dir), name)
     if record is None:
-        if not is_dir_group(Path(group_dir)) and not is_feature_worktree(Path(group_dir), name):
-            from ..workspace.suggest import no_worktree_message
-
-            raise UsageError(no_worktree_message(Path(group_dir), name))
+        require_known_worktree(Path(group_dir), name)
         raise Refused(f"no session for worktree {name}; start one there:  inv session.start")
     row = session_row(record)
     if row["state"] == "lost":
         raise Refused(f"{name}'s session is lost (its terminal server is gone); bring it back:  inv session.restore")
     if row["state"] == "exited":
-        raise Refused(f"{name}'s agent has exited ({row['exit_status']}); see inv session.log --name {name}, "
-                      f"start it again with inv session.start")
+        raise Refused(f"{name}'s agent has exited ({row['exit_status']}); " + exit_report(Path(group_dir), record))
     return record
 
 
@@ -250,3 +279,20 @@ def attach_argv(group_dir: Path, name: str) -> list[str]:
     """The argv that puts the calling terminal on worktree ``name``'s session (see tmux.attach_argv)."""
     record = _live_record(group_dir, name)
     return tmux.attach_argv(Path(record.tmux_socket), record.tmux_session)
+
+
+class AgentExited(ChtopError):
+    """The agent of the attached session ended while the user watched it."""
+
+
+def attach(group_dir: Path, name: str) -> int:
+    """Put this terminal on worktree ``name``'s session until the user detaches (0, or tmux's own
+    status); AgentExited, saying why, when the agent ends meanwhile (tmux shows only ``[exited]``)."""
+    from ..passthrough import run_interactive
+
+    record = _live_record(group_dir, name)
+    status = run_interactive(tmux.attach_argv(Path(record.tmux_socket), record.tmux_session), pty=False)
+    after = records.load(Path(group_dir), name)
+    if after is not None and after.session_id == record.session_id and after.status == "exited":
+        raise AgentExited(f"{name}'s agent has exited ({after.exit_status}); " + exit_report(Path(group_dir), after))
+    return status

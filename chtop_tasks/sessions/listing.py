@@ -73,6 +73,16 @@ def list_sessions(group_dir: Path) -> list[dict]:
     return [session_row(r, pending.get(r.worktree, 0)) for r in found]
 
 
+def require_known_worktree(group_dir: Path, name: str) -> None:
+    """UsageError with the closest name when ``name`` is no worktree of the group (a typo)."""
+    from ..places import is_dir_group, is_feature_worktree
+
+    if not is_dir_group(Path(group_dir)) and not is_feature_worktree(Path(group_dir), name):
+        from ..workspace.suggest import require_feature_worktree
+
+        require_feature_worktree(Path(group_dir), name)
+
+
 def running_session(group_dir: Path, worktree: str) -> dict | None:
     """The worktree's session row when its tmux session is alive, else None."""
     record = records.load(Path(group_dir), worktree)

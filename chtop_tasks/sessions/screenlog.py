@@ -64,6 +64,10 @@ def session_log(group_dir: Path, name: str, raw: bool = False) -> bytes:
     group_dir = Path(group_dir)
     path = records.log_path(group_dir, name)
     rotated = path.with_name(path.name + ".1")
+    if not path.exists() and not rotated.exists() and not records.screen_path(group_dir, name).exists():
+        from .listing import require_known_worktree
+
+        require_known_worktree(group_dir, name)
     if raw:
         if not path.exists() and not rotated.exists():
             raise UsageError(f"no session log for worktree {name} ({path})")

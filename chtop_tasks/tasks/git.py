@@ -65,6 +65,11 @@ def rebase_down(c, dry_run=False, host="", name=""):
                        *(["--", *remainder_args()] if remainder_args() else []))
     ws = layout.find_workspace()
     code = gitops.rebase_down(ws, remainder_args(), dry_run=dry_run, running_sandboxes=sandbox_names)
+    moved = remotes.unpulled(ws)
+    if moved:
+        say("the remotes have moved since the last git.pull:\n  " + "\n  ".join(moved)
+            + f"\nbring them in, then rebase onto them:  cd {ws.toplevel} && inv git.pull && "
+              f"cd {ws.root} && inv git.rebase-down")
     if not dry_run:
         written = dotfiles.refresh_workspace_files(ws)
         if written:

@@ -80,17 +80,17 @@ def start(c, agent="claude", continue_=False, host="", name=""):
 @reports_errors
 def attach(c, name=None, host=""):
     """Attach this terminal to a worktree's session (detach: C-b d; the agent keeps running)."""
-    from ..sessions import attach_argv
+    from ..sessions import attach as attach_session
 
     if host:
         from ..hosts.fleet import attach_argv_there
 
         argv = attach_argv_there(host, _required_name(name, "attach"))
-    else:
-        argv = attach_argv(_workspace().grouping, _name_or_here(name))
-    echo(argv)
+        echo(argv)
+        sys.stdout.flush()
+        os.execvp(argv[0], argv)
     sys.stdout.flush()
-    os.execvp(argv[0], argv)
+    return attach_session(_workspace().grouping, _name_or_here(name))
 
 
 @task(name="list", help={"json": "print this machine's sessions as a JSON list of objects (worktree, agent, state, since, ...)"})

@@ -442,7 +442,7 @@ def rebase_down(ws: Workspace, rebase_args: list[str], dry_run: bool = False,
     if steps and not dry_run:
         refuse_while_sandboxed(ws, running, "rebase-down")
     try:
-        carry_out(ws, rels, steps, "rebase-down", dry_run, lambda step: ChtopError(conflict_instructions(ws, step)),
+        carry_out(ws, rels, steps, "rebase-down", dry_run, lambda step: rebase_stopped(ws, step),
                   rebased_onto_integration, relation=relation_after_rebase, writes_worktree=True,
                   at_once=not rebase_args and all(rel.ahead == 0 for rel in rels if rel.behind))
     finally:
@@ -562,6 +562,17 @@ def run_steps_at_once(steps: list[GitStep], failure, ws: Workspace | None) -> No
     for step, result in zip(steps, results, strict=True):
         if not result.ok:
             raise failure(step)
+
+
+def rebase_stopped(ws: Workspace, step: GitStep) -> ChtopError:
+    """A repo's rebase stopped: recorded on the host (so the user's ``git rebase --continue`` is
+    imported as this rebase finished: ``rebasemark``), and what to do, as the error."""
+    from . import rebasemark
+
+    checkout = step.checkout
+    rebasemark.record_stopped(ws.grouping, ws.name, checkout.name, read_ref(checkout.store, f"refs/heads/{ws.name}"),
+                              read_ref(checkout.store, f"refs/heads/{ws.integration_branch(checkout)}"))
+    return ChtopError(conflict_instructions(ws, step))
 
 
 def conflict_instructions(ws: Workspace, step: GitStep) -> str:

@@ -49,6 +49,7 @@ from ..errors import ChtopError, CommandFailed, Refused, WorkspaceError
 from ..fanout import fan_out
 from ..places import state_dir
 from ..term import warn
+from . import rebasemark
 from .gitprobe import commits_missing_from, rev
 from .gitrun import git, git_pipeline
 from .layout import (
@@ -315,7 +316,7 @@ def has_news(store: Path, shared: Path, branch: str) -> bool:
 
 def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str,
                   host_rewrite_bases: list[str] | None = None, present_tips: tuple[str, ...] = (),
-                  walked: bool = False) -> Imported | None:
+                  walked: bool = False, stopped_rebase: tuple[str, str] | None = None) -> Imported | None:
     """Bring ``branch`` from the private store into ``shared`` (None when there is nothing new).
 
     The "nothing new" answer reads two ref files and runs no process.  The
@@ -325,7 +326,9 @@ def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str,
     branches of ``shared`` (the integration branch); when the new tip is one's commit (a rebase-down
     with no commits of its own ends there), the shared store has it and all it reaches already, and
     the ref moves without a fetch.  ``walked``: the caller walked ``store`` for planted files just
-    before, under the same lock (a second walk closes no race).
+    before, under the same lock (a second walk closes no race).  ``stopped_rebase``: the host's record
+    of a rebase-down of this branch that stopped on a conflict (``rebasemark``); the user finishing
+    it by hand is the host's rewrite too.
     """
     ref = f"refs/heads/{branch}"
     if (store / ref).is_symlink():      # (has_news says True here, so that this refusal is made)
@@ -365,7 +368,8 @@ def import_branch(checkout_path: Path, store: Path, shared: Path, branch: str,
         got = f"{incoming}^{{commit}}"       # what was fetched, as a commit: git fails on anything else
     try:
         kept = None
-        if old and rewritten(shared, old, got, host_rewrite_bases, f"importing {branch} from {checkout_path}"):
+        if old and rewritten(shared, old, got, host_rewrite_bases, f"importing {branch} from {checkout_path}") \
+                and not rebasemark.finishes(shared, old, got, stopped_rebase):
             kept = f"{KEPT_PREFIX}/{branch}/{old}"
         lines = [f"update {ref} {got} {old}" if old else f"create {ref} {got}"]
         lines += [f"update {kept} {old}"] if kept else []
@@ -673,10 +677,14 @@ def _import_checkout(ws: Workspace, checkout: Checkout, rewritten_by_host: bool,
     """One repo's import of the worktree's branch (``import_branch``); a failure is its message."""
     try:
         bases = [ws.integration_branch(checkout)] if rewritten_by_host else None
-        return import_branch(checkout.path, store_of(ws, checkout), checkout.store, ws.name, bases,
-                             (ws.integration_branch(checkout),), walked=walked)
+        stopped = rebasemark.stopped_rebase(ws.grouping, ws.name, checkout.name)
+        imported = import_branch(checkout.path, store_of(ws, checkout), checkout.store, ws.name, bases,
+                                 (ws.integration_branch(checkout),), walked=walked, stopped_rebase=stopped)
     except CommandFailed as exc:
         return str(exc)
+    if imported is not None and stopped is not None:
+        rebasemark.forget(ws.grouping, ws.name, checkout.name)      # the branch moved on: the record is done
+    return imported
 
 
 def branch_ref_pairs(ws: Workspace) -> list[tuple[Path, Path]]:

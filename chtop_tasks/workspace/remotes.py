@@ -77,6 +77,30 @@ def toplevel_repos(ws: Workspace) -> tuple[Workspace, list[Checkout]]:
     return top, present
 
 
+def unpulled(ws: Workspace) -> list[str]:
+    """A line per integration branch whose remote-tracking ref (as last fetched: nothing is fetched
+    here) has commits the toplevel's branch lacks: ``inv git.pull`` would bring them in."""
+    from .quarantine import read_ref
+
+    top = ws.for_root(ws.toplevel)
+    lines = []
+    for checkout in top.checkouts():
+        branch = top.integration_branch(checkout)
+        tip, tracked = read_ref(checkout.store, f"refs/heads/{branch}"), \
+            read_ref(checkout.store, f"refs/remotes/origin/{branch}")
+        if tip is None or tip == tracked or not (checkout.path / ".git").exists():
+            continue                    # the common case answered from the refs alone
+        up = upstream_of(checkout.path, branch)
+        if up is None or not git(checkout.path, ["rev-parse", "--verify", "--quiet", up.tracking], check=False,
+                                 toplevel_only=True).ok:
+            continue
+        behind = ahead_behind(checkout.path, up.tracking, branch)[1]
+        if behind:
+            lines.append(f"{top.display(checkout.path)}: {up.label} has {plural(behind)} that {branch} here lacks "
+                         f"(as last fetched)")
+    return lines
+
+
 # -- pull ---------------------------------------------------------------------------------------------
 
 

@@ -63,8 +63,28 @@ def find_root_path(start) -> str:
         return top          # the grouping dir itself: its toplevel
     raise NotInWorkspace(
         f"{start} is not inside a chtop workspace (no parent has {' and '.join(MARKERS)} and .git).\n"
-        "Run this from the toplevel, a feature worktree, or a repo inside one."
+        "Run this from the toplevel, a feature worktree, or a repo inside one.\n" + where_your_group_is()
     )
+
+
+def where_your_group_is() -> str:
+    """Where the user's group is, from ``group =`` in their chtop config; else how to name it there."""
+    from ..errors import ChtopError
+    from ..places import read_user_config
+
+    try:
+        path, data = read_user_config()
+    except (ChtopError, OSError) as exc:
+        return f"(Your chtop config cannot be read: {exc})"
+    group = data.get("group")
+    if not isinstance(group, str) or not group.strip():
+        return (f"To have `chtop go NAME` take you into a worktree from anywhere, name your grouping "
+                f'dir in {path}, e.g. the line:  group = "~/ch"')
+    grouping = os.path.expanduser(group)
+    top = toplevel_path_in_grouping(grouping)
+    if top is None:
+        return f"Your group ({path}: group = {group!r}) has no chtop toplevel in {grouping}."
+    return f"Your group ({path}: group = {group!r}):  cd {top}    or:  chtop go NAME"
 
 
 def self_and_parents(path: str):

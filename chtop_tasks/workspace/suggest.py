@@ -1,16 +1,40 @@
-"""What to say when a worktree name matches none: the group's worktrees, and the closest name."""
+"""What to say when a worktree name matches none: the group's worktrees, and the closest name.
+
+Every place that takes a worktree name (worktree.delete, session.* --name, net.* --worktree,
+``chtop go``, the nox sessions) answers a wrong one with ``no_worktree_message``.
+"""
 
 from __future__ import annotations
 
 import difflib
 from pathlib import Path
 
+from ..errors import UsageError
 
-def no_worktree_message(grouping: Path, name: str) -> str:
-    """``no worktree 'dve' (worktrees: dev, other); did you mean 'dev'?``"""
+
+def closest_worktree(grouping: Path, name: str) -> str | None:
+    """The group's worktree whose name is closest to ``name`` (a likely typo of it), or None."""
     from .quarantine import private_worktree_names  # only when there is something to say
 
+    close = difflib.get_close_matches(name, private_worktree_names(Path(grouping)), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def no_worktree_message(grouping: Path, name: str) -> str:
+    """``no worktree 'dve' in /home/u/ch (worktrees: dev, other); did you mean 'dev'?``"""
+    from .quarantine import private_worktree_names
+
     names = private_worktree_names(Path(grouping))
-    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    close = closest_worktree(grouping, name)
     listed = ", ".join(names) if names else "none yet"
-    return f"no worktree {name!r} (worktrees: {listed})" + (f"; did you mean {close[0]!r}?" if close else "")
+    return (f"no worktree {name!r} in {grouping} (worktrees: {listed})"
+            + (f"; did you mean {close!r}?" if close else ""))
+
+
+def require_feature_worktree(grouping: Path, name: str) -> None:
+    """UsageError (with the closest name, or how to make it) unless ``name`` is a feature worktree."""
+    from ..places import is_feature_worktree
+
+    if not is_feature_worktree(Path(grouping), name):
+        fix = "" if closest_worktree(grouping, name) else f"; make it with:  inv worktree.create --name {name}"
+        raise UsageError(no_worktree_message(grouping, name) + fix)

@@ -434,7 +434,9 @@ def worktree_workspace(ws: Workspace, name: str) -> Workspace:
     if name in ws.reserved_names() or worktree_name_problem(name):
         raise UsageError(f"{name!r} is not a worktree name")
     if not (root / ".git").is_file():
-        raise UsageError(f"no worktree {name!r}: {root} is not a feature worktree of {ws.toplevel}")
+        from .suggest import no_worktree_message
+
+        raise UsageError(no_worktree_message(ws.grouping, name))
     return find_workspace(root)
 
 
