@@ -30,6 +30,7 @@ from .records import (
     target_problem,
 )
 from .ssh import LONG_TIMEOUT, Unreachable, close_connection, run_on, ssh_argv
+from .where import refuse_taken
 
 
 @record
@@ -257,7 +258,7 @@ def create_remote_worktree(ws: Workspace, host_name: str, name: str, no_venv: bo
     """``worktree.create`` in the host's toplevel, which must run this toplevel's commit."""
     check_worktree_name(name)
     host = get_host(host_name)
-    refuse_a_second_place(ws, host, name)
+    refuse_taken(ws, name, host.name)
     there, here = install.remote_version(host), local_version(ws)
     if there != here:
         raise Refused(f"host {host_name} runs chtop {there[:12]}, this toplevel {here[:12]}: "
@@ -267,18 +268,6 @@ def create_remote_worktree(ws: Workspace, host_name: str, name: str, no_venv: bo
         record_worktree(host_name, name)
         say(f"created worktree {name} on host {host_name} ({host.target}:{worktree_dir_there(host, name)})")
     return code
-
-
-def refuse_a_second_place(ws: Workspace, host: Host, name: str) -> None:
-    """A worktree name names one worktree: refused when it is here, or recorded on another host."""
-    from .records import recorded_worktrees
-    from .where import local_root
-
-    elsewhere = (["here"] if local_root(ws, name) else []) + \
-        [f"on host {h}" for h, names in recorded_worktrees().items() if name in names and h != host.name]
-    if elsewhere:
-        raise Refused(f"worktree {name} is already {' and '.join(elsewhere)}: a name names one worktree "
-                      f"(pick another --name; inv worktree.list shows them all)")
 
 
 def delete_remote_worktree(host_name: str, name: str, force: bool = False) -> int:

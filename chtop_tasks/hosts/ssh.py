@@ -106,7 +106,7 @@ def run_on(host: Host, argv: list[str], cwd: str | None = None, *, timeout: floa
 
 def silent(host: Host, seconds: float, why: str) -> str:
     """``gpu1: did not answer within 5 s (ssh gpu1: Connection refused)``: one line."""
-    return f"{host.name}: did not answer within {seconds:.0f} s (ssh {host.target}: {why.strip()})"
+    return f"{host.name}: did not answer within {seconds:.0f} s (ssh {host.target}: {why.strip().removeprefix('ssh: ')})"
 
 
 def close_connection(host: Host) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from ..errors import UsageError
+from ..errors import Refused, UsageError
 from ..fanout import fan_out
 from ..places import check_worktree_name
 from ..record import record
@@ -98,14 +98,12 @@ def look_on_hosts(name: str, hosts: dict[str, Host]) -> tuple[list[Place], list[
 
 def nowhere(ws: Workspace, name: str, recorded: dict[str, list[str]], only: str = "",
             silent: list[str] = ()) -> str:
-    """``no worktree 'dve' (here: dev; gpu1: rdev); did you mean 'dev'?`` and the hosts that did not answer."""
-    here = local_names(ws)
-    known = [*here, *(f"{h}:{n}" for h, names in recorded.items() for n in names)] if not only else here
-    bare = {k.split(":")[-1]: k for k in known}
+    """``no worktree 'rdve' (worktrees: dev, gpu1:rdev); did you mean 'rdev' (gpu1:rdev)?`` and a
+    line for each host that did not answer."""
+    known = [*local_names(ws), *(f"{h}:{n}" for h, names in recorded.items() for n in names if not only)]
+    bare = {k.split(":")[-1]: k for k in reversed(known)}            # a name here wins
     close = difflib.get_close_matches(name, list(bare), n=1, cutoff=0.6)
-    groups = [f"here: {', '.join(here) or 'none'}"] + [f"{h}: {', '.join(names)}" for h, names in recorded.items()
-                                                        if names and not only]
-    said = f"no worktree {name!r} {'here ' if only else ''}({'; '.join(groups)})"
+    said = f"no worktree {name!r}{' here' if only else ''} (worktrees: {', '.join(known) or 'none yet'})"
     said += f"; did you mean {close[0]!r}" + (f" ({bare[close[0]]})" if ":" in bare[close[0]] else "") + "?" \
         if close else ""
     said += "".join(f"\n{line} (its worktrees are not known here)" for line in silent)
@@ -129,3 +127,13 @@ def workspace_of(place: Place) -> Workspace:
     from ..workspace.layout import find_workspace
 
     return find_workspace(place.root)
+
+
+def refuse_taken(ws: Workspace, name: str, host: str = "") -> None:
+    """Before ``worktree.create`` here (or on ``host``): a name names one worktree, so one that is
+    already here or recorded on another host is refused."""
+    elsewhere = (["here"] if host and local_root(ws, name) else []) + \
+        [f"on host {h}" for h, names in recorded_worktrees().items() if name in names and h != host]
+    if elsewhere:
+        raise Refused(f"worktree {name} is already {' and '.join(elsewhere)}: a name names one worktree, "
+                      f"so pick another --name (inv worktree.list shows them all)")

@@ -25,7 +25,9 @@ def create(c, name="", no_venv=False, host=""):
     required_name(name, "create")
     if host:
         return fleet.create_remote_worktree(layout.find_workspace(), host, name, no_venv)
-    new_ws = worktrees.create_worktree(layout.find_workspace(), name, venv_builder(not no_venv))
+    ws = layout.find_workspace()
+    where.refuse_taken(ws, name)
+    new_ws = worktrees.create_worktree(ws, name, venv_builder(not no_venv))
     say(worktrees.closing_hints(new_ws))
 
 
