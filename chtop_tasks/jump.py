@@ -5,6 +5,8 @@ prints a ``chtop`` shell function (the way direnv and zoxide hook in):
 ``chtop go NAME [--agent]`` asks the real command for the directory
 (``chtop go --print-dir NAME``), cds there, and with ``--agent`` runs
 ``chtop go --attach NAME``; every other ``chtop`` command passes through.
+A worktree on another host (``hosts.where``) answers ``--host=HOST`` instead of
+a directory, and the function runs ``chtop go --host=HOST NAME``: ``ssh -t`` there.
 
 The group is the one around the current directory, else the one the user's
 config names (``~/.config/chtop/config.toml``: ``group = "~/ch"``).  A
@@ -39,6 +41,9 @@ chtop() {{
     local __chtop_dir
     __chtop_dir="$(command chtop go --print-dir "$@")" || return $?
     [ -n "$__chtop_dir" ] || return 1
+    case "$__chtop_dir" in
+      --host=*) command chtop go "$__chtop_dir" "$@"; return $? ;;
+    esac
     builtin cd -- "$__chtop_dir" || return $?
     case " $* " in
       *" --agent "*) command chtop go --attach "$@" ;;
@@ -173,21 +178,44 @@ def parse_go(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("name")
     ap.add_argument("--agent", action="store_true", help="attach its agent session (start one if none)")
     ap.add_argument("--no-venv", action="store_true", help="when creating it, skip building its .venv")
-    ap.add_argument("--host", default="", help="the worktree on this recorded host (inv host.list): "
-                                                "a shell there over ssh -t (or its agent session, --agent)")
+    ap.add_argument("--host", default="", help="the host the worktree is on (default: where chtop recorded it; "
+                                                "'local': this machine): a shell there over ssh -t (or its agent "
+                                                "session, --agent)")
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--print-dir", action="store_true", help=argparse.SUPPRESS)
     mode.add_argument("--attach", action="store_true", help=argparse.SUPPRESS)
     return ap.parse_args(argv)          # a usage error exits 2 with argparse's message
 
 
+def remote_place(name: str, host: str = "", cwd: Path | None = None):
+    """The host worktree ``name`` is on (``host``: the one the user named, checked against the
+    records); None when it is here, or nowhere (``resolve`` offers to create it here)."""
+    from .hosts.where import Nowhere, locate
+
+    check_worktree_name(name)
+    top = current_toplevel(cwd)
+    if name == top.toplevel.name and not host:
+        return None
+    try:
+        place = locate(top, name, host)
+    except Nowhere:
+        if host:
+            raise
+        return None
+    return place if place.remote else None
+
+
 def go(argv: list[str]) -> int:
     args = parse_go(argv)
-    if args.host:
+    place = remote_place(args.name, args.host)
+    if place and args.print_dir:          # the shell function runs `chtop go --host=HOST NAME` itself
+        print(f"--host={place.host.name}")
+        return 0
+    if place:
         from .hosts.fleet import go_argv_there
         from .runner import echo
 
-        argv = go_argv_there(args.host, args.name, args.agent)
+        argv = go_argv_there(place.host.name, args.name, args.agent)
         echo(argv)
         sys.stdout.flush()
         os.execvp(argv[0], argv)

@@ -206,8 +206,9 @@ def test_a_frozen_host_greys_out_within_its_timeout_while_local_rows_keep_refres
         await wait_for(pilot, lambda: "gpu1:" in rows_of(app, "#worktrees"), timeout=30, what="gpu1 unreachable")
         took = time.monotonic() - frozen_at
         row = rows_of(app, "#worktrees")["gpu1:"]
-        assert row[1].startswith("unreachable: host gpu1 (gpu1) did not answer within 4s"), row
-        assert took < 4 + 0.5 + 3, f"gpu1 marked unreachable {took:.1f}s after it froze"
+        assert row[1].startswith("did not answer within 4 s (ssh gpu1: "), row
+        # its next poll (within POLL_SECONDS), then 4 s of silence, and some slack for a loaded machine
+        assert took < remote.POLL_SECONDS + 4 + 3, f"gpu1 marked unreachable {took:.1f}s after it froze"
         assert "gpu1 UNREACHABLE" in str(app.query_one("#status").render())
         assert all(c.style == "dim" for c in app.query_one("#worktrees", DataTable).get_row("gpu1:"))
         taken = app.snapshot.taken
@@ -224,7 +225,9 @@ def test_poll_host_says_unreachable_when_the_sshd_is_gone(with_dev, gpu1):
     gpu1.sshd.stop()
     close_masters(None, gpu1.sshd)
     state = remote.poll_host(gpu1.host)
-    assert not state.reachable and state.error.startswith("unreachable: host gpu1 (gpu1) is unreachable")
+    assert not state.reachable and state.error.startswith("did not answer within 20 s (ssh gpu1: ") \
+        and state.error.endswith("Connection refused)"), \
+        state.error
     assert state.worktrees == [] and state.pending == []
 
 

@@ -3,7 +3,7 @@
 The unit tests check the parts that take a host's word (the answer schema, the host records) with
 no processes; the rest run the real loop through the test's sshd: host.add installs chtop from the
 test's toplevel with git over SSH, host.list / worktree.create --host / git.status / host.remove
-ask the chtop there, and a frozen sshd is reported unreachable within the bound, never a hang.
+ask the chtop there, and a frozen sshd is reported as not answering within the bound, never a hang.
 """
 
 from __future__ import annotations
@@ -250,14 +250,17 @@ def test_fleet_loop_add_list_create_commit_status_remove_update_unreachable(init
 
         sshd.freeze()                                  # a host that answers nothing at all
         started = time.monotonic()
-        frozen = g.inv(top, "session.list", timeout=120)
+        frozen = g.inv(top, "session.list", check=False, timeout=120)
         took = time.monotonic() - started
-        assert "gpu1             unreachable: host gpu1 (gpu1) did not answer within 20s" in frozen.stdout, frozen
-        assert took < 60, f"session.list took {took:.0f}s against a frozen host"
-        assert "gpu1         gpu1                 unreachable: host gpu1 (gpu1)" in \
-            g.inv(top, "host.list", timeout=120).stdout    # a new connection: ConnectTimeout, or the bound
+        assert frozen.returncode == 1, frozen            # the listing is incomplete: said on stderr
+        assert "warning: gpu1: did not answer within 20 s (ssh gpu1: " in frozen.stderr, frozen
+        # the shared connection's keepalives notice the silence, and ssh may then try a connection of
+        # its own (ConnectTimeout): at most about twice the bound, never the question's whole timeout
+        assert took < 2 * 20 + 15, f"session.list took {took:.0f}s against a frozen host"
+        assert "gpu1         gpu1                 did not answer within 20 s (ssh gpu1: " in \
+            g.inv(top, "host.list", check=False, timeout=120).stdout    # a new connection: ConnectTimeout
         not_updated = g.inv(top, "host.update", "--all", check=False, timeout=120)
-        assert not_updated.returncode == 1 and "gpu1: not updated: host gpu1 (gpu1)" in not_updated.stdout
+        assert not_updated.returncode == 1 and "gpu1: not updated: gpu1: did not answer" in not_updated.stdout
     finally:
         sshd.stop()
         close_masters(g, sshd)

@@ -173,7 +173,7 @@ def test_a_hosts_row_names_its_worktree_and_session_and_an_unusable_one_says_why
     live = remote.row_of(remote_state(sessions=[dict(remote_state().sessions[0], state="working")]), "dev")
     with pytest.raises(UsageError, match="already has a live session: attach with a"):
         actions.remote_start_session(live)
-    for gone in (remote.row_of(remote_state(error="unreachable: host gpu1 (gpu1) did not answer"), ""),
+    for gone in (remote.row_of(remote_state(error="did not answer within 5 s (ssh gpu1: Connection refused)"), ""),
                  remote.row_of(remote_state(), "other")):
         assert gone.worktree == ""
         for act in (actions.remote_attach_argv, actions.remote_shell_argv, actions.remote_task_args,

@@ -23,6 +23,7 @@ from ..hosts import approvals as host_approvals
 from ..hosts import fleet
 from ..hosts.answers import BadAnswer
 from ..hosts.records import Host
+from ..hosts.ssh import Unreachable
 from . import model
 
 POLL_SECONDS = 2.0           # between one host's answers
@@ -34,7 +35,7 @@ class RemoteState:
     """One host as last asked: its worktrees, sessions and pending requests, or why not."""
     host: Host
     asked: bool = False           # False until the first answer (or failure) came back
-    error: str = ""               # "unreachable: ..." or "refused its answer: ..."
+    error: str = ""               # "did not answer within ...", "refused its answer: ..." or "its chtop failed: ..."
     worktrees: list = field(default_factory=list)
     sessions: list = field(default_factory=list)
     pending: list = field(default_factory=list)
@@ -58,8 +59,10 @@ def poll_host(host: Host) -> RemoteState:
         state.pending = [dict(item, remote=host.name) for item in pending]
     except BadAnswer as exc:
         state = RemoteState(host, asked=True, error=f"refused its answer: {str(exc).splitlines()[0]}")
-    except ChtopError as exc:         # Unreachable, a command failed there
-        state = RemoteState(host, asked=True, error=f"unreachable: {str(exc).splitlines()[0]}")
+    except Unreachable as exc:        # "did not answer within 5 s (ssh gpu1: ...)": the row names the host
+        state = RemoteState(host, asked=True, error=str(exc).splitlines()[0].removeprefix(f"{host.name}: "))
+    except ChtopError as exc:         # a command failed there
+        state = RemoteState(host, asked=True, error=f"its chtop failed: {str(exc).splitlines()[0]}")
     state.took, state.at = time.perf_counter() - t0, time.time()
     return state
 
@@ -190,5 +193,5 @@ def worktree_rows(state: RemoteState, labels: list[str], now: float) -> list[tup
 def status_part(state: RemoteState) -> str:
     if not state.asked:
         return f"{state.host.name} asking"
-    return f"{state.host.name} {'UNREACHABLE' if state.error.startswith('unreachable') else 'BAD ANSWER'}" \
+    return f"{state.host.name} {'UNREACHABLE' if state.error.startswith('did not answer') else 'BAD ANSWER'}" \
         if state.error else f"{state.host.name} {state.took * 1000:.0f} ms"

@@ -13,13 +13,25 @@ from dataclasses import dataclass, field
 from ..errors import ChtopError, Refused, UsageError
 from ..fanout import fan_out
 from ..places import check_worktree_name
-from ..term import say
+from ..term import say, warn
 from ..workspace.gitprobe import rev
 from ..workspace.gitrun import git
 from ..workspace.layout import Workspace
 from . import answers, approvals, install
-from .records import LOCAL, Host, check_host, forget_host, get_host, load_hosts, record_host, target_problem
+from .records import (
+    LOCAL,
+    Host,
+    check_host,
+    forget_host,
+    get_host,
+    load_hosts,
+    record_host,
+    record_worktree,
+    record_worktrees,
+    target_problem,
+)
 from .ssh import LONG_TIMEOUT, Unreachable, close_connection, run_on, ssh_argv
+from .where import refuse_taken
 
 
 @dataclass
@@ -58,13 +70,28 @@ def host_state(host: Host, what=("version", "worktrees", "sessions")) -> HostSta
             state.version = install.remote_version(host)
         if "worktrees" in what:
             state.worktrees = ask_worktrees(host)
+            record_worktrees(host.name, [wt["name"] for wt in state.worktrees])
         if "sessions" in what:
             state.sessions = ask_sessions(host)
         if "pending" in what:
             state.pending = approvals.ask_pending(host)
     except ChtopError as exc:          # Unreachable, BadAnswer, a failed command there
-        state.error = str(exc).splitlines()[0]
+        line = str(exc).splitlines()[0]
+        state.error = line if line.startswith(f"{host.name}: ") else f"{host.name}: {line}"
     return state
+
+
+def silent_hosts(states: list[HostState]) -> list[str]:
+    """One line for each host that did not answer (or answered nonsense): ``gpu1: did not answer ...``."""
+    return [state.error for state in states if not state.reachable]
+
+
+def say_silent(silent: list[str]) -> int:
+    """A listing's closing words: each host that did not answer, on stderr; 1 when there was one
+    (the listing is incomplete), else 0."""
+    for line in silent:
+        warn(line)
+    return 1 if silent else 0
 
 
 def every_host_state(what=("version", "worktrees", "sessions")) -> list[HostState]:
@@ -203,15 +230,17 @@ def pending_words(items: list[dict]) -> str:
     return f"pending: {len(items)} ({', '.join(named + more)})"
 
 
-def host_lines(ws: Workspace) -> list[str]:
+def host_lines(ws: Workspace) -> tuple[list[str], list[str]]:
     """``host.list``: each host, reachable or why not, its chtop version against this one's,
-    its worktrees, sessions and pending requests (``inv net.allow DOMAIN --host HOST`` answers one)."""
+    its worktrees, sessions and pending requests (``inv net.allow DOMAIN --host HOST`` answers one);
+    and the lines of the hosts that did not answer."""
     here = local_version(ws)
     lines = []
-    for state in every_host_state(("version", "worktrees", "sessions", "pending")):
+    states = every_host_state(("version", "worktrees", "sessions", "pending"))
+    for state in states:
         host = state.host
         if not state.reachable:
-            lines.append(f"{host.name:12} {host.target:20} unreachable: {state.error}")
+            lines.append(f"{host.name:12} {host.target:20} {state.error.removeprefix(host.name + ': ')}")
             continue
         version = "same chtop as here" if state.version == here else \
             f"behind: chtop {state.version[:12]}, here {here[:12]} (inv host.update --name {host.name})"
@@ -221,7 +250,7 @@ def host_lines(ws: Workspace) -> list[str]:
         for wt in state.worktrees:
             session = next((s for s in state.sessions if s["worktree"] == wt["name"]), None)
             lines.append(f"  {wt['name']:16} " + (f"session {session['state']}" if session else "no session"))
-    return lines or ["no hosts (add one: inv host.add NAME SSH_TARGET)"]
+    return (lines or ["no hosts (add one: inv host.add NAME SSH_TARGET)"]), silent_hosts(states)
 
 
 # -- the --host hooks of worktree.*, git.status, session.list -----------------------------------
@@ -230,13 +259,24 @@ def create_remote_worktree(ws: Workspace, host_name: str, name: str, no_venv: bo
     """``worktree.create`` in the host's toplevel, which must run this toplevel's commit."""
     check_worktree_name(name)
     host = get_host(host_name)
+    refuse_taken(ws, name, host.name)
     there, here = install.remote_version(host), local_version(ws)
     if there != here:
         raise Refused(f"host {host_name} runs chtop {there[:12]}, this toplevel {here[:12]}: "
                       f"inv host.update --name {host_name} first (its worktree would fork from another commit)")
     code = task_there(host_name, "worktree.create", "--name", name, *(["--no-venv"] if no_venv else []))
     if code == 0:
+        record_worktree(host_name, name)
         say(f"created worktree {name} on host {host_name} ({host.target}:{worktree_dir_there(host, name)})")
+    return code
+
+
+def delete_remote_worktree(host_name: str, name: str, force: bool = False) -> int:
+    """``worktree.delete`` by the host's own chtop, which checks and keeps as a delete here does
+    (refused while its commits are not merged up, its branches kept even with ``force``)."""
+    code = task_there(host_name, "worktree.delete", "--name", check_worktree_name(name), *(["--force"] if force else []))
+    if code == 0:
+        record_worktree(host_name, name, present=False)
     return code
 
 
@@ -268,6 +308,13 @@ def task_output_there(host: Host, *args: str, worktree: str = "", timeout: float
     return run_on(host, argv, cwd, check=False, quiet=True, timeout=timeout)
 
 
+def terminal_task_argv_there(host_name: str, *args: str, worktree: str) -> list[str]:
+    """``ssh -t`` into a task of the host's own chtop in its worktree (a sandbox's shell, an agent)."""
+    host = get_host(host_name)
+    argv, cwd = task_command_there(host, args, worktree)
+    return ssh_argv(host, argv, cwd, tty=True)
+
+
 def go_argv_there(host_name: str, name: str, agent: bool = False) -> list[str]:
     """``chtop go NAME --host HOST``: ``ssh -t`` into a login shell in the worktree there (with
     ``agent``: its agent session, as ``session.attach --host``)."""
@@ -285,20 +332,17 @@ def attach_argv_there(host_name: str, name: str) -> list[str]:
                     host.toplevel, tty=True)
 
 
-def lines_per_worktree(render) -> list[str]:
-    """``render(host name, host, worktree)``'s lines for every worktree of every host, and one
-    line for each host that did not answer."""
-    lines = []
-    for state in every_host_state(("worktrees",)):
-        if not state.reachable:
-            lines.append(f"{state.host.name}: unreachable: {state.error}")
-            continue
+def lines_per_worktree(render) -> tuple[list[str], list[str]]:
+    """``render(host name, host, worktree)``'s lines for every worktree of every host that
+    answered, and a line for each host that did not."""
+    lines, states = [], every_host_state(("worktrees",))
+    for state in states:
         for wt in state.worktrees:
             lines += render(state.host.name, state.host, wt)
-    return lines
+    return lines, silent_hosts(states)
 
 
-def worktree_lines() -> list[str]:
+def worktree_lines() -> tuple[list[str], list[str]]:
     """``worktree.list``'s lines for every host's worktrees: ``HOST:NAME`` (the host column)."""
     from ..workspace.worktrees import describe_record
 
@@ -309,7 +353,7 @@ def worktree_lines() -> list[str]:
     return lines_per_worktree(render)
 
 
-def status_lines() -> list[str]:
+def status_lines() -> tuple[list[str], list[str]]:
     """``git.status``'s relations for every host's worktrees, as the toplevel shows its own."""
     def render(name, host, wt):
         said = [line for line in (relation_line(name, wt["name"], repo) for repo in wt["repos"]) if line]

@@ -5,6 +5,7 @@
 target = "gpu1"          # anything ssh accepts: an alias of ~/.ssh/config, user@host, ...
 toplevel = "ch/top"      # the toplevel there, in its grouping dir (relative: to the login dir)
 python = "/usr/bin/python3"   # the python there that runs chtop (bootstrap's venv, or --python)
+worktrees = ["dev"]      # the worktrees there, as chtop last saw them (so a name alone finds its host)
 ```
 """
 
@@ -12,18 +13,20 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import atomic
 from ..errors import UsageError
-from ..places import read_toml, user_config_dir
+from ..places import read_toml, user_config_dir, worktree_name_problem
 
 HOSTS_NAME = "hosts.toml"
 LOCAL = "local"                      # the host column's name for this machine: no host may take it
 _HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
 _TARGET = re.compile(r"^[A-Za-z0-9_.@%\[\]:-]{1,255}$")
 _PATH = re.compile(r"^[A-Za-z0-9_./+-]{1,255}$")
+_WRITING = threading.RLock()          # several hosts' answers are recorded at once (a listing's threads)
 
 
 @dataclass(frozen=True)
@@ -78,8 +81,8 @@ def load_hosts() -> dict[str, Host]:
     table = read_toml(path)
     hosts = {}
     for name, entry in (table.get("host") or {}).items():
-        if not isinstance(entry, dict) or set(entry) - {"target", "toplevel", "python"}:
-            raise UsageError(f"{path}: [host.{name}] must have only target, toplevel and python")
+        if not isinstance(entry, dict) or set(entry) - {"target", "toplevel", "python", "worktrees"}:
+            raise UsageError(f"{path}: [host.{name}] must have only target, toplevel, python and worktrees")
         try:
             hosts[name] = check_host(Host(name, entry.get("target"), entry.get("toplevel"),
                                           entry.get("python", "python3")))
@@ -96,18 +99,48 @@ def get_host(name: str) -> Host:
     return hosts[name]
 
 
-def _toml(hosts: dict[str, Host]) -> str:
-    lines = ["# chtop's hosts (inv host.add / host.remove write this file)\n"]
+def recorded_worktrees() -> dict[str, list[str]]:
+    """The worktree names recorded for each host (``worktrees = [...]``), bad names left out."""
+    table = read_toml(hosts_path()).get("host") or {}
+    out = {}
+    for name, entry in table.items():
+        names = entry.get("worktrees") if isinstance(entry, dict) else None
+        out[name] = [w for w in names if not worktree_name_problem(w)] if isinstance(names, list) else []
+    return out
+
+
+def _toml(hosts: dict[str, Host], worktrees: dict[str, list[str]]) -> str:
+    lines = ["# chtop's hosts (inv host.add / host.remove write this file; worktrees: as chtop last saw them)\n"]
     for host in hosts.values():
         lines.append(f"\n[host.{host.name}]\n")
         lines += [f"{key} = {json.dumps(value)}\n" for key, value in asdict(host).items() if key != "name"]
+        if worktrees.get(host.name):
+            lines.append(f"worktrees = {json.dumps(sorted(worktrees[host.name]))}\n")
     return "".join(lines)
 
 
-def save_hosts(hosts: dict[str, Host]) -> None:
+def save_hosts(hosts: dict[str, Host], worktrees: dict[str, list[str]] | None = None) -> None:
+    """Write ``hosts`` (and ``worktrees``: else the worktree records kept as they are)."""
     path = hosts_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic.write_atomic(path, _toml(hosts), mode=0o600)
+    atomic.write_atomic(path, _toml(hosts, recorded_worktrees() if worktrees is None else worktrees), mode=0o600)
+
+
+def record_worktrees(host_name: str, names) -> None:
+    """Record ``names`` as the worktrees of host ``host_name`` (written only when they changed)."""
+    with _WRITING:
+        hosts, known = load_hosts(), recorded_worktrees()
+        names = sorted(set(names))
+        if host_name in hosts and sorted(known.get(host_name, [])) != names:
+            known[host_name] = names
+            save_hosts(hosts, known)
+
+
+def record_worktree(host_name: str, name: str, present: bool = True) -> None:
+    """Worktree ``name`` made (``present``) or deleted on host ``host_name``."""
+    with _WRITING:
+        names = set(recorded_worktrees().get(host_name, []))
+        record_worktrees(host_name, names | {name} if present else names - {name})
 
 
 def record_host(host: Host) -> None:

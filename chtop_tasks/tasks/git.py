@@ -1,7 +1,6 @@
 """git.*: git across every repo of this workspace at once."""
 
 from ..argv import remainder_args
-from ..errors import UsageError
 from ..taskdef import task
 from ..term import say
 from .common import lazy, reports_errors
@@ -12,39 +11,50 @@ layout = lazy("workspace.layout")
 remotes = lazy("workspace.remotes")
 fleet = lazy("hosts.fleet")
 host_merge = lazy("hosts.merge")
+where = lazy("hosts.where")
+
+NAME_HELP = "the worktree to act on, here or on the host chtop recorded for it (default: the one you are in)"
+HOST_HELP = "the host worktree --name is on (default: where chtop recorded it; 'local': this machine)"
 
 
-@task
+def passed_on() -> list[str]:
+    return ["--", *remainder_args()] if remainder_args() else []
+
+
+def here_or_named(place):
+    """The workspace a task acts on: worktree --name here, else the one around the current dir."""
+    return where.workspace_of(place) if place else layout.find_workspace()
+
+
+@task(help={"name": NAME_HELP, "host": HOST_HELP})
 @reports_errors
-def status(c):
+def status(c, name="", host=""):
     """git status in every repo, then how each branch relates to integration (-- ARGS pass through)."""
-    ws = layout.find_workspace()
+    place = where.named_place(name, host, "git.status")
+    if place and place.remote:
+        return fleet.task_there(place.host.name, "git.status", *passed_on(), worktree=name)
+    ws = here_or_named(place)
     code = gitops.git_status(ws, remainder_args())
     if ws.is_toplevel:                   # the whole group: every host's worktrees too
-        for line in fleet.status_lines():
+        lines, silent = fleet.status_lines()
+        for line in lines:
             say(line)
+        code = code or fleet.say_silent(silent)
     return code
 
 
-def on_host(host: str, name: str, *args: str) -> int:
-    """The host's own task, run in its worktree ``name`` (--host needs --name)."""
-    if not name:
-        raise UsageError(f"{args[0]} --host HOST needs --name NAME (the worktree there)")
-    return fleet.task_there(host, *args, worktree=name)
-
-
 @task(help={"integration": "each repo against its own integration branch (git diff --merge-base BRANCH)",
-            "host": "the diff of worktree --name on this recorded host (its output inert)",
-            "name": "with --host: the worktree there"})
+            "name": NAME_HELP, "host": HOST_HELP + " (a host's output is shown inert)"})
 @reports_errors
 def diff(c, integration=False, host="", name=""):
     """git diff in every repo (-- ARGS pass through, e.g. -- --stat)."""
-    if host:
-        return on_host(host, name, "git.diff", *(["--integration"] if integration else []),
-                       *(["--", *remainder_args()] if remainder_args() else []))
+    place = where.named_place(name, host, "git.diff")
+    if place and place.remote:
+        return fleet.task_there(place.host.name, "git.diff", *(["--integration"] if integration else []),
+                                *passed_on(), worktree=name)
     if integration:
-        return gitops.git_diff_integration(layout.find_workspace(), remainder_args())
-    return gitops.git_diff(layout.find_workspace(), remainder_args())
+        return gitops.git_diff_integration(here_or_named(place), remainder_args())
+    return gitops.git_diff(here_or_named(place), remainder_args())
 
 
 def sandbox_names(ws) -> list[str]:
@@ -54,16 +64,17 @@ def sandbox_names(ws) -> list[str]:
 
 
 @task(name="rebase-down", help={"dry_run": "print what would run, change nothing",
-                                "host": "rebase worktree --name on this recorded host (its own checks; "
-                                        "inv host.update first brings it this toplevel's integration branches)",
-                                "name": "with --host: the worktree there"})
+                                "host": HOST_HELP + " (a host's rebase runs its own checks; inv host.update "
+                                                    "first brings it this toplevel's integration branches)",
+                                "name": NAME_HELP})
 @reports_errors
 def rebase_down(c, dry_run=False, host="", name=""):
-    """In a worktree: rebase each repo's feature branch onto its integration branch."""
-    if host:
-        return on_host(host, name, "git.rebase-down", *(["--dry-run"] if dry_run else []),
-                       *(["--", *remainder_args()] if remainder_args() else []))
-    ws = layout.find_workspace()
+    """In a worktree (or --name): rebase each repo's feature branch onto its integration branch."""
+    place = where.named_place(name, host, "git.rebase-down")
+    if place and place.remote:
+        return fleet.task_there(place.host.name, "git.rebase-down", *(["--dry-run"] if dry_run else []),
+                                *passed_on(), worktree=name)
+    ws = here_or_named(place)
     code = gitops.rebase_down(ws, remainder_args(), dry_run=dry_run, running_sandboxes=sandbox_names)
     moved = remotes.unpulled(ws)
     if moved:
@@ -81,21 +92,20 @@ def rebase_down(c, dry_run=False, host="", name=""):
                              "no_ff": "make a merge commit instead of --ff-only",
                              "expect": "REPO=SHA,... (the dry run's last line): refuse, moving nothing, "
                                        "unless exactly these tips land",
-                             "host": "land worktree --name of this recorded host here: its branch fetched over "
-                                     "SSH into a quarantine and checked as a local import is",
-                             "name": "with --host: the worktree there",
+                             "host": HOST_HELP + " (a host's branch is fetched over SSH into a quarantine "
+                                                 "and checked as a local import is)",
+                             "name": NAME_HELP,
                              "allow_self_edit": "let THIS landing change chtop's own code and policy (tasks.py, "
                                                 "chtop_tasks/, sandbox/, the manifest, noxfile.py, the templates): "
                                                 "the toplevel then runs what the agent wrote there, as you"})
 @reports_errors
 def merge_up(c, dry_run=False, no_ff=False, expect=None, host="", name="", allow_self_edit=False):
-    """In a worktree: fast-forward each integration branch to this feature (in the toplevel); --host: a host's."""
-    if host:
-        if not name:
-            raise UsageError("git.merge-up --host HOST needs --name NAME (the worktree there)")
-        return host_merge.merge_up_there(layout.find_workspace(), host, name, no_ff=no_ff, dry_run=dry_run,
-                                         expect=expect, allow_self_edit=allow_self_edit)
-    return gitops.merge_up(layout.find_workspace(), no_ff=no_ff, dry_run=dry_run, expect=expect,
+    """In a worktree (or --name): fast-forward each integration branch to this feature (in the toplevel)."""
+    place = where.named_place(name, host, "git.merge-up")
+    if place and place.remote:
+        return host_merge.merge_up_there(layout.find_workspace(), place.host.name, name, no_ff=no_ff,
+                                         dry_run=dry_run, expect=expect, allow_self_edit=allow_self_edit)
+    return gitops.merge_up(here_or_named(place), no_ff=no_ff, dry_run=dry_run, expect=expect,
                            allow_self_edit=allow_self_edit)
 
 

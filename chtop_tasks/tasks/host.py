@@ -24,8 +24,10 @@ def add(c, name, ssh_target, group="ch", python=""):
 @reports_errors
 def list_(c):
     """Every host: reachable or not, its chtop version against this one's, its worktrees and sessions."""
-    for line in fleet.host_lines(layout.find_workspace()):
+    lines, silent = fleet.host_lines(layout.find_workspace())
+    for line in lines:
         say(line)
+    return 1 if silent else 0
 
 
 @task(help={"name": "the host to update", "all": "every recorded host"})

@@ -26,15 +26,63 @@ def _request(command, interactive, purpose, dir, network, allow_self_edit):  # n
                                  allow_self_edit=allow_self_edit, cwd=Path.cwd(), replace_process=True)
 
 
+_WHERE_HELP = {
+    "name": "the worktree whose sandbox to use, here or on the host chtop recorded for it (default: this one)",
+    "host": "the host worktree --name is on (default: where chtop recorded it; 'local': this machine); "
+            "there, the host's own sbox task runs (its output inert)",
+}
+
+
+def _remote_place(task_name: str, name: str, host: str, dir, allow_self_edit):  # noqa: A002
+    """The host worktree --name/--host name (None: here, and when --name names one here, the current
+    dir is now that worktree, as if the task ran in it)."""
+    import os
+
+    from ..errors import UsageError
+    from ..hosts.where import named_place
+
+    place = named_place(name, host, task_name)
+    if place is None:
+        return None
+    if dir or (allow_self_edit and place.remote):
+        raise UsageError(f"{task_name} --name runs in that worktree: --dir (and, on a host, --allow-self-edit) "
+                         "work in the worktree itself")
+    if not place.remote:
+        os.chdir(place.root)
+        return None
+    return place
+
+
+def _exec_there(place, *args: str) -> int:
+    """A terminal task of the host's own chtop in the worktree there (``ssh -t``); never returns."""
+    import os
+    import sys
+
+    from ..hosts.fleet import terminal_task_argv_there
+    from ..runner import echo
+
+    argv = terminal_task_argv_there(place.host.name, *args, worktree=place.name)
+    echo(argv)
+    sys.stdout.flush()
+    os.execvp(argv[0], argv)
+    return 0  # not reached
+
+
+def _network_flags(network: str) -> list[str]:
+    return ["--network", network] if network != "proxy" else []
+
+
 @task(help={**_COMMON_HELP, "dry_run": "print the podman command line and exit: nothing is started or written",
-            "host": "run it in the sandbox of worktree --name on this recorded host (the host's own sbox.run; "
-                    "its output inert)",
-            "name": "with --host: the worktree there"})
+            **_WHERE_HELP})
 @reports_errors
 def run(c, dir=None, network="proxy", allow_self_edit=False, dry_run=False, host="", name=""):  # noqa: A002
     """Run a command in this worktree's sandbox: inv sbox.run -- CMD [ARGS...]."""
-    if host or name:
-        return _run_there(host, name, network, dry_run, dir, allow_self_edit)
+    place = _remote_place("sbox.run", name, host, dir, allow_self_edit)
+    if place:
+        from ..hosts.fleet import task_there
+
+        return task_there(place.host.name, "sbox.run", *_network_flags(network), *(["--dry-run"] if dry_run else []),
+                          "--", *remainder_args(), worktree=place.name)
     request = _request(remainder_args(), False, "run", dir, network, allow_self_edit)
     if dry_run:
         plan = sandbox.plan_launch(request.target, request.command, interactive=False, purpose="run",
@@ -45,26 +93,15 @@ def run(c, dir=None, network="proxy", allow_self_edit=False, dry_run=False, host
     return sandbox.launch(request)
 
 
-def _run_there(host, name, network, dry_run, dir, allow_self_edit) -> int:  # noqa: A002
-    """``sbox.run`` by the host's own chtop in its worktree ``name``: the host is a place."""
-    from ..errors import UsageError
-    from ..hosts.fleet import task_there
-
-    if not host or not name:
-        raise UsageError("sbox.run --host HOST needs --name NAME (the worktree there), and --name needs --host "
-                         "(here, run it in the worktree: cd ../NAME)")
-    if dir or allow_self_edit:
-        raise UsageError("sbox.run --host runs in the host's worktree --name: --dir and --allow-self-edit "
-                         "work on the host itself")
-    flags = [*(["--network", network] if network != "proxy" else []), *(["--dry-run"] if dry_run else [])]
-    return task_there(host, "sbox.run", *flags, "--", *remainder_args(), worktree=name)
-
-
-@task(help=_COMMON_HELP)
+@task(help={**_COMMON_HELP, **_WHERE_HELP})
 @reports_errors
-def shell(c, dir=None, network="proxy", allow_self_edit=False):  # noqa: A002
+def shell(c, dir=None, network="proxy", allow_self_edit=False, host="", name=""):  # noqa: A002
     """Interactive bash in this worktree's sandbox (sees what the agent sees)."""
     from ..passthrough import stdin_is_terminal
+
+    place = _remote_place("sbox.shell", name, host, dir, allow_self_edit)
+    if place:
+        return _exec_there(place, "sbox.shell", *_network_flags(network))
 
     tty = stdin_is_terminal()          # no terminal: bash reads commands from stdin, no pty
     return sandbox.launch(_request(sandbox.shell_command(interactive=tty), tty, "shell", dir, network,
@@ -99,10 +136,14 @@ def _launch(name, dir, image, network, allow_self_edit):  # noqa: A002
                   network=network, allow_self_edit=allow_self_edit)
 
 
-@task(help=_AGENT_HELP)
+@task(help={**_AGENT_HELP, **_WHERE_HELP})
 @reports_errors
-def claude(c, dir=None, network="proxy", allow_self_edit=False, image=False):  # noqa: A002
+def claude(c, dir=None, network="proxy", allow_self_edit=False, image=False, host="", name=""):  # noqa: A002
     """Claude Code in this worktree's sandbox, no permission prompts: inv sbox.claude [-- ARGS]."""
+    place = _remote_place("sbox.claude", name, host, dir, allow_self_edit)
+    if place:
+        return _exec_there(place, "sbox.claude", *_network_flags(network), *(["--image"] if image else []),
+                           "--", *remainder_args())
     return _launch("claude", dir, image, network, allow_self_edit)
 
 

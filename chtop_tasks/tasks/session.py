@@ -33,20 +33,22 @@ def _name_or_here(name):
     return name if name else _this_worktree()
 
 
-def _required_name(name, verb: str) -> str:
-    if not name:
-        raise UsageError(f"session.{verb} --host HOST needs --name NAME (the worktree there)")
-    return name
+def _place(name, host: str, verb: str):
+    """Where ``--name``/``--host`` say the worktree is (None: neither was given, this worktree)."""
+    from ..hosts.where import named_place
+
+    return named_place(name or "", host, f"session.{verb}")
 
 
-def _there(host: str, name, *args: str, in_worktree: bool = False) -> int:
-    """A session task run by the host's own chtop (in its worktree ``name`` when ``in_worktree``)."""
+def _there(place, *args: str, in_worktree: bool = False) -> int:
+    """A session task run by the host's own chtop (in its worktree when ``in_worktree``)."""
     from ..hosts.fleet import task_there
 
-    if not host:
-        raise UsageError("--name works with --host here; in this machine's worktree, run it there (cd ../NAME)")
-    _required_name(name, args[0].split(".")[1])
-    return task_there(host, *args, worktree=name if in_worktree else "")
+    return task_there(place.host.name, *args, worktree=place.name if in_worktree else "")
+
+
+NAME_HELP = "the worktree, here or on the host chtop recorded for it (default: the one you are in)"
+HOST_HELP = "the host worktree --name is on (default: where chtop recorded it; 'local': this machine)"
 
 
 def _age(since: float) -> str:
@@ -59,33 +61,35 @@ def _age(since: float) -> str:
 
 @task(help={"agent": "the agent CLI (default claude; see inv sbox.agent)",
             "continue_": "continue the agent's last conversation (its continue flag, e.g. claude --continue)",
-            "host": "start it on this recorded host, in worktree --name there",
-            "name": "with --host: the worktree there"})
+            "host": HOST_HELP, "name": NAME_HELP})
 @reports_errors
 def start(c, agent="claude", continue_=False, host="", name=""):
     """Start this worktree's agent in its sandbox in a detached tmux session: inv session.start [-- ARGS]."""
+    from ..hosts.where import workspace_of
     from ..sessions import start_session
 
-    if host or name:
-        return _there(host, name, "session.start", "--agent", agent, *(["--continue"] if continue_ else []),
+    place = _place(name, host, "start")
+    if place and place.remote:
+        return _there(place, "session.start", "--agent", agent, *(["--continue"] if continue_ else []),
                       *(["--", *remainder_args()] if remainder_args() else []), in_worktree=True)
-    _this_worktree()
-    row = start_session(_workspace(), agent, remainder_args(), continue_)
+    if place is None:
+        _this_worktree()
+    row = start_session(workspace_of(place) if place else _workspace(), agent, remainder_args(), continue_)
     say(f"started {row['worktree']}: {row['agent']} in tmux session {row['session']}.  "
         f"Attach: inv session.attach   List: inv session.list")
 
 
-@task(help={"name": "the worktree whose session to attach (default: this one)",
-            "host": "attach over ssh -t to the session on this recorded host (needs --name)"})
+@task(help={"name": NAME_HELP, "host": HOST_HELP + " (attached over ssh -t)"})
 @reports_errors
 def attach(c, name=None, host=""):
     """Attach this terminal to a worktree's session (detach: C-b d; the agent keeps running)."""
     from ..sessions import attach as attach_session
 
-    if host:
+    place = _place(name, host, "attach")
+    if place and place.remote:
         from ..hosts.fleet import attach_argv_there
 
-        argv = attach_argv_there(host, _required_name(name, "attach"))
+        argv = attach_argv_there(place.host.name, place.name)
         echo(argv)
         sys.stdout.flush()
         os.execvp(argv[0], argv)
@@ -97,7 +101,7 @@ def attach(c, name=None, host=""):
 @reports_errors
 def list_(c, json=False):
     """Every session of this group (and of every host): worktree, agent, state, since, pending approvals."""
-    from ..hosts.fleet import session_states
+    from ..hosts.fleet import say_silent, session_states, silent_hosts
     from ..sessions import list_sessions
     from ..sessions.listing import rows_as_json
 
@@ -106,16 +110,15 @@ def list_(c, json=False):
         say(rows_as_json(rows))
         return
     hosts = session_states()
-    if not rows and not hosts:
+    if not rows and not any(state.sessions for state in hosts):
         say("no sessions (start one in a worktree: inv session.start)")
     column = f"{'local':16} " if hosts else ""
     for row in rows:
         say(column + _session_line(row))
     for state in hosts:
-        if not state.reachable:
-            say(f"{state.host.name:16} unreachable: {state.error}")
         for row in state.sessions:
             say(f"{state.host.name:16} " + _session_line(row))
+    return say_silent(silent_hosts(hosts))
 
 
 def _session_line(row: dict) -> str:
@@ -124,16 +127,16 @@ def _session_line(row: dict) -> str:
     return f"{row['worktree']:16} {row['agent']:8} {state:12} {_age(row['since']):10} {pending}".rstrip()
 
 
-@task(help={"name": "the worktree whose session to stop (default: this one)", "all": "stop every session of the group",
-            "grace": "seconds between SIGTERM and SIGKILL",
-            "host": "stop the session of worktree --name on this recorded host"})
+@task(help={"name": NAME_HELP, "all": "stop every session of the group (this machine's)",
+            "grace": "seconds between SIGTERM and SIGKILL", "host": HOST_HELP})
 @reports_errors
 def stop(c, name=None, all=False, grace=10.0, host=""):  # noqa: A002 - --all is the flag's name
     """End a session's agent (SIGTERM, then SIGKILL after the grace period), its container and tmux session."""
     from ..sessions import stop_all, stop_session
 
-    if host:
-        return _there(host, name, "session.stop", "--name", _required_name(name, "stop"), "--grace", str(grace))
+    place = None if all else _place(name, host, "stop")
+    if place and place.remote:
+        return _there(place, "session.stop", "--name", place.name, "--grace", str(grace))
     group = _workspace().grouping
     rows = stop_all(group, float(grace)) if all else [stop_session(group, _name_or_here(name), float(grace))]
     for row in rows:
@@ -155,18 +158,18 @@ def restore(c):
         say("no lost sessions to restore")
 
 
-@task(help={"name": "the worktree whose log to show (default: this one)",
-            "raw": "the bytes as the terminal got them (control sequences kept)",
-            "host": "the log of worktree --name's session on this recorded host (inert; no --raw)"})
+@task(help={"name": NAME_HELP, "raw": "the bytes as the terminal got them (control sequences kept)",
+            "host": HOST_HELP + " (a host's log is shown inert; no --raw)"})
 @reports_errors
 def log(c, name=None, raw=False, host=""):
     """Show what a session's screen showed (its bounded log), also while nobody was attached."""
     from ..sessions import session_log
 
-    if host:
+    place = _place(name, host, "log")
+    if place and place.remote:
         if raw:
-            raise UsageError("session.log --host shows the host's log inert; --raw works on the host itself")
-        return _there(host, name, "session.log", "--name", _required_name(name, "log"))
+            raise UsageError("session.log of a host's worktree shows its log inert; --raw works on the host itself")
+        return _there(place, "session.log", "--name", place.name)
     data = session_log(_workspace().grouping, _name_or_here(name), raw=raw)
     if not raw:                  # the agent's screen, made inert (--raw: the bytes, as asked)
         data = term.inert(data.decode(errors="replace")).encode()

@@ -8,6 +8,7 @@ from .common import lazy, reports_errors, venv_builder
 worktrees = lazy("workspace.worktrees")
 layout = lazy("workspace.layout")
 fleet = lazy("hosts.fleet")
+where = lazy("hosts.where")
 
 
 def required_name(name: str, verb: str) -> None:
@@ -24,23 +25,33 @@ def create(c, name="", no_venv=False, host=""):
     required_name(name, "create")
     if host:
         return fleet.create_remote_worktree(layout.find_workspace(), host, name, no_venv)
-    new_ws = worktrees.create_worktree(layout.find_workspace(), name, venv_builder(not no_venv))
+    ws = layout.find_workspace()
+    where.refuse_taken(ws, name)
+    new_ws = worktrees.create_worktree(ws, name, venv_builder(not no_venv))
     say(worktrees.closing_hints(new_ws))
 
 
 @task(help={"name": "the worktree to delete (required)",
             "force": "delete despite uncommitted changes or untracked files (LOSES them); "
                      "unmerged branches, and commits only its private stores hold, are still kept",
-            "host": "delete it on this recorded host (its own chtop checks and keeps, as here)"})
+            "host": "the host it is on (default: where chtop recorded it; 'local': this machine); "
+                    "a host's own chtop checks and keeps, as here"})
 @reports_errors
 def delete(c, name="", force=False, host=""):
-    """Delete ../NAME after checking nothing would be lost (branches kept if unmerged)."""
+    """Delete ../NAME (here or on its host) after checking nothing would be lost (branches kept if unmerged)."""
     required_name(name, "delete")
-    if host:
-        return fleet.task_there(host, "worktree.delete", "--name", name, *(["--force"] if force else []))
+    ws = layout.find_workspace()
+    try:
+        place = where.locate(ws, name, host)
+    except where.Nowhere:
+        if host:
+            raise
+        place = None                 # the local delete says so (or removes what a killed create left)
+    if place and place.remote:
+        return fleet.delete_remote_worktree(place.host.name, name, force)
     from ..sessions import refuse_while_in_use
 
-    kept = worktrees.delete_worktree(layout.find_workspace(), name, force=force, refuse_if_busy=refuse_while_in_use)
+    kept = worktrees.delete_worktree(ws, name, force=force, refuse_if_busy=refuse_while_in_use)
     say(f"deleted worktree {name}")
     for line in kept:
         warn(f"kept {line}")
@@ -58,5 +69,7 @@ def list(c, json=False):  # noqa: A001 - the task's name is the interface
         return
     for line in worktrees.list_worktrees(ws):
         say(line)
-    for line in fleet.worktree_lines():
+    lines, silent = fleet.worktree_lines()
+    for line in lines:
         say(line)
+    return fleet.say_silent(silent)
