@@ -106,8 +106,9 @@ PLAN_AND_PREPARE = """
 import json
 from pathlib import Path
 from chtop_tasks import places
+from chtop_tasks.workspace import targets
 from chtop_tasks.sandbox.launcher import plan_launch, prepare_launch
-plan = plan_launch(places.target_for(Path.cwd()), ["true"], interactive=False)
+plan = plan_launch(targets.target_for(Path.cwd()), ["true"], interactive=False)
 prepare_launch(plan)
 print(json.dumps([plan.argv, str(plan.setup.root.run_dir)]))
 """

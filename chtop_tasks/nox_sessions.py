@@ -45,9 +45,9 @@ def check_command() -> list[str]:
 
 def run_in_sandbox(cwd: Path, name: str | None = None) -> int:
     """gpu_check.py's exit status, run in the sandbox of worktree ``name`` (or ``cwd``'s)."""
-    from .places import target_for
     from .sandbox import LaunchRequest, launch
     from .workspace.layout import find_workspace
+    from .workspace.targets import target_for
 
     root = cwd
     if name:

@@ -12,6 +12,7 @@ from chtop_tasks.agents import registry as agents
 from chtop_tasks.agents import secrets
 from chtop_tasks.errors import PolicyError, Refused, UsageError
 from chtop_tasks.passthrough import run_interactive
+from chtop_tasks.workspace import targets
 
 
 @pytest.fixture
@@ -327,7 +328,7 @@ def test_each_dir_target_has_its_own_agent_config_dir_in_the_dir_groups_state(ho
     a, b = tmp_path / "proj" / "x", tmp_path / "other" / "x"
     a.mkdir(parents=True)
     b.mkdir(parents=True)
-    ta, tb = places.dir_target(a), places.dir_target(b)
+    ta, tb = targets.dir_target(a), targets.dir_target(b)
     assert ta.config_dir != tb.config_dir and ta.login_dir == tb.login_dir == places.user_config_dir() / "claude"
     for t in (ta, tb):
         assert t.config_dir.parent.parent == places.user_config_dir() / ".chtop" / "agents"

@@ -13,6 +13,7 @@ import pytest
 from chtop_tasks import places
 from chtop_tasks.agents import image
 from chtop_tasks.errors import PolicyError
+from chtop_tasks.workspace import targets
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -75,7 +76,7 @@ def test_an_image_launch_takes_the_image_as_root_and_binds_no_copied_tree(with_d
     from chtop_tasks.sandbox.mounts import plan_mounts
     from chtop_tasks.sandbox.policy import load_policy
 
-    target = places.target_for(with_dev.path("dev"))
+    target = targets.target_for(with_dev.path("dev"))
     policy = load_policy(target.policy_dir, places.home_dir(), target.workspace.grouping)
     trees = image.image_trees(REPO / "containers")
     assert set(trees) == {Path("/usr"), Path("/etc")}

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import types
 
-from chtop_tasks.places import Target
 from chtop_tasks.sandbox.launcher import LIMITS_NOT_ENFORCED, LaunchRequest, say_request
 from chtop_tasks.sandbox.once import first_time
+from chtop_tasks.workspace.targets import Target
 
 
 def test_first_time_per_group_and_text(tmp_path, monkeypatch):

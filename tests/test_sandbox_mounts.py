@@ -17,11 +17,12 @@ from chtop_tasks.sandbox import launcher as launch
 from chtop_tasks.sandbox.agent_config import agent_config_for
 from chtop_tasks.sandbox.mounts import MountPlan, is_within, rename_proof
 from chtop_tasks.sandbox.policy import load_policy
+from chtop_tasks.workspace import targets
 from chtop_tasks.workspace.layout import private_store
 
 
 def plan_for(root: Path, self_edit=False, policy_text=None, session=None):
-    target = places.target_for(root)
+    target = targets.target_for(root)
     if policy_text is not None:
         (target.policy_dir / "fs-allow.txt").write_text(policy_text)
     policy = load_policy(target.policy_dir, places.home_dir(), target.workspace.grouping)
@@ -182,12 +183,12 @@ def test_a_pyvenv_cfg_naming_no_python_or_the_home_mounts_nothing(with_dev, tmp_
 
 def test_refuses_toplevel_and_outside(with_dev, tmp_path):
     with pytest.raises(WorkspaceError, match="is the toplevel"):
-        places.target_for(with_dev.toplevel)
-    outside = places.target_for(tmp_path)
+        targets.target_for(with_dev.toplevel)
+    outside = targets.target_for(tmp_path)
     assert outside.kind == "dir" and outside.root == tmp_path.resolve()
     assert "not inside a chtop workspace: sandboxing the current directory" in outside.note
     with pytest.raises(Refused, match="refusing to sandbox"):
-        places.target_for(tmp_path, Path.home())
+        targets.target_for(tmp_path, Path.home())
 
 
 def test_every_entry_point_guards_the_config_dir(tmp_path):
@@ -198,15 +199,15 @@ def test_every_entry_point_guards_the_config_dir(tmp_path):
     (config / "secrets.env").write_text("X=1\n")
     for bad in (config, config.parent, config / "sandbox"):
         with pytest.raises(Refused, match="refusing to sandbox"):
-            places.target_for(tmp_path, bad)
+            targets.target_for(tmp_path, bad)
 
 
 def test_xdg_config_home_moves_every_group_place(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     assert places.user_config_dir() == tmp_path / "xdg" / "chtop"
     assert places.secrets_path() == tmp_path / "xdg" / "chtop" / "secrets.env"
-    assert places.group_and_policy_for(tmp_path)[0] == tmp_path / "xdg" / "chtop"
-    assert places.group_dir_for(tmp_path) == tmp_path / "xdg" / "chtop"
+    assert targets.group_and_policy_for(tmp_path)[0] == tmp_path / "xdg" / "chtop"
+    assert targets.group_dir_for(tmp_path) == tmp_path / "xdg" / "chtop"
     from chtop_tasks.proxy.report import locate
     assert locate(tmp_path)[0] == tmp_path / "xdg" / "chtop"
 
@@ -214,14 +215,14 @@ def test_xdg_config_home_moves_every_group_place(tmp_path, monkeypatch):
 def test_dir_mode_target_uses_user_or_shipped_policy(tmp_path):
     project = tmp_path / "proj"
     project.mkdir()
-    target = places.target_for(tmp_path, project)
+    target = targets.target_for(tmp_path, project)
     assert target.kind == "dir" and target.root == project.resolve()
     assert target.policy_dir == places.default_policy_dir()
     assert target.group_dir == Path.home() / ".config" / "chtop"
     user_policy = target.group_dir / "sandbox"
     user_policy.mkdir(parents=True)
     (user_policy / "fs-allow.txt").write_text("")
-    assert places.target_for(tmp_path, project).policy_dir == user_policy
+    assert targets.target_for(tmp_path, project).policy_dir == user_policy
 
 
 def test_plan_launch_argv_and_env(with_dev, monkeypatch):
@@ -229,7 +230,7 @@ def test_plan_launch_argv_and_env(with_dev, monkeypatch):
     monkeypatch.setenv("EDITOR", "nano")
     monkeypatch.setenv("CHTOP_TEST_SECRET", "hunter2")
     monkeypatch.setenv("PYTHONPYCACHEPREFIX", "/home/u/.cache/chtop/pycache")
-    target = places.target_for(dev)
+    target = targets.target_for(dev)
     plan = launch.plan_launch(target, ["sh", "-c", "exit 7"], interactive=False, network="open",
                               extra_env={"ANTHROPIC_API_KEY": "sk-test"}, purpose="agent")
     argv = plan.argv
@@ -254,14 +255,14 @@ def test_plan_launch_argv_and_env(with_dev, monkeypatch):
 def test_missing_fs_allow_refuses_launch(with_dev):
     (with_dev.toplevel / "sandbox" / "fs-allow.txt").unlink()
     with pytest.raises(PolicyError, match="missing"):
-        launch.plan_launch(places.target_for(with_dev.path("dev")), ["true"], interactive=False, network="open")
+        launch.plan_launch(targets.target_for(with_dev.path("dev")), ["true"], interactive=False, network="open")
 
 
 def test_tampered_git_file_refuses_launch(with_dev, tmp_path):
     dev = with_dev.path("dev")
     (dev / "alpha" / ".git").write_text(f"gitdir: {tmp_path}\n")
     with pytest.raises(WorkspaceError, match="refusing"):
-        launch.plan_launch(places.target_for(dev), ["true"], interactive=False, network="open")
+        launch.plan_launch(targets.target_for(dev), ["true"], interactive=False, network="open")
 
 
 def test_a_launch_walks_the_stores_once_and_a_planted_fifo_still_refuses_it(with_dev, monkeypatch):
@@ -271,7 +272,7 @@ def test_a_launch_walks_the_stores_once_and_a_planted_fifo_still_refuses_it(with
     from chtop_tasks.workspace import layout
 
     dev = with_dev.path("dev")
-    target = places.target_for(dev)
+    target = targets.target_for(dev)
     walked = []
     real_walk = layout.planted_entry
     monkeypatch.setattr(layout, "planted_entry", lambda store: walked.append(store) or real_walk(store))
@@ -299,7 +300,7 @@ def test_proxy_that_cannot_start_refuses_launch(with_dev):
 
     (with_dev.toplevel / "sandbox" / "net-allow.txt").unlink(missing_ok=True)
     with pytest.raises(ChtopError):
-        launch.plan_launch(places.target_for(with_dev.path("dev")), ["true"], interactive=False)
+        launch.plan_launch(targets.target_for(with_dev.path("dev")), ["true"], interactive=False)
 
 
 def test_dry_run_starts_no_proxy_and_writes_nothing(with_dev):

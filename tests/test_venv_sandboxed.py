@@ -251,9 +251,9 @@ def test_the_plan_goes_into_the_sandbox_as_data_and_comes_back_the_same(tmp_path
 
 
 def test_only_a_venv_build_gets_the_venv_and_its_cache_writable(with_dev):
-    from chtop_tasks.places import target_for
     from chtop_tasks.sandbox.launcher import plan_launch
     from chtop_tasks.venv.sandboxed import build_cache_dirs
+    from chtop_tasks.workspace.targets import target_for
 
     dev = with_dev.path("dev")
     (dev / ".venv").mkdir()

@@ -19,7 +19,8 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from ..errors import PolicyError, UsageError
-from ..places import secrets_path, target_for, user_config_dir
+from ..places import secrets_path, user_config_dir
+from ..workspace.targets import target_for
 from .secrets import ENV_NAME, load_secrets
 
 AGENT_NAME = re.compile(r"[a-z][a-z0-9-]{0,19}\Z")

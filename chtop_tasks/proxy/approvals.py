@@ -34,10 +34,10 @@ from ..places import (
     command_for_group,
     default_policy_dir,
     is_dir_group,
-    is_feature_worktree,
     user_config_dir,
 )
 from ..term import say
+from ..workspace.targets import is_feature_worktree
 from . import control_protocol
 from .control import ensure_proxy, status, stop_proxy
 from .hostmatch import BadHost, Entry, is_ip, parse_entry

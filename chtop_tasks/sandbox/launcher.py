@@ -1,6 +1,6 @@
 """What gets sandboxed, and the podman launch for it (plan, then run).
 
-``places.target_for`` finds the worktree (or the ``--dir`` directory) and
+``targets.target_for`` finds the worktree (or the ``--dir`` directory) and
 its policy; ``plan_launch reads the policy, ensures the egress proxy (fail
 closed), computes the mount plan and returns the full ``podman run`` argv;
 """
@@ -20,12 +20,13 @@ from pathlib import Path
 from .. import agentfile
 from ..errors import ChtopError, CommandFailed, Refused, UsageError
 from ..fanout import answered_before_leaving
-from ..places import Target, ensure_private_dir, group_id, home_dir, is_mine_or_missing
+from ..places import ensure_private_dir, group_id, home_dir, is_mine_or_missing
 from ..runner import format_command
 from ..term import warn
 from ..workspace import gitrun
 from ..workspace.layout import admin_dir_for, private_store, verify_git_dirs
 from ..workspace.quarantine import branch_ref_pairs, sync_worktree
+from ..workspace.targets import Target
 from . import podman as podman_mod
 from . import seccomp
 from .agent_config import AgentConfig, agent_config_for

@@ -18,10 +18,10 @@ from pathlib import Path
 
 from .. import runner, term
 from ..errors import ChtopError, CommandFailed, Refused, UsageError
-from ..places import target_for
 from ..sandbox.agent_config import check_user_settings, remove_session_state
 from ..sandbox.once import VERBOSE_ENV, first_time
 from ..term import say, warn
+from ..workspace.targets import target_for
 from . import records, tmux
 from .listing import is_live, list_sessions, require_known_worktree, session_row
 

@@ -75,7 +75,8 @@ def list_sessions(group_dir: Path) -> list[dict]:
 
 def require_known_worktree(group_dir: Path, name: str) -> None:
     """UsageError with the closest name when ``name`` is no worktree of the group (a typo)."""
-    from ..places import is_dir_group, is_feature_worktree
+    from ..places import is_dir_group
+    from ..workspace.targets import is_feature_worktree
 
     if not is_dir_group(Path(group_dir)) and not is_feature_worktree(Path(group_dir), name):
         from ..workspace.suggest import require_feature_worktree

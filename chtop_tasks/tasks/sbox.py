@@ -8,7 +8,7 @@ from ..taskdef import task
 from ..term import say
 from .common import lazy, reports_errors
 
-places = lazy("places")
+targets = lazy("workspace.targets")
 sandbox = lazy("sandbox")
 
 _COMMON_HELP = {
@@ -21,7 +21,7 @@ _COMMON_HELP = {
 
 
 def _request(command, interactive, purpose, dir, network, allow_self_edit):  # noqa: A002
-    target = places.target_for(Path.cwd(), Path(dir) if dir else None)
+    target = targets.target_for(Path.cwd(), Path(dir) if dir else None)
     return sandbox.LaunchRequest(target, command, interactive=interactive, purpose=purpose, network=network,
                                  allow_self_edit=allow_self_edit, cwd=Path.cwd(), replace_process=True)
 
@@ -112,7 +112,7 @@ def shell(c, dir=None, network="proxy", allow_self_edit=False, host="", name="")
 @reports_errors
 def ps(c, dir=False):  # noqa: A002
     """The running sandboxes of this group: name, worktree, purpose, network, status, limits."""
-    rows = sandbox.list_sandboxes(places.group_dir_for(Path.cwd(), dir))
+    rows = sandbox.list_sandboxes(targets.group_dir_for(Path.cwd(), dir))
     if not rows:
         say("no sandboxes running")
         return 0

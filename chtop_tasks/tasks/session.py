@@ -8,10 +8,10 @@ from pathlib import Path
 from .. import term
 from ..argv import remainder_args
 from ..errors import UsageError, WorkspaceError
-from ..places import target_for
 from ..runner import echo
 from ..taskdef import task
 from ..term import say
+from ..workspace.targets import target_for
 from .common import reports_errors
 
 

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from .. import agentfile
 from ..errors import CommandFailed, Interrupted, Refused, UsageError
-from ..places import build_cache_dir, read_user_config, target_for
+from ..places import build_cache_dir, read_user_config
+from ..workspace.targets import target_for
 from ..term import say
 from ..workspace import venvstamp as stamp
 from . import compcache, toolchain

@@ -33,7 +33,7 @@ def no_worktree_message(grouping: Path, name: str) -> str:
 
 def require_feature_worktree(grouping: Path, name: str) -> None:
     """UsageError (with the closest name, or how to make it) unless ``name`` is a feature worktree."""
-    from ..places import is_feature_worktree
+    from ..workspace.targets import is_feature_worktree
 
     if not is_feature_worktree(Path(grouping), name):
         fix = "" if closest_worktree(grouping, name) else f"; make it with:  inv worktree.create --name {name}"
