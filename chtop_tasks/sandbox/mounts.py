@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import agentfile
-from ..workspace.landing import HOST_EXECUTED, MANAGEMENT  # what this plan pins is what a landing may not change
+from ..workspace.pins import HOST_EXECUTED, MANAGEMENT
 from ..workspace.quarantine import PINNED_IN_ADMIN, PINNED_IN_STORE
 
 # a venv's pyvenv.cfg is a few lines; more is not one

@@ -21,16 +21,7 @@ from pathlib import Path
 
 from ..term import inert_line
 from .gitrun import git
-
-# What a host shell, direnv, nox, invoke or a host-side claude reads or runs
-# from a checkout: never writable from inside.
-# __pycache__: the bytecode of tasks.py and noxfile.py (nox writes it there), which invoke and nox
-# load when its header matches the source, and which no diff shows
-HOST_EXECUTED = (".git", ".envrc", ".venv", ".claude", ".nox", ".direnv", ".vscode", "__pycache__")
-# chtop's own management code in the container repo: read-only in the sandbox unless the user
-# opts in (sbox.run --allow-self-edit), and landed only with merge-up --allow-self-edit.
-MANAGEMENT = ("tasks.py", "noxfile.py", "chtop_tasks", "invoke.yaml", "invoke.yml", "pyproject.toml",
-              "dotfile_templates", "sandbox", "git_repositories.toml", "bootstrap", ".ci", "containers")
+from .pins import HOST_EXECUTED, MANAGEMENT
 
 
 @dataclass(frozen=True)
