@@ -742,7 +742,7 @@ def test_nox_session_builds_named_worktree(with_dev):
     assert f"--system-site-packages {with_dev.path('dev', '.venv')}" in ok.stdout
     bad = subprocess.run(argv + ["--name", "nosuch"], cwd=with_dev.toplevel, capture_output=True, text=True,
                          timeout=120)
-    assert bad.returncode != 0 and "inv worktree.create nosuch" in bad.stdout + bad.stderr
+    assert bad.returncode != 0 and "inv worktree.create --name nosuch" in bad.stdout + bad.stderr
 
 
 def test_uv_trust_follows_pips_cert_unless_the_user_set_uvs(tmp_path):

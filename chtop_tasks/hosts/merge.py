@@ -41,6 +41,7 @@ from ..workspace.gitops import (
     format_expect,
     landed_on_integration,
     landing_branch_problems,
+    landing_changes,
     landing_paths,
     landing_tree_problems,
     parse_expect,
@@ -234,15 +235,15 @@ def relation_of_tip(top: Workspace, checkout: Checkout, tip: str) -> Relation:
 
 
 def landing_problems(top: Workspace, host: Host, name: str, rel: Relation, no_ff: bool,
-                     allow_self_edit: bool = False) -> list[str]:
+                     allow_self_edit: bool = False, changes=None) -> list[str]:
     """What stops ``rel``'s tip landing here: the toplevel checkout off its integration branch, a
     change to chtop's own files (unless ``allow_self_edit``) or to what the host runs from a
     checkout, an attribute handing a file to a driver of your config, or (without ``no_ff``) no
-    fast-forward."""
+    fast-forward.  ``changes``: ``landing_changes`` of ``rel``, when the caller has them already."""
     if not rel.ahead:
         return []
     problems = landing_branch_problems(top, rel) + landing_tree_problems(
-        top, rel, rel.branch, allow_self_edit, f"inv git.merge-up --host {host.name} --name {name}")
+        top, rel, rel.branch, allow_self_edit, f"inv git.merge-up --host {host.name} --name {name}", changes)
     if rel.behind and not no_ff:
         problems.append(f"{host.name}:{name}/{rel.checkout.label}: {rel.integration} here has {rel.behind} commit(s) "
                         f"the branch there lacks (not a fast-forward): inv host.update --name {host.name}, then "
@@ -267,8 +268,10 @@ def merge_up_there(ws: Workspace, host_name: str, name: str, no_ff: bool = False
         tips = {item.checkout.name: item.tip for item in incoming}
         with objects_visible([item.quarantine for item in incoming]):
             rels = [relation_of_tip(top, item.checkout, item.tip) for item in incoming]
-            touched = per_relation(lambda rel: landing_paths(top, rel, rel.branch) if rel.ahead else set())
-            raise_if_problems(problems_of(rels, lambda rel: landing_problems(top, host, name, rel, no_ff, allow_self_edit),
+            changes = per_relation(lambda rel: landing_changes(top, rel, rel.branch) if rel.ahead else [])
+            touched = per_relation(lambda rel: landing_paths(top, rel, rel.branch, changes(rel)) if rel.ahead else set())
+            raise_if_problems(problems_of(rels, lambda rel: landing_problems(top, host, name, rel, no_ff, allow_self_edit,
+                                                                             changes(rel)),
                                           lambda rel: toplevel_checkout_problems(top, rel, rel.branch, touched(rel))),
                               what)
         to_land = {rel.checkout.name: rel.branch for rel in rels if rel.ahead}

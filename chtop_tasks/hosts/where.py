@@ -11,7 +11,6 @@ there are.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from ..errors import Refused, UsageError
 from ..fanout import fan_out
 from ..places import check_worktree_name
 from ..workspace.layout import Workspace
+from ..workspace.suggest import no_worktree_message
 from .records import LOCAL, Host, get_host, load_hosts, recorded_worktrees
 
 
@@ -47,12 +47,6 @@ def local_root(ws: Workspace, name: str) -> Path | None:
     if name in ws.reserved_names() or not (root / ".git").is_file():
         return None
     return root
-
-
-def local_names(ws: Workspace) -> list[str]:
-    from ..workspace.quarantine import private_worktree_names
-
-    return private_worktree_names(ws.grouping)
 
 
 def locate(ws: Workspace, name: str, host: str = "") -> Place:
@@ -98,14 +92,10 @@ def look_on_hosts(name: str, hosts: dict[str, Host]) -> tuple[list[Place], list[
 
 def nowhere(ws: Workspace, name: str, recorded: dict[str, list[str]], only: str = "",
             silent: list[str] = ()) -> str:
-    """``no worktree 'rdve' (worktrees: dev, gpu1:rdev); did you mean 'rdev' (gpu1:rdev)?`` and a
-    line for each host that did not answer."""
-    known = [*local_names(ws), *(f"{h}:{n}" for h, names in recorded.items() for n in names if not only)]
-    bare = {k.split(":")[-1]: k for k in reversed(known)}            # a name here wins
-    close = difflib.get_close_matches(name, list(bare), n=1, cutoff=0.6)
-    said = f"no worktree {name!r}{' here' if only else ''} (worktrees: {', '.join(known) or 'none yet'})"
-    said += f"; did you mean {close[0]!r}" + (f" ({bare[close[0]]})" if ":" in bare[close[0]] else "") + "?" \
-        if close else ""
+    """``no_worktree_message`` over this machine's worktrees and the hosts' recorded ones (none with
+    ``only``), a line for each host that did not answer, and how to make it."""
+    elsewhere = () if only else tuple(f"{h}:{n}" for h, names in recorded.items() for n in names)
+    said = no_worktree_message(ws.grouping, name, elsewhere)
     said += "".join(f"\n{line} (its worktrees are not known here)" for line in silent)
     return said + f"\nmake it: inv worktree.create --name {name} [--host HOST]"
 

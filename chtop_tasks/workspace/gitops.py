@@ -8,7 +8,7 @@ repo first, then run one repo at a time.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import runner
@@ -32,8 +32,10 @@ from .gitprobe import (
 from .gitrun import HOST_GIT_OPTS, git
 from .grouplock import holds_group_lock
 from .landing import (
+    Change,
     attribute_problems,
     changes_since_fork,
+    git_quoted,
     hidden_pinned_warnings,
     pinned_path_problems,
     review_marks,
@@ -588,14 +590,16 @@ def conflict_instructions(ws: Workspace, step: GitStep) -> str:
 
 
 def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool, tip: str | None = None,
-                      dirty: list[str] | None = None, allow_self_edit: bool = False) -> list[str]:
+                      dirty: list[str] | None = None, allow_self_edit: bool = False,
+                      changes: list[Change] | None = None) -> list[str]:
     """``tip``: the commit that lands (else branch NAME as it is now); ``dirty``: the checkout's
     ``dirty_paths``, when the caller has it already; ``allow_self_edit``: the user lets this landing
-    change chtop's own files."""
+    change chtop's own files; ``changes``: ``landing_changes``, when the caller has them already."""
     problems = preflight_problems(ws, rel, dirty)
     if rel.ahead:
         problems += landing_branch_problems(ws, rel)
-        problems += landing_tree_problems(ws, rel, tip or rel.branch or ws.name, allow_self_edit, "inv git.merge-up")
+        problems += landing_tree_problems(ws, rel, tip or rel.branch or ws.name, allow_self_edit, "inv git.merge-up",
+                                          changes)
     if rel.ahead and rel.behind and not no_ff:
         problems.append(
             f"{ws.display(rel.checkout.path)}: {rel.integration} moved ({rel.behind} new commit(s)) "
@@ -604,14 +608,16 @@ def merge_up_problems(ws: Workspace, rel: Relation, no_ff: bool, tip: str | None
     return problems
 
 
-def landing_tree_problems(ws: Workspace, rel: Relation, tip: str, allow_self_edit: bool, again: str) -> list[str]:
+def landing_tree_problems(ws: Workspace, rel: Relation, tip: str, allow_self_edit: bool, again: str,
+                          changes: list[Change] | None = None) -> list[str]:
     """What ``tip``'s trees may not carry onto ``rel``'s integration branch (``landing.py``): the
     pinned paths it changes since it left it (chtop's own files, what the host runs), attributes
     that hand files to your drivers; compared by git in the toplevel checkout where it lands.
-    ``again``: the chtop command that lands it (``--allow-self-edit`` is added to it)."""
+    ``again``: the chtop command that lands it (``--allow-self-edit`` is added to it); ``changes``:
+    ``landing_changes(ws, rel, tip)``, when the caller has it already."""
     main_dir = ws.main_checkout_dir(rel.checkout)
     where, by_hand = ws.display(rel.checkout.path), f"git -C {main_dir} merge --ff-only {tip}"
-    changes = changes_since_fork(main_dir, rel.integration, tip)
+    changes = landing_changes(ws, rel, tip) if changes is None else changes
     return (pinned_path_problems(where, main_dir, changes, not rel.checkout.name, allow_self_edit, by_hand, again)
             + attribute_problems(where, main_dir, rel.integration, tip, changes, by_hand))
 
@@ -627,16 +633,20 @@ def landing_branch_problems(ws: Workspace, rel: Relation) -> list[str]:
             f"but the merge lands on {rel.integration!r} there; check it out first"]
 
 
-def landing_paths(ws: Workspace, rel: Relation, tip: str | None = None) -> set[str]:
-    """The paths the feature (``tip``, else branch NAME here) changed since it left its integration
-    branch (what a merge changes), as git prints them in the toplevel checkout (quoted where
-    ``core.quotePath`` says, as ``dirty_paths`` shows them): one ``git diff-tree`` from the merge
-    base.  A rename is its two paths (``--no-renames``): the merge changes both, so the checks mind
-    both."""
-    main_dir = ws.main_checkout_dir(rel.checkout)
-    out = git(main_dir, ["diff-tree", "-r", "--name-only", "--no-renames", "--no-ext-diff", "--no-textconv",
-                         "--merge-base", rel.integration, tip or ws.name]).stdout
-    return set(out.splitlines())
+def landing_changes(ws: Workspace, rel: Relation, tip: str | None = None) -> list[Change]:
+    """What the feature (``tip``, else branch NAME here) changed since it left its integration branch
+    (what a merge changes), compared by git in the toplevel checkout where it lands: one ``git
+    diff-tree`` from each merge base.  A rename is its two paths: the merge changes both, so the
+    checks mind both."""
+    return changes_since_fork(ws.main_checkout_dir(rel.checkout), rel.integration, tip or ws.name)
+
+
+def landing_paths(ws: Workspace, rel: Relation, tip: str | None = None,
+                  changes: list[Change] | None = None) -> set[str]:
+    """``landing_changes``' paths as ``git status`` prints them in the toplevel checkout (quoted as
+    git quotes a path, as ``dirty_paths`` shows them)."""
+    changes = landing_changes(ws, rel, tip) if changes is None else changes
+    return {git_quoted(change.path) for change in changes}
 
 
 def toplevel_checkout_problems(ws: Workspace, rel: Relation, tip: str | None = None,
@@ -722,12 +732,13 @@ def parse_expect(ws: Workspace, text: str) -> dict[str, str]:
 
 @dataclass
 class Landing:
-    """One repo's relation; where it has commits to land, the imported tip that lands and the paths
-    that tip changes since it left its integration branch."""
+    """One repo's relation; where it has commits to land, the imported tip that lands and what that
+    tip changes since it left its integration branch (its changes, and their paths as git prints them)."""
 
     rel: Relation
     tip: str | None
     touched: set[str]
+    changes: list[Change] = field(default_factory=list)
 
 
 def landing_of(ws: Workspace, checkout: Checkout) -> Landing:
@@ -741,7 +752,8 @@ def landing_of(ws: Workspace, checkout: Checkout) -> Landing:
     if not rel.ahead:
         return Landing(rel, None, set())
     tip = tip or imported_tip(ws, checkout)
-    return Landing(rel, tip, landing_paths(ws, rel, tip))
+    changes = landing_changes(ws, rel, tip)
+    return Landing(rel, tip, landing_paths(ws, rel, tip, changes), changes)
 
 
 def imported_tip(ws: Workspace, checkout: Checkout) -> str:
@@ -789,9 +801,11 @@ def merge_up(ws: Workspace, no_ff: bool = False, dry_run: bool = False, expect: 
     rels = [landing.rel for landing in landings]
     tips = {landing.rel.checkout.name: landing.tip for landing in landings if landing.tip}
     touched_by = {id(landing.rel): landing.touched for landing in landings}
+    changes_by = {id(landing.rel): landing.changes for landing in landings}
     raise_if_problems(problems_of(
         rels, lambda rel: merge_up_problems(ws, rel, no_ff, tips.get(rel.checkout.name),
-                                            dirty_here.get(rel.checkout.path), allow_self_edit),
+                                            dirty_here.get(rel.checkout.path), allow_self_edit,
+                                            changes_by[id(rel)] if rel.ahead else None),
         lambda rel: toplevel_checkout_problems(ws, rel, tips.get(rel.checkout.name), touched_by[id(rel)],
                                                dirty_there.get(ws.main_checkout_dir(rel.checkout)))), "merge-up")
     if expected is not None:

@@ -46,6 +46,20 @@ def parse_raw_diff(out: str) -> list[Change]:
     return changes
 
 
+# how git status quotes a path it prints (quote_c_style, core.quotePath on: its default)
+_C_ESCAPES = {0x07: "\\a", 0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0B: "\\v", 0x0C: "\\f", 0x0D: "\\r",
+              0x22: '\\"', 0x5C: "\\\\"}
+
+
+def git_quoted(path: str) -> str:
+    """``path`` as ``git status --porcelain`` prints it: as it is, or in double quotes with C
+    escapes (octal for control bytes and for every byte of a non-ASCII name), a space quoted too."""
+    raw = path.encode("utf-8", "surrogateescape")
+    if not any(b <= 0x20 or b >= 0x7F or b in (0x22, 0x5C) for b in raw):
+        return path
+    return '"' + "".join(_C_ESCAPES.get(b) or (f"\\{b:03o}" if b < 0x20 or b >= 0x7F else chr(b)) for b in raw) + '"'
+
+
 def merge_bases(repo_dir: Path, integration: str, tip: str) -> list[str]:
     """Where ``tip`` left ``integration`` (every best common ancestor; none for unrelated histories)."""
     return git(repo_dir, ["merge-base", "--all", integration, tip], check=False).stdout.split()

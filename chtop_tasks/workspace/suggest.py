@@ -20,15 +20,20 @@ def closest_worktree(grouping: Path, name: str) -> str | None:
     return close[0] if close else None
 
 
-def no_worktree_message(grouping: Path, name: str) -> str:
-    """``no worktree 'dve' in /home/u/ch (worktrees: dev, other); did you mean 'dev'?``"""
+def no_worktree_message(grouping: Path, name: str, elsewhere: tuple[str, ...] = ()) -> str:
+    """``no worktree 'dve' in /home/u/ch (worktrees: dev, gpu1:rdev); did you mean 'dev'?``;
+    ``elsewhere``: the group's worktrees on other hosts, as ``HOST:NAME``."""
     from .quarantine import private_worktree_names
 
-    names = private_worktree_names(Path(grouping))
-    close = closest_worktree(grouping, name)
+    names = [*private_worktree_names(Path(grouping)), *elsewhere]
+    bare = {known.split(":")[-1]: known for known in reversed(names)}       # a name here wins
+    close = difflib.get_close_matches(name, list(bare), n=1, cutoff=0.6)
     listed = ", ".join(names) if names else "none yet"
-    return (f"no worktree {name!r} in {grouping} (worktrees: {listed})"
-            + (f"; did you mean {close!r}?" if close else ""))
+    said = f"no worktree {name!r} in {grouping} (worktrees: {listed})"
+    if close:
+        where = bare[close[0]]
+        said += f"; did you mean {close[0]!r}" + (f" ({where})" if ":" in where else "") + "?"
+    return said
 
 
 def require_feature_worktree(grouping: Path, name: str) -> None:
