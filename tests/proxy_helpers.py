@@ -294,6 +294,13 @@ def hand_off(path):
 """
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of the process and the children it has waited for (its git runs): fields 14 to
+    17 of /proc/PID/stat, after the command's parentheses."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
 def fd_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 

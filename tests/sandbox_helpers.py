@@ -367,6 +367,39 @@ def rootful_podman_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+# -- mount flags seen from inside --------------------------------------------------------------------
+
+# podman's own, not a volume: the read-only skeleton root, its init binary; the kernel's trees
+NOT_VOLUMES = ("/", "/run/podman-init")
+KERNEL_TREES = ("/proc", "/sys", "/dev")
+
+
+def mounts_without_nosuid_nodev(mountinfo: str) -> list[str]:
+    """The lines of ``/proc/self/mountinfo`` (read inside) of mounts without nosuid or nodev, but
+    those of ``NOT_VOLUMES`` and ``KERNEL_TREES``."""
+    bad = []
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if len(fields) < 6 or fields[4] in NOT_VOLUMES:
+            continue
+        if any(fields[4] == t or fields[4].startswith(t + "/") for t in KERNEL_TREES):
+            continue
+        options = fields[5].split(",")
+        if "nosuid" not in options or "nodev" not in options:
+            bad.append(f"{fields[4]} {fields[5]}")
+    return bad
+
+
+def assert_volumes_nosuid_nodev(proc, worktree_repo: Path) -> None:
+    """Every volume the sandbox saw is nosuid,nodev, the read-write repo dir ``worktree_repo``
+    among them."""
+    mountinfo = proc.stdout
+    repo = [ln.split()[5] for ln in mountinfo.splitlines() if ln.split()[4:5] == [str(worktree_repo)]]
+    assert repo and repo[0].startswith("rw,"), mountinfo + proc.stderr
+    bad = mounts_without_nosuid_nodev(mountinfo)
+    assert not bad, "without nosuid,nodev:\n" + "\n".join(bad)
+
+
 # -- privilege planted inside, run on the host (setuid/setgid bits, file capabilities) ------------
 
 # What an agent can try in a rw dir to leave something that grants privilege on the host: the

@@ -21,7 +21,7 @@ from proxy_helpers import EchoServer, connect_in_thread, echo, proxy  # noqa: F4
 from test_approvals import wait_held
 
 from chtop_tasks.errors import PolicyError, UsageError
-from chtop_tasks.notify import codes, config, ntfy, waiting
+from chtop_tasks.notify import codes, config, held, ntfy, waiting
 from chtop_tasks.places import notify_config_path
 from chtop_tasks.proxy import approvals, control
 
@@ -171,6 +171,31 @@ def test_a_code_stands_for_its_offer_and_decision_once_and_until_its_expiry():
         offers.redeem(third.codes["deny"], now)
     # the code is the HMAC of the offer's fields: another secret makes other codes
     assert codes.sign("cd" * 32, one.offer_id, "github.com", "dev", "deny", one.expires) != one.codes["deny"]
+
+
+def test_a_topic_reader_can_answer_only_the_offer_a_code_was_made_for_once():
+    """What a code read off the publish topic can do: answer its own offer (that domain, that
+    worktree, one of the decisions offered) once, before it expires; never another offer, domain or
+    worktree, never ``private``, and no code for anything else can be made without the secret."""
+    offers = codes.Offers("ab" * 32)
+    now = 1000.0
+    seen = offers.make("github.com", "dev", ("once", "always", "deny"), now + 60)
+    other_wt = offers.make("github.com", "dev2", ("once", "always", "deny"), now + 60)
+    other_domain = offers.make("pypi.org", "dev", ("once", "always", "deny"), now + 60)
+    offer, decision = offers.redeem(seen.codes["always"], now)
+    assert (offer.domain, offer.worktree, decision) == ("github.com", "dev", "always")
+    with pytest.raises(codes.Refusal, match="reused"):                # replayed: spent
+        offers.redeem(seen.codes["always"], now)
+    assert offers.live("github.com", "dev2", now) is other_wt           # the others are untouched
+    assert offers.live("pypi.org", "dev", now) is other_domain
+    for domain, worktree in (("evil.example", "dev"), ("github.com", "dev2"), ("pypi.org", "dev")):
+        forged = codes.sign("cd" * 32, seen.offer_id, domain, worktree, "always", seen.expires)
+        with pytest.raises(codes.Refusal, match="unknown"):            # without the secret: no code
+            offers.redeem(forged, now)
+    with pytest.raises(codes.Refusal, match="expired"):
+        offers.redeem(other_wt.codes["once"], now + 61)
+    for button in ("once", "1h", "always"):                            # a phone's allow is never private
+        assert not held.plan_for_button("github.com", "dev", button).private
 
 
 # -- the client against the stand-in ------------------------------------------------------------------

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from proxy_helpers import HAND_OFF_SCRIPT
+from proxy_helpers import HAND_OFF_SCRIPT, cpu_seconds
 from sandbox_helpers import free_proxy_port, root_owned, rootful_podman_env, user_group_cm
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
@@ -100,12 +100,6 @@ def worktree_socket_dir(g, name: str) -> Path:
     status = g.inv("net.status", check=True).stdout
     line = next(line for line in status.splitlines() if line.endswith(f"(worktree {name})"))
     return Path(line.split()[-3]).parent
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of the process and the children it has waited for (its git runs)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(v) for v in fields[11:15]) / 100.0
 
 
 # -- rule 13: the fronting rule holds for every request line --------------------------------------

@@ -18,6 +18,7 @@ from sandbox_helpers import (
     LOOK_FOR_SECRETS,
     assert_no_gain_as_nobody,
     assert_no_secret_inside,
+    assert_volumes_nosuid_nodev,
     host_shm_keys,
     plant_credentials,
     plant_setuid_script,
@@ -46,6 +47,11 @@ def test_nothing_planted_inside_gains_privilege_on_the_host(g):
     assert "PLAIN-CHMOD-OK" in proc.stdout
     assert "REFUSED chmod-suid 1" in proc.stdout and "REFUSED open 1" in proc.stdout     # EPERM, said
     assert_no_gain_as_nobody(g.dev / "alpha")
+
+
+def test_every_volume_is_nosuid_nodev_seen_from_inside(g):
+    proc = g.sbox("cat /proc/self/mountinfo", timeout=180)
+    assert_volumes_nosuid_nodev(proc, g.dev / "alpha")
 
 
 def test_the_shipped_policy_hands_over_no_credentials(g):

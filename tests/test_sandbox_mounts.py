@@ -6,6 +6,7 @@ escape suite checks the same claims from inside a real container).
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 from chtop_tasks import places
 from chtop_tasks.errors import PolicyError, Refused, UsageError, WorkspaceError
 from chtop_tasks.sandbox import launcher as launch
+from chtop_tasks.sandbox import podman
 from chtop_tasks.sandbox.agent_config import agent_config_for
 from chtop_tasks.sandbox.mounts import MountPlan, is_within, rename_proof
 from chtop_tasks.sandbox.policy import load_policy
@@ -336,3 +338,41 @@ def test_no_sbox_entry_sandboxes_the_config_dir(with_dev):
         assert proc.returncode == 3, (task, proc.stdout, proc.stderr)
         assert "refusing to sandbox chtop's config dir" in proc.stderr, proc.stderr
         assert "secret" not in proc.stdout
+
+
+ROOTLESS = podman.Identity(False)
+ROOTFUL = podman.Identity(True, uidmap=["--uidmap=0:2147483648:65536"], ns_root=(2147483648, 2147483648),
+                          tree_owner=(0, 0))
+
+
+def test_every_volume_is_nosuid_nodev_rootless_and_rootful(with_dev):
+    """Each mount of the argv (bind volumes read-only and read-write, tmpfs) asks for nosuid,nodev."""
+    g = with_dev
+    g.path("extern").mkdir()
+    plan = plan_for(g.path("dev"), policy_text="rw $CH/extern\nro /opt\n")
+    modes_seen = {m.mode for m in plan.mounts()}
+    assert {"ro", "rw", "tmpfs"} <= modes_seen
+    for identity in (ROOTLESS, ROOTFUL):
+        args = podman.mount_args(plan.mounts(), identity)
+        assert len(args) == len(plan.mounts())
+        for arg in args:
+            options = arg.rsplit(":", 1)[1].split(",")
+            assert "nosuid" in options and "nodev" in options, arg
+
+
+def test_as_root_the_argv_names_the_hook_that_applies_the_flags(with_dev, tmp_path):
+    """crun drops nosuid,nodev from read-write volumes under a user namespace: a rootful launch names
+    the hook dir, and the hook it writes runs this python, isolated."""
+    assert podman.needs_mount_flags_hook(ROOTFUL) and not podman.needs_mount_flags_hook(ROOTLESS)
+    argv = launch.plan_launch(places.target_for(with_dev.path("dev")), ["true"], interactive=False,
+                              network="open").argv
+    if os.geteuid() == 0:
+        hooks = [a for a in argv if a.startswith("--hooks-dir=")]
+        assert hooks and argv.index(hooks[-1]) < argv.index("--read-only")
+    hooks_dir = tmp_path / "hooks"
+    podman.write_mount_flags_hook(hooks_dir)
+    spec = json.loads((hooks_dir / "chtop-mount-flags.json").read_text())
+    assert spec["stages"] == ["createRuntime"] and spec["when"] == {"always": True}
+    assert os.access(spec["hook"]["path"], os.X_OK) and spec["hook"]["args"][1:3] == ["-I", "-S"]
+    assert Path(spec["hook"]["args"][-1]) == podman.MOUNT_FLAGS_HOOK and podman.MOUNT_FLAGS_HOOK.is_file()
+    assert podman.hooks_dir_args(None) == [] and podman.hooks_dir_args(hooks_dir)[0] == f"--hooks-dir={hooks_dir}"

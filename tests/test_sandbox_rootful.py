@@ -150,6 +150,15 @@ def test_as_root_nothing_planted_inside_gains_privilege_on_the_host(root_dev, ro
     helpers.assert_no_gain_as_nobody(dev / "alpha")
 
 
+def test_as_root_every_volume_is_nosuid_nodev_seen_from_inside(root_dev, root_env):
+    """crun drops the flags of a read-write volume under a user namespace; the launch's hook puts
+    them back before the agent's first process starts."""
+    g = root_dev
+    proc = g.inv(g.path("dev"), "sbox.run", "--", "cat", "/proc/self/mountinfo", env=root_env, check=False,
+                 timeout=180)
+    helpers.assert_volumes_nosuid_nodev(proc, g.path("dev", "alpha"))
+
+
 def test_as_root_the_shipped_policy_hands_over_no_credentials(root_dev, root_env):
     g = root_dev
     helpers.plant_credentials(Path(os.environ["HOME"]))

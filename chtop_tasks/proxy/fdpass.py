@@ -138,10 +138,17 @@ class Handoff:
         return sum(1 for entry in table.values() if entry[0] == who)
 
     def _on_accept(self, lsock: socket.socket) -> None:
+        rate = self.server.handoff_rate
         for _ in range(16):
+            wait = rate.take(self.key)
+            if wait:            # a hand-off loop: it waits in the backlog (``acceptrate.py``)
+                self.server.loop.remove_reader(lsock.fileno())
+                self.server.loop.call_later(rate.pause_for(self.key, wait), self._resume, lsock)
+                return
             try:
                 conn, _ = lsock.accept()
             except (BlockingIOError, InterruptedError):
+                rate.give_back(self.key)
                 return
             except OSError as exc:
                 self.server.log.note(f"hand-off accept failed: {exc}")
@@ -155,6 +162,10 @@ class Handoff:
             late = self.server.loop.call_later(HELLO_SECONDS, self._too_late, conn)
             self.pending[conn.fileno()] = (who, late)
             self.server.loop.add_reader(conn.fileno(), self._on_hello, conn)
+
+    def _resume(self, lsock: socket.socket) -> None:
+        if self.server.listeners.get(self.key) is lsock:
+            self.server.loop.add_reader(lsock.fileno(), self._on_accept, lsock)
 
     def _too_late(self, conn: socket.socket) -> None:
         if conn.fileno() in self.pending:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from ..places import check_worktree_name, command_for_group
 from . import fdpass
+from .acceptrate import AcceptRate
 from .aio import TIMEOUTS, Deadlines
 from .control import build_socket, session_runs, worktree_socket
 from .control_protocol import ControlService
@@ -79,6 +80,13 @@ class Config:
         lambda: int(_env_float("CHTOP_PROXY_MAX_HELD_PER_WORKTREE", 32)))
     max_prompts_per_source: int = field(default_factory=
         lambda: int(_env_float("CHTOP_PROXY_MAX_PROMPTS_PER_WORKTREE", 8)))
+    # per source, as above: new connections a second (and at once), and hand-offs of a worktree's
+    # (or the group's) hand-off socket; over it that source's listener waits (``acceptrate.py``).
+    # 0 means no limit.  Far above what builds (pip's parallel downloads) and agents open.
+    accept_rate: float = field(default_factory=lambda: _env_float("CHTOP_PROXY_ACCEPT_RATE", 500))
+    accept_burst: float = field(default_factory=lambda: _env_float("CHTOP_PROXY_ACCEPT_BURST", 1000))
+    handoff_rate: float = field(default_factory=lambda: _env_float("CHTOP_PROXY_HANDOFF_RATE", 200))
+    handoff_burst: float = field(default_factory=lambda: _env_float("CHTOP_PROXY_HANDOFF_BURST", 400))
     max_header: int = 16 * 1024
     header_timeout: float = field(default_factory=lambda: _env_float("CHTOP_PROXY_HEADER_TIMEOUT", 10))
     connect_timeout: float = field(default_factory=lambda: _env_float("CHTOP_PROXY_CONNECT_TIMEOUT", 10))
@@ -128,19 +136,26 @@ class Server:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.stopping: asyncio.Event | None = None
         self.last_busy = time.monotonic()     # the last sign of use (see ``_check_idle``)
+        self.unpaced: set[str] = set()       # sources without an accept rate (the host's TCP port)
+        self.accept_rate = AcceptRate(cfg.accept_rate, cfg.accept_burst, "new connections",
+                                      "CHTOP_PROXY_ACCEPT_RATE", self.log.note)
+        self.handoff_rate = AcceptRate(cfg.handoff_rate, cfg.handoff_burst, "hand-offs",
+                                       "CHTOP_PROXY_HANDOFF_RATE", self.log.note)
 
     # ---- listening -------------------------------------------------------------
     def _listen(self, key: str, sock: socket.socket, worktree: str | None, tcp: bool, source: str | None = None,
                 capped: bool = True):
         """Accept on ``sock`` as ``worktree``'s (None: the group's).  Its connections count against
         the cap of ``source``: the worktree's (all its sockets and listeners together), else the one
-        given (a --dir sandbox's), else this socket's own; only the global cap when not ``capped``
-        (the host's TCP port, which no sandbox reaches)."""
+        given (a --dir sandbox's), else this socket's own; only the global cap, and no rate limit, when
+        not ``capped`` (the host's TCP port, which no sandbox reaches)."""
         sock.setblocking(False)
         sock.listen(4096)
         self.listeners[key] = sock
         source = source or (f"wt:{worktree}" if worktree else key)
         cap = self.source_cap if capped else self.cfg.max_conns
+        if not capped:
+            self.unpaced.add(source)
         self.loop.add_reader(sock.fileno(), self._on_accept, sock, worktree, tcp, source, cap)
 
     def _listen_unix(self, key: str, path: Path, worktree: str | None):
@@ -206,9 +221,16 @@ class Server:
 
     def _on_accept(self, lsock: socket.socket, worktree: str | None, tcp: bool, source: str, cap: int):
         for _ in range(128):
+            wait = 0.0 if source in self.unpaced else self.accept_rate.take(source)
+            if wait:            # over its rate: the rest waits in the backlog, at no cost to the others
+                self.loop.remove_reader(lsock.fileno())
+                self.loop.call_later(self.accept_rate.pause_for(source, wait), self._resume_accept,
+                                     lsock, worktree, tcp, source, cap)
+                return
             try:
                 conn, addr = lsock.accept()
             except (BlockingIOError, InterruptedError):
+                self.accept_rate.give_back(source)
                 return
             except OSError as exc:           # EMFILE/ENFILE: pause this listener a moment
                 self.log.note(f"accept failed: {exc}; pausing accepts for 0.2 s")

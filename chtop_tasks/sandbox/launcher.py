@@ -77,11 +77,18 @@ class RootSetup:
     agent_dirs: tuple[Path, ...] = ()          # rootful: root-made dirs the agent must own (config dir)
     private_base: Path | None = None           # rootless in /dev/shm: the user's own 0700 dir above the runs
     gitconfig: str = ""                        # the sandbox's global git config (``gitconfig.py``)
+    mount_flags_hook: bool = False             # rootful: crun drops nosuid,nodev from rw volumes without it
 
     @property
     def seccomp_profile(self) -> Path:
         """Host-side, beside the skeleton (never mounted)."""
         return self.run_dir / "seccomp.json"
+
+    @property
+    def hooks_dir(self) -> Path | None:
+        """Rootful with a user namespace: the OCI hook that gives read-write volumes their
+        nosuid,nodev (``mount_flags_hook.py``); host-side, beside the skeleton (never mounted)."""
+        return self.run_dir / "hooks" if self.mount_flags_hook else None
 
     @property
     def skeleton(self) -> Path:
@@ -290,7 +297,7 @@ def _planned(target, command, git_config_read, *, interactive, extra_env, host_e
         env_names=sorted(named), devices=policy.devices, network=network, proxy_socket=proxy_socket,
         interactive=interactive, identity=identity, hostname=f"sbox-{slug(target.name)}"[:63],
         command=command, image=image, limits=[] if limits_note else limit_args(limits),
-        seccomp_profile=root.seccomp_profile, ipc=ipc)
+        seccomp_profile=root.seccomp_profile, ipc=ipc, hooks_dir=root.hooks_dir)
     return LaunchPlan(argv, name, podman_env, warnings, LaunchSetup(target.state_dir, proxy, root, agent),
                       Limits() if limits_note else limits)
 
@@ -358,7 +365,8 @@ def _root_setup(target: Target, identity, mounts, devices, name: str, gitconfig:
         # the agent's unprivileged uid must reach the skeleton, and a root home (0700) is in the way
         base = ROOTFUL_SKELETONS
         return RootSetup(base / group_id(target.group_dir) / name, tuple(mounts), tuple(devices),
-                         identity.ns_root, base, identity.tree_owner, (target.config_dir,), gitconfig=gitconfig)
+                         identity.ns_root, base, identity.tree_owner, (target.config_dir,), gitconfig=gitconfig,
+                         mount_flags_hook=podman_mod.needs_mount_flags_hook(identity))
     base = RUN_SCRATCH / f"chtop-{os.getuid()}" if RUN_SCRATCH is not None else None
     if base is not None and is_mine_or_missing(base):   # else another user made it first
         return RootSetup(base / group_id(target.group_dir) / name, tuple(mounts), tuple(devices), None, None,
@@ -431,6 +439,8 @@ def _write_root(root: RootSetup, proxy_socket: Path | None) -> None:
         ensure_private_dir(root.private_base)
     claim_run_dir(root.run_dir, 0o755 if root.owner is not None else 0o700)
     seccomp.write_profile(root.seccomp_profile)
+    if root.hooks_dir is not None:
+        podman_mod.write_mount_flags_hook(root.hooks_dir)
     skeleton = ensure_skeleton(root.skeleton, list(root.mounts), root.devices)
     podman_mod.write_entry_files(skeleton, root.gitconfig)
     if root.owner is not None:

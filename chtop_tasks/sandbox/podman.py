@@ -6,9 +6,11 @@ its own listener, see ``proxy/fdpass.py``; a socat relay as the fallback).
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import resource
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -189,13 +191,14 @@ def mount_args(mounts: list[Mount], identity: Identity | None = None) -> list[st
     shared_tmp = identity is not None and identity.tree_owner not in (None, (0, 0))
     out = []
     for m in mounts:
+        # nosuid,nodev on every mount: a setuid file or a device node in it does nothing inside (as
+        # root, crun needs the hook of ``needs_mount_flags_hook`` to apply them to read-write volumes)
         if m.mode == "tmpfs":
             # a non-root agent inside cannot own a tmpfs (podman 4.3 has no uid=): sticky, all-writable
-            out.append(f"--tmpfs={m.dst}:rw,mode={'1777' if shared_tmp else '0700'}")
+            out.append(f"--tmpfs={m.dst}:rw,nosuid,nodev,mode={'1777' if shared_tmp else '0700'}")
         elif m.mode == "tmpfs-ro":
-            out.append(f"--tmpfs={m.dst}:ro,mode=0500,size=4k")
+            out.append(f"--tmpfs={m.dst}:ro,nosuid,nodev,mode=0500,size=4k")
         else:
-            # nosuid,nodev: a setuid file or a device node in a mount does nothing inside either
             opts = ("ro" if m.mode == "ro" else "rw") + ",nosuid,nodev"
             if idmap and str(m.dst) not in HOST_SYSTEM_TREES:
                 opts += ",idmap"
@@ -203,12 +206,43 @@ def mount_args(mounts: list[Mount], identity: Identity | None = None) -> list[st
     return out
 
 
+# Where podman looks for OCI hooks when not told (``--hooks-dir`` replaces them: a GPU toolkit's hook
+# installed there must still run).
+DEFAULT_HOOKS_DIRS = (Path("/usr/share/containers/oci/hooks.d"), Path("/etc/containers/oci/hooks.d"))
+MOUNT_FLAGS_HOOK = Path(__file__).with_name("mount_flags_hook.py")
+
+
+def needs_mount_flags_hook(identity: Identity) -> bool:
+    """Rootful with a user namespace: crun 1.8 drops nosuid,nodev from read-write volumes there
+    (``mount_flags_hook.py``); rootless podman applies them itself."""
+    return identity.rootful and bool(identity.uidmap)
+
+
+def hooks_dir_args(hooks_dir: Path | None) -> list[str]:
+    """podman's ``--hooks-dir`` flags (global ones, taken after ``run`` too): ours, then the default
+    dirs that exist."""
+    if hooks_dir is None:
+        return []
+    return [f"--hooks-dir={d}" for d in (hooks_dir, *DEFAULT_HOOKS_DIRS) if d == hooks_dir or d.is_dir()]
+
+
+def write_mount_flags_hook(hooks_dir: Path) -> None:
+    """The hook's OCI description (``createRuntime``, every container started with this dir), run by
+    this interpreter, isolated."""
+    hooks_dir.mkdir(mode=0o700, exist_ok=True)
+    python = os.path.realpath(sys.executable)
+    spec = {"version": "1.0.0", "when": {"always": True}, "stages": ["createRuntime"],
+            "hook": {"path": python, "args": [python, "-I", "-S", str(MOUNT_FLAGS_HOOK)]}}
+    (hooks_dir / "chtop-mount-flags.json").write_text(json.dumps(spec) + "\n")
+
+
 def build_argv(*, name: str, labels: dict[str, str], mounts: list[Mount], skeleton: Path, workdir: Path,
                env_values: dict[str, str], env_names: list[str], devices: list[Path], network: str,
                proxy_socket: Path | None, interactive: bool, identity: Identity, hostname: str,
                command: list[str], image: str | None = None, limits: list[str] | None = None,
-               seccomp_profile: Path | None = None, ipc: list[str] | None = None) -> list[str]:
-    argv = ["podman", "run", "--rm", f"--name={name}", f"--hostname={hostname}"]
+               seccomp_profile: Path | None = None, ipc: list[str] | None = None,
+               hooks_dir: Path | None = None) -> list[str]:
+    argv = ["podman", "run", "--rm", *hooks_dir_args(hooks_dir), f"--name={name}", f"--hostname={hostname}"]
     for key, value in labels.items():
         argv.append(f"--label={key}={value}")
     argv += ["-it"] if interactive else ["-i"]
