@@ -9,7 +9,7 @@ Usage::
     ...                                                      # run claude with env
     api.turns_served        # how many script turns were answered
     api.wait_for_turns(2)   # block until two were (AssertionError after a timeout)
-    api.requests            # every request: {"method", "path", "body" (parsed JSON or None)}
+    api.requests            # every request: {"method", "path", "body" (parsed JSON or None), "headers"}
     api.conversations()     # the "messages" list of each scripted POST /v1/messages
     api.close()
 
@@ -26,7 +26,11 @@ turn.  Both ``stream: true`` (server-sent events: ``message_start``,
 ``input_json_delta``, ``content_block_stop``, ``message_delta``,
 ``message_stop``) and plain JSON answers are spoken.
 ``/v1/messages/count_tokens`` answers a token count; any other GET/HEAD/POST
-gets ``200 {}``.
+gets ``200 {}``.  ``FakeAnthropic(script, tls=certs)`` serves HTTPS with ``certs`` ({"cert", "key"}).
+
+Two paths for the credential route's tests: ``.../echo-credentials`` answers 401 quoting the
+credential headers it got (in its body and an ``X-Echo`` header), the way a careless gateway might;
+``.../slow-stream`` sends one event, then waits for ``api.release`` before the rest.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from __future__ import annotations
 import http.server
 import itertools
 import json
+import ssl
 import threading
 import time
 from dataclasses import dataclass
@@ -101,8 +106,10 @@ class FakeAnthropic:
 
     DONE = "The fake API has no more turns."
 
-    def __init__(self, script: list[Turn] | None = None, host: str = "127.0.0.1"):
+    def __init__(self, script: list[Turn] | None = None, host: str = "127.0.0.1", tls: dict | None = None):
         self.script = list(script or [])
+        self.release = threading.Event()
+        self.scheme = "https" if tls else "http"
         self.requests: list[dict] = []
         self.turns_served = 0
         self._lock = threading.Lock()
@@ -133,17 +140,42 @@ class FakeAnthropic:
                     self.wfile.write(data)
 
             def do_HEAD(self):
-                server._log(self.command, self.path, None)
+                server._log(self.command, self.path, None, self.headers)
                 self._json({})
 
             def do_GET(self):
-                server._log(self.command, self.path, None)
+                server._log(self.command, self.path, None, self.headers)
                 self._json({})
+
+            def _echo_credentials(self):
+                got = {k: self.headers.get(k) for k in ("x-api-key", "authorization")}
+                data = json.dumps({"type": "error", "error": {"message": f"invalid credentials: {got}"}}).encode()
+                self.send_response(401)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("X-Echo", f"{got['x-api-key']} {got['authorization']}")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _slow_stream(self):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(b"event: ping\ndata: {\"first\": true}\n\n")
+                self.wfile.flush()
+                server.release.wait(60)
+                self.wfile.write(b"event: message_stop\ndata: {\"type\": \"message_stop\"}\n\n")
+                self.close_connection = True
 
             def do_POST(self):
                 body = self._body()
-                server._log(self.command, self.path, body)
+                server._log(self.command, self.path, body, self.headers)
                 path = self.path.split("?")[0]
+                if path.endswith("/echo-credentials"):
+                    return self._echo_credentials()
+                if path.endswith("/slow-stream"):
+                    return self._slow_stream()
                 if path.endswith("/v1/messages/count_tokens"):
                     return self._json({"input_tokens": 10})
                 if not path.endswith("/v1/messages") or not isinstance(body, dict):
@@ -164,17 +196,22 @@ class FakeAnthropic:
 
         self.httpd = http.server.ThreadingHTTPServer((host, 0), Handler)
         self.httpd.daemon_threads = True
+        if tls:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(tls["cert"], tls["key"])
+            self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
         self.port = self.httpd.server_address[1]
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self._thread.start()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
-    def _log(self, method: str, path: str, body) -> None:
+    def _log(self, method: str, path: str, body, headers=None) -> None:
         with self._lock:
-            self.requests.append({"method": method, "path": path, "body": body})
+            self.requests.append({"method": method, "path": path, "body": body,
+                                  "headers": {k.lower(): v for k, v in (headers or {}).items()}})
 
     def _answer(self, body: dict) -> tuple[list[dict], str, str]:
         ident = f"{next(self._ids):06d}"
@@ -202,5 +239,6 @@ class FakeAnthropic:
                     if isinstance(r["body"], dict) and r["body"].get("tools") and "messages" in r["body"]]
 
     def close(self) -> None:
+        self.release.set()
         self.httpd.shutdown()
         self.httpd.server_close()

@@ -12,6 +12,7 @@ from chtop_tasks.agents import registry as agents
 from chtop_tasks.agents import secrets
 from chtop_tasks.errors import PolicyError, Refused, UsageError
 from chtop_tasks.passthrough import run_interactive
+from chtop_tasks.proxy.credentials import PLACEHOLDER
 from chtop_tasks.workspace import targets
 
 
@@ -107,6 +108,10 @@ def test_user_registry_overrides_and_unknown_agent_is_usage_error(home, tmp_path
         ('[x]\ncommand = ["x"]\ncredentials = ["HTTPS_PROXY"]\n', "set by the sandbox"),
         ('[x]\ncommand = ["x"]\nenv = { IS_SANDBOX = "0" }\n', "set by the sandbox"),
         ('[Bad_Name]\ncommand = ["x"]\n', "lowercase"),
+        ('[x]\ncommand = ["x"]\napi_auth = { K = "x-api-key" }\n', "credentials does not list"),
+        ('[x]\ncommand = ["x"]\ncredentials = ["K"]\napi_auth = { K = "x-api-key" }\n', "needs api_base_env"),
+        ('[x]\ncommand = ["x"]\ncredentials = ["K"]\napi_auth = { K = "a b" }\n', "not a header name"),
+        ('[x]\ncommand = ["x"]\ncredentials_inside = "yes"\n', "true or false"),
     ],
 )
 def test_bad_registry_entries_are_refused(home, table, message):
@@ -122,14 +127,33 @@ def test_claude_prefers_a_long_lived_token_and_says_so(home, tmp_path):
     src = Path("secrets.env")
     env, notes = agents.agent_env(claude, {"CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat", "ANTHROPIC_API_KEY": "k"},
                                   tmp_path / "claude", src)
-    assert env == {"CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat", "ANTHROPIC_API_KEY": "k", "DISABLE_AUTOUPDATER": "1"}
+    # the token stays on the host: a placeholder and the proxy's route inside, the other key held too
+    assert env == {"CLAUDE_CODE_OAUTH_TOKEN": PLACEHOLDER, "DISABLE_AUTOUPDATER": "1",
+                   "ANTHROPIC_BASE_URL": "http://127.0.0.1:3128/chtop-api/claude"}
     assert "authenticating with CLAUDE_CODE_OAUTH_TOKEN" in notes[0]
+    assert "stays on the host, the proxy adds it for https://api.anthropic.com" in notes[0]
     env, notes = agents.agent_env(claude, {}, tmp_path / "claude", src)
     assert "CLAUDE_CODE_OAUTH_TOKEN" not in env
     assert "log each other" in notes[0] and "claude setup-token" in notes[0]
     codex = agents.load_registry(home=home)["codex"]
     env, _ = agents.agent_env(codex, {}, tmp_path / "claude", src)
     assert env["CODEX_HOME"] == str(tmp_path / "claude" / "codex")
+
+
+def test_credentials_inside_is_an_opt_in_said_at_launch(home, tmp_path):
+    secrets = {"ANTHROPIC_API_KEY": "sk-real", "ANTHROPIC_BASE_URL": "https://gw.example"}
+    # without the proxy (--network open or host) there is no route: inside, and said
+    shipped_claude = agents.load_registry(home=home)["claude"]
+    env, notes = agents.agent_env(shipped_claude, secrets, tmp_path / "claude", Path("secrets.env"), proxied=False)
+    assert env["ANTHROPIC_API_KEY"] == "sk-real" and "no credential route" in notes[0]
+    path = places.user_config_dir(home) / "agents.toml"
+    path.parent.mkdir(parents=True)
+    shipped = agents.REGISTRY_FILE.read_text().split("[kimi]")[0]
+    path.write_text(shipped + "credentials_inside = true\n")
+    claude = agents.load_registry(home=home)["claude"]
+    env, notes = agents.agent_env(claude, secrets, tmp_path / "claude", Path("secrets.env"))
+    assert env["ANTHROPIC_API_KEY"] == "sk-real" and env["ANTHROPIC_BASE_URL"] == "https://gw.example"
+    assert "ANTHROPIC_API_KEY is passed INTO the sandbox (credentials_inside = true)" in notes[0]
 
 
 def test_missing_cli_says_how_to_install(home):

@@ -364,7 +364,7 @@ def test_as_root_the_argv_names_the_hook_that_applies_the_flags(with_dev, tmp_pa
     """crun drops nosuid,nodev from read-write volumes under a user namespace: a rootful launch names
     the hook dir, and the hook it writes runs this python, isolated."""
     assert podman.needs_mount_flags_hook(ROOTFUL) and not podman.needs_mount_flags_hook(ROOTLESS)
-    argv = launch.plan_launch(places.target_for(with_dev.path("dev")), ["true"], interactive=False,
+    argv = launch.plan_launch(targets.target_for(with_dev.path("dev")), ["true"], interactive=False,
                               network="open").argv
     if os.geteuid() == 0:
         hooks = [a for a in argv if a.startswith("--hooks-dir=")]

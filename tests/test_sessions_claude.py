@@ -23,6 +23,7 @@ from ntfy_standin import NtfyStandin
 from sandbox_helpers import IN_CI, as_user, rootful_podman_env, user_group_cm
 
 from chtop_tasks.notify import config as notify_config
+from chtop_tasks.proxy.credentials import PLACEHOLDER
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 
@@ -57,7 +58,8 @@ def prepare_claude_group(g, api: FakeAnthropic, secrets_dir: Path, owner: tuple[
     claude_dir.mkdir(exist_ok=True)
     (claude_dir / ".claude.json").write_text(json.dumps({
         "hasCompletedOnboarding": True, "theme": "dark",
-        "customApiKeyResponses": {"approved": [API_KEY[-20:]], "rejected": []},
+        # the key stays on the host: claude inside holds the proxy's placeholder, approved once like a key
+        "customApiKeyResponses": {"approved": [PLACEHOLDER[-20:]], "rejected": []},
         "projects": {str(g.dev): {"hasTrustDialogAccepted": True}}}))
     # The user's own settings: the bypass-mode warning accepted once, and a hook of their own.
     (claude_dir / "settings.json").write_text(json.dumps({

@@ -27,7 +27,8 @@ AGENT_NAME = re.compile(r"[a-z][a-z0-9-]{0,19}\Z")
 REGISTRY_FILE = Path(__file__).with_name("agents.toml")
 USER_REGISTRY = "agents.toml"  # in ~/.config/chtop/
 KEYS = {"description", "command", "skip_permissions", "credentials", "tokens", "login_note",
-        "config_env", "config_subdir", "login_files", "env", "install", "continue_args"}
+        "config_env", "config_subdir", "login_files", "env", "install", "continue_args",
+        "api_base_env", "api_upstream", "api_auth", "credentials_inside"}
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,10 @@ class Agent:
     install: str = ""
     description: str = ""
     continue_args: tuple[str, ...] = ()
+    api_base_env: str = ""              # the variable its CLI reads for the API's base URL
+    api_upstream: str = ""              # the API's URL when the secrets file does not name one there
+    api_auth: dict[str, str] = field(default_factory=dict)    # token -> header ("bearer": Authorization)
+    credentials_inside: bool = False    # the opt-in: its secrets go into the sandbox, as they are
 
     def argv(self, args: list[str], continue_: bool = False) -> list[str]:
         """The command line: the CLI, its skip-permissions flag, its continue flag (``continue_``),
@@ -91,6 +96,7 @@ def parse_entry(name: str, table: dict, source: str) -> Agent:
     missing = set(tokens) - set(credentials)
     if missing:
         raise PolicyError(f"{source}: [{name}] tokens not listed in credentials: {', '.join(sorted(missing))}")
+    api = _api_keys(name, table, credentials, source)
     subdir = table.get("config_subdir", "")
     if not isinstance(subdir, str) or subdir.startswith(("/", ".")) or "/" in subdir:
         raise PolicyError(f"{source}: [{name}] config_subdir must be a plain directory name")
@@ -112,7 +118,37 @@ def parse_entry(name: str, table: dict, source: str) -> Agent:
         install=str(table.get("install", "")),
         description=str(table.get("description", "")),
         continue_args=_strings(name, "continue_args", table.get("continue_args", []), source),
+        **api,
     )
+
+
+def _api_keys(name: str, table: dict, credentials: tuple[str, ...], source: str) -> dict:
+    """The credential route's keys of an entry, checked (see docs/credentials.md)."""
+    base_env, upstream = table.get("api_base_env", ""), table.get("api_upstream", "")
+    auth, inside = table.get("api_auth", {}), table.get("credentials_inside", False)
+    if not isinstance(inside, bool):
+        raise PolicyError(f"{source}: [{name}] credentials_inside must be true or false")
+    if not isinstance(auth, dict) or not all(isinstance(v, str) and v for v in auth.values()):
+        raise PolicyError(f"{source}: [{name}] api_auth must be a table of TOKEN = \"header name\" or \"bearer\"")
+    for token, header in auth.items():
+        if token not in credentials:
+            raise PolicyError(f"{source}: [{name}] api_auth names {token}, which credentials does not list")
+        if header != "bearer" and not re.fullmatch(r"[A-Za-z0-9-]{1,64}", header):
+            raise PolicyError(f"{source}: [{name}] api_auth: {header!r} is not a header name")
+    if auth and not (isinstance(base_env, str) and ENV_NAME.match(base_env) and isinstance(upstream, str)
+                     and upstream.startswith(("https://", "http://"))):
+        raise PolicyError(f"{source}: [{name}] api_auth needs api_base_env (a variable name) and "
+                          f"api_upstream (an https:// URL)")
+    return {"api_base_env": base_env, "api_upstream": upstream, "api_auth": dict(auth),
+            "credentials_inside": inside}
+
+
+def routed_token(agent: Agent, secrets: dict[str, str]) -> str | None:
+    """The secret the proxy adds for ``agent`` (its best token the secrets file holds); None when its
+    credentials go inside (no route in its entry, ``credentials_inside``, or no such token)."""
+    if agent.credentials_inside or not agent.api_auth:
+        return None
+    return next((t for t in agent.tokens if t in agent.api_auth and secrets.get(t)), None)
 
 
 def load_registry(extra: list[Path] | None = None, home: Path | None = None) -> dict[str, Agent]:
@@ -152,22 +188,39 @@ def describe(registry: dict[str, Agent]) -> str:
 
 
 def agent_env(agent: Agent, secrets: dict[str, str], config_dir: Path,
-              source: Path) -> tuple[dict[str, str], list[str]]:
+              source: Path, proxied: bool = True) -> tuple[dict[str, str], list[str]]:
     """The container env for ``agent`` (credentials it reads, its fixed env,
-    its config dir) and the notes to tell the user (which token is used)."""
+    its config dir) and the notes to tell the user (which token is used).
+
+    An agent with a credential route (and a sandbox behind the proxy, ``proxied``) gets the route as
+    its base URL and ``PLACEHOLDER`` for its token: the proxy adds the real one on the way out."""
+    from ..proxy.credentials import PLACEHOLDER, route_url
+
     env = dict(agent.env)
+    routed = routed_token(agent, secrets) if proxied else None
+    held = {routed, *agent.api_auth, agent.api_base_env} if routed else set()
     for name in agent.credentials:
-        if name in secrets:
+        if name in secrets and name not in held:
             env[name] = secrets[name]
+    if routed:
+        env[agent.api_base_env] = route_url(agent.name)
+        env[routed] = PLACEHOLDER
     if agent.config_env:
         env[agent.config_env] = str(config_dir / agent.config_subdir if agent.config_subdir else config_dir)
     notes = []
     used = next((t for t in agent.tokens if t in secrets), None)
-    if used:
-        notes.append(f"{agent.name}: authenticating with {used} from {source}")
+    if used and routed:
+        upstream = secrets.get(agent.api_base_env) or agent.api_upstream
+        notes.append(f"{agent.name}: authenticating with {used} from {source}; it stays on the host, "
+                     f"the proxy adds it for {upstream}")
+    elif used:
+        inside = (" (credentials_inside = true)" if agent.credentials_inside
+                  else " (--network open or host: no credential route)" if agent.api_auth and not proxied else "")
+        notes.append(f"{agent.name}: authenticating with {used} from {source}"
+                     + (f"; {used} is passed INTO the sandbox{inside}" if inside else ""))
     elif agent.tokens:
         notes.append(f"{agent.name}: no {' or '.join(agent.tokens)} in {source}; {agent.login_note}".rstrip("; "))
-    passed = sorted(n for n in agent.credentials if n in secrets and n != used)
+    passed = sorted(n for n in agent.credentials if n in secrets and n != used and n not in held)
     if passed:
         notes.append(f"{agent.name}: also passing {', '.join(passed)} from {source}")
     return env, notes
@@ -194,7 +247,7 @@ def agent_request(agent_name: str, args: list[str], cwd: Path, *, interactive: b
     agent = get_agent(agent_name, load_registry())
     check_installed(agent)
     source = secrets_path()
-    env, notes = agent_env(agent, load_secrets(source), target.config_dir, source)
+    env, notes = agent_env(agent, load_secrets(source), target.config_dir, source, proxied=network == "proxy")
     env.update(extra_env or {})
     if session is not None:
         env["CHTOP_SESSION"] = session

@@ -3,8 +3,8 @@
 This module accepts connections, reads the request head, judges it and
 answers.  Its parts live beside it: the lists (policy.py, hostmatch.py), the
 HTTP rules (messages.py), reaching the upstream (upstream.py), held
-requests and watchers (holds.py), the control socket (control_protocol.py)
-and the data path (tunnel.py).
+requests and watchers (holds.py), the control socket (control_protocol.py),
+the data path (tunnel.py) and the credential route (credentials.py).
 
 Run as ``python -m chtop_tasks.proxy.server --group-dir G --policy-dir P
 --port N --runtime-dir R [--detach]``; ``control.ensure_proxy`` runs it under
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..places import check_worktree_name, command_for_group
-from . import fdpass
+from . import credentials, fdpass
 from .acceptrate import AcceptRate
 from .aio import TIMEOUTS, Deadlines
 from .control import build_socket, session_runs, worktree_socket
@@ -309,6 +309,8 @@ class Server:
             rec["method"] = req.method
             if req.method == "CONNECT":
                 await self._connect(conn, req, rest, rec, worktree, st)
+            elif (route := credentials.routed(req, worktree, source)) is not None:
+                await credentials.forward(self, conn, req, route, rest, rec)
             else:
                 await self._plain(conn, req, rest, rec, worktree, st)
         except Refusal as r:

@@ -1,0 +1,277 @@
+"""The credential route: a sandbox's API requests get the host's real credential on the way out.
+
+Inside a sandbox an agent's base URL is ``http://127.0.0.1:3128/chtop-api/<agent>`` and its key is
+``PLACEHOLDER``.  A request on that route, on a sandbox's connection only, loses every credential header
+it came with, gets the one ``secrets.env`` holds (read for each request, never logged) and goes to the
+agent's configured upstream, over TLS verified against the system CA store (plus ``CHTOP_API_CA_FILE``).
+The answer streams back as it arrives, the credential's value masked wherever the upstream echoes it.
+See docs/credentials.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import ssl
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from ..errors import ChtopError
+from ..sandbox.podman import RELAY_PORT
+from .aio import TIMEOUTS
+from .hostmatch import BadHost, Entry, canonical_host, is_ip, parse_authority
+from .messages import HOP_BY_HOP, Refusal, Request
+from .policy import built_worktree
+
+PREFIX = "/chtop-api/"
+PLACEHOLDER = "chtop-placeholder-credential-held-by-the-proxy"
+ROUTE_HOSTS = {f"127.0.0.1:{RELAY_PORT}", f"localhost:{RELAY_PORT}"}
+CA_FILE_VAR = "CHTOP_API_CA_FILE"
+CREDENTIAL_HEADERS = {"x-api-key", "authorization", "proxy-authorization"}
+DROPPED = HOP_BY_HOP | CREDENTIAL_HEADERS | {"host", "accept-encoding", "te", "upgrade", "trailer"}
+BEARER = "bearer"               # an api_auth value: ``Authorization: Bearer <secret>``
+HOST_TCP_SOURCE = "tcp"         # the group's TCP port on the host (server._listen's key)
+MAX_RESPONSE_HEAD = 64 * 1024
+CHUNK = 64 * 1024
+_AGENT = re.compile(r"[a-z][a-z0-9-]{0,19}\Z")
+
+
+def route_url(agent: str) -> str:
+    """The base URL an agent's CLI is given inside its sandbox."""
+    return f"http://127.0.0.1:{RELAY_PORT}{PREFIX}{agent}"
+
+
+@dataclass(frozen=True)
+class Routed:
+    """A request on the credential route: the agent it names and what follows ``/chtop-api/<agent>``."""
+
+    agent: str
+    rest: str
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a routed request goes and what it carries: never shown, never logged."""
+
+    agent: str
+    scheme: str
+    host: str
+    port: int
+    base_path: str
+    header: str
+    value: str
+    ca_file: str | None
+
+
+def routed(req: Request, worktree: str | None, source: str) -> Routed | None:
+    """The route ``req`` asks for; None when it is not a route request (proxied as before).
+
+    Refusal for a route request that cannot have a credential: from the host's TCP port or a venv
+    build's socket, with a ``Host`` other than the in-sandbox listener, or a path that leaves the prefix.
+    """
+    target = req.target
+    if target.startswith(PREFIX):
+        authority = None
+    else:
+        scheme, sep, after = target.partition("://")
+        if not sep or scheme.lower() != "http":
+            return None
+        authority, slash, path = after.partition("/")
+        if authority.lower() not in ROUTE_HOSTS or not ("/" + path).startswith(PREFIX):
+            return None             # another host's URL: ordinary proxying, judged and without credential
+        target = "/" + path
+    hosts = [v for n, v in req.headers if n.lower() == "host"]
+    if len(hosts) != 1 or hosts[0].lower() not in ROUTE_HOSTS or (authority and authority.lower() != hosts[0].lower()):
+        raise Refusal(400, "bad-request", f"the credential route answers only for Host 127.0.0.1:{RELAY_PORT}")
+    if source == HOST_TCP_SOURCE or built_worktree(worktree) is not None:
+        raise Refusal(403, "blocked", "the credential route answers only an agent's sandbox")
+    agent, _, rest = target[len(PREFIX):].partition("/")
+    if not _AGENT.match(agent):
+        raise Refusal(404, "bad-request", "no such credential route")
+    rest = "/" + rest
+    path = rest.split("?", 1)[0]
+    segments = path.split("/")[1:]
+    if "\\" in path or "%" in path or any(s in ("", ".", "..") for s in segments[:-1]) or segments[-1] in (".", ".."):
+        raise Refusal(400, "bad-request", "the credential route takes a plain path (no '..', '%', '//' or '\\')")
+    return Routed(agent, rest)
+
+
+def _secrets() -> dict[str, str]:
+    """The secrets file now.  Its errors are not passed on: a parse error quotes the bad line."""
+    from ..agents.secrets import load_secrets
+
+    try:
+        return load_secrets()
+    except ChtopError:
+        raise Refusal(503, "route-error", "the secrets file cannot be read; any `inv sbox.*` on the host "
+                                          "says why") from None
+
+
+def upstream_of(url: str) -> tuple[str, str, int, str]:
+    """``https://host[:port][/base]`` -> (scheme, host, port, base path without its trailing /)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("https", "http") or not parts.hostname or parts.username or parts.query:
+        raise ValueError("not an http(s)://host[:port][/path] URL")   # (never echoed: it may hold a secret)
+    host, port = parse_authority(parts.netloc, default_port=443 if parts.scheme == "https" else 80)
+    return parts.scheme, host, port, parts.path.rstrip("/")
+
+
+def resolve(agent_name: str) -> Route:
+    """The route of ``agent_name`` from the registry and the secrets file, read now."""
+    from ..agents.registry import load_registry, routed_token
+
+    try:
+        agent = load_registry().get(agent_name)
+    except ChtopError:
+        raise Refusal(503, "route-error", "the agents' registry cannot be read") from None
+    secrets = _secrets()
+    token = routed_token(agent, secrets) if agent is not None else None
+    if token is None:
+        raise Refusal(404, "route-error", f"no credential route for agent {agent_name!r} (no key or token of "
+                                          f"it in the secrets file, or credentials_inside)")
+    url = secrets.get(agent.api_base_env) or agent.api_upstream
+    try:
+        scheme, host, port, base = upstream_of(url)
+    except (ValueError, BadHost) as exc:
+        raise Refusal(502, "route-error", f"the upstream of {agent_name} ({agent.api_base_env} in the secrets "
+                                          f"file, else api_upstream): {exc}") from None
+    how = agent.api_auth[token]
+    header, value = ("Authorization", f"Bearer {secrets[token]}") if how == BEARER else (how, secrets[token])
+    return Route(agent_name, scheme, host, port, base, header, value, secrets.get(CA_FILE_VAR) or None)
+
+
+def upstream_head(req: Request, route: Route, rest: str) -> bytes:
+    """The head sent upstream: no credential header from inside, the real one added, one request."""
+    host = f"[{route.host}]" if ":" in route.host else route.host
+    if route.port != (443 if route.scheme == "https" else 80):
+        host += f":{route.port}"
+    lines = [f"{req.method} {route.base_path}{rest} HTTP/1.1", f"Host: {host}"]
+    lines += [f"{n}: {v}" for n, v in req.headers if n.lower() not in DROPPED]
+    lines += ["Accept-Encoding: identity", "Connection: close", f"{route.header}: {route.value}"]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+class Redactor:
+    """Masks every occurrence of ``secret`` in a stream, keeping its length (framing stays right).
+
+    Holds back only a tail that could be the start of the secret, so a stream is not delayed.
+    """
+
+    def __init__(self, secret: bytes):
+        self.secret = secret
+        self.mask = (b"[credential held by chtop's proxy]" * (len(secret) // 30 + 1))[: len(secret)]
+        self.held = b""
+
+    def feed(self, data: bytes) -> bytes:
+        data = (self.held + data).replace(self.secret, self.mask)
+        keep = self._partial_tail(data)
+        self.held = data[len(data) - keep:] if keep else b""
+        return data[: len(data) - keep]
+
+    def _partial_tail(self, data: bytes) -> int:
+        for size in range(min(len(self.secret) - 1, len(data)), 0, -1):
+            if self.secret.startswith(data[-size:]):
+                return size
+        return 0
+
+    def flush(self) -> bytes:
+        held, self.held = self.held, b""
+        return held
+
+
+_contexts: dict[str | None, ssl.SSLContext] = {}
+
+
+def tls_context(ca_file: str | None) -> ssl.SSLContext:
+    """The system CA store (and ``ca_file``), verified names; made once per CA file."""
+    ctx = _contexts.get(ca_file)
+    if ctx is None:
+        ctx = ssl.create_default_context()
+        if ca_file:
+            try:
+                ctx.load_verify_locations(cafile=ca_file)
+            except (OSError, ssl.SSLError) as exc:
+                raise Refusal(502, "route-error", f"{CA_FILE_VAR} {ca_file}: {exc}") from None
+        _contexts[ca_file] = ctx
+    return ctx
+
+
+def response_head(head: bytes, redactor: Redactor) -> tuple[bytes, int | None]:
+    """The upstream's response head for the sandbox (its connection closed after it) and its status."""
+    lines = head.split(b"\r\n")
+    status = None
+    m = re.match(rb"HTTP/1\.[01] (\d{3})", lines[0])
+    if m:
+        status = int(m.group(1))
+    kept = [line for line in lines[1:] if line.split(b":", 1)[0].strip().lower().decode("latin-1")
+            not in ("connection", "keep-alive", "proxy-connection")]
+    out = b"\r\n".join([lines[0], *kept, b"Connection: close"]) + b"\r\n\r\n"
+    return out.replace(redactor.secret, redactor.mask), status
+
+
+async def forward(server, conn, req: Request, route_req: Routed, rest: bytes, rec: dict) -> None:
+    """Send one routed request upstream with the credential and stream its answer back."""
+    loop = server.loop
+    route = resolve(route_req.agent)
+    rec.update(host=route.host, port=route.port, path=route.base_path + route_req.rest.split("?", 1)[0],
+               agent=route.agent, reason=f"credential route {route.agent}")
+    entry = Entry(host=route.host, is_ip=is_ip(route.host), private=True, text=route.host)
+    sock = await server.upstreams.open(canonical_host(route.host), route.port, entry, rec)
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(
+            sock=sock, ssl=tls_context(route.ca_file) if route.scheme == "https" else None,
+            server_hostname=route.host if route.scheme == "https" else None), server.cfg.connect_timeout)
+    except (OSError, ssl.SSLError, *TIMEOUTS) as exc:
+        sock.close()
+        raise Refusal(502, "route-error", f"upstream {route.host}:{route.port}: {exc or 'timed out'}") from None
+    rec["decision"] = "injected"
+    redactor = Redactor(route.value.encode("latin-1"))
+    counts = {"up": 0, "down": 0}
+    up = loop.create_task(_pump_up(loop, conn, writer, upstream_head(req, route, route_req.rest) + rest, counts))
+    try:
+        rec["status"] = await _pump_down(loop, reader, conn, redactor, counts)
+    finally:
+        up.cancel()
+        writer.close()
+        rec["bytes_up"], rec["bytes_down"] = counts["up"], counts["down"]
+
+
+async def _pump_up(loop, conn, writer, first: bytes, counts: dict) -> None:
+    """The request (its head rewritten) and then whatever the sandbox sends, to the upstream."""
+    data = first
+    try:
+        while data:
+            writer.write(data)
+            counts["up"] += len(data)
+            await writer.drain()
+            data = await loop.sock_recv(conn, CHUNK)
+    except (OSError, ConnectionError):
+        return
+
+
+async def _pump_down(loop, reader, conn, redactor: Redactor, counts: dict) -> int | None:
+    """The upstream's answer to the sandbox as it arrives, credential masked; its status."""
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        chunk = await _read(reader)
+        if not chunk:
+            raise Refusal(502, "route-error", "the upstream closed before its answer's head")
+        buf += chunk
+        if len(buf) > MAX_RESPONSE_HEAD:
+            raise Refusal(502, "route-error", "the upstream's answer head is too large")
+    head, _, body = buf.partition(b"\r\n\r\n")
+    out, status = response_head(head, redactor)
+    await loop.sock_sendall(conn, out + redactor.feed(body))
+    counts["down"] += len(out) + len(body)
+    while chunk := await _read(reader):
+        counts["down"] += len(chunk)
+        await loop.sock_sendall(conn, redactor.feed(chunk))
+    await loop.sock_sendall(conn, redactor.flush())
+    return status
+
+
+async def _read(reader) -> bytes:
+    try:
+        return await reader.read(CHUNK)
+    except (OSError, ssl.SSLError, ConnectionError):
+        return b""
