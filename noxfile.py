@@ -32,7 +32,7 @@ def lint(session):
 @nox.session(python=False, default=False)
 def venv(session):
     """Build a worktree's .venv: nox -s venv -- --name dev [--recreate] [--test]."""
-    from chtop_tasks.nox_sessions import venv_body
+    from chtop_tasks.cli.nox_sessions import venv_body
 
     venv_body(session)
 
@@ -40,6 +40,6 @@ def venv(session):
 @nox.session(python=False, default=False)
 def gpu_smoke(session):
     """GPU compute check in a worktree's sandbox: nox -s gpu_smoke [-- --name NAME]."""
-    from chtop_tasks.nox_sessions import gpu_smoke_body
+    from chtop_tasks.cli.nox_sessions import gpu_smoke_body
 
     gpu_smoke_body(session)

@@ -1,7 +1,7 @@
 """Invoke entry point: `inv --list` shows every chtop task.
 
 Works from the toplevel, any feature worktree, or any repo dir inside them:
-chtop's `inv` (chtop_tasks/inv.py) loads this file from the checkout root.  It imports this
+chtop's `inv` (chtop_tasks/cli/inv.py) loads this file from the checkout root.  It imports this
 checkout's own copy of chtop_tasks, never another worktree's.
 """
 
@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-# The `inv` you type must be chtop's (chtop_tasks/inv.py, linked by ./bootstrap): it loads this
+# The `inv` you type must be chtop's (chtop_tasks/cli/inv.py, linked by ./bootstrap): it loads this
 # file whichever directory of the worktree you are in.  invoke's own `inv` searches from the current
 # directory upwards, where a tasks.py the agent planted in a repo dir would run first: when that one
 # loaded this file (pip put invoke's script back over chtop's, or another invoke comes first on
@@ -38,6 +38,6 @@ if not sys.flags.dont_write_bytecode:
         cache = cache if os.path.isabs(cache) else os.path.join(os.path.expanduser("~"), ".cache")
         sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"] = os.path.join(cache, "chtop", "pycache")
 
-# chtop's light task path (chtop_tasks/inv.py) runs only the lines above, then the one task it was asked for.
+# chtop's light task path (chtop_tasks/cli/inv.py) runs only the lines above, then the one task it was asked for.
 if __name__ != "chtop_prologue":
     from chtop_tasks import namespace as ns  # noqa: F401

@@ -9,7 +9,7 @@ Run as root (it builds a throwaway workspace owned by the unprivileged test user
 the ratio (the old 1.15x target, retired); then, measured in the same interleaved runs, the
 floor invoke's own program pays before chtop's code runs (starting Python, importing invoke), and
 chtop's own share: the total minus starting Python minus the bare run, since `inv sbox.claude` is
-chtop's inv, whose light task path (chtop_tasks/faststart.py) imports no invoke.  `inv` runs as
+chtop's inv, whose light task path (chtop_tasks/cli/faststart.py) imports no invoke.  `inv` runs as
 pip's console script runs it (a plain Python start, site included).
 Not run by the tests.
 """
@@ -36,7 +36,7 @@ from bench_sandbox import build, floor_commands, inv_floor, require_root, scratc
 FIRST_SCREEN = "trust"
 LAUNCH_LINE = r"\$ podman run"
 # pip's chtop-inv, with the checkout (argv[1]) first on sys.path: the worktree's own chtop_tasks
-INV_SCRIPT = "import sys; sys.path.insert(0, sys.argv.pop(1)); from chtop_tasks.inv import main; sys.exit(main())"
+INV_SCRIPT = "import sys; sys.path.insert(0, sys.argv.pop(1)); from chtop_tasks.cli.inv import main; sys.exit(main())"
 PLAN_CLAUDE = """
 import json
 from pathlib import Path

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from chtop_tasks import demo  # noqa: E402
+from chtop_tasks.cli import demo  # noqa: E402
 from chtop_tasks.dash import model  # noqa: E402
 from chtop_tasks.workspace.layout import find_workspace  # noqa: E402
 from chtop_tasks.workspace.worktrees import create_worktree, list_worktrees  # noqa: E402

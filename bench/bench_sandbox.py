@@ -105,7 +105,7 @@ def inv_floor(times: dict[str, list[float]]) -> tuple[float, str]:
 PLAN_AND_PREPARE = """
 import json
 from pathlib import Path
-from chtop_tasks import places
+from chtop_tasks.core import places
 from chtop_tasks.workspace import targets
 from chtop_tasks.sandbox.launcher import plan_launch, prepare_launch
 plan = plan_launch(targets.target_for(Path.cwd()), ["true"], interactive=False)

@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from chtop_tasks import demo  # noqa: E402
+from chtop_tasks.cli import demo  # noqa: E402
 from chtop_tasks.venv import build as V  # noqa: E402
 from chtop_tasks.venv.sandboxed import build_workspace_venv  # noqa: E402
 from chtop_tasks.workspace.layout import find_workspace  # noqa: E402

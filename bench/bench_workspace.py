@@ -31,8 +31,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from chtop_tasks import demo, runner  # noqa: E402
-from chtop_tasks.workspace import gitops, quarantine  # noqa: E402
+from chtop_tasks.cli import demo  # noqa: E402
+from chtop_tasks.core import runner  # noqa: E402
+from chtop_tasks.gitloop import gitops  # noqa: E402
+from chtop_tasks.stores import quarantine  # noqa: E402
 from chtop_tasks.workspace.layout import find_workspace  # noqa: E402
 from chtop_tasks.workspace.worktrees import create_worktree, delete_worktree  # noqa: E402
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from hashlib import sha256
 from pathlib import Path
 
-from ..errors import CommandFailed, PolicyError, UsageError
-from ..runner import echo, format_command, run
+from ..core.errors import CommandFailed, PolicyError, UsageError
+from ..core.runner import echo, format_command, run
 
 CONTAINERS_DIR = Path(__file__).resolve().parent.parent / "containers"
 IMAGE = "localhost/chtop-sandbox:latest"

@@ -18,8 +18,8 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from ..errors import PolicyError, UsageError
-from ..places import secrets_path, user_config_dir
+from ..core.errors import PolicyError, UsageError
+from ..core.places import secrets_path, user_config_dir
 from ..workspace.targets import target_for
 from .secrets import ENV_NAME, load_secrets
 
@@ -275,7 +275,7 @@ def launch(agent_name: str, args: list[str], cwd: Path, *, dir: Path | None = No
     Interactive (a pty, resized with the terminal) when stdin is a terminal.
     Git identity, CLAUDE_CONFIG_DIR and IS_SANDBOX are the sandbox's own.
     """
-    from ..passthrough import stdin_is_terminal
+    from ..core.passthrough import stdin_is_terminal
     from ..sandbox import launch as launch_in_sandbox
 
     return launch_in_sandbox(agent_request(agent_name, args, cwd, interactive=stdin_is_terminal(stdin_fd), dir=dir,

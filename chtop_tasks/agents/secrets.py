@@ -17,8 +17,8 @@ import re
 import stat
 from pathlib import Path
 
-from ..errors import PolicyError, Refused
-from ..places import secrets_path, user_config_dir  # noqa: F401 - secrets_path is this module's API
+from ..core.errors import PolicyError, Refused
+from ..core.places import secrets_path, user_config_dir  # noqa: F401 - secrets_path is this module's API
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 

@@ -17,8 +17,8 @@ import re
 import sys
 from pathlib import Path
 
-from .. import runner
-from ..errors import ChtopError, UsageError
+from ..core import runner
+from ..core.errors import ChtopError, UsageError
 from ..hosts import approvals as host_approvals
 from ..hosts import fleet
 from ..hosts.records import Host

@@ -9,7 +9,7 @@ worktree keys run that host's own tasks over ssh, as their ``--host`` forms do (
 
 Every text a widget shows goes through ``plain``: a rich ``Text`` (never parsed as Rich markup,
 where ``[@click=...]`` in a git error would be an action) with its control characters made visible
-(``term.inert``: an ESC in a diff would reach your terminal).  ``tests/test_inert_text.py`` walks
+(``term.inert``: an ESC in a diff would reach your terminal).  ``tests/security/test_inert_text.py`` walks
 this package's widget calls for it.
 """
 
@@ -26,10 +26,10 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Input, Static
 
-from ..errors import ChtopError
+from ..core.errors import ChtopError
+from ..core.term import inert
 from ..hosts.records import LOCAL, load_hosts
 from ..proxy.watch import refused_anyway_text
-from ..term import inert
 from ..workspace.layout import Workspace, find_workspace
 from . import actions, model, remote
 from .holds import HoldWatcher

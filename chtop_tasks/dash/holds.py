@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from ..errors import ChtopError
+from ..core.errors import ChtopError
 from ..proxy import control_protocol
 
 RETRY_SECONDS = 1.0

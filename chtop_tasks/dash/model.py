@@ -19,15 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .. import agentfile, runner
-from ..errors import ChtopError
-from ..fanout import fan_out
-from ..places import group_id
-from ..proxy import approvals
-from ..proxy.control import status as proxy_status
-from ..proxy.logs import JSONL, net_dir, pending_item
-from ..workspace import gitrun
-from ..workspace.gitprobe import (
+from ..core import agentfile, gitrun, runner
+from ..core.errors import ChtopError
+from ..core.fanout import fan_out
+from ..core.gitprobe import (
     LISTING_TIMEOUT,
     REVIEW_DIFF_OPTS,
     REVIEW_ENV,
@@ -35,9 +30,13 @@ from ..workspace.gitprobe import (
     WORKTREE_DIFF_DRIVERS_OFF,
     WORKTREE_SUBMODULES,
 )
-from ..workspace.landing import review_marks
+from ..core.places import group_id
+from ..gitloop.landing import review_marks
+from ..proxy import approvals
+from ..proxy.control import status as proxy_status
+from ..proxy.logs import JSONL, net_dir, pending_item
+from ..stores.quarantine import sync_worktree
 from ..workspace.layout import Checkout, Workspace, checkout_problem, find_workspace
-from ..workspace.quarantine import sync_worktree
 from ..workspace.worktrees import worktree_roots
 from . import sessions_adapter
 

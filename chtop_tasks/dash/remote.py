@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..errors import ChtopError
+from ..core.errors import ChtopError
 from ..hosts import approvals as host_approvals
 from ..hosts import fleet
 from ..hosts.answers import BadAnswer

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import ChtopError
+from ..core.errors import ChtopError
 
 LIVE_STATES = ("working", "waiting", "idle")
 DEFAULT_AGENT = "claude"

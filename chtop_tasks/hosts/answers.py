@@ -14,9 +14,9 @@ import json
 import re
 from dataclasses import dataclass
 
-from ..errors import ChtopError
-from ..places import worktree_name_problem
-from ..term import inert_line
+from ..core.errors import ChtopError
+from ..core.places import worktree_name_problem
+from ..core.term import inert_line
 
 MAX_ANSWER = 4 * 1024 * 1024     # bytes of JSON accepted from a host
 MAX_STRING = 4096                # characters kept of one string

@@ -10,8 +10,8 @@ domain a key sends back, can only be a name the proxy could have logged.
 
 from __future__ import annotations
 
-from ..errors import ChtopError
-from ..term import inert_line
+from ..core.errors import ChtopError
+from ..core.term import inert_line
 from . import answers, install
 from .records import Host
 from .ssh import run_on

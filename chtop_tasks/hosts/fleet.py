@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import ChtopError, Refused, UsageError
-from ..fanout import fan_out
-from ..places import check_worktree_name
-from ..term import say, warn
-from ..workspace.gitprobe import rev
-from ..workspace.gitrun import git
+from ..core.errors import ChtopError, Refused, UsageError
+from ..core.fanout import fan_out
+from ..core.gitprobe import rev
+from ..core.gitrun import git
+from ..core.places import check_worktree_name
+from ..core.term import say, warn
 from ..workspace.layout import Workspace
 from . import answers, approvals, install
 from .records import (

@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..errors import ChtopError, Refused
-from ..workspace.gitprobe import rev
-from ..workspace.gitrun import git
+from ..core.errors import ChtopError, Refused
+from ..core.gitprobe import rev
+from ..core.gitrun import git
 from ..workspace.layout import Workspace
 from .answers import BadAnswer
 from .records import Host, path_problem

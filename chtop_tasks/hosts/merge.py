@@ -30,11 +30,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import runner
-from ..errors import CommandFailed, Refused
-from ..places import check_worktree_name, read_user_config, state_dir
-from ..term import say
-from ..workspace.gitops import (
+from ..core import runner
+from ..core.errors import CommandFailed, Refused
+from ..core.gitprobe import ahead_behind
+from ..core.gitrun import HOST_GIT_OPTS, git
+from ..core.places import check_worktree_name, read_user_config, state_dir
+from ..core.term import say
+from ..gitloop.gitops import (
     Relation,
     check_outcome,
     dry_run_footer,
@@ -54,11 +56,9 @@ from ..workspace.gitops import (
     tips_problems,
     toplevel_checkout_problems,
 )
-from ..workspace.gitprobe import ahead_behind
-from ..workspace.gitrun import HOST_GIT_OPTS, git
+from ..stores.quarantine import SHA_RE, read_ref
 from ..workspace.grouplock import holds_group_lock
 from ..workspace.layout import Checkout, Workspace, verify_git_dirs
-from ..workspace.quarantine import SHA_RE, read_ref
 from . import install
 from .fleet import ask_worktrees, local_version, worktree_dir_there
 from .records import Host, get_host

@@ -17,9 +17,9 @@ import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .. import atomic
-from ..errors import UsageError
-from ..places import read_toml, user_config_dir, worktree_name_problem
+from ..core import atomic
+from ..core.errors import UsageError
+from ..core.places import read_toml, user_config_dir, worktree_name_problem
 
 HOSTS_NAME = "hosts.toml"
 LOCAL = "local"                      # the host column's name for this machine: no host may take it

@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 import shlex
 
-from .. import runner
-from ..errors import ChtopError, CommandFailed
-from ..places import ensure_private_dir, read_user_config, runtime_base
+from ..core import runner
+from ..core.errors import ChtopError, CommandFailed
+from ..core.places import ensure_private_dir, read_user_config, runtime_base
 from .records import Host
 
 ANSWER_TIMEOUT = 5           # seconds a host may stay silent (connecting, or mid-call); config.toml: host_timeout

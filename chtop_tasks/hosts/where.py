@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import Refused, UsageError
-from ..fanout import fan_out
-from ..places import check_worktree_name
+from ..core.errors import Refused, UsageError
+from ..core.fanout import fan_out
+from ..core.places import check_worktree_name
 from ..workspace.layout import Workspace
 from ..workspace.suggest import no_worktree_message
 from .records import LOCAL, Host, get_host, load_hosts, recorded_worktrees

@@ -23,9 +23,9 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from ..atomic import write_atomic
-from ..errors import PolicyError, UsageError
-from ..places import notify_config_path
+from ..core.atomic import write_atomic
+from ..core.errors import PolicyError, UsageError
+from ..core.places import notify_config_path
 
 DEFAULT_SERVER = "https://ntfy.sh"
 BUTTONS = ("once", "1h", "always", "deny")     # what an action button may decide

@@ -33,12 +33,12 @@ import threading
 import time
 from pathlib import Path
 
-from ..errors import ChtopError
+from ..core.errors import ChtopError
+from ..core.term import visible
 from ..proxy import approvals, control_protocol
 from ..proxy.control import NOTIFIER_LOCK
 from ..proxy.hostmatch import authority_spec
 from ..proxy.logs import net_dir
-from ..term import visible
 from . import codes, config, ntfy
 
 LOG_NAME = "notify.log"

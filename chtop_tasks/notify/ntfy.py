@@ -16,7 +16,7 @@ import urllib.request
 from collections.abc import Iterator
 from urllib.parse import quote
 
-from ..errors import ChtopError
+from ..core.errors import ChtopError
 from .config import NotifyConfig
 
 PUBLISH_TIMEOUT = 15.0

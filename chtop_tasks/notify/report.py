@@ -6,8 +6,8 @@ import shutil
 import socket
 from pathlib import Path
 
-from .. import runner
-from ..places import notify_config_path
+from ..core import runner
+from ..core.places import notify_config_path
 from ..proxy import control
 from . import config, ntfy
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import sys
 import threading
 
-from ..errors import ChtopError
-from ..term import visible
+from ..core.errors import ChtopError
+from ..core.term import visible
 from . import config, ntfy
 
 SCREEN_LINES, LINE_CHARS, MESSAGE_CHARS = 8, 120, 800

@@ -27,16 +27,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..atomic import locked_for_update, write_atomic
-from ..errors import ChtopError, Refused, UsageError
-from ..places import (
-    check_worktree_name,
-    command_for_group,
-    default_policy_dir,
-    is_dir_group,
-    user_config_dir,
-)
-from ..term import say
+from ..core.atomic import locked_for_update, write_atomic
+from ..core.errors import ChtopError, Refused, UsageError
+from ..core.places import check_worktree_name, command_for_group, default_policy_dir, is_dir_group, user_config_dir
+from ..core.term import say
 from ..workspace.targets import is_feature_worktree
 from . import control_protocol
 from .control import ensure_proxy, status, stop_proxy

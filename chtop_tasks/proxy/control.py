@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from hashlib import sha256
 from pathlib import Path
 
-from ..errors import ChtopError
-from ..places import check_worktree_name, group_key, notify_config_path, runtime_dir
+from ..core.errors import ChtopError
+from ..core.places import check_worktree_name, group_key, notify_config_path, runtime_dir
 from . import control_protocol
 from .logs import net_dir
 from .policy import NetPolicy

@@ -20,8 +20,8 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import ChtopError
-from ..places import command_for_group, runtime_dir
+from ..core.errors import ChtopError
+from ..core.places import command_for_group, runtime_dir
 
 if TYPE_CHECKING:   # the proxy's server imports asyncio; a client of the control socket need not
     import asyncio

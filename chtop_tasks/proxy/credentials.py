@@ -16,7 +16,7 @@ import ssl
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from ..errors import ChtopError
+from ..core.errors import ChtopError
 from ..sandbox.podman import RELAY_PORT
 from .aio import TIMEOUTS
 from .hostmatch import BadHost, Entry, canonical_host, is_ip, parse_authority

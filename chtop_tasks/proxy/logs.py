@@ -12,8 +12,8 @@ import os
 import time
 from pathlib import Path
 
-from ..places import state_dir
-from ..term import inert_line
+from ..core.places import state_dir
+from ..core.term import inert_line
 from .hostmatch import authority_spec
 
 HUMAN = "proxy.log"

@@ -21,9 +21,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..atomic import locked_for_update
-from ..errors import PolicyError, UsageError
-from ..places import check_worktree_name
+from ..core.atomic import locked_for_update
+from ..core.errors import PolicyError, UsageError
+from ..core.places import check_worktree_name
 from .hostmatch import DEFAULT_PORTS, BadHost, Entry, find_match, parse_entry
 
 ALLOW = "net-allow.txt"

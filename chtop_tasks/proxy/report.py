@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..places import command_for_group
-from ..term import inert_line
+from ..core.places import command_for_group
+from ..core.term import inert_line
 from ..workspace.targets import group_and_policy_for
 from .control import status
 from .hostmatch import authority_spec

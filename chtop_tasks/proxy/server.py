@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..places import check_worktree_name, command_for_group
+from ..core.places import check_worktree_name, command_for_group
 from . import credentials, fdpass
 from .acceptrate import AcceptRate
 from .aio import TIMEOUTS, Deadlines
@@ -631,7 +631,7 @@ class Server:
         for err in self.policy.errors():
             self.log.note(f"LIST     {err}")
         self.log.flush()
-        from ..workspace.quarantine import ImportTimer  # agents' branches into the shared stores
+        from ..stores.quarantine import ImportTimer  # agents' branches into the shared stores
         self.importing = ImportTimer(self.cfg.group_dir, lambda msg: self.loop.call_soon_threadsafe(
             lambda: (self.log.note(msg), self.log.flush())))
         if self.cfg.idle_exit > 0:

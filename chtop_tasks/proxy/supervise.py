@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..atomic import write_atomic
+from ..core.atomic import write_atomic
 from .control import SUPERVISOR_PID as PID_NAME
 from .logs import net_dir
 

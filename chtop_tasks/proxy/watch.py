@@ -19,8 +19,8 @@ import time
 import tty
 from pathlib import Path
 
-from ..errors import ChtopError
-from ..term import inert
+from ..core.errors import ChtopError
+from ..core.term import inert
 from . import approvals, control_protocol
 from .hostmatch import DEFAULT_PORTS, authority_spec
 from .policy import append_entry, list_path

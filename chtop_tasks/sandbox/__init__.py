@@ -2,7 +2,7 @@
 
 Public interface: ``launch(LaunchRequest)`` (the one entry), and its parts
 ``plan_launch`` (pure), ``prepare_launch`` (side effects), ``run_plan``;
-``list_sandboxes``, ``shell_command`` and ``show_warnings`` for the tasks.  What a target is comes from ``chtop_tasks.places``.  The
+``list_sandboxes``, ``shell_command`` and ``show_warnings`` for the tasks.  What a target is comes from ``chtop_tasks.core.places``.  The
 security model is in mounts.py's docstring and the README's "Security
 model".
 

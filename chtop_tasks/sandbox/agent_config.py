@@ -30,10 +30,10 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..agentfile import read_bytes
-from ..atomic import write_atomic, write_atomic_at
-from ..places import HOOK_STATE_DIR_NAME, SESSION_ID, session_state_dir
-from ..term import warn
+from ..core.agentfile import read_bytes
+from ..core.atomic import write_atomic, write_atomic_at
+from ..core.places import HOOK_STATE_DIR_NAME, SESSION_ID, session_state_dir
+from ..core.term import warn
 from .agent_settings import install_settings, read_settings
 from .mounts import is_within
 

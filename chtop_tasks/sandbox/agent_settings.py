@@ -25,10 +25,10 @@ import json
 import os
 from pathlib import Path
 
-from ..agentfile import read_bytes
-from ..atomic import write_atomic
-from ..errors import Refused
-from ..places import HOOK_STATE_DIR_NAME
+from ..core.agentfile import read_bytes
+from ..core.atomic import write_atomic
+from ..core.errors import Refused
+from ..core.places import HOOK_STATE_DIR_NAME
 
 MARKER = "chtop-session-state"
 HOOKED_AGENTS = ("claude",)        # the agents whose config takes these hooks (Claude Code's settings.json)

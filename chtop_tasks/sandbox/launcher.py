@@ -17,15 +17,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import agentfile
-from ..errors import ChtopError, CommandFailed, Refused, UsageError
-from ..fanout import answered_before_leaving
-from ..places import ensure_private_dir, group_id, home_dir, is_mine_or_missing
-from ..runner import format_command
-from ..term import warn
-from ..workspace import gitrun
+from ..core import agentfile, gitrun
+from ..core.errors import ChtopError, CommandFailed, Refused, UsageError
+from ..core.fanout import answered_before_leaving
+from ..core.places import ensure_private_dir, group_id, home_dir, is_mine_or_missing
+from ..core.runner import format_command
+from ..core.term import warn
+from ..stores.quarantine import branch_ref_pairs, sync_worktree
 from ..workspace.layout import admin_dir_for, private_store, verify_git_dirs
-from ..workspace.quarantine import branch_ref_pairs, sync_worktree
 from ..workspace.targets import Target
 from . import podman as podman_mod
 from . import seccomp
@@ -564,7 +563,7 @@ def announce(plan: LaunchPlan) -> None:
 
 def run_plan(plan: LaunchPlan, interactive: bool = False) -> int:
     """Run a prepared plan through the one pass-through runner; its exit status (128+signal if killed)."""
-    from ..passthrough import run_interactive
+    from ..core.passthrough import run_interactive
 
     announce(plan)
     if shutil.which(plan.argv[0], path=plan.env.get("PATH")) is None:
@@ -607,7 +606,7 @@ if [ -n "$wt" ]; then
     b=$(dd if="$s" iflag=nofollow,nonblock bs=128 count=1 status=none 2>/dev/null); b=${b%%$'\n'*}
     if [ -z "$a" ] || [ "$a" != "$b" ]; then same=; break; fi
   done
-  [ -n "$same" ] || (cd / && PYTHONPATH="$pp" "$py" -m chtop_tasks.workspace.exit_import "$wt")
+  [ -n "$same" ] || (cd / && PYTHONPATH="$pp" "$py" -m chtop_tasks.stores.exit_import "$wt")
 fi
 exit $rc
 """

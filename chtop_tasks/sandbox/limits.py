@@ -35,8 +35,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import PolicyError
-from ..places import check_worktree_name
+from ..core.errors import PolicyError
+from ..core.places import check_worktree_name
 
 LIMITS = "limits.txt"
 KEYS = ("memory", "pids", "cpus", "cpu-shares", "ipc", "shm")

@@ -7,7 +7,7 @@ from inside.  So:
   whole: no shared objects, refs, logs, packed-refs, config, hooks or admin
   dir can be written;
 * each checkout's private git store (``<grouping>/.chtop/git/<name>/<repo>.git``,
-  see ``workspace/quarantine.py``) is read-write for the agent's refs,
+  see ``stores/quarantine.py``) is read-write for the agent's refs,
   objects, reflogs and admin dir, with what host-side git would read as
   config or run pinned read-only: ``config``, ``hooks/``, ``info/``,
   ``worktrees/``, ``objects/info/`` (the alternates), and the admin dir's
@@ -37,9 +37,9 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import agentfile
+from ..core import agentfile
+from ..stores.quarantine import PINNED_IN_ADMIN, PINNED_IN_STORE
 from ..workspace.pins import HOST_EXECUTED, MANAGEMENT
-from ..workspace.quarantine import PINNED_IN_ADMIN, PINNED_IN_STORE
 
 # a venv's pyvenv.cfg is a few lines; more is not one
 PYVENV_CFG_LIMIT = 64 * 1024

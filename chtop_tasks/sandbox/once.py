@@ -8,7 +8,7 @@ import os
 from hashlib import sha256
 from pathlib import Path
 
-from ..places import state_dir
+from ..core.places import state_dir
 
 VERBOSE_ENV = "CHTOP_VERBOSE"
 

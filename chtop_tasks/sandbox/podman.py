@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ChtopError
+from ..core.errors import ChtopError
 from .mounts import Mount
 
 RELAY_PORT = 3128

@@ -30,7 +30,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import PolicyError
+from ..core.errors import PolicyError
 
 FS_ALLOW = "fs-allow.txt"
 DEVICES = "devices.txt"

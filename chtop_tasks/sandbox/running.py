@@ -20,8 +20,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from ..errors import CommandFailed
-from ..places import UNSAFE_IN_NAME, group_id
+from ..core.errors import CommandFailed
+from ..core.places import UNSAFE_IN_NAME, group_id
 
 LABEL = "chtop"
 MONITORS = (b"conmon\n", b"conmonrs\n")       # /proc/PID/comm of a container's monitor

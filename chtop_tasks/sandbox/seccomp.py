@@ -22,7 +22,7 @@ import json
 import stat
 from pathlib import Path
 
-from ..errors import ChtopError
+from ..core.errors import ChtopError
 
 # where podman's packages install the default profile (containers-common)
 DEFAULT_PROFILES = (Path("/usr/share/containers/seccomp.json"), Path("/etc/containers/seccomp.json"))

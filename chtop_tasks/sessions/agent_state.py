@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from hashlib import sha256
 from pathlib import Path
 
-from .. import agentfile
-from ..places import session_state_dir
+from ..core import agentfile
+from ..core.places import session_state_dir
 
 STATES = ("working", "waiting", "idle", "exited", "lost")
 HOOK_STATES = ("working", "waiting", "idle", "exited")   # what an agent may report

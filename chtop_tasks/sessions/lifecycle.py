@@ -16,11 +16,11 @@ import sys
 import time
 from pathlib import Path
 
-from .. import runner, term
-from ..errors import ChtopError, CommandFailed, Refused, UsageError
+from ..core import runner, term
+from ..core.errors import ChtopError, CommandFailed, Refused, UsageError
+from ..core.term import say, warn
 from ..sandbox.agent_config import check_user_settings, remove_session_state
 from ..sandbox.once import VERBOSE_ENV, first_time
-from ..term import say, warn
 from ..workspace.targets import target_for
 from . import records, tmux
 from .listing import is_live, list_sessions, require_known_worktree, session_row
@@ -288,7 +288,7 @@ class AgentExited(ChtopError):
 def attach(group_dir: Path, name: str) -> int:
     """Put this terminal on worktree ``name``'s session until the user detaches (0, or tmux's own
     status); AgentExited, saying why, when the agent ends meanwhile (tmux shows only ``[exited]``)."""
-    from ..passthrough import run_interactive
+    from ..core.passthrough import run_interactive
 
     record = _live_record(group_dir, name)
     status = run_interactive(tmux.attach_argv(Path(record.tmux_socket), record.tmux_session), pty=False)

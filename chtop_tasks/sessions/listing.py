@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import ChtopError, CommandFailed, Refused
+from ..core.errors import ChtopError, CommandFailed, Refused
+from ..core.term import warn
 from ..sandbox.running import sandboxes_in
-from ..term import warn
 from . import records, tmux
 from .agent_state import STATES
 
@@ -75,7 +75,7 @@ def list_sessions(group_dir: Path) -> list[dict]:
 
 def require_known_worktree(group_dir: Path, name: str) -> None:
     """UsageError with the closest name when ``name`` is no worktree of the group (a typo)."""
-    from ..places import is_dir_group
+    from ..core.places import is_dir_group
     from ..workspace.targets import is_feature_worktree
 
     if not is_dir_group(Path(group_dir)) and not is_feature_worktree(Path(group_dir), name):

@@ -20,9 +20,9 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from .. import runner
-from ..errors import PolicyError
-from ..places import user_config_dir
+from ..core import runner
+from ..core.errors import PolicyError
+from ..core.places import user_config_dir
 from . import tmux
 
 CONFIG_NAME = "config.toml"

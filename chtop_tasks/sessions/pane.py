@@ -21,8 +21,8 @@ import threading
 import time
 from pathlib import Path
 
-from ..atomic import write_atomic
-from ..errors import ChtopError
+from ..core.atomic import write_atomic
+from ..core.errors import ChtopError
 from ..notify import waiting
 from ..proxy.control import hold_session_lease
 from ..sandbox.agent_settings import HOOKED_AGENTS

@@ -12,8 +12,8 @@ import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from ..atomic import write_atomic
-from ..places import state_dir
+from ..core.atomic import write_atomic
+from ..core.places import state_dir
 
 RECORD_SUFFIX = ".json"
 ENV_SUFFIX = ".env.json"

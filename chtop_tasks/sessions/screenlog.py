@@ -15,7 +15,7 @@ import re
 import sys
 from pathlib import Path
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 from . import records, tmux
 
 MAX_BYTES = 5 * 1024 * 1024

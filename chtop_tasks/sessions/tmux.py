@@ -16,9 +16,9 @@ import shutil
 from hashlib import sha256
 from pathlib import Path
 
-from .. import runner
-from ..errors import CommandFailed
-from ..places import group_id, runtime_dir
+from ..core import runner
+from ..core.errors import CommandFailed
+from ..core.places import group_id, runtime_dir
 
 SOCKET_NAME = "tmux.sock"
 SESSION_PREFIX = "chtop-"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import functools
 import importlib
 
-from .. import term
-from ..errors import ChtopError
-from ..taskdef import task_exit
+from ..cli.taskdef import task_exit
+from ..core import term
+from ..core.errors import ChtopError
 
 
 class LazyModule:

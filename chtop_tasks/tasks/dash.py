@@ -2,8 +2,8 @@
 
 import sys
 
-from ..errors import UsageError
-from ..taskdef import task
+from ..cli.taskdef import task
+from ..core.errors import UsageError
 from .common import lazy, reports_errors
 
 layout = lazy("workspace.layout")

@@ -1,6 +1,6 @@
 """demo: the main job on a built-in example."""
 
-from ..taskdef import task
+from ..cli.taskdef import task
 from .common import reports_errors
 
 
@@ -10,6 +10,6 @@ from .common import reports_errors
 @reports_errors
 def demo(c, dir=None, no_venv=False, no_sandbox=False):  # noqa: A002
     """Run the whole workflow, narrated, on two sample repos in a temp grouping dir."""
-    from ..demo import run_demo
+    from ..cli.demo import run_demo
 
     run_demo(dir, venv=not no_venv, sandbox=not no_sandbox)

@@ -1,14 +1,14 @@
 """git.*: git across every repo of this workspace at once."""
 
-from ..argv import remainder_args
-from ..taskdef import task
-from ..term import say
+from ..cli.taskdef import task
+from ..core.argv import remainder_args
+from ..core.term import say
 from .common import lazy, reports_errors
 
-gitops = lazy("workspace.gitops")
+gitops = lazy("gitloop.gitops")
 dotfiles = lazy("workspace.dotfiles")
 layout = lazy("workspace.layout")
-remotes = lazy("workspace.remotes")
+remotes = lazy("gitloop.remotes")
 fleet = lazy("hosts.fleet")
 host_merge = lazy("hosts.merge")
 where = lazy("hosts.where")

@@ -1,7 +1,7 @@
 """host.*: other machines, each with its own chtop, reached over SSH (logic in chtop_tasks/hosts/)."""
 
-from ..taskdef import task
-from ..term import say, warn
+from ..cli.taskdef import task
+from ..core.term import say, warn
 from .common import lazy, reports_errors
 
 fleet = lazy("hosts.fleet")

@@ -3,10 +3,10 @@
 import json as json_
 import os
 
-from ..argv import remainder_args
-from ..errors import ChtopError
-from ..taskdef import task
-from ..term import say, warn
+from ..cli.taskdef import task
+from ..core.argv import remainder_args
+from ..core.errors import ChtopError
+from ..core.term import say, warn
 from .common import lazy, reports_errors
 
 approvals = lazy("proxy.approvals")

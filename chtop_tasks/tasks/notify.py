@@ -1,8 +1,8 @@
 """notify.*: phone notifications through ntfy (held requests and waiting agents)."""
 
-from ..errors import ChtopError
-from ..taskdef import task
-from ..term import say
+from ..cli.taskdef import task
+from ..core.errors import ChtopError
+from ..core.term import say
 from .common import lazy, reports_errors
 
 config = lazy("notify.config")

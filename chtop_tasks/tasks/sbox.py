@@ -2,10 +2,10 @@
 
 from pathlib import Path
 
-from ..argv import remainder_args
-from ..runner import format_command
-from ..taskdef import task
-from ..term import say
+from ..cli.taskdef import task
+from ..core.argv import remainder_args
+from ..core.runner import format_command
+from ..core.term import say
 from .common import lazy, reports_errors
 
 targets = lazy("workspace.targets")
@@ -38,7 +38,7 @@ def _remote_place(task_name: str, name: str, host: str, dir, allow_self_edit):  
     dir is now that worktree, as if the task ran in it)."""
     import os
 
-    from ..errors import UsageError
+    from ..core.errors import UsageError
     from ..hosts.where import named_place
 
     place = named_place(name, host, task_name)
@@ -58,8 +58,8 @@ def _exec_there(place, *args: str) -> int:
     import os
     import sys
 
+    from ..core.runner import echo
     from ..hosts.fleet import terminal_task_argv_there
-    from ..runner import echo
 
     argv = terminal_task_argv_there(place.host.name, *args, worktree=place.name)
     echo(argv)
@@ -97,7 +97,7 @@ def run(c, dir=None, network="proxy", allow_self_edit=False, dry_run=False, host
 @reports_errors
 def shell(c, dir=None, network="proxy", allow_self_edit=False, host="", name=""):  # noqa: A002
     """Interactive bash in this worktree's sandbox (sees what the agent sees)."""
-    from ..passthrough import stdin_is_terminal
+    from ..core.passthrough import stdin_is_terminal
 
     place = _remote_place("sbox.shell", name, host, dir, allow_self_edit)
     if place:

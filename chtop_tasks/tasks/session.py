@@ -5,12 +5,12 @@ import sys
 import time
 from pathlib import Path
 
-from .. import term
-from ..argv import remainder_args
-from ..errors import UsageError, WorkspaceError
-from ..runner import echo
-from ..taskdef import task
-from ..term import say
+from ..cli.taskdef import task
+from ..core import term
+from ..core.argv import remainder_args
+from ..core.errors import UsageError, WorkspaceError
+from ..core.runner import echo
+from ..core.term import say
 from ..workspace.targets import target_for
 from .common import reports_errors
 

@@ -1,6 +1,6 @@
 """toplevel.*: set up the toplevel clone."""
 
-from ..taskdef import task
+from ..cli.taskdef import task
 from .common import lazy, reports_errors, venv_builder
 
 toplevel_ops = lazy("workspace.toplevel")

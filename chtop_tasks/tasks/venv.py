@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from ..taskdef import task
+from ..cli.taskdef import task
 from .common import lazy, reports_errors
 
 INSTALLER_ENV = "CHTOP_INSTALLER"   # venv.build's own name for it (a test checks they agree)

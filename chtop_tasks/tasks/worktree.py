@@ -1,8 +1,8 @@
 """worktree.*: named feature worktrees beside the toplevel."""
 
-from ..errors import UsageError
-from ..taskdef import task
-from ..term import say, warn
+from ..cli.taskdef import task
+from ..core.errors import UsageError
+from ..core.term import say, warn
 from .common import lazy, reports_errors, venv_builder
 
 worktrees = lazy("workspace.worktrees")

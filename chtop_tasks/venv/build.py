@@ -24,24 +24,24 @@ isolated builds do not compile setuptools again.  The smoke imports run at
 the same time, each in its own python.
 
 The build is planned as data (``plan_build`` returns the steps), printed by
-``--dry-run``, and run step by step through ``chtop_tasks.runner``.
+``--dry-run``, and run step by step through ``chtop_tasks.core.runner``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import os
 import shlex
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import runner
-from ..errors import ChtopError, CommandFailed, Refused, UsageError
-from ..fanout import fan_out
-from ..places import read_user_config, state_dir
-from ..term import say
+from ..core import runner
+from ..core.errors import ChtopError, CommandFailed, Refused, UsageError
+from ..core.fanout import fan_out
+from ..core.places import read_user_config, state_dir
+from ..core.term import say
 from ..workspace import venvstamp as stamp
 from ..workspace.manifest import MANIFEST_NAME, Manifest, Repo
 from . import compcache, toolchain, uvcache

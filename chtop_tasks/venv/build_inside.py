@@ -18,8 +18,8 @@ import sys
 from dataclasses import asdict, fields
 from pathlib import Path
 
-from ..errors import ChtopError
-from ..term import error, say
+from ..core.errors import ChtopError
+from ..core.term import error, say
 from ..workspace import venvstamp as stamp
 from .build import BuildStep, run_build_steps, venv_dir
 from .buildlog import BuildLog

@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..places import ensure_private_dir
+from ..core.places import ensure_private_dir
 
 # A Python exception line (the build's own traceback), then a compiler's or a tool's error line.
 _EXCEPTION = re.compile(r"\b[A-Z]\w*(?:Error|Exception|Exit):")

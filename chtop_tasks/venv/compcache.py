@@ -39,9 +39,9 @@ import re
 import shutil
 from pathlib import Path
 
-from .. import runner
-from ..errors import ChtopError
-from ..places import build_cache_dir, compiler_cache_dir
+from ..core import runner
+from ..core.errors import ChtopError
+from ..core.places import build_cache_dir, compiler_cache_dir
 
 CCACHE = "ccache"
 # the compilers builds find on PATH by name (Debian's python builds extensions with the triplet's)

@@ -20,12 +20,12 @@ import os
 import sys
 from pathlib import Path
 
-from .. import agentfile
-from ..errors import CommandFailed, Interrupted, Refused, UsageError
-from ..places import build_cache_dir, read_user_config
-from ..workspace.targets import target_for
-from ..term import say
+from ..core import agentfile
+from ..core.errors import CommandFailed, Interrupted, Refused, UsageError
+from ..core.places import build_cache_dir, read_user_config
+from ..core.term import say
 from ..workspace import venvstamp as stamp
+from ..workspace.targets import target_for
 from . import compcache, toolchain
 from .build import (
     base_python_choice,

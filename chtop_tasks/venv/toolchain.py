@@ -26,9 +26,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import agentfile, runner
-from ..errors import CommandFailed, Refused
-from ..term import inert, warn
+from ..core import agentfile, runner
+from ..core.errors import CommandFailed, Refused
+from ..core.term import inert, warn
 from ..workspace.manifest import MANIFEST_NAME, REQUIREMENT, Manifest, Repo
 
 PYPROJECT = "pyproject.toml"

@@ -21,7 +21,7 @@ import os
 import re
 from pathlib import Path
 
-from .. import agentfile
+from ..core import agentfile
 
 try:
     import tomllib

@@ -8,6 +8,6 @@
 - ``gitops``: the cross-repo git loop (status, diff, rebase-down, merge-up).
 - ``dotfiles``: ``.envrc`` and ``.claude/env.sh`` rendered from ``dotfile_templates/``.
 
-May import: ``chtop_tasks.errors``, ``runner``, ``term`` and ``places``;
+May import: ``chtop_tasks.core.errors``, ``runner``, ``term`` and ``places``;
 never ``venv``, ``sandbox``, ``proxy``, ``agents`` or ``tasks``.
 """

@@ -18,7 +18,7 @@ import sys
 import threading
 from pathlib import Path
 
-from ..places import group_lock_path
+from ..core.places import group_lock_path
 
 _held = threading.local()
 

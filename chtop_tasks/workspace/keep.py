@@ -16,13 +16,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import agentfile
-from ..errors import CommandFailed
-from ..fanout import fan_out
-from .gitprobe import commits_missing_from
-from .gitrun import git
+from ..core import agentfile
+from ..core.errors import CommandFailed
+from ..core.fanout import fan_out
+from ..core.gitprobe import commits_missing_from
+from ..core.gitrun import git
+from ..stores.quarantine import KEPT_PREFIX, SHA_RE, packed_refs_read, read_packed_refs
 from .layout import Checkout, Workspace, private_store
-from .quarantine import KEPT_PREFIX, SHA_RE, packed_refs_read, read_packed_refs
 
 REFLOG_DAYS = 30          # git's own default for expiring unreachable reflog entries
 MAX_REF_FILES = 5000      # an agent-made store with more is read only this far

@@ -27,12 +27,12 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import agentfile
-from ..errors import WorkspaceError
-from ..places import STATE_DIR_NAME, login_dir, state_dir
+from ..core import agentfile
+from ..core.errors import WorkspaceError
+from ..core.places import STATE_DIR_NAME, login_dir, state_dir
+from ..stores.storewalk import UNREADABLE, planted_entry
 from .manifest import MANIFEST_NAME, Manifest, load_manifest
 from .rootfind import MARKERS, check_grouping, find_root, toplevel_in_grouping  # noqa: F401  (this module's API too)
-from .storewalk import UNREADABLE, planted_entry
 
 RESERVED_GROUP_NAMES = ("claude", "extern", STATE_DIR_NAME)
 CONTAINER_STORE = "@top.git"       # '@' is not allowed in repo names: no clash

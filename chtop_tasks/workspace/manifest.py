@@ -16,8 +16,8 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from ..errors import ManifestError
-from ..places import dir_name_problem
+from ..core.errors import ManifestError
+from ..core.places import dir_name_problem
 from .rootfind import MANIFEST_NAME  # noqa: F401  (where a checkout is, and so the file name, is rootfind's)
 
 INSTALL_MODES = ("editable", "editable-no-build-isolation", "none")

@@ -1,5 +1,5 @@
 """Where the checkout around a path is: the one question ``inv`` answers before it knows which
-checkout's chtop to run (``chtop_tasks/inv.py``).
+checkout's chtop to run (``chtop_tasks/cli/inv.py``).
 
 It imports nothing of chtop but ``errors``: ``inv`` asks it with the installed chtop, then forgets
 every chtop module and runs the checkout's own, so the question is answered before any workspace
@@ -12,7 +12,7 @@ the same answers as Paths.
 import os
 from typing import TYPE_CHECKING
 
-from ..errors import ManifestError, NotInWorkspace, WorkspaceError
+from ..core.errors import ManifestError, NotInWorkspace, WorkspaceError
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -69,8 +69,8 @@ def find_root_path(start) -> str:
 
 def where_your_group_is() -> str:
     """Where the user's group is, from ``group =`` in their chtop config; else how to name it there."""
-    from ..errors import ChtopError
-    from ..places import read_user_config
+    from ..core.errors import ChtopError
+    from ..core.places import read_user_config
 
     try:
         path, data = read_user_config()

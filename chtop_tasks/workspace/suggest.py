@@ -9,12 +9,12 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from ..errors import UsageError
+from ..core.errors import UsageError
 
 
 def closest_worktree(grouping: Path, name: str) -> str | None:
     """The group's worktree whose name is closest to ``name`` (a likely typo of it), or None."""
-    from .quarantine import private_worktree_names  # only when there is something to say
+    from ..stores.quarantine import private_worktree_names  # only when there is something to say
 
     close = difflib.get_close_matches(name, private_worktree_names(Path(grouping)), n=1, cutoff=0.6)
     return close[0] if close else None
@@ -23,7 +23,7 @@ def closest_worktree(grouping: Path, name: str) -> str | None:
 def no_worktree_message(grouping: Path, name: str, elsewhere: tuple[str, ...] = ()) -> str:
     """``no worktree 'dve' in /home/u/ch (worktrees: dev, gpu1:rdev); did you mean 'dev'?``;
     ``elsewhere``: the group's worktrees on other hosts, as ``HOST:NAME``."""
-    from .quarantine import private_worktree_names
+    from ..stores.quarantine import private_worktree_names
 
     names = [*private_worktree_names(Path(grouping)), *elsewhere]
     bare = {known.split(":")[-1]: known for known in reversed(names)}       # a name here wins
@@ -38,7 +38,7 @@ def no_worktree_message(grouping: Path, name: str, elsewhere: tuple[str, ...] = 
 
 def require_feature_worktree(grouping: Path, name: str) -> None:
     """UsageError (with the closest name, or how to make it) unless ``name`` is a feature worktree."""
-    from ..workspace.targets import is_feature_worktree
+    from .targets import is_feature_worktree
 
     if not is_feature_worktree(Path(grouping), name):
         fix = "" if closest_worktree(grouping, name) else f"; make it with:  inv worktree.create --name {name}"

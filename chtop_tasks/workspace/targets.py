@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ChtopError, NotInWorkspace, UsageError, WorkspaceError
-from ..places import (
+from ..core.errors import ChtopError, NotInWorkspace, UsageError, WorkspaceError
+from ..core.places import (
     agent_home,
     check_dir_allowed,
     dir_agent_key,

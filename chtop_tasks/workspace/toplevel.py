@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import Refused
-from ..term import say, warn
+from ..core.errors import Refused
+from ..core.gitprobe import head_branch
+from ..core.gitrun import git
+from ..core.term import say, warn
 from .dotfiles import refresh_workspace_files
-from .gitprobe import head_branch
-from .gitrun import git
 from .layout import Workspace, verify_git_dirs
 from .manifest import Repo
 from .worktrees import init_submodules

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .. import agentfile
-from ..atomic import write_atomic
+from ..core import agentfile
+from ..core.atomic import write_atomic
 
 STAMP_NAME = "chtop-build-complete"
 STAMP_TEXT = "chtop: this venv's build finished\n"

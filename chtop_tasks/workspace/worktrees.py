@@ -13,19 +13,14 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import agentfile
-from ..errors import ChtopError, CommandFailed, Interrupted, Refused, UsageError, WorkspaceError
-from ..fanout import answered_before_leaving, fan_out, in_background
-from ..places import build_cache_dir, create_journal_path, state_dir, worktree_name_problem
-from ..term import say, warn
-from .dotfiles import refresh_workspace_files
-from .gitprobe import LISTING_TIMEOUT, ahead_behind, branch_exists, dirty_paths, head_branch, local_branches, rev
-from .gitrun import git
-from .grouplock import holds_group_lock
-from .keep import keep_worktree_commits, prune_worktree_kept, unsaved_in_worktree, unsaved_problems
-from .layout import Checkout, Workspace, checkout_problem, find_workspace, private_store, verify_git_dirs
-from .manifest import MANIFEST_NAME
-from .quarantine import (
+from ..core import agentfile
+from ..core.errors import ChtopError, CommandFailed, Interrupted, Refused, UsageError, WorkspaceError
+from ..core.fanout import answered_before_leaving, fan_out, in_background
+from ..core.gitprobe import LISTING_TIMEOUT, ahead_behind, branch_exists, dirty_paths, head_branch, local_branches, rev
+from ..core.gitrun import git
+from ..core.places import build_cache_dir, create_journal_path, state_dir, worktree_name_problem
+from ..core.term import say, warn
+from ..stores.quarantine import (
     KEPT_PREFIX,
     SHA_RE,
     attach_private_worktree,
@@ -37,7 +32,12 @@ from .quarantine import (
     sync_worktree,
     write_store_files,
 )
-from .storewalk import worktree_walk_records
+from ..stores.storewalk import worktree_walk_records
+from .dotfiles import refresh_workspace_files
+from .grouplock import holds_group_lock
+from .keep import keep_worktree_commits, prune_worktree_kept, unsaved_in_worktree, unsaved_problems
+from .layout import Checkout, Workspace, checkout_problem, find_workspace, private_store, verify_git_dirs
+from .manifest import MANIFEST_NAME
 from .venvstamp import is_complete, venv_state
 
 

@@ -1,0 +1,79 @@
+"""gitprobe reads HEAD and the git dir as data (no git process) and answers as git would; where the
+file is not plain (a link, a junk HEAD, a short name git would spell differently) git is asked."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from conftest import git
+
+from chtop_tasks.core import gitprobe
+
+
+def git_answer(repo: Path) -> str | None:
+    out = git(repo, "symbolic-ref", "--quiet", "--short", "HEAD", check=False)
+    return out or None
+
+
+def repo_with_commit(path: Path) -> Path:
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
+    (path / "f").write_text("f\n")
+    git(path, "add", "f")
+    git(path, "commit", "-q", "-m", "first")
+    return path
+
+
+def test_head_branch_matches_git_plain_detached_linked_and_ambiguous(tmp_path, monkeypatch):
+    repo = repo_with_commit(tmp_path / "r")
+    asked = []
+    real_git = gitprobe.git
+    monkeypatch.setattr(gitprobe, "git", lambda *a, **k: asked.append(a[1]) or real_git(*a, **k))
+    assert gitprobe.head_branch(repo) == "main" == git_answer(repo)
+    assert asked == []                                           # read as data
+    git(repo, "worktree", "add", "-q", "-b", "feature/x", str(tmp_path / "wt"))
+    assert gitprobe.head_branch(tmp_path / "wt") == "feature/x" == git_answer(tmp_path / "wt")
+    assert gitprobe.git_dir_as_data(tmp_path / "wt") == repo / ".git" / "worktrees" / "wt"
+    git(repo, "checkout", "-q", "--detach")
+    assert gitprobe.head_branch(repo) is None and git_answer(repo) is None
+    assert asked == []
+    git(repo, "checkout", "-q", "main")
+    git(repo, "tag", "main")                                     # git now says heads/main
+    assert gitprobe.head_branch(repo) == git_answer(repo) == "heads/main"
+    git(repo, "pack-refs", "--all")
+    assert gitprobe.head_branch(repo) == git_answer(repo) == "heads/main"
+    assert asked                                                 # the ambiguous name went to git
+
+
+def test_a_linked_head_or_git_file_is_never_followed(tmp_path):
+    repo = repo_with_commit(tmp_path / "r")
+    git(repo, "worktree", "add", "-q", "-b", "dev", str(tmp_path / "wt"))
+    admin = repo / ".git" / "worktrees" / "wt"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("ref: refs/heads/planted\n")
+    head = admin / "HEAD"
+    head.unlink()
+    os.symlink(elsewhere, head)
+    assert gitprobe.head_branch_as_data(tmp_path / "wt") == (False, None)
+    dot_git = tmp_path / "wt" / ".git"
+    target = tmp_path / "gitfile"
+    target.write_text(dot_git.read_text())
+    dot_git.unlink()
+    os.symlink(target, dot_git)
+    assert gitprobe.git_dir_as_data(tmp_path / "wt") is None
+
+
+def test_the_dirty_check_never_writes_the_index(tmp_path):
+    """chtop's status check takes none of git's optional locks: a stale index (a file touched, not
+    changed) is not refreshed and rewritten, so the check never holds ``index.lock`` while the
+    agent (or you) run git in that checkout."""
+    repo = repo_with_commit(tmp_path / "r")
+    tracked = next(p for p in repo.iterdir() if p.is_file())
+    os.utime(tracked, ns=(tracked.stat().st_mtime_ns + 5 * 10**9,) * 2)
+    index = repo / ".git" / "index"
+    before = (index.stat().st_ino, index.stat().st_mtime_ns)
+    assert gitprobe.dirty_paths(repo) == []
+    assert (index.stat().st_ino, index.stat().st_mtime_ns) == before
+    git(repo, "status", "--porcelain")                 # plain git status refreshes it: the test can fail
+    assert (index.stat().st_ino, index.stat().st_mtime_ns) != before

@@ -1,0 +1,396 @@
+"""The agent registry, the secrets file and the launch guards (no podman)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from chtop_tasks.agents import registry as agents
+from chtop_tasks.agents import secrets
+from chtop_tasks.core import places
+from chtop_tasks.core.errors import PolicyError, Refused, UsageError
+from chtop_tasks.core.passthrough import run_interactive
+from chtop_tasks.proxy.credentials import PLACEHOLDER
+from chtop_tasks.workspace import targets
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    return home
+
+
+def write_secrets(home: Path, text: str, mode: int = 0o600) -> Path:
+    path = secrets.secrets_path(home)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+# -- registry ---------------------------------------------------------------
+
+def test_shipped_registry_has_the_agents_and_their_flags(home):
+    registry = agents.load_registry(home=home)
+    assert registry["claude"].argv(["-p", "a b"]) == ["claude", "--dangerously-skip-permissions", "-p", "a b"]
+    assert registry["kimi"].argv([]) == ["kimi", "--yolo"]
+    assert registry["codex"].skip_permissions == ("--dangerously-bypass-approvals-and-sandbox",)
+    assert registry["gemini"].argv(["--resume"]) == ["gemini", "--yolo", "--resume"]
+    assert "CLAUDE_CODE_OAUTH_TOKEN" in registry["claude"].credentials
+    assert "KIMI_API_KEY" in registry["kimi"].credentials
+    assert registry["claude"].login_files == (".credentials.json",) and registry["codex"].login_files == ("auth.json",)
+
+
+STAND_IN = """\
+#!/usr/bin/env python3
+import os, sys
+print("STAND-IN ARGS", sys.argv[1:])
+print("STAND-IN KEY", os.environ.get("STANDIN_KEY"), os.environ.get("OTHER_SECRET"))
+sys.exit(int(os.environ.get("STANDIN_EXIT", "0")))
+"""
+
+
+def register_stand_in(home: Path, tmp_path: Path) -> Path:
+    script = tmp_path / "stand-in-agent"
+    script.write_text(STAND_IN)
+    script.chmod(0o755)
+    user = places.user_config_dir(home) / "agents.toml"
+    user.parent.mkdir(parents=True, exist_ok=True)
+    user.write_text(
+        f'[standin]\ncommand = ["{script}"]\nskip_permissions = ["--yolo-standin"]\n'
+        'credentials = ["STANDIN_KEY"]\ntokens = ["STANDIN_KEY"]\nenv = { STANDIN_EXIT = "3" }\n'
+    )
+    return script
+
+
+def test_stand_in_agent_registered_as_data_runs_with_its_flag(home, tmp_path, capfd):
+    register_stand_in(home, tmp_path)
+    agent = agents.get_agent("standin", agents.load_registry(home=home))
+    write_secrets(home, "STANDIN_KEY=k-123\nOTHER_SECRET=nope\n")
+    env, notes = agents.agent_env(agent, secrets.load_secrets(), tmp_path, secrets.secrets_path())
+    assert env == {"STANDIN_KEY": "k-123", "STANDIN_EXIT": "3"}  # OTHER_SECRET is not its credential
+    assert "authenticating with STANDIN_KEY" in notes[0]
+    with open(os.devnull) as devnull:
+        status = run_interactive(agent.argv(["two words", "--x"]), env={**os.environ, **env},
+                                 stdin_fd=devnull.fileno())
+    out = capfd.readouterr().out
+    assert "STAND-IN ARGS ['--yolo-standin', 'two words', '--x']" in out
+    assert "STAND-IN KEY k-123 None" in out
+    assert status == 3
+
+
+def test_user_registry_overrides_and_unknown_agent_is_usage_error(home, tmp_path):
+    register_stand_in(home, tmp_path)
+    registry = agents.load_registry(home=home)
+    assert {"claude", "kimi", "codex", "gemini", "standin"} <= set(registry)
+    with pytest.raises(UsageError, match="unknown agent 'nope'"):
+        agents.get_agent("nope", registry)
+
+
+@pytest.mark.parametrize(
+    "table, message",
+    [
+        ('[x]\nskip_permissions = ["-y"]\n', "needs command"),
+        ('[x]\ncommand = "x --yolo"\n', "list of non-empty strings"),
+        ('[x]\ncommand = ["x"]\ncredentials = ["BAD-NAME"]\n', "not a variable name"),
+        ('[x]\ncommand = ["x"]\ntokens = ["T"]\n', "tokens not listed"),
+        ('[x]\ncommand = ["x"]\nflavour = 1\n', "unknown key"),
+        ('[x]\ncommand = ["x"]\nconfig_subdir = "../up"\n', "plain directory"),
+        ('[x]\ncommand = ["x"]\nlogin_files = ["../../.ssh/id_rsa"]\n', "file name in its config dir"),
+        ("[x\n", "agents.toml"),
+        ('[x]\ncommand = ["x"]\ncredentials = ["HTTPS_PROXY"]\n', "set by the sandbox"),
+        ('[x]\ncommand = ["x"]\nenv = { IS_SANDBOX = "0" }\n', "set by the sandbox"),
+        ('[Bad_Name]\ncommand = ["x"]\n', "lowercase"),
+        ('[x]\ncommand = ["x"]\napi_auth = { K = "x-api-key" }\n', "credentials does not list"),
+        ('[x]\ncommand = ["x"]\ncredentials = ["K"]\napi_auth = { K = "x-api-key" }\n', "needs api_base_env"),
+        ('[x]\ncommand = ["x"]\ncredentials = ["K"]\napi_auth = { K = "a b" }\n', "not a header name"),
+        ('[x]\ncommand = ["x"]\ncredentials_inside = "yes"\n', "true or false"),
+    ],
+)
+def test_bad_registry_entries_are_refused(home, table, message):
+    path = places.user_config_dir(home) / "agents.toml"
+    path.parent.mkdir(parents=True)
+    path.write_text(table)
+    with pytest.raises(PolicyError, match=message):
+        agents.load_registry(home=home)
+
+
+def test_claude_prefers_a_long_lived_token_and_says_so(home, tmp_path):
+    claude = agents.load_registry(home=home)["claude"]
+    src = Path("secrets.env")
+    env, notes = agents.agent_env(claude, {"CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat", "ANTHROPIC_API_KEY": "k"},
+                                  tmp_path / "claude", src)
+    # the token stays on the host: a placeholder and the proxy's route inside, the other key held too
+    assert env == {"CLAUDE_CODE_OAUTH_TOKEN": PLACEHOLDER, "DISABLE_AUTOUPDATER": "1",
+                   "ANTHROPIC_BASE_URL": "http://127.0.0.1:3128/chtop-api/claude"}
+    assert "authenticating with CLAUDE_CODE_OAUTH_TOKEN" in notes[0]
+    assert "stays on the host, the proxy adds it for https://api.anthropic.com" in notes[0]
+    env, notes = agents.agent_env(claude, {}, tmp_path / "claude", src)
+    assert "CLAUDE_CODE_OAUTH_TOKEN" not in env
+    assert "log each other" in notes[0] and "claude setup-token" in notes[0]
+    codex = agents.load_registry(home=home)["codex"]
+    env, _ = agents.agent_env(codex, {}, tmp_path / "claude", src)
+    assert env["CODEX_HOME"] == str(tmp_path / "claude" / "codex")
+
+
+def test_credentials_inside_is_an_opt_in_said_at_launch(home, tmp_path):
+    secrets = {"ANTHROPIC_API_KEY": "sk-real", "ANTHROPIC_BASE_URL": "https://gw.example"}
+    # without the proxy (--network open or host) there is no route: inside, and said
+    shipped_claude = agents.load_registry(home=home)["claude"]
+    env, notes = agents.agent_env(shipped_claude, secrets, tmp_path / "claude", Path("secrets.env"), proxied=False)
+    assert env["ANTHROPIC_API_KEY"] == "sk-real" and "no credential route" in notes[0]
+    path = places.user_config_dir(home) / "agents.toml"
+    path.parent.mkdir(parents=True)
+    shipped = agents.REGISTRY_FILE.read_text().split("[kimi]")[0]
+    path.write_text(shipped + "credentials_inside = true\n")
+    claude = agents.load_registry(home=home)["claude"]
+    env, notes = agents.agent_env(claude, secrets, tmp_path / "claude", Path("secrets.env"))
+    assert env["ANTHROPIC_API_KEY"] == "sk-real" and env["ANTHROPIC_BASE_URL"] == "https://gw.example"
+    assert "ANTHROPIC_API_KEY is passed INTO the sandbox (credentials_inside = true)" in notes[0]
+
+
+def test_missing_cli_says_how_to_install(home):
+    claude = agents.load_registry(home=home)["claude"]
+    with pytest.raises(UsageError, match="npm install -g @anthropic-ai/claude-code"):
+        agents.check_installed(claude, search_path=str(home))
+
+
+# -- secrets file -----------------------------------------------------------
+
+def test_parse_env_quotes_comments_export():
+    text = """
+# a comment
+export GH_TOKEN=github_pat_1   # trailing comment
+GIT_AUTHOR_NAME="Ada \\"A\\" Lovelace"
+SINGLE='$(rm -rf /) kept $HOME literal'
+EMPTY=
+HASH=abc#def
+"""
+    assert secrets.parse_env(text) == {
+        "GH_TOKEN": "github_pat_1",
+        "GIT_AUTHOR_NAME": 'Ada "A" Lovelace',
+        "SINGLE": "$(rm -rf /) kept $HOME literal",
+        "EMPTY": "",
+        "HASH": "abc#def",
+    }
+
+
+@pytest.mark.parametrize("line", ["NOEQUALS", "1BAD=x", 'Q="open', "A=two words", "B='x' junk"])
+def test_parse_env_rejects_malformed_lines(line):
+    with pytest.raises(PolicyError, match="secrets.env:1"):
+        secrets.parse_env(line)
+
+
+def test_secrets_file_is_never_executed(home, tmp_path):
+    marker = tmp_path / "pwned"
+    write_secrets(home, f'X="$(touch {marker})"\nY=`id`\n')
+    values = secrets.load_secrets()
+    assert values["X"] == f"$(touch {marker})"
+    assert values["Y"] == "`id`"
+    assert not marker.exists()
+
+
+def test_secrets_file_0600_is_read_wider_is_refused(home):
+    path = write_secrets(home, "ANTHROPIC_API_KEY=sk-test\n")
+    assert secrets.load_secrets() == {"ANTHROPIC_API_KEY": "sk-test"}
+    for mode in (0o640, 0o604, 0o644):
+        path.chmod(mode)
+        with pytest.raises(Refused, match=f"chmod 600 {path}"):
+            secrets.load_secrets()
+    path.chmod(0o400)
+    assert secrets.load_secrets()["ANTHROPIC_API_KEY"] == "sk-test"
+
+
+def test_secrets_symlink_and_foreign_owner_are_refused(home, tmp_path):
+    real = tmp_path / "elsewhere.env"
+    real.write_text("A=1\n")
+    real.chmod(0o600)
+    link = secrets.secrets_path(home)
+    link.parent.mkdir(parents=True)
+    link.symlink_to(real)
+    with pytest.raises(Refused, match="symlink"):
+        secrets.load_secrets()
+    link.unlink()
+    if os.getuid() != 0:
+        pytest.skip("changing a file's owner needs root")
+    write_secrets(home, "A=1\n")
+    os.chown(link, 65534, 65534)
+    with pytest.raises(Refused, match="owned by uid 65534"):
+        secrets.load_secrets()
+
+
+def test_no_secrets_file_is_empty(home):
+    assert secrets.load_secrets() == {}
+
+
+# -- what may be sandboxed --------------------------------------------------
+
+def test_dir_holding_home_or_secrets_is_refused(home, tmp_path):
+    for bad in (home, home.parent, home / ".config", places.user_config_dir(home)):
+        with pytest.raises(Refused):
+            places.check_dir_allowed(bad, home=home)
+    places.check_dir_allowed(home / "projects" / "x", home=home)
+
+
+# -- each target's own agent config dir, prepared host-side (sandbox/agent_config.py) --------------
+
+def agent_config(tmp_path, session=None, root_name="dev"):
+    from chtop_tasks.sandbox.agent_config import AgentConfig
+
+    group = tmp_path / "grp"
+    login = places.login_dir(group)
+    login.mkdir(parents=True, exist_ok=True)
+    return AgentConfig(places.agent_home(group, root_name), login, group / root_name, session, ("codex",),
+                       (".credentials.json", "codex/auth.json"))
+
+
+def test_a_new_config_dir_gets_the_groups_login_and_only_its_own_projects(tmp_path):
+    import json
+
+    from chtop_tasks.sandbox import agent_config as ac
+
+    cfg = agent_config(tmp_path, session="abcdef0123456789")
+    (cfg.login / ".credentials.json").write_text('{"claudeAiOauth": {"accessToken": "t"}}')
+    (cfg.login / "settings.json").write_text('{"model": "opus"}')
+    other = str(cfg.root.parent / "other")
+    (cfg.login / ".claude.json").write_text(json.dumps({
+        "hasCompletedOnboarding": True, "projects": {str(cfg.root): {"trust": 1}, other: {"trust": 2},
+                                                     str(cfg.root / "alpha"): {"trust": 3}}}))
+    for name, text in ((cfg.root, "mine"), (Path(other), "theirs")):
+        transcripts = cfg.login / "projects" / ac.transcript_dir_name(name)
+        transcripts.mkdir(parents=True)
+        (transcripts / "t.jsonl").write_text(text)
+    ac.prepare(cfg)
+    assert (cfg.config / ".credentials.json").read_text() == '{"claudeAiOauth": {"accessToken": "t"}}'
+    assert (cfg.config / ".credentials.json").stat().st_mode & 0o777 == 0o600
+    account = json.loads((cfg.config / ".claude.json").read_text())
+    assert account["hasCompletedOnboarding"] is True
+    assert set(account["projects"]) == {str(cfg.root), str(cfg.root / "alpha")}
+    assert [p.read_text() for p in (cfg.config / "projects").rglob("*.jsonl")] == ["mine"]
+    assert json.loads(cfg.settings.read_text())["model"] == "opus"
+    assert (cfg.config / "settings.json").is_file() and (cfg.config / "chtop-state").is_dir()
+    assert cfg.state_dir.is_dir() and (cfg.config / "codex").is_dir()
+    # the agent's own refreshed login stays; a newer group login replaces it
+    (cfg.config / ".credentials.json").write_text("refreshed inside")
+    ac.prepare(cfg)
+    assert (cfg.config / ".credentials.json").read_text() == "refreshed inside"
+    os.utime(cfg.login / ".credentials.json", (4e9, 4e9))
+    ac.prepare(cfg)
+    assert "accessToken" in (cfg.config / ".credentials.json").read_text()
+
+
+def test_what_the_agent_planted_in_its_config_dir_is_replaced_never_followed(tmp_path):
+    from chtop_tasks.sandbox import agent_config as ac
+
+    cfg = agent_config(tmp_path, session="abcdef0123456789")
+    ac.prepare(cfg)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (cfg.config / "settings.json").unlink()
+    (cfg.config / "settings.json").symlink_to(victim)
+    os.rmdir(cfg.config / "chtop-state")
+    (cfg.config / "chtop-state").symlink_to(tmp_path)
+    (cfg.config / ".credentials.json").symlink_to(victim)
+    (cfg.login / ".credentials.json").write_text("login")
+    ac.prepare(cfg)
+    assert victim.read_text() == "precious\n"
+    assert not (cfg.config / "settings.json").is_symlink() and (cfg.config / "settings.json").is_file()
+    assert not (cfg.config / "chtop-state").is_symlink() and (cfg.config / "chtop-state").is_dir()
+    assert (cfg.config / ".credentials.json").read_text() == "login"    # replaced by a rename
+    # a sub-directory the agent made a link: the login is not written through it
+    (cfg.login / "codex").mkdir()
+    (cfg.login / "codex" / "auth.json").write_text("codex login")
+    os.rmdir(cfg.config / "codex")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (cfg.config / "codex").symlink_to(elsewhere)
+    from chtop_tasks.sandbox.agent_config import seed_login
+
+    seed_login(cfg, None)
+    assert list(elsewhere.iterdir()) == []
+    ac.prepare(cfg)                               # the launch makes it a dir again, then copies
+    assert (cfg.config / "codex" / "auth.json").read_text() == "codex login" and list(elsewhere.iterdir()) == []
+
+
+def test_a_login_dir_file_that_is_a_link_or_a_fifo_is_not_copied(tmp_path):
+    from chtop_tasks.sandbox import agent_config as ac
+
+    cfg = agent_config(tmp_path)
+    secret = tmp_path / "ssh-key"
+    secret.write_text("PRIVATE KEY")
+    (cfg.login / ".credentials.json").symlink_to(secret)
+    os.mkfifo(cfg.login / ".claude.json")
+    ac.prepare(cfg)
+    assert not (cfg.config / ".credentials.json").exists() and not (cfg.config / ".claude.json").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hand files to another uid")
+def test_as_root_what_the_agent_uses_in_its_config_dir_is_the_agents(tmp_path):
+    from chtop_tasks.sandbox import agent_config as ac
+
+    cfg = agent_config(tmp_path, session="abcdef0123456789")
+    (cfg.login / ".credentials.json").write_text("login")
+    ac.prepare(cfg, owner=(12345, 12345))
+    (cfg.login / "codex").mkdir()
+    (cfg.login / "codex" / "auth.json").write_text("codex login")
+    ac.prepare(cfg, owner=(12345, 12345))
+    for path in (cfg.config, cfg.config / ".credentials.json", cfg.config / "settings.json", cfg.state_dir,
+                 cfg.config / "codex", cfg.config / "codex" / "auth.json"):
+        st = os.lstat(path)
+        assert (st.st_uid, st.st_gid) == (12345, 12345), path
+    assert os.lstat(cfg.home).st_uid == 0 and os.lstat(cfg.settings).st_uid == 0    # host-side: root's
+
+
+def test_each_dir_target_has_its_own_agent_config_dir_in_the_dir_groups_state(home, tmp_path):
+    a, b = tmp_path / "proj" / "x", tmp_path / "other" / "x"
+    a.mkdir(parents=True)
+    b.mkdir(parents=True)
+    ta, tb = targets.dir_target(a), targets.dir_target(b)
+    assert ta.config_dir != tb.config_dir and ta.login_dir == tb.login_dir == places.user_config_dir() / "claude"
+    for t in (ta, tb):
+        assert t.config_dir.parent.parent == places.user_config_dir() / ".chtop" / "agents"
+        assert t.config_dir.parent.name.startswith("x-") and t.config_dir.name == "config"
+
+
+def test_two_launches_of_one_target_prepare_its_config_dir_at_once(tmp_path):
+    """A first sandbox of a worktree and its neighbour, launched together: both make the same mount
+    points; neither fails on the one the other made a moment before."""
+    import threading
+
+    from chtop_tasks.sandbox import agent_config as ac
+
+    errors = []
+
+    def launch(i: int) -> None:
+        try:
+            ac.prepare(agent_config(tmp_path / f"round{i // 8}", session="abcdef0123456789"))
+        except Exception as exc:      # noqa: BLE001 (any failure is the finding)
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=launch, args=(i,)) for i in range(64)]   # 8 rounds of 8 at once
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    for i in range(8):
+        cfg = agent_config(tmp_path / f"round{i}", session="abcdef0123456789")
+        assert (cfg.config / "settings.json").is_file() and (cfg.config / "codex").is_dir()
+
+
+def test_the_registry_is_read_afresh_and_a_user_file_with_bad_toml_is_refused(home, tmp_path):
+    """Each read takes the files as they are now: an agent registered since shows, and a user file
+    with bad TOML is refused naming the file."""
+    assert "standin" not in agents.load_registry(home=home)
+    register_stand_in(home, tmp_path)
+    assert "standin" in agents.load_registry(home=home) and "claude" in agents.load_registry(home=home)
+    (places.user_config_dir(home) / "agents.toml").write_text("[x\n")
+    with pytest.raises(PolicyError, match="agents.toml"):
+        agents.load_registry(home=home)
