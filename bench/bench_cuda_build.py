@@ -38,6 +38,7 @@ HERE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE / "tests"))
 sys.path.insert(0, str(HERE / "tests" / "sandbox"))
+sys.path.insert(0, str(HERE / "tests" / "integration"))
 
 from real_repos import mark_pypi_private_where_it_resolves_so, non_public_addresses  # noqa: E402
 from test_real_workspace import chord_group  # noqa: E402  (the tests' CHORD workspace)

@@ -45,6 +45,7 @@ from chtop_tasks.workspace.worktrees import delete_worktree  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "sandbox"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integration"))
 from test_venv_sandboxed import local_index  # noqa: E402  (the tests' index on 127.0.0.2)
 from venv_samples import offline_env, write_sample_packages  # noqa: E402  (the tests' own samples)
 
