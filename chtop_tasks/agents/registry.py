@@ -194,7 +194,7 @@ def agent_env(agent: Agent, secrets: dict[str, str], config_dir: Path,
 
     An agent with a credential route (and a sandbox behind the proxy, ``proxied``) gets the route as
     its base URL and ``PLACEHOLDER`` for its token: the proxy adds the real one on the way out."""
-    from ..proxy.credentials import PLACEHOLDER, route_url
+    from ..core.apiroute import PLACEHOLDER, route_url
 
     env = dict(agent.env)
     routed = routed_token(agent, secrets) if proxied else None

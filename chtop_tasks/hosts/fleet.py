@@ -31,7 +31,6 @@ from .records import (
     target_problem,
 )
 from .ssh import LONG_TIMEOUT, Unreachable, close_connection, run_on, ssh_argv
-from .where import refuse_taken
 
 
 @dataclass
@@ -259,7 +258,6 @@ def create_remote_worktree(ws: Workspace, host_name: str, name: str, no_venv: bo
     """``worktree.create`` in the host's toplevel, which must run this toplevel's commit."""
     check_worktree_name(name)
     host = get_host(host_name)
-    refuse_taken(ws, name, host.name)
     there, here = install.remote_version(host), local_version(ws)
     if there != here:
         raise Refused(f"host {host_name} runs chtop {there[:12]}, this toplevel {here[:12]}: "

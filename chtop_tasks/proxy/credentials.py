@@ -16,16 +16,13 @@ import ssl
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from ..core.apiroute import PREFIX, RELAY_PORT, ROUTE_HOSTS
 from ..core.errors import ChtopError
-from ..sandbox.podman import RELAY_PORT
 from .aio import TIMEOUTS
 from .hostmatch import BadHost, Entry, canonical_host, is_ip, parse_authority
 from .messages import HOP_BY_HOP, Refusal, Request
 from .policy import built_worktree
 
-PREFIX = "/chtop-api/"
-PLACEHOLDER = "chtop-placeholder-credential-held-by-the-proxy"
-ROUTE_HOSTS = {f"127.0.0.1:{RELAY_PORT}", f"localhost:{RELAY_PORT}"}
 CA_FILE_VAR = "CHTOP_API_CA_FILE"
 CREDENTIAL_HEADERS = {"x-api-key", "authorization", "proxy-authorization"}
 DROPPED = HOP_BY_HOP | CREDENTIAL_HEADERS | {"host", "accept-encoding", "te", "upgrade", "trailer"}
@@ -34,11 +31,6 @@ HOST_TCP_SOURCE = "tcp"         # the group's TCP port on the host (server._list
 MAX_RESPONSE_HEAD = 64 * 1024
 CHUNK = 64 * 1024
 _AGENT = re.compile(r"[a-z][a-z0-9-]{0,19}\Z")
-
-
-def route_url(agent: str) -> str:
-    """The base URL an agent's CLI is given inside its sandbox."""
-    return f"http://127.0.0.1:{RELAY_PORT}{PREFIX}{agent}"
 
 
 @dataclass(frozen=True)

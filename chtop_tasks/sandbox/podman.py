@@ -14,10 +14,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core.apiroute import RELAY_PORT
 from ..core.errors import ChtopError
 from .mounts import Mount
 
-RELAY_PORT = 3128
 INIT_PATHS = ("/usr/libexec/podman/catatonit", "/usr/bin/catatonit", "/usr/libexec/catatonit/catatonit")
 ENTRY_DIR = "/.chtop"          # in the skeleton (read-only root); files chtop puts there
 ENTRY = f"{ENTRY_DIR}/entry.sh"

@@ -23,10 +23,10 @@ def required_name(name: str, verb: str) -> None:
 def create(c, name="", no_venv=False, host=""):
     """Make ../NAME: a worktree of every repo on a new branch NAME, dotfiles, venv."""
     required_name(name, "create")
-    if host:
-        return fleet.create_remote_worktree(layout.find_workspace(), host, name, no_venv)
     ws = layout.find_workspace()
-    where.refuse_taken(ws, name)
+    where.refuse_taken(ws, name, host)       # a name names one worktree, here or on a host
+    if host:
+        return fleet.create_remote_worktree(ws, host, name, no_venv)
     new_ws = worktrees.create_worktree(ws, name, venv_builder(not no_venv))
     say(worktrees.closing_hints(new_ws))
 

@@ -22,8 +22,8 @@ from fake_anthropic import FakeAnthropic, bash, text
 from ntfy_standin import NtfyStandin
 from sandbox_helpers import IN_CI, as_user, rootful_podman_env, user_group_cm
 
+from chtop_tasks.core.apiroute import PLACEHOLDER
 from chtop_tasks.notify import config as notify_config
-from chtop_tasks.proxy.credentials import PLACEHOLDER
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 

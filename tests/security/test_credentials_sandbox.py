@@ -16,7 +16,7 @@ from fake_anthropic import FakeAnthropic, bash, text
 from proxy_helpers import make_certs
 from sandbox_helpers import IN_CI, root_owned, rootful_podman_env, user_group_cm
 
-from chtop_tasks.proxy.credentials import PLACEHOLDER
+from chtop_tasks.core.apiroute import PLACEHOLDER
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
 

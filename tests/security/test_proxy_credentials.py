@@ -15,8 +15,9 @@ import pytest
 from fake_anthropic import FakeAnthropic
 from proxy_helpers import certs, connect_proxy, proxy, read_all, read_head  # noqa: F401  (fixtures)
 
+from chtop_tasks.core.apiroute import PLACEHOLDER
 from chtop_tasks.core.places import secrets_path
-from chtop_tasks.proxy.credentials import PLACEHOLDER, Redactor
+from chtop_tasks.proxy.credentials import Redactor
 
 KEY = "sk-ant-api03-real-key-held-on-the-host-0123456789"
 TOKEN = "sk-ant-oat01-real-oauth-token-held-on-the-host-98765"

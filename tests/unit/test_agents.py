@@ -10,9 +10,9 @@ import pytest
 from chtop_tasks.agents import registry as agents
 from chtop_tasks.agents import secrets
 from chtop_tasks.core import places
+from chtop_tasks.core.apiroute import PLACEHOLDER
 from chtop_tasks.core.errors import PolicyError, Refused, UsageError
 from chtop_tasks.core.passthrough import run_interactive
-from chtop_tasks.proxy.credentials import PLACEHOLDER
 from chtop_tasks.workspace import targets
 
 
