@@ -37,6 +37,11 @@ from .holds import HoldWatcher
 REFRESH_SECONDS = 2.0
 DIM = "dim"              # the rows of a host that did not answer
 WIDE_COLUMNS = 120       # narrower: requests above the diff instead of beside it
+# the worktrees table's columns that give way, in this order, when the table is wider than the screen
+# (never a sideways scrollbar): the sandbox's memory, its cpu, the pending requests' count, the host
+DROP_ORDER = ("mem", "cpu", "req", "host")
+TABLE_FRAME = 3          # the table's left edge and its vertical scrollbar's width
+CELL_PADDING = 2         # DataTable's padding around each cell
 LOAD_SECONDS = 5.0
 BUSY_SHARE = 0.25        # refresh no more often than 4x the time one refresh takes (keeps CPU for the agents)
 
@@ -103,7 +108,7 @@ class DashApp(App):
     #message { height: auto; max-height: 5; padding: 0 1; color: $warning; }
     #load-note { height: auto; padding: 0 1; color: $text-muted; display: none; }
     #alert { height: auto; max-height: 5; padding: 0 1; color: $error; display: none; }
-    #worktrees { height: auto; max-height: 45%; }
+    #worktrees { height: auto; max-height: 45%; overflow-x: hidden; }
     #lower { height: 1fr; }
     #pending-box { width: 1fr; }
     #diff-box { width: 1fr; border-left: solid $primary; }
@@ -304,7 +309,10 @@ class DashApp(App):
             rows += host_rows
             dim |= set() if state.reachable else {key for key, _ in host_rows}
         columns = [*(["host"] if self.hosts else []), "worktree", *snap.repo_labels, "agent", "req", "cpu", "mem"]
-        fill_table(self.query_one("#worktrees", DataTable), columns, rows, dim)
+        keep = fitting_columns(columns, rows, self.size.width - TABLE_FRAME, fixed_from=len(columns) - 4,
+                               has_host=bool(self.hosts))
+        fill_table(self.query_one("#worktrees", DataTable), [columns[i] for i in keep],
+                   [(key, [cells[i] for i in keep]) for key, cells in rows], dim)
         pending = []
         for item in self.all_pending():
             when = time.strftime("%H:%M:%S", time.localtime(item["last"])) if item["last"] else ""
@@ -350,14 +358,15 @@ class DashApp(App):
             proxy = "proxy running" if snap.proxy_running else "proxy stopped"
             if self.watcher is not None and self.watcher.attached:
                 proxy += ", holding blocked requests"
-            parts += [proxy, f"private {'ON' if self.private else 'off'}", f"{len(snap.worktrees)} worktrees",
-                      f"refresh {snap.took * 1000:.0f} ms"]
+            parts += [proxy, f"private {'ON' if self.private else 'off'}", f"{len(snap.worktrees)} worktrees"]
+            if self.size.width >= WIDE_COLUMNS:
+                parts.append(f"refresh {snap.took * 1000:.0f} ms")
             if not snap.sessions_available:
                 parts.append("sessions: not available")
             if self.hosts:
                 parts.append("hosts: " + ", ".join(remote.status_part(state) for state in self.remote_states()))
         parts.append(f"group {self.top.grouping.name}")     # its name: the whole path is cut at 80 columns
-        self.query_one("#status", Static).update(plain("  |  ".join(parts)))
+        self.query_one("#status", Static).update(plain((" | " if self.size.width < WIDE_COLUMNS else "  |  ").join(parts)))
         alert = self.query_one("#alert", Static)
         alert.update(plain(self.alert, style="bold"))
         alert.display = bool(self.alert)
@@ -407,8 +416,10 @@ class DashApp(App):
         return next((p for p in self.all_pending() if pending_key(p) == key), None)
 
     def on_resize(self, event) -> None:
-        """Below WIDE_COLUMNS the requests and the diff are stacked, each the whole width."""
+        """Below WIDE_COLUMNS the requests and the diff are stacked, each the whole width; the
+        worktrees table drops or takes back the columns that fit (``fitting_columns``)."""
         self.query_one("#lower").set_class(event.size.width < WIDE_COLUMNS, "stacked")
+        self.show_tables()
 
     def on_descendant_focus(self, event) -> None:
         self.show_keys()
@@ -612,6 +623,25 @@ def select_key(table: DataTable, key: str) -> None:
     keys = [str(k.value) for k in table.rows]
     if key in keys:
         table.move_cursor(row=keys.index(key))
+
+
+def fitting_columns(columns: list[str], rows: list[tuple[str, list[str]]], width: int, *, fixed_from: int,
+                    has_host: bool) -> list[int]:
+    """The positions of the columns shown in ``width``: all that fit, else those of ``DROP_ORDER``
+    dropped one at a time (the last four columns are agent, req, cpu, mem from ``fixed_from`` on, the
+    host the first with ``has_host``); the worktree, its repos and its agent always stay."""
+    where = {"req": fixed_from + 1, "cpu": fixed_from + 2, "mem": fixed_from + 3, "host": 0 if has_host else None}
+
+    def needed(keep: list[int]) -> int:
+        return sum(max([len(columns[i]), *(len(cells[i]) for _, cells in rows)]) + CELL_PADDING for i in keep)
+
+    keep = list(range(len(columns)))
+    for name in DROP_ORDER:
+        if needed(keep) <= width:
+            break
+        if where[name] is not None:
+            keep.remove(where[name])
+    return keep
 
 
 def fill_table(table: DataTable, columns: list[str], rows: list[tuple[str, list[str]]], dim=frozenset()) -> None:

@@ -244,6 +244,49 @@ def test_at_80x24_every_column_and_key_shows_and_the_footer_names_tab(busy_group
     asyncio.run(scenario())
 
 
+def test_at_80x24_the_shipped_manifests_repos_fit_dropping_columns_in_the_stated_order(tmp_path):
+    """With the shipped manifest's repos (pipmake, ksgpu, pirate) and worktrees a bit behind, the
+    worktrees table fits 80 columns without a sideways scrollbar: mem, then cpu, then req give way,
+    never a repo or the agent; at 200x50 every column shows; the status line fits either way."""
+    from conftest import build_group, git, make_sub_remote
+
+    from chtop_tasks.workspace.toplevel import init_toplevel
+
+    repos = [("pipmake", "main"), ("ksgpu", "kms"), ("pirate", "kms")]
+    template = tmp_path / "template"
+    template.mkdir()
+    for name, branch in repos:
+        make_sub_remote(template, name, branch)
+    g = build_group(tmp_path / "work", template, repos)
+    init_toplevel(find_workspace(g.toplevel))
+    for name in ("feature-one", "feature-two"):
+        create_worktree(find_workspace(g.toplevel), name)
+    for repo, _ in repos:
+        for n in range(12):
+            g.push_upstream_commit(repo, f"up{n}.txt", f"{n}\n")
+        (g.path("feature-one", repo, f"wip-{repo}.txt")).write_text("wip\n")
+        git(g.path("feature-one", repo), "add", f"wip-{repo}.txt")
+    fake = FakeSessions([{"worktree": "feature-two", "agent": "claude", "state": "waiting", "since": time.time() - 4000,
+                          "pending": 3}])
+
+    async def scenario(size):
+        app = DashApp(top_of(g), sessions=fake, refresh_seconds=0.5, hold_requests=False, sandbox_load=False)
+        async with app.run_test(size=size) as pilot:
+            table = app.query_one("#worktrees")
+            await wait_for(pilot, lambda: table.row_count == 2, what="two rows")
+            app.show_load(model.SandboxLoad({"feature-two": ("12.5%", "1.2GiB / 24GiB")}, ""))
+            app.refresh_data()
+            await pilot.pause(0.5)
+            assert unseen_parts(app) == [], "\n".join(unseen_parts(app))
+            return [str(c.label) for c in table.columns.values()]
+
+    narrow = asyncio.run(scenario((80, 24)))
+    assert narrow[:5] == ["worktree", "(container)", "pipmake", "ksgpu", "pirate"] and "agent" in narrow, narrow
+    dropped = [c for c in ("mem", "cpu", "req") if c not in narrow]
+    assert dropped and dropped == ["mem", "cpu", "req"][:len(dropped)], narrow      # in the stated order
+    assert asyncio.run(scenario((200, 50)))[-4:] == ["agent", "req", "cpu", "mem"]
+
+
 @pytest.mark.podman
 @pytest.mark.slow
 def test_sandbox_load_of_a_real_rootless_sandbox_has_numbers_or_says_why_not(remote_template):
