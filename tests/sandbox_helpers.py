@@ -10,6 +10,7 @@ test user, with its own HOME and XDG_RUNTIME_DIR inside.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import fcntl
@@ -347,8 +348,10 @@ def stop_proxy_as(base: Path) -> None:
 def rootful_podman_env(tmp_path: Path) -> dict[str, str]:
     """Rootful podman with its storage in tmp (never the machine's /var/lib/containers); skips (fails
     in CI) when rootful podman cannot run here."""
-    store = tmp_path / "podman"
-    store.mkdir()
+    # a short dir, not under tmp_path: conmon's sockets live under the runroot, and a path past the
+    # unix socket limit has podman wait out its conmon timeout (20 s) on every run
+    store = Path(tempfile.mkdtemp(prefix="chtop-pd-", dir="/tmp"))
+    atexit.register(shutil.rmtree, store, True)
     (store / "storage.conf").write_text(
         f'[storage]\ndriver = "vfs"\ngraphroot = "{store}/graph"\nrunroot = "{store}/run"\n')
     (store / "containers.conf").write_text(f'[engine]\ntmp_dir = "{store}/tmp"\n')
