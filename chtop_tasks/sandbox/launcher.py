@@ -77,6 +77,7 @@ class RootSetup:
     private_base: Path | None = None           # rootless in /dev/shm: the user's own 0700 dir above the runs
     gitconfig: str = ""                        # the sandbox's global git config (``gitconfig.py``)
     mount_flags_hook: bool = False             # rootful: crun drops nosuid,nodev from rw volumes without it
+    image_root: bool = False                   # a local image is the root, not the skeleton
 
     @property
     def seccomp_profile(self) -> Path:
@@ -284,7 +285,7 @@ def _planned(target, command, git_config_read, *, interactive, extra_env, host_e
     git_config = git_config_read()
     identity_env = _git_identity(git_config, host_env)
     root = _root_setup(target, identity, mounts, policy.devices, name,
-                       sandbox_gitconfig(_with_env_identity(git_config, identity_env)))
+                       sandbox_gitconfig(_with_env_identity(git_config, identity_env)), image_root=bool(image))
 
     named = {**policy.env_from(host_env), **{k: host_env[k] for k in PASS_THROUGH_CUDA if host_env.get(k)},
              **identity_env, **extra_env}
@@ -359,13 +360,14 @@ def _proxy_need(target: Target, network: str, warnings: list[str],
                      f"http://127.0.0.1:{podman_mod.RELAY_PORT}", build_hosts)
 
 
-def _root_setup(target: Target, identity, mounts, devices, name: str, gitconfig: str = "") -> RootSetup:
+def _root_setup(target: Target, identity, mounts, devices, name: str, gitconfig: str = "",
+                image_root: bool = False) -> RootSetup:
     if identity.rootful:
         # the agent's unprivileged uid must reach the skeleton, and a root home (0700) is in the way
         base = ROOTFUL_SKELETONS
         return RootSetup(base / group_id(target.group_dir) / name, tuple(mounts), tuple(devices),
                          identity.ns_root, base, identity.tree_owner, (target.config_dir,), gitconfig=gitconfig,
-                         mount_flags_hook=podman_mod.needs_mount_flags_hook(identity))
+                         mount_flags_hook=podman_mod.needs_mount_flags_hook(identity), image_root=image_root)
     base = RUN_SCRATCH / f"chtop-{os.getuid()}" if RUN_SCRATCH is not None else None
     if base is not None and is_mine_or_missing(base):   # else another user made it first
         return RootSetup(base / group_id(target.group_dir) / name, tuple(mounts), tuple(devices), None, None,
@@ -439,7 +441,7 @@ def _write_root(root: RootSetup, proxy_socket: Path | None) -> None:
     claim_run_dir(root.run_dir, 0o755 if root.owner is not None else 0o700)
     seccomp.write_profile(root.seccomp_profile)
     if root.hooks_dir is not None:
-        podman_mod.write_mount_flags_hook(root.hooks_dir)
+        podman_mod.write_mount_flags_hook(root.hooks_dir, None if root.image_root else root.skeleton, root.mounts)
     skeleton = ensure_skeleton(root.skeleton, list(root.mounts), root.devices)
     podman_mod.write_entry_files(skeleton, root.gitconfig)
     if root.owner is not None:

@@ -9,8 +9,9 @@ never clears read-only or anything else, so a path that resolved elsewhere could
 then checks each volume with ``statvfs``.  Any failure exits non-zero, and crun then refuses to
 start the container.
 
-Run as ``python -I -S mount_flags_hook.py`` with the container's state on stdin; it imports
-nothing of chtop's.
+Run as ``python -I -S mount_flags_hook.py VOLUMES_JSON`` with the container's state on stdin:
+VOLUMES_JSON (written by the launch in its host-owned run dir) lists each volume's path in the
+runtime's view; the state gives the container's pid.  It imports nothing of chtop's.
 """
 
 from __future__ import annotations
@@ -30,20 +31,6 @@ ST_FLAG = {"nosuid": os.ST_NOSUID, "nodev": os.ST_NODEV}
 class MountAttr(ctypes.Structure):
     _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
                 ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
-
-
-def wanted_flags(config: dict) -> list[tuple[str, tuple[str, ...]]]:
-    """(path in the runtime's view, the flags asked for) of each bind mount of the bundle's config."""
-    root = str((config.get("root") or {}).get("path") or "/").rstrip("/")
-    out = []
-    for mount in config.get("mounts") or []:
-        options = mount.get("options") or []
-        if mount.get("type") != "bind" and "bind" not in options and "rbind" not in options:
-            continue
-        flags = tuple(name for name in MOUNT_ATTR if name in options)
-        if flags:
-            out.append((root + mount["destination"], flags))
-    return out
 
 
 def enter_mount_namespace(pid: int, libc) -> None:
@@ -67,14 +54,28 @@ def missing_flags(path: str, flags: tuple[str, ...]) -> list[str]:
     return [name for name in flags if not got & ST_FLAG[name]]
 
 
-def main() -> int:
+FLAGS = ("nosuid", "nodev")
+
+
+def volume_paths(listed_path: str, state: dict) -> list[str]:
+    """Each volume's path in the runtime's view: its destination under the container's root (the
+    skeleton the launch named, else the root the bundle's config names: a local image's)."""
+    with open(listed_path) as fh:
+        listed = json.load(fh)
+    root = listed["root"]
+    if root is None:
+        with open(os.path.join(state["bundle"], "config.json")) as fh:
+            root = json.load(fh)["root"]["path"]
+    return [str(root).rstrip("/") + str(dst) for dst in listed["destinations"]]
+
+
+def main(argv: list[str]) -> int:
     state = json.load(sys.stdin)
-    with open(os.path.join(state["bundle"], "config.json")) as fh:
-        config = json.load(fh)
     libc = ctypes.CDLL(None, use_errno=True)
     try:
+        volumes = volume_paths(argv[1], state)
         enter_mount_namespace(int(state["pid"]), libc)
-        for path, flags in wanted_flags(config):
+        for path, flags in ((volume, FLAGS) for volume in volumes):
             if missing_flags(path, flags):
                 add_flags(path, flags, libc)
             still = missing_flags(path, flags)
@@ -88,4 +89,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv))

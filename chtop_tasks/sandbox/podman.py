@@ -226,13 +226,20 @@ def hooks_dir_args(hooks_dir: Path | None) -> list[str]:
     return [f"--hooks-dir={d}" for d in (hooks_dir, *DEFAULT_HOOKS_DIRS) if d == hooks_dir or d.is_dir()]
 
 
-def write_mount_flags_hook(hooks_dir: Path) -> None:
+def write_mount_flags_hook(hooks_dir: Path, skeleton: Path | None, mounts) -> None:
     """The hook's OCI description (``createRuntime``, every container started with this dir), run by
-    this interpreter, isolated."""
+    this interpreter, isolated, and the volumes it makes nosuid,nodev: the root they are mounted under
+    (the skeleton; None for a local image's root, which the hook reads from the bundle) and each bind
+    mount's destination, written in the host-owned run dir: crun 1.8 does not always name a bundle."""
     hooks_dir.mkdir(mode=0o700, exist_ok=True)
+    volumes = {"root": str(skeleton) if skeleton is not None else None,
+               "destinations": [str(m.dst) for m in mounts if m.mode not in ("tmpfs", "tmpfs-ro")]}
+    listed = hooks_dir.parent / "hook-volumes.json"       # beside the dir: podman reads every .json in it
+    listed.write_text(json.dumps(volumes) + "\n")
     python = os.path.realpath(sys.executable)
     spec = {"version": "1.0.0", "when": {"always": True}, "stages": ["createRuntime"],
-            "hook": {"path": python, "args": [python, "-I", "-S", str(MOUNT_FLAGS_HOOK)]}}
+            "hook": {"path": python, "args": [python, "-I", "-S", str(MOUNT_FLAGS_HOOK),
+                                              str(listed)]}}
     (hooks_dir / "chtop-mount-flags.json").write_text(json.dumps(spec) + "\n")
 
 

@@ -370,9 +370,14 @@ def test_as_root_the_argv_names_the_hook_that_applies_the_flags(with_dev, tmp_pa
         hooks = [a for a in argv if a.startswith("--hooks-dir=")]
         assert hooks and argv.index(hooks[-1]) < argv.index("--read-only")
     hooks_dir = tmp_path / "hooks"
-    podman.write_mount_flags_hook(hooks_dir)
+    from chtop_tasks.sandbox.mounts import Mount
+
+    mounts = [Mount(Path("/w/dev/alpha"), Path("/w/dev/alpha"), "rw", "repo"), Mount(None, Path("/tmp"), "tmpfs", "tmp")]
+    podman.write_mount_flags_hook(hooks_dir, Path("/run/skel"), mounts)
     spec = json.loads((hooks_dir / "chtop-mount-flags.json").read_text())
     assert spec["stages"] == ["createRuntime"] and spec["when"] == {"always": True}
     assert os.access(spec["hook"]["path"], os.X_OK) and spec["hook"]["args"][1:3] == ["-I", "-S"]
-    assert Path(spec["hook"]["args"][-1]) == podman.MOUNT_FLAGS_HOOK and podman.MOUNT_FLAGS_HOOK.is_file()
+    assert Path(spec["hook"]["args"][-2]) == podman.MOUNT_FLAGS_HOOK and podman.MOUNT_FLAGS_HOOK.is_file()
+    assert json.loads(Path(spec["hook"]["args"][-1]).read_text()) == {"root": "/run/skel",
+                                                                      "destinations": ["/w/dev/alpha"]}   # volumes only
     assert podman.hooks_dir_args(None) == [] and podman.hooks_dir_args(hooks_dir)[0] == f"--hooks-dir={hooks_dir}"
