@@ -9,8 +9,8 @@ The "Your own workspace" block is read from README.md and run line by line in on
 over) as the unprivileged test user, in a fresh HOME with a plain PATH.  Only what cannot run
 here is substituted: `<this repo>` is a local bare clone of this checkout, `$EDITOR` is a script
 that writes a manifest of two local bare remotes, and the last line's interactive agent session
-becomes `inv session.start -- --version` and its screen log (the same launch, with an agent that
-answers and ends).  `./bootstrap` runs
+becomes `inv session.start -- --version` (the same launch, with an agent that answers and ends at
+once, which session.start reports) and its screen log.  `./bootstrap` runs
 for real: it makes its own venv and links the commands into ~/.local/bin.
 """
 
@@ -58,9 +58,10 @@ def as_run_here(line: str, remote: str) -> str:
     if line.startswith("tmux new -s dev && inv sbox.claude"):
         return "inv sbox.claude -- --version"
     if line.startswith("inv session.start && inv session.attach"):
-        # the same persistent session, with an agent that answers and ends (no terminal to attach)
-        return ("inv session.start -- --version && for i in $(seq 60); do "
-                "inv session.list | grep -q exited && break; sleep 1; done; inv session.log --name dev")
+        # the same persistent session, with an agent that answers and ends at once (no API here, no
+        # terminal to attach): session.start says it ended in its first seconds, and its log has it
+        return ("{ inv session.start -- --version 2> ~/session-start.err || "
+                "grep -q 'ended within its first seconds' ~/session-start.err; } && inv session.log --name dev")
     return line
 
 
