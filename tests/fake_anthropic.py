@@ -112,6 +112,7 @@ class FakeAnthropic:
         self.scheme = "https" if tls else "http"
         self.requests: list[dict] = []
         self.turns_served = 0
+        self.served_at: list[float] = []      # time.monotonic() as each script turn was answered
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         server = self
@@ -220,6 +221,7 @@ class FakeAnthropic:
         with self._lock:
             turn = self.script[self.turns_served] if self.turns_served < len(self.script) else text(self.DONE)
             self.turns_served += 1
+            self.served_at.append(time.monotonic())
         blocks, stop = _blocks(turn, ident)
         return blocks, stop, ident
 

@@ -176,7 +176,7 @@ def test_session_life_cycle_with_the_real_claude(sess, api):
 
     # working during the long tool call, idle once the model's turn ends
     api.wait_for_turns(1)
-    tool_began = time.monotonic()                    # the model asked for the long command
+    tool_began = api.served_at[0]                    # the model asked for the long command
     row = wait_state(g, inv, {"working"}, timeout=30)
     assert row["agent"] == "claude" and row["exit_status"] is None
     assert time.monotonic() - tool_began < SLEEP, "the tool call ended before the state was read"
