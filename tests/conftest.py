@@ -36,17 +36,19 @@ def require_tool(name: str) -> str:
     return path
 
 
-def eventually(probe, what: str, timeout: float = 60.0, interval: float = 0.05):
+def eventually(probe, what: str, timeout: float = 60.0, interval: float = 0.05, explain=None):
     """``probe()``'s first truthy value, asked until ``timeout``; else fail saying what was awaited and
-    what the last answer was.  For every wait on a process, a socket or a file: a generous deadline
-    costs nothing when things are fast, and a loaded machine only makes it take longer."""
+    what the last answer was (and ``explain()``'s account of the state then, when given).  For every
+    wait on a process, a socket or a file: a generous deadline costs nothing when things are fast,
+    and a loaded machine only makes it take longer."""
     deadline = time.monotonic() + timeout
     while True:
         value = probe()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last answer: {value!r}")
+            state = f"\n{explain()}" if explain is not None else ""
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last answer: {value!r}{state}")
         time.sleep(interval)
 
 

@@ -40,8 +40,9 @@ import itertools
 import json
 import ssl
 import threading
-import time
 from dataclasses import dataclass
+
+from conftest import eventually
 
 MODEL = "claude-fake-1"
 
@@ -227,12 +228,9 @@ class FakeAnthropic:
 
     def wait_for_turns(self, count: int, timeout: float = 120.0) -> None:
         """Return once ``count`` script turns were served; AssertionError after ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
-        while self.turns_served < count:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the fake API served {self.turns_served} of {count} turns; "
-                                     f"last requests: {[r['path'] for r in self.requests[-5:]]}")
-            time.sleep(0.2)
+        eventually(lambda: self.turns_served >= count, f"the fake API to serve {count} turns", timeout, interval=0.2,
+                   explain=lambda: f"it served {self.turns_served}; last requests: "
+                                   f"{[r['path'] for r in self.requests[-5:]]}")
 
     def conversations(self) -> list[list]:
         """The ``messages`` of every conversation request (tools offered), in order."""

@@ -13,11 +13,11 @@ import socket
 import ssl
 import subprocess
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from conftest import eventually
 
 from chtop_tasks.proxy import control
 
@@ -149,20 +149,13 @@ class ProxyUnderTest:
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
     def wait_record(self, pred, timeout: float = 60.0) -> dict:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for rec in self.records():
-                if pred(rec):
-                    return rec
-            time.sleep(0.05)
-        raise AssertionError(f"no matching log record; log has:\n{self.records()[-10:]}")
+        return eventually(lambda: next((rec for rec in self.records() if pred(rec)), None), "a matching log record",
+                          timeout, explain=lambda: f"the log has:\n{self.records()[-10:]}")
 
     def wait_records(self, count: int, timeout: float = 60.0) -> list[dict]:
         """The log once it holds at least ``count`` records (it is written in batches)."""
-        deadline = time.monotonic() + timeout
-        while len(self.records()) < count:
-            assert time.monotonic() < deadline, f"log has only {self.records()}"
-            time.sleep(0.05)
+        eventually(lambda: len(self.records()) >= count, f"{count} log records", timeout,
+                   explain=lambda: f"the log has only {self.records()}")
         return self.records()
 
     def pid(self) -> int:

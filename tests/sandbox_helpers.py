@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import eventually
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEST_USER = "chtop-sbt"
@@ -629,13 +630,9 @@ def loop_results(log: Path) -> list[tuple[float, bool]]:
 
 def wait_good_after(log: Path, t: float, timeout: float) -> float:
     """Seconds from ``t`` to the loop's first good request after it."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        good = [when for when, ok in loop_results(log) if ok and when > t]
-        if good:
-            return good[0] - t
-        time.sleep(0.05)
-    pytest.fail(f"no good request within {timeout} s of {t}; the loop's last: {loop_results(log)[-5:]}")
+    first_good = eventually(lambda: next((when for when, ok in loop_results(log) if ok and when > t), None),
+                            f"a good request after {t}", timeout, explain=lambda: f"the loop's last: {loop_results(log)[-5:]}")
+    return first_good - t
 
 
 def kill9_proxy(dev: Path) -> None:
@@ -657,16 +654,19 @@ def disrupted_request_loop(run_sbox, dev: Path, url: str, disrupt=kill9_proxy):
     thread.start()
     back, killed_at = 99.0, time.time()
     try:
-        deadline = time.time() + 120                     # the sandbox is up and its requests work
-        while not any(ok for _, ok in loop_results(log)):
-            if not thread.is_alive() or time.time() > deadline:
-                pytest.fail(f"the loop never got through: {str(run)[-3000:]} {loop_results(log)[-5:]}")
-            time.sleep(0.1)
+        def got_through():                               # the sandbox is up and its requests work
+            if any(ok for _, ok in loop_results(log)):
+                return True
+            assert thread.is_alive(), f"the sandbox ended: {str(run)[-3000:]} {loop_results(log)[-5:]}"
+            return False
+        eventually(got_through, "the loop to get through", timeout=120, interval=0.1,
+                   explain=lambda: f"{str(run)[-3000:]} {loop_results(log)[-5:]}")
         killed_at = time.time()
         disrupt(dev)
         done = time.time()
         back = done - killed_at + wait_good_after(log, done + 0.05, 5)
-        time.sleep(1.5)
+        eventually(lambda: sum(1 for when, _ in loop_results(log) if when >= killed_at + back) >= 10,
+                   "ten requests since it came back")
     finally:
         stop.write_text("")
         thread.join(60)

@@ -8,6 +8,7 @@ import socket
 import time
 
 import pytest
+from conftest import eventually
 from proxy_helpers import certs, connect_in_thread, connect_proxy, echo, proxy, raw_request, read_head  # noqa: F401
 
 from chtop_tasks.core.errors import Refused, UsageError
@@ -24,13 +25,9 @@ def attach_watcher(proxy) -> socket.socket:
 
 
 def wait_held(proxy, host: str, timeout: float = 60.0) -> list[dict]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        held = [h for h in control.status(proxy.group)["held"] if h["host"] == host]
-        if held:
-            return held
-        time.sleep(0.02)
-    raise AssertionError(f"no request for {host} held; status: {control.status(proxy.group)}")
+    return eventually(lambda: [h for h in control.status(proxy.group)["held"] if h["host"] == host],
+                      f"a request for {host} held", timeout, interval=0.02,
+                      explain=lambda: f"status: {control.status(proxy.group)}")
 
 
 def decide_for_worktree(proxy, domain: str, via: str, **flags) -> list[str]:

@@ -10,7 +10,7 @@ import sys
 import threading
 
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, eventually
 from proxy_helpers import EchoServer, HTTPSServer, connect_proxy, proxy, raw_request, read_head  # noqa: F401
 
 pexpect = pytest.importorskip("pexpect")
@@ -94,7 +94,6 @@ def test_deny_of_a_public_suffix_is_refused(initialized):
 
 
 def test_allowed_plain_http_has_a_status_in_the_log(proxy, tmp_path):
-    import time
 
     (tmp_path / "www").mkdir()
     (tmp_path / "www" / "f.txt").write_text("plain body")
@@ -107,12 +106,13 @@ def test_allowed_plain_http_has_a_status_in_the_log(proxy, tmp_path):
             status, body = raw_request(proxy, f"GET http://{host}{path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode(),
                                        to_close=True)
             assert status == want
-        deadline = time.monotonic() + 10
-        while True:
-            got = [r for r in proxy.records() if r.get("method") == "GET" and r.get("decision") == "allowed"]
-            if len(got) == 2 or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
+        def allowed_gets():
+            return [r for r in proxy.records() if r.get("method") == "GET" and r.get("decision") == "allowed"]
+
+        def both_logged():
+            gets = allowed_gets()
+            return gets if len(gets) >= 2 else None
+        got = eventually(both_logged, "both GETs logged", timeout=10, explain=allowed_gets)
         assert [r.get("status") for r in got] == [200, 404]
     finally:
         server.close()

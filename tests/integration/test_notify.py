@@ -11,11 +11,13 @@ import shutil
 import stat
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import eventually
 from ntfy_standin import NtfyStandin
 from proxy_helpers import EchoServer, connect_in_thread, echo, proxy  # noqa: F401
 from test_approvals import wait_held
@@ -271,10 +273,7 @@ def _start(proxy, standin, monkeypatch, hold: float) -> config.NotifyConfig:
     cfg = _cfg(standin)
     proxy.start()
     standin.wait_subscribed(cfg.reply_topic)
-    deadline = time.monotonic() + 20
-    while control.status(proxy.group)["watchers"] < 1:
-        assert time.monotonic() < deadline, "the notifier did not attach to the proxy"
-        time.sleep(0.05)
+    eventually(lambda: control.status(proxy.group)["watchers"] >= 1, "the notifier to attach to the proxy", timeout=20)
     return cfg
 
 
@@ -284,11 +283,14 @@ def _notify_log(proxy) -> str:
 
 
 def _wait_log(proxy, text: str, timeout: float = 20.0, count: int = 1) -> str:
-    deadline = time.monotonic() + timeout
-    while _notify_log(proxy).count(text) < count:
-        assert time.monotonic() < deadline, f"{text!r} not in notify.log:\n{_notify_log(proxy)}"
-        time.sleep(0.05)
+    eventually(lambda: _notify_log(proxy).count(text) >= count, f"{text!r} in notify.log", timeout,
+               explain=lambda: _notify_log(proxy))
     return _notify_log(proxy)
+
+
+def _pushes_running() -> list[threading.Thread]:
+    """The threads of this process still pushing a waiting message."""
+    return [t for t in threading.enumerate() if t.name.endswith(f"({waiting.WaitingAlert._push.__name__})")]
 
 
 def _button(msg: dict, label: str) -> dict:
@@ -451,10 +453,7 @@ def test_one_notifier_per_group_and_it_ends_with_the_proxy(proxy, standin, monke
                            capture_output=True, text=True, timeout=30)
     assert extra.returncode == 0 and control.status(proxy.group)["watchers"] == 1
     control.stop_proxy(proxy.group)
-    deadline = time.monotonic() + 20
-    while control.notifier_running(proxy.group):
-        assert time.monotonic() < deadline, "the notifier outlived its proxy"
-        time.sleep(0.05)
+    eventually(lambda: not control.notifier_running(proxy.group), "the notifier to end with its proxy", timeout=20)
     assert "the proxy stopped" in _notify_log(proxy)
 
 
@@ -478,10 +477,8 @@ def test_a_session_turning_waiting_pushes_once_through_its_pane_watcher(standin,
         state_file.write_text("waiting\n")
         watcher = pane.Watcher(group, record)
         assert watcher.phone is not None
-        deadline = time.monotonic() + 10
-        while "Allow this edit?" not in (tmux.capture_pane(sock, session) or ""):
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        eventually(lambda: "Allow this edit?" in (tmux.capture_pane(sock, session) or ""), "the prompt on the pane",
+                   timeout=10)
         t0 = time.time()
         for later in (0, 1, 4):                                   # waiting, not yet for 5 s
             watcher.step(t0 + later)
@@ -489,7 +486,7 @@ def test_a_session_turning_waiting_pushes_once_through_its_pane_watcher(standin,
         for later in (5.5, 6, 30, 300):
             watcher.step(t0 + later)
         [msg] = standin.wait_published(cfg.topic, 1)
-        time.sleep(0.5)
+        eventually(lambda: not _pushes_running(), "the pushes to end")      # every message sent is in
         assert len(standin.published(cfg.topic)) == 1
         assert msg["title"] == "dev: claude waits for you" and "Allow this edit? [y/n]" in msg["message"]
         assert "actions" not in msg and "\x1b" not in msg["message"]

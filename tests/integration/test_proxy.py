@@ -297,13 +297,12 @@ def test_no_fd_leak_after_thousands_of_connections(proxy, echo):
 
     for i in range(30):                            # warm: whatever the proxy opens once, it opens now
         one_of_each_kind(i)
-    time.sleep(0.5)
+    eventually(lambda: control.status(proxy.group)["active"] == 0, "the warm-up connections closed")
     before = fds()
     for i in range(1500):
         one_of_each_kind(i)
-    deadline = time.monotonic() + 20
-    while fd_count(pid) > len(before) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    eventually(lambda: fd_count(pid) <= len(before), f"the proxy back to its {len(before)} fds", timeout=20,
+               explain=lambda: f"new fds: {sorted(set(fds()) - set(before))}")
     after = fds()
     assert len(after) <= len(before), f"new fds: {sorted(set(after) - set(before))} (before {len(before)})"
     assert proxy_status(proxy.group) is not None
@@ -343,9 +342,7 @@ def test_sigterm_stops_cleanly_and_kill9_recovers(proxy, echo):
     proxy.allow(f"echo.example.test:{echo.port} private")
     ep = proxy.start()
     os.kill(ep.pid, signal.SIGTERM)
-    deadline = time.monotonic() + 10
-    while control._is_our_proxy(ep.pid, proxy.group) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    eventually(lambda: not control._is_our_proxy(ep.pid, proxy.group), "the proxy gone after SIGTERM", timeout=10)
     assert proxy_status(proxy.group) is None
     assert not control._is_our_proxy(ep.pid, proxy.group)
     assert not (proxy.group / ".chtop/net/proxy.pid").exists()
@@ -419,10 +416,7 @@ def _watcher(proxy):
     proc = subprocess.Popen([sys.executable, "-u", "-c", code, str(proxy.group), str(proxy.policy)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
     assert "watching" in proc.stdout.readline()
-    deadline = time.monotonic() + 10
-    while control.status(proxy.group)["watchers"] < 1:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    eventually(lambda: control.status(proxy.group)["watchers"] >= 1, "the watcher attached", timeout=10)
     return proc
 
 
@@ -448,7 +442,7 @@ def test_watch_holds_and_completes_on_approval(proxy, echo):
     try:
         t, result = connect_in_thread(proxy, target, b"held\n")
         _read_until(watcher.stdout, "BLOCKED echo.example.test")
-        time.sleep(0.3)
+        assert control.status(proxy.group)["held"]              # the proxy holds it
         assert t.is_alive() and "status" not in result          # held, not refused
         # "allow always" writes the list; the name resolves to 127.0.0.1 so the
         # entry still lacks `private` -> refused as non-public.  Approve with the
@@ -602,35 +596,33 @@ def test_one_worktree_cannot_hold_more_than_its_share(proxy, monkeypatch):
     monkeypatch.setenv("CHTOP_PROXY_HOLD_SECONDS", "8")
     flood, calm = str(proxy.start("flood").socket_path), str(proxy.start("calm").socket_path)
     idle = [connect_proxy(flood) for _ in range(6)]
-    time.sleep(0.3)
+    eventually(lambda: control.status(proxy.group)["active"] >= 6, "the proxy to accept the six idle connections")
     with connect_proxy(flood) as s:                    # answered at accept, before it sends anything
         status, body = read_head(s)
     assert status == 503 and b"too many connections from flood" in body
     assert raw_request(calm, b"CONNECT a.example.org:443 HTTP/1.1\r\n\r\n")[0] == 403   # judged, not busy
     for s in idle:
         s.close()
+
+    def held():
+        return control.status(proxy.group)["held"]
+
     watcher, _, _ = control_protocol.attach_watcher(proxy.group)
     try:
         threads = [connect_in_thread(flood, f"h{i}.example.org:443") for i in range(2)]   # two prompts
-        deadline = time.monotonic() + 10
-        while len(control.status(proxy.group)["held"]) < 2:
-            assert time.monotonic() < deadline, control.status(proxy.group)
-            time.sleep(0.05)
+        eventually(lambda: len(held()) >= 2, "two prompts held", timeout=10, explain=held)
         t0 = time.monotonic()
         status, body = raw_request(flood, b"CONNECT h9.example.org:443 HTTP/1.1\r\n\r\n")    # a third prompt
         assert status == 403 and time.monotonic() - t0 < 5
         threads.append(connect_in_thread(flood, "h0.example.org:443"))    # no new prompt: held (3rd)
-        while sum(h["waiting"] for h in control.status(proxy.group)["held"]) < 3:
-            assert time.monotonic() < deadline, control.status(proxy.group)
-            time.sleep(0.05)
+        eventually(lambda: sum(h["waiting"] for h in held()) >= 3, "three requests held", timeout=10, explain=held)
         assert raw_request(flood, b"CONNECT h1.example.org:443 HTTP/1.1\r\n\r\n")[0] == 403   # a 4th held
         rec = proxy.wait_record(lambda r: "requests of this sandbox are held" in r.get("reason", ""))
         assert rec["worktree"] == "flood"
         assert proxy.wait_record(lambda r: "prompts of this sandbox are open" in r.get("reason", ""))
         threads.append(connect_in_thread(calm, "c.example.org:443"))       # the other worktree: held
-        while not any(h["worktree"] == "calm" for h in control.status(proxy.group)["held"]):
-            assert time.monotonic() < deadline, control.status(proxy.group)
-            time.sleep(0.05)
+        eventually(lambda: any(h["worktree"] == "calm" for h in held()), "the calm worktree's request held",
+                   timeout=10, explain=held)
     finally:
         watcher.close()
     for t, result in threads:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import eventually
 from proxy_helpers import HAND_OFF_SCRIPT, echo, free_port, proxy, read_all, read_head  # noqa: F401  (fixtures)
 
 from chtop_tasks.proxy.fdpass import HANDOFF_NAME, MAGIC
@@ -38,19 +39,16 @@ def listener() -> tuple[socket.socket, int]:
     return s, s.getsockname()[1]
 
 
-def port_closes(port: int, seconds: float = 20) -> bool:
-    """Whether connecting to ``port`` is refused within ``seconds`` (a queued connect gets a
-    reset).  A connect that times out proves nothing either way: on a loaded box (CI, 26 minutes
-    of podman beside it) a loopback SYN went unanswered for a second, so it is tried again."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        except (ConnectionRefusedError, ConnectionResetError):
-            return True
-        except TimeoutError:
-            continue
-        time.sleep(0.05)
+def port_refuses(port: int) -> bool:
+    """Whether connecting to ``port`` is refused now (a queued connect gets a reset).  A connect
+    that times out proves nothing either way: on a loaded box (CI, 26 minutes of podman beside it) a
+    loopback SYN went unanswered for a second, so it is tried again."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except (ConnectionRefusedError, ConnectionResetError):
+        return True
+    except TimeoutError:
+        pass
     return False
 
 
@@ -80,13 +78,9 @@ def test_the_proxy_serves_a_handed_over_listener_as_the_worktrees(proxy, echo):
     rec = proxy.wait_record(lambda r: r.get("host") == "other.example.test")
     assert rec["worktree"] == "dev" and rec["client"].startswith("127.0.0.1:")
     conn.close()                                         # the sandbox ended
-    if not port_closes(port):
-        pytest.fail("the proxy still listens on a finished sandbox's socket")
+    eventually(lambda: port_refuses(port), "the proxy to stop listening on a finished sandbox's socket", timeout=20)
     log, ended = proxy.group / ".chtop" / "net" / "proxy.log", "ENDED    the sandbox of worktree dev: importing"
-    deadline = time.monotonic() + 5                      # and it imports the worktree's branch at once
-    while ended not in log.read_text() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert ended in log.read_text()
+    eventually(lambda: ended in log.read_text(), "the worktree's branch imported at once", timeout=5)
 
 
 @pytest.mark.parametrize("what", ["pipe", "unlistened", "udp", "bad-magic"])
@@ -133,8 +127,7 @@ def test_the_in_container_script_hands_off_and_holds_the_connection(proxy, echo)
         s.close()
     finally:
         os.kill(pid, 9)
-    if not port_closes(port):
-        pytest.fail("the listener outlived its holder")
+    eventually(lambda: port_refuses(port), "the listener to end with its holder", timeout=20)
 
 
 
@@ -157,7 +150,8 @@ def test_hand_offs_that_end_at_once_are_coalesced_and_empty_ones_count_for_nothi
         assert reply == (b"OK\n" if i % 2 else b"")
         conn.close()
     proxy.start("dev")
-    time.sleep(1.5)                                      # the last coalesced round is due by now
+    eventually(lambda: "150 sandbox hand-offs" in (text := log.read_text()) or text.count("ENDED ") > 1,
+               "the last coalesced round's ENDED line")
     wall = time.monotonic() - t0
     text = log.read_text()
     assert 1 <= text.count("ENDED ") <= wall + 2, text
@@ -177,12 +171,12 @@ for _ in range(5):
         held.append(c)
     except OSError:
         pass
-print("OK", ok, flush=True)
 pending = []
 for _ in range(8):                          # connections that never send their message
     s = socket.socket(socket.AF_UNIX)
     s.connect(path)
     pending.append(s)
+print("OK", ok, flush=True)                 # its connections are queued before anyone else's
 time.sleep(float(sys.argv[2]))
 """
 
@@ -199,7 +193,6 @@ def test_hand_off_caps_count_per_sandbox_and_nested_namespaces_are_the_same_sand
     try:
         oks = [int(hog.stdout.readline().split()[1]) for _ in range(2)]
         assert 1 <= sum(oks) <= 2, oks                    # two listeners for the whole namespace tree
-        time.sleep(0.5)                                   # and its idle connections are in
         port = free_port()
         # its pid 1 (sh) outlives the script, so the holder it leaves keeps the hand-off open
         other = subprocess.Popen(["unshare", "--pid", "--fork", "sh", "-c", '"$0" -I -S "$1" "$2" "$3" && '

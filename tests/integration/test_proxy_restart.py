@@ -16,6 +16,7 @@ import threading
 import time
 
 import pytest
+from conftest import eventually
 from proxy_helpers import echo, launch_holder, proxy, read_head  # noqa: F401  (fixtures)
 
 from chtop_tasks.core.errors import ChtopError
@@ -53,13 +54,12 @@ class RequestLoop:
             time.sleep(0.02)
 
     def wait_good_after(self, t: float, timeout: float) -> float:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            good = [when for when, ok in self.results if ok and when > t]
-            if good:
-                return good[0] - t
-            time.sleep(0.02)
-        pytest.fail(f"no good request within {timeout} s; the last: {self.results[-5:]}")
+        first_good = eventually(lambda: next((when for when, ok in self.results if ok and when > t), None),
+                                "a good request", timeout, explain=lambda: f"the last: {self.results[-5:]}")
+        return first_good - t
+
+    def count_since(self, t: float) -> int:
+        return sum(1 for when, _ in self.results if when >= t)
 
     def stop(self) -> list[tuple[float, bool]]:
         self._stop.set()
@@ -77,7 +77,7 @@ def disrupted(port: int, echo_port: int, disrupt) -> tuple[list[tuple[float, boo
         disrupt()
         done = time.monotonic()
         back = done - began + loop.wait_good_after(done + 0.05, 5)
-        time.sleep(1)
+        eventually(lambda: loop.count_since(began + back) >= 20, "a score of requests since it came back")
     finally:
         results = loop.stop()
     return results, began, back
@@ -136,10 +136,8 @@ def test_a_held_request_is_refused_not_hung_when_the_daemon_dies(proxy, echo, ho
     try:
         s = socket.create_connection(("127.0.0.1", port), timeout=10)
         s.sendall(b"CONNECT held.example.test:443 HTTP/1.1\r\n\r\n")
-        deadline = time.monotonic() + 10
-        while not control_protocol.request(proxy.group, {"cmd": "status"}).get("held"):
-            assert time.monotonic() < deadline, "the request was not held"
-            time.sleep(0.05)
+        eventually(lambda: control_protocol.request(proxy.group, {"cmd": "status"}).get("held"), "the request held",
+                   timeout=10)
         killed_at = time.monotonic()
         os.kill(ep.pid, signal.SIGKILL)
         try:
@@ -157,10 +155,8 @@ def test_a_clean_stop_is_not_restarted_and_a_daemon_that_cannot_start_is_not_ret
     supervisor = control._our_supervisor(proxy.group)
     assert supervisor is not None
     os.kill(ep.pid, signal.SIGTERM)                                  # the daemon's own clean stop
-    deadline = time.monotonic() + 10
-    while control._is_ours(supervisor, proxy.group, b"chtop_tasks.proxy.supervise"):
-        assert time.monotonic() < deadline, "the supervisor outlived a clean stop"
-        time.sleep(0.05)
+    eventually(lambda: not control._is_ours(supervisor, proxy.group, b"chtop_tasks.proxy.supervise"),
+               "the supervisor to end after a clean stop", timeout=10)
     assert control.proxy_status(proxy.group) is None
     with socket.socket() as squatter:                                # port in use: exit 2, no retry loop
         squatter.bind(("127.0.0.1", proxy.port))
@@ -172,13 +168,18 @@ def test_a_clean_stop_is_not_restarted_and_a_daemon_that_cannot_start_is_not_ret
 
 def _alive_for(pid: int, group, seconds: float) -> bool:
     """Whether the daemon ``pid`` is still ours after ``seconds`` (watched from /proc: a control
-    request would count as use)."""
+    request would count as use).  A stretch of time that must pass: what is shown is that nothing
+    happens in it."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if not control._is_our_proxy(pid, group):
             return False
         time.sleep(0.1)
     return True
+
+
+def _exits_by_itself(pid: int, group) -> None:
+    eventually(lambda: not control._is_our_proxy(pid, group), "the idle proxy to exit by itself", timeout=10)
 
 
 def test_idle_exit_after_the_last_sandbox_never_while_one_or_a_watcher_is_there(proxy, echo, monkeypatch):
@@ -192,7 +193,7 @@ def test_idle_exit_after_the_last_sandbox_never_while_one_or_a_watcher_is_there(
     finally:
         os.kill(holder, signal.SIGKILL)                                # the last sandbox ended
     supervisor = control._our_supervisor(proxy.group)
-    assert not _alive_for(ep.pid, proxy.group, 10)                     # then it exits by itself
+    _exits_by_itself(ep.pid, proxy.group)                          # then it exits by itself
     assert control._wait_gone(supervisor, proxy.group, b"chtop_tasks.proxy.supervise", 5)   # for good
     assert "IDLE     no sandbox" in (proxy.group / ".chtop/net/proxy.log").read_text()
     ep = proxy.start()
@@ -201,7 +202,7 @@ def test_idle_exit_after_the_last_sandbox_never_while_one_or_a_watcher_is_there(
         assert _alive_for(ep.pid, proxy.group, 3)
     finally:
         watcher.close()
-    assert not _alive_for(ep.pid, proxy.group, 10)
+    _exits_by_itself(ep.pid, proxy.group)
 
 
 def _pane_between_sandboxes(group):
@@ -219,21 +220,26 @@ def _pane_between_sandboxes(group):
                             cwd="/", env=control._child_env(), stdin=subprocess.DEVNULL)
 
 
+def _lease_taken_by(pane: subprocess.Popen, group) -> bool:
+    """Whether a session holds the lease yet; fails at once when the pane ended first."""
+    if control.session_runs(group):
+        return True
+    assert pane.poll() is None, "the pane ended without taking the session lease"
+    return False
+
+
 def test_idle_exit_never_while_a_session_runs_even_between_its_sandboxes(proxy, monkeypatch):
     monkeypatch.setenv("CHTOP_PROXY_IDLE_EXIT", "1")
     pane = _pane_between_sandboxes(proxy.group)
     try:
-        deadline = time.monotonic() + 20
-        while not control.session_runs(proxy.group):                   # the pane holds the lease
-            assert pane.poll() is None and time.monotonic() < deadline, "the pane took no session lease"
-            time.sleep(0.05)
+        eventually(lambda: _lease_taken_by(pane, proxy.group), "the pane to take the session lease", timeout=20)
         ep = proxy.start()
         assert _alive_for(ep.pid, proxy.group, 4)                      # no sandbox, but a session runs
     finally:
         pane.kill()                                                    # the pane dies (kill -9, no clean-up)
         pane.wait()
     assert not control.session_runs(proxy.group)                       # the kernel let go of the lease
-    assert not _alive_for(ep.pid, proxy.group, 10)                     # so the proxy exits by itself
+    _exits_by_itself(ep.pid, proxy.group)                          # so the proxy exits by itself
     assert "IDLE     no sandbox, connection, watcher or session" in (
         proxy.group / ".chtop/net/proxy.log").read_text()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 
 import pytest
+from conftest import eventually
 from proxy_helpers import ProxyUnderTest, free_port, raw_request  # noqa: F401
 
 from chtop_tasks.proxy import stop_proxy
@@ -101,7 +102,6 @@ def test_net_stop_asks_for_force_while_sandboxes_run_and_net_restart_keeps_them(
     refuses, saying how many it would strand; net.restart replaces the proxy and the holder hands
     its listener to the new one; net.stop --force stops it anyway."""
     import os
-    import time
 
     from proxy_helpers import launch_holder
 
@@ -121,10 +121,8 @@ def test_net_stop_asks_for_force_while_sandboxes_run_and_net_restart_keeps_them(
         out = g.inv(top, "net.restart").stdout
         new = control.proxy_status(g.grouping).pid
         assert f"restarted proxy: pid {old} -> {new}" in out and new != old
-        deadline = time.monotonic() + 10
-        while control.sandboxes_served(g.grouping) != 1:                     # the holder came back
-            assert time.monotonic() < deadline, g.inv(top, "net.status").stdout
-            time.sleep(0.05)
+        eventually(lambda: control.sandboxes_served(g.grouping) == 1, "the holder to come back", timeout=10,
+                   explain=lambda: g.inv(top, "net.status").stdout)
         with socket.create_connection(("127.0.0.1", port), timeout=10) as s:   # and its listener works
             s.sendall(b"CONNECT blocked.example.org:443 HTTP/1.1\r\n\r\n")
             assert b" 403 " in s.recv(4096)

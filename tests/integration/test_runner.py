@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+from conftest import eventually
 
 from chtop_tasks.core import runner
 from chtop_tasks.core.errors import CommandFailed
@@ -86,10 +87,7 @@ def test_a_started_command_runs_while_the_caller_goes_on_and_answers_as_run_does
     script = f"import sys; open({str(marker)!r}, 'w').close(); print('out'); print('err', file=sys.stderr); sys.exit(4)"
     started = runner.start([sys.executable, "-c", script], cwd=tmp_path, check=False)
     assert "$ " in capfd.readouterr().err                      # echoed when started
-    deadline = time.monotonic() + 30
-    while not marker.exists():                                  # it runs before anyone waits for it
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    eventually(marker.exists, "the command to run before anyone waits for it", timeout=30, interval=0.01)
     result = started.result()
     assert (result.returncode, result.stdout, result.stderr) == (4, "out\n", "err\n")
     assert started.result() is not None                       # asked again: the same answer

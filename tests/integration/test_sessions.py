@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pexpect
 import pytest
-from conftest import require_tool
+from conftest import eventually, require_tool
 
 from chtop_tasks.agents.registry import load_registry, parse_entry
 from chtop_tasks.core.atomic import write_atomic
@@ -244,10 +244,7 @@ def test_notify_shows_a_message_on_attached_clients_rings_and_runs_the_users_com
                            dimensions=(24, 100), env=dict(os.environ, TERM="xterm"), encoding="utf-8",
                            codec_errors="replace", timeout=20)
     try:
-        deadline = time.monotonic() + 20
-        while not tmux.clients(sock):
-            assert time.monotonic() < deadline, "the client never attached"
-            time.sleep(0.1)
+        eventually(lambda: tmux.clients(sock), "the client to attach", timeout=20, interval=0.1)
         r, w = os.pipe()
         thread = notify.notify(sock, "dev", "waiting", pane_fd=w)
         client.expect("dev's agent is waiting for you")

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import require_tool
+from conftest import eventually, require_tool
 from proxy_helpers import HTTPSServer, free_port
 from test_dash import busy_group  # noqa: F401  (fixture)
 
@@ -63,14 +63,10 @@ class Tmux:
         return self.run("capture-pane", "-p", "-t", "dash")
 
     def wait(self, predicate, what: str, timeout: float = 120.0) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
+        def matching_screen():
             text = self.screen()
-            if predicate(text):
-                return text
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}; the screen:\n{text}")
-            time.sleep(0.1)
+            return text if predicate(text) else None
+        return eventually(matching_screen, what, timeout, interval=0.1, explain=lambda: f"the screen:\n{self.screen()}")
 
     def wait_text(self, text: str, timeout: float = 120.0) -> str:
         return self.wait(lambda s: text in s, repr(text), timeout)

@@ -5,9 +5,9 @@ delete refused while a sandbox runs, one short launch line, a quiet shell despit
 from __future__ import annotations
 
 import subprocess
-import time
 
 import pytest
+from conftest import eventually
 from sandbox_helpers import as_user, free_proxy_port, user_group_cm
 
 from chtop_tasks.sandbox import running
@@ -30,27 +30,23 @@ def start_in_background(g, argv, cwd, env=None):
 
 
 def wait_listed(g, ps_argv, cwd, marker, timeout=60, env=None):
-    deadline = time.monotonic() + timeout
-    listed = ""
-    while time.monotonic() < deadline:
-        listed = as_user(g.user, ps_argv, env or g.env, cwd, check=False).stdout
-        if marker in listed:
-            return listed
-        time.sleep(0.3)
-    raise AssertionError(f"{marker} never listed:\n{listed}")
+    def listed():
+        return as_user(g.user, ps_argv, env or g.env, cwd, check=False).stdout
+
+    def marked():
+        text = listed()
+        return text if marker in text else None
+    return eventually(marked, f"{marker} listed", timeout, interval=0.3, explain=listed)
 
 
 def kill_sandboxes(g, label, timeout=60):
     """Kill the sandboxes with ``label`` and wait until podman has cleaned them up: the test's
     teardown removes the podman storage, and a cleanup still running then never ends."""
     g.run(["sh", "-c", f"podman ps -q --filter label={label} | xargs -r podman kill"], check=False)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        left = g.run(["podman", "ps", "-aq", "--filter", f"label={label}"], check=False).stdout.strip()
-        if not left:
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"sandboxes with {label} still there after {timeout}s: {left}")
+
+    def left():
+        return g.run(["podman", "ps", "-aq", "--filter", f"label={label}"], check=False).stdout.strip()
+    eventually(lambda: not left(), f"the sandboxes with {label} cleaned up", timeout, interval=0.3, explain=left)
 
 
 def inv_argv(g, *args):
@@ -81,9 +77,8 @@ def test_delete_is_refused_while_a_sandbox_runs_in_the_worktree(user_group):
         bg.kill()
         bg.wait()
         kill_sandboxes(g, "chtop.worktree=gone")
-    deadline = time.monotonic() + 30
-    while "chtop-gone-run-" in g.inv("sbox.ps", cwd=g.toplevel).stdout and time.monotonic() < deadline:
-        time.sleep(0.3)
+    eventually(lambda: "chtop-gone-run-" not in g.inv("sbox.ps", cwd=g.toplevel).stdout, "gone's sandbox to leave sbox.ps",
+               timeout=30, interval=0.3)
     done = g.inv("worktree.delete", "--name", "gone", cwd=g.toplevel)
     assert done.returncode == 0, done.stderr
     assert not gone.exists()

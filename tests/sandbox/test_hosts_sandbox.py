@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
 import pexpect
 import pytest
+from conftest import eventually
 from ssh_helpers import remote_podman_works, remote_python, write_login_file
 from test_hosts import close_masters, fleet_config, remote_base, sshd  # noqa: F401 - fixtures
 
@@ -50,13 +50,13 @@ INSIDE = ("[ -e /home/chtop-ssh/.config/chtop/agents.toml ] || echo HOST-HOME-HI
 
 def wait_listed(g, line: str, timeout: float = 60) -> str:
     """``session.list`` here until it has ``line``; its last output."""
-    deadline = time.monotonic() + timeout
-    while True:
-        out = g.inv(g.toplevel, "session.list").stdout
-        if line in out:
-            return out
-        assert time.monotonic() < deadline, f"session.list never showed {line!r}:\n{out}"
-        time.sleep(1)
+    def listed():
+        return g.inv(g.toplevel, "session.list").stdout
+
+    def showing():
+        out = listed()
+        return out if line in out else None
+    return eventually(showing, f"session.list to show {line!r}", timeout, interval=1, explain=listed)
 
 
 ATTACH = ["-m", "invoke", "session.attach", "--host", "gpu1", "--name", "dev"]

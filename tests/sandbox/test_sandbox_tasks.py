@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import subprocess
-import time
 
 import pytest
+from conftest import eventually
 from sandbox_helpers import as_user, user_group_cm
 
 pytestmark = [pytest.mark.podman, pytest.mark.slow]
@@ -92,13 +92,13 @@ def test_ps_lists_running_sandboxes_of_the_group(user_group):
     bg = subprocess.Popen(argv, cwd=g.dev, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 30
-        listed = ""
-        while time.monotonic() < deadline:
-            listed = g.inv("sbox.ps", cwd=g.toplevel).stdout     # from the toplevel too
-            if "chtop-dev-run-" in listed:
-                break
-            time.sleep(0.3)
+        def sbox_ps():
+            return g.inv("sbox.ps", cwd=g.toplevel).stdout      # from the toplevel too
+
+        def listing_dev():
+            text = sbox_ps()
+            return text if "chtop-dev-run-" in text else None
+        listed = eventually(listing_dev, "dev's sandbox in sbox.ps", timeout=30, interval=0.3, explain=sbox_ps)
         row = [line for line in listed.splitlines() if line.startswith("chtop-dev-run-")]
         assert row, listed
         assert row[0].split()[1:4] == ["dev", "run", "proxy"] and row[0].endswith("sleep 20")

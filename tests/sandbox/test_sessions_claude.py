@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pexpect
 import pytest
+from conftest import eventually
 from fake_anthropic import FakeAnthropic, bash, text
 from ntfy_standin import NtfyStandin
 from sandbox_helpers import IN_CI, as_user, rootful_podman_env, user_group_cm
@@ -77,13 +78,11 @@ def rows(g, inv) -> dict:
 
 
 def wait_state(g, inv, wanted: set[str], timeout: float = 120) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
+    def row_in_state():
         row = rows(g, inv).get("dev")
-        if row and row["state"] in wanted:
-            return row
-        assert time.monotonic() < deadline, f"dev never became {wanted}: {row}"
-        time.sleep(1)
+        return row if row and row["state"] in wanted else None
+    return eventually(row_in_state, f"dev to become one of {sorted(wanted)}", timeout=timeout, interval=1,
+                      explain=lambda: rows(g, inv).get("dev"))
 
 
 def containers(g, run) -> list[str]:
@@ -229,10 +228,8 @@ def test_session_life_cycle_with_the_real_claude(sess, api):
     assert len(containers(g, run)) == 1, containers(g, run)   # the lost run's container is gone
     # a prompt typed into the restored claude reaches the API with the earlier conversation
     row = wait_state(g, inv, {"idle", "waiting", "working"}, timeout=60)
-    deadline = time.monotonic() + 90
-    while FIRST_ANSWER not in run(["tmux", "-S", str(socket), "capture-pane", "-p", "-t", "=chtop-dev:"]).stdout:
-        assert time.monotonic() < deadline, "the restored claude never showed the earlier conversation"
-        time.sleep(1)
+    eventually(lambda: FIRST_ANSWER in run(["tmux", "-S", str(socket), "capture-pane", "-p", "-t", "=chtop-dev:"]).stdout,
+               "the restored claude to show the earlier conversation", timeout=90, interval=1)
     run(["tmux", "-S", str(socket), "send-keys", "-t", "=chtop-dev:", "and now?", "Enter"])
     api.wait_for_turns(3)
     last = api.conversations()[-1]
@@ -277,10 +274,8 @@ def test_a_first_run_question_is_waiting_and_notifies_the_user(sess):
         assert proc.returncode == 0, proc.stdout + proc.stderr
         wait_state(g, inv, {"waiting"}, timeout=90)
         assert "Bypass Permissions mode" in inv("session.log").stdout
-        deadline = time.monotonic() + 20
-        while "dev waiting" not in (out.read_text() if out.exists() else ""):
-            assert time.monotonic() < deadline, "the notify command never ran"
-            time.sleep(0.5)
+        eventually(lambda: "dev waiting" in (out.read_text() if out.exists() else ""), "the notify command to run",
+                   timeout=20)
         run, socket = user_run(g), socket_of(g, inv)
         [msg] = standin.wait_published(phone.topic, 1, timeout=30)
         assert msg["title"] == "dev: claude waits for you" and "actions" not in msg
@@ -293,13 +288,13 @@ def test_a_first_run_question_is_waiting_and_notifies_the_user(sess):
         assert rows(g, inv)["dev"]["state"] == "waiting" and len(standin.published(phone.topic)) == 1
         # accepting it: claude cannot record the answer in its read-only settings.json, and goes on
         run(["tmux", "-S", str(socket), "send-keys", "-t", "=chtop-dev:", "2"])
-        time.sleep(2)
+        time.sleep(2)                                    # the choice, then Enter as a keystroke of its own
         run(["tmux", "-S", str(socket), "send-keys", "-t", "=chtop-dev:", "Enter"])
-        deadline = time.monotonic() + 60
-        while "bypass permissions on" not in (screen := run(["tmux", "-S", str(socket), "capture-pane", "-p",
-                                                              "-t", "=chtop-dev:"]).stdout).lower():
-            assert time.monotonic() < deadline, screen
-            time.sleep(1)
+        def pane_text():
+            return run(["tmux", "-S", str(socket), "capture-pane", "-p", "-t", "=chtop-dev:"]).stdout
+
+        eventually(lambda: "bypass permissions on" in pane_text().lower(), "claude to go on in bypass permissions mode",
+                   timeout=60, interval=1, explain=pane_text)
         assert rows(g, inv)["dev"]["state"] != "exited"
         rendered = g.grouping / ".chtop" / "agents" / "dev" / "settings.json"
         assert json.loads(rendered.read_text())["skipDangerousModePermissionPrompt"] is False

@@ -13,6 +13,7 @@ import time
 
 import pexpect
 import pytest
+from conftest import eventually
 from sandbox_helpers import as_user, user_group  # noqa: F401
 
 from chtop_tasks.proxy import control
@@ -65,22 +66,17 @@ def row(g):
 def wait_notified(g, text: str, failure: str, timeout: float = 20) -> None:
     """Until the notify command (it appends to ``notified``) has written ``text``."""
     notified = g.base / "notified"
-    deadline = time.monotonic() + timeout
-    while text not in (notified.read_text() if notified.exists() else ""):
-        assert time.monotonic() < deadline, failure
-        time.sleep(0.5)
+    eventually(lambda: text in (notified.read_text() if notified.exists() else ""), failure, timeout, interval=0.5)
 
 
 def wait_for(g, state, timeout):
-    deadline = time.monotonic() + timeout
     seen = []
-    while True:
+
+    def in_state():
         current = row(g)
         seen.append(current and current["state"])
-        if current and current["state"] == state:
-            return current
-        assert time.monotonic() < deadline, f"never {state}; saw {seen}"
-        time.sleep(0.5)
+        return current if current and current["state"] == state else None
+    return eventually(in_state, f"dev {state}", timeout, interval=0.5, explain=lambda: f"saw {seen}")
 
 
 def test_an_agent_without_hooks_goes_working_idle_exited_with_its_status(g):
@@ -91,10 +87,8 @@ def test_an_agent_without_hooks_goes_working_idle_exited_with_its_status(g):
     wait_for(g, "idle", 40)
     done = wait_for(g, "exited", 40)
     assert done["exit_status"] == 5
-    deadline = time.monotonic() + 10
-    while control.session_runs(g.grouping):          # the pane has ended: the lease is let go
-        assert time.monotonic() < deadline, "the session lease outlived its pane process"
-        time.sleep(0.2)
+    eventually(lambda: not control.session_runs(g.grouping),   # the pane has ended: the lease is let go
+               "the session lease to end with its pane process", timeout=10)
     assert done["pending"] == 1                      # blocked.example awaits approval for dev
     listed = g.inv("session.list").stdout
     assert "exited (5)" in listed and "1 pending approval(s)" in listed, listed
@@ -122,7 +116,7 @@ def start_in_a_terminal_then_close_it(g):
 def test_a_session_outlives_its_terminal_and_stop_ends_it_with_sigterm_leaving_nothing(g):
     start_in_a_terminal_then_close_it(g)
     wait_for(g, "working", 20)
-    time.sleep(2)
+    time.sleep(2)                                  # a while in which a hangup would have ended it
     assert row(g)["state"] == "working"            # still running after the terminal closed
     began = time.monotonic()
     stopped = g.inv("session.stop", "--grace", "5")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+from conftest import eventually
 from fake_anthropic import FakeAnthropic, text
 from sandbox_helpers import as_user, rootful_podman_env, user_group_cm
 from test_sessions_claude import containers, need, prepare_claude_group
@@ -76,26 +77,20 @@ def other_row(side, other) -> dict | None:
 
 
 def wait_other(side, other, wanted: set[str], timeout: float = 120) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
+    def row_in_state():
         row = other_row(side, other)
-        if row and row["state"] in wanted:
-            return row
-        assert time.monotonic() < deadline, f"other never became {wanted}: {row}"
-        time.sleep(1)
+        return row if row and row["state"] in wanted else None
+    return eventually(row_in_state, f"other to become one of {sorted(wanted)}", timeout=timeout, interval=1,
+                      explain=lambda: other_row(side, other))
 
 
 def state_file_of(g, other) -> "tuple[str, Path]":
     """(session id, host path of its hook state file), found by name wherever chtop keeps it."""
     record = json.loads((g.grouping / ".chtop" / "sessions" / f"{other.name}.json").read_text())
     sid = record["session_id"]
-    deadline = time.monotonic() + 60
-    while True:
-        found = [p for p in g.grouping.rglob(sid) if p.is_file()]
-        if found:
-            return sid, found[0]
-        assert time.monotonic() < deadline, f"no state file {sid} under {g.grouping}"
-        time.sleep(1)
+    found = eventually(lambda: [p for p in g.grouping.rglob(sid) if p.is_file()], f"a state file {sid} under {g.grouping}",
+                       timeout=60, interval=1)
+    return sid, found[0]
 
 
 def rootless(g, api) -> Side:
@@ -154,10 +149,8 @@ def test_one_worktrees_agent_cannot_reach_anothers(side):
     api.wait_for_turns(1)
     wait_other(side, other, {"idle", "waiting"})
     sid, state_file = state_file_of(g, other)
-    deadline = time.monotonic() + 60
-    while state_file.read_text().strip() not in ("idle", "waiting"):
-        assert time.monotonic() < deadline, state_file.read_text()
-        time.sleep(1)
+    eventually(lambda: state_file.read_text().strip() in ("idle", "waiting"), "other's hook to report idle or waiting",
+               timeout=60, interval=1, explain=state_file.read_text)
     state_before = state_file.read_bytes()
 
     # dev's agent attacks from its sandbox

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
+from conftest import eventually
 from sandbox_helpers import as_owner_python, as_user, rootful_podman_env, user_group_cm
 
 from chtop_tasks.workspace.layout import private_store
@@ -126,9 +126,8 @@ def test_rebase_down_refuses_while_a_sandbox_of_the_worktree_runs(ug):
                                "-m", "invoke", "sbox.run", "--", "sleep", "120"], cwd=g.dev,
                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and "sleep 120" not in g.inv("sbox.ps").stdout:
-            time.sleep(0.5)
+        eventually(lambda: "sleep 120" in g.inv("sbox.ps").stdout, "the holder's sandbox in sbox.ps", timeout=90,
+                   interval=0.5)
         before = g.git(g.dev / "alpha", "rev-parse", "HEAD")
         refused = g.inv("git.rebase-down")
         assert refused.returncode == 3 and "sandbox(es) run in" in refused.stderr, refused.stdout + refused.stderr
@@ -136,9 +135,8 @@ def test_rebase_down_refuses_while_a_sandbox_of_the_worktree_runs(ug):
     finally:
         holder.terminate()
         holder.wait(timeout=60)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and "sleep 120" in g.inv("sbox.ps").stdout:
-        time.sleep(0.5)
+    eventually(lambda: "sleep 120" not in g.inv("sbox.ps").stdout, "the holder's sandbox gone from sbox.ps", timeout=60,
+               interval=0.5)
     assert g.inv("git.rebase-down").returncode == 0
 
 

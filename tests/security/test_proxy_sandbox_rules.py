@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import eventually
 from proxy_helpers import HAND_OFF_SCRIPT, cpu_seconds
 from sandbox_helpers import free_proxy_port, root_owned, rootful_podman_env, user_group_cm
 
@@ -89,6 +90,14 @@ def allow_port(g, port: int) -> None:
 def in_python(code: str) -> str:
     """A sandbox script that runs ``code`` with the sandbox's python3."""
     return f"/usr/bin/python3 -c {shlex.quote(code)}"
+
+
+def _made_by(proc: subprocess.Popen, path: Path) -> bool:
+    """Whether ``path`` exists yet; fails at once, with the process's output, when ``proc`` ended first."""
+    if path.exists():
+        return True
+    assert proc.poll() is None, proc.communicate()
+    return False
 
 
 def proxy_pid(g) -> int:
@@ -231,10 +240,7 @@ def test_a_flooding_worktree_does_not_starve_another(g, vhost_server):
     flooder = g.start([str(g.venv / "bin" / "python"), "-m", "invoke", "sbox.run", "--", "sh", "-c",
                        in_python(CONN_FLOOD) + f" {flood}"], g.dev)
     try:
-        deadline = time.monotonic() + 90
-        while not (g.dev / "alpha" / "flood.out").exists() and time.monotonic() < deadline:
-            assert flooder.poll() is None, flooder.communicate()
-            time.sleep(0.2)
+        eventually(lambda: _made_by(flooder, g.dev / "alpha" / "flood.out"), "the flood's report", timeout=90)
         report = (g.dev / "alpha" / "flood.out").read_text()
         opened, busy = map(int, re.findall(r"\d+", report))
         assert opened == flood, report
@@ -263,7 +269,6 @@ for _ in range(24):                            # more listeners than the old cap
         held.append(hand_off(path))
     except OSError:
         pass
-open("hog.out", "w").write("HOGGING\\n")
 end = time.monotonic() + 90
 while not os.path.exists("stop-hog") and time.monotonic() < end:
     for s in idle:
@@ -276,6 +281,8 @@ while not os.path.exists("stop-hog") and time.monotonic() < end:
         except OSError:
             break
         idle.append(s)
+    if not os.path.exists("hog.out"):          # its listeners and pending connections are in
+        open("hog.out", "w").write("HOGGING\\n")
     time.sleep(0.5)
 print("PROBES-DONE")
 """
@@ -292,12 +299,7 @@ def test_one_dir_sandbox_hogging_the_shared_hand_off_socket_does_not_block_anoth
         g.run(["mkdir", "-p", str(d)])
     hog = g.start(chtop_argv(g, "sbox.run", "--", "sh", "-c", in_python(HANDOFF_HOG)), hog_dir, env)
     try:
-        deadline = time.monotonic() + 90
-        while not (hog_dir / "hog.out").exists() and time.monotonic() < deadline:
-            assert hog.poll() is None, hog.communicate()
-            time.sleep(0.2)
-        assert (hog_dir / "hog.out").exists(), "the hog never started"
-        time.sleep(1.0)                                             # its pending connections are in
+        eventually(lambda: _made_by(hog, hog_dir / "hog.out"), "the hog started", timeout=90)
         other = g.as_owner(chtop_argv(g, "sbox.run", "--", "sh", "-c",
                                       "curl -sS -o /dev/null -w 'proxy=%{http_code}\\n' --max-time 10 "
                                       "http://blocked.example/"), env, other_dir)

@@ -20,7 +20,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from conftest import git
+from conftest import eventually, git
 from sandbox_helpers import as_owner_python, as_user, rootful_podman_env, user_group_cm
 
 from chtop_tasks.core import runner
@@ -381,11 +381,9 @@ def test_integration_branch_refresh_overrides_the_private_copy_safely(with_dev, 
 
 
 def imported_soon(g, sha: str, within: float = 10) -> bool:
-    """Whether the toplevel's ``dev`` reaches ``sha`` within ``within`` seconds."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline and git(g.toplevel / "alpha", "rev-parse", "dev") != sha:
-        time.sleep(0.02)
-    return git(g.toplevel / "alpha", "rev-parse", "dev") == sha
+    """Whether the toplevel's ``dev`` reaches ``sha`` within ``within`` seconds (else fails)."""
+    return eventually(lambda: git(g.toplevel / "alpha", "rev-parse", "dev") == sha, f"the toplevel's dev at {sha}",
+                      timeout=within, interval=0.02)
 
 
 def test_proxy_daemon_timer_imports_within_seconds(with_dev):
@@ -856,10 +854,8 @@ def run_a_session_to_its_end(g) -> str:
         assert started.returncode == 0, started.stdout + started.stderr
         readers = as_owner_python(g, SESSION_READERS.format(top=str(g.toplevel)))
         assert "READERS-DONE" in readers.stdout, readers.stdout + readers.stderr
-        deadline = time.monotonic() + 120
-        while "exited" not in (listed := g.inv("session.list").stdout):
-            assert time.monotonic() < deadline, listed
-            time.sleep(1)
+        eventually(lambda: "exited" in g.inv("session.list").stdout, "the session to exit", timeout=120, interval=1,
+                   explain=lambda: g.inv("session.list").stdout)
         return g.inv("session.log").stdout
     finally:
         for sock in (g.base / "run").glob("chtop-*/*/tmux.sock"):

@@ -59,10 +59,9 @@ def test_a_ctrl_c_waits_for_the_workers_before_it_is_raised():
 
 
 def test_started_later_runs_from_its_start_and_a_wait_without_start_raises():
-    ran = []
+    ran, threads = [], set(threading.enumerate())
     later = StartedLater(lambda n: ran.append(n) or n * 2, 21)
-    time.sleep(0.05)
-    assert ran == []                                  # nothing runs before start()
+    assert ran == [] and set(threading.enumerate()) <= threads    # no thread runs, or waits to, before start()
     later.start()
     later.start()                                     # a second start starts nothing more
     assert later.wait() == 42 and ran == [21]

@@ -30,7 +30,7 @@ def counted_reads(monkeypatch) -> list[str]:
 
 def test_a_walk_reads_again_only_the_directories_that_changed(tmp_path, monkeypatch):
     store = made_store(tmp_path)
-    time.sleep(0.05)
+    time.sleep(0.05)            # the kernel's coarse ctime ticks: later changes get another ctime
     monkeypatch.setattr(storewalk, "SETTLE_NS", 0)          # these dirs count as settled
     reads = counted_reads(monkeypatch)
     assert storewalk.planted_entry(store) is None and len(reads) == 44      # store, objects/, 40, refs, heads
@@ -41,7 +41,7 @@ def test_a_walk_reads_again_only_the_directories_that_changed(tmp_path, monkeypa
     assert storewalk.planted_entry(store) == (store / "objects" / "07" / ("b" * 38), "a FIFO")
     assert reads == [str(store / "objects" / "07")]
     (store / "objects" / "07" / ("b" * 38)).unlink()
-    time.sleep(0.05)
+    time.sleep(0.05)            # and the next walk begins a tick after this change
     assert storewalk.planted_entry(store) is None
     reads.clear()
     target = tmp_path / "elsewhere"
