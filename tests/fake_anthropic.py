@@ -40,6 +40,7 @@ import itertools
 import json
 import ssl
 import threading
+import time
 from dataclasses import dataclass
 
 from conftest import eventually
