@@ -164,8 +164,38 @@ def chtop_group(grouping: Path, remote: Path) -> Path:
     top = grouping / "top"
     git(grouping, "clone", "-q", f"file://{remote}", str(top))
     os.environ["PYTHONPATH"] = str(top)
-    must([*INV, "toplevel.init", "--no-venv"], top)
+    write_entry_scripts(grouping / "bin")
+    must([*own_entry(top, INV), "toplevel.init", "--no-venv"], top)
     return top
+
+
+# pip's console scripts of each layout of chtop (its entry points moved into cli/): ``inv`` and
+# ``chtop`` as pip writes them, trying today's entry point first, then the one before it
+ENTRY_SCRIPT = """#!{python}
+import sys
+try:
+    from chtop_tasks.cli.{new} import main
+except ImportError:
+    from chtop_tasks.{old} import main
+sys.exit(main())
+"""
+
+
+def write_entry_scripts(bin_dir: Path) -> None:
+    """``bin_dir/inv`` and ``bin_dir/chtop``: what pip installs, for whichever chtop is first on
+    PYTHONPATH (this checkout's, or the ``--against`` revision's, whose entry points may differ)."""
+    bin_dir.mkdir()
+    for name, new, old in (("inv", "inv", "inv"), ("chtop", "chtop", "cli")):
+        script = bin_dir / name
+        script.write_text(ENTRY_SCRIPT.format(python=sys.executable, new=new, old=old))
+        script.chmod(0o755)
+
+
+def own_entry(top: Path, argv: list[str]) -> list[str]:
+    """``argv`` with its ``inv`` or ``chtop`` script replaced by the one beside ``top``'s group."""
+    if argv[:1] in (INV[:1], CHTOP[:1]) and argv[0] != sys.executable:
+        return [str(top.parent / "bin" / Path(argv[0]).name), *argv[1:]]
+    return argv
 
 
 def must(argv: list[str], cwd: Path) -> None:
@@ -245,6 +275,7 @@ def run_round(tools: dict[str, Path], rnd: int, times: dict, timed_steps: list[s
             if timed_steps is not None and step not in timed_steps and step not in NEEDED:
                 continue
             argv = [a.format(wt=wt_name) for a in (original if tool == "original" else chtop)]
+            argv = argv if tool == "original" else own_entry(top, argv)
             cwd = top if where == "top" else wt
             os.environ["PYTHONPATH"] = str(tools["chtop" if tool == "original" else tool])
             before = children_cpu()
