@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -114,3 +115,25 @@ def refusal_advice(rec: dict, *, worktree: str | None, build: bool) -> str:
     else:
         fix = "the host is allowed but could not be reached from this machine"
     return inert_line(f"the proxy refused {spec}: {reason}; {fix}")
+
+
+def refusal_lines(group_dir: Path, identity: str, worktree: str, build: bool, since: float) -> list[str]:
+    """``refusal_advice`` for each host the proxy refused ``identity`` since ``since``."""
+    return [refusal_advice(rec, worktree=worktree, build=build)
+            for rec in refusals_since(group_dir, identity, since)]
+
+
+def main(argv: list[str]) -> int:
+    """``python -m chtop_tasks.proxy.report GROUP_DIR WORKTREE SINCE``: what the proxy refused that
+    worktree's sandbox since SINCE, a ``chtop:`` line each on stderr (``sbox.run``'s waiting shell
+    asks it when the sandbox failed)."""
+    if len(argv) != 3:
+        print("usage: python -m chtop_tasks.proxy.report GROUP_DIR WORKTREE SINCE", file=sys.stderr)
+        return 2
+    for line in refusal_lines(Path(argv[0]), argv[1], argv[1], False, float(argv[2])):
+        print(f"chtop: {line}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -574,8 +574,9 @@ def run_plan(plan: LaunchPlan, interactive: bool = False) -> int:
 
 
 # $1 = the run dir, $2 = what to say on a SIGKILL (exit 137), $3 = the worktree whose branch to
-# import afterwards ("" for --dir), $4 = the python and $5 = the chtop checkout that does it, $6 = N,
-# then N pairs of (private, shared) ref files of that branch, then M and the M run dirs of killed
+# import afterwards ("" for --dir), $4 = the python and $5 = the chtop checkout that does it, $6 = the
+# group dir, $7 = the worktree whose proxy refusals to say when the sandbox fails ("" for none) and $8
+# = when it started (epoch seconds), $9 = N, then N pairs of (private, shared) ref files of that branch, then M and the M run dirs of killed
 # launches (removed afterwards when their container is gone too), then podman's argv.  bash, not sh:
 # podman runs as a child with our stdin and SIGINT back at its default (an asynchronous list would
 # get /dev/null and SIGINT ignored), so the shell can pass a SIGTERM or SIGHUP sent to it on to
@@ -586,7 +587,7 @@ def run_plan(plan: LaunchPlan, interactive: bool = False) -> int:
 # starts Python for the import only when one differs or cannot be read.  That import runs from / :
 # ``python -m`` puts its cwd first on sys.path, and the cwd may be a repo dir the agent can write
 # (a planted module there would run on the host).
-WAITER = r"""d=$1; note=$2; wt=$3; py=$4; pp=$5; n=$6; shift 6
+WAITER = r"""d=$1; note=$2; wt=$3; py=$4; pp=$5; grp=$6; name=$7; since=$8; n=$9; shift 9
 refs=("${@:1:2*n}"); shift $((2*n))
 m=$1; stale=("${@:2:m}"); shift $((m+1))
 trap : INT
@@ -610,14 +611,18 @@ if [ -n "$wt" ]; then
   done
   [ -n "$same" ] || (cd / && PYTHONPATH="$pp" "$py" -m chtop_tasks.stores.exit_import "$wt")
 fi
+if [ "$rc" != 0 ] && [ -n "$name" ]; then
+  (cd / && PYTHONPATH="$pp" "$py" -m chtop_tasks.proxy.report "$grp" "$name" "$since")
+fi
 exit $rc
 """
 
 
-def exec_waiter(plan: LaunchPlan, target: Target) -> None:
+def exec_waiter(plan: LaunchPlan, target: Target, network: str = "proxy") -> None:
     """Become ``bash`` running podman, then the cleanup and (in a worktree, unless the proxy has
     done it) the import of its branch: no Python stays around an idle sandbox, and none starts
-    after it in the usual case (exit status: podman's, 128+sig if killed)."""
+    after it in the usual case (exit status: podman's, 128+sig if killed).  A sandbox that failed
+    behind the proxy has what the proxy refused it said (``proxy.report``), as ``launch`` says it."""
     announce(plan)
     if shutil.which(plan.argv[0], path=plan.env.get("PATH")) is None:
         raise CommandFailed("podman is not installed (apt-get install podman uidmap crun)")
@@ -631,8 +636,10 @@ def exec_waiter(plan: LaunchPlan, target: Target) -> None:
     run_dir = plan.setup.root.run_dir
     stale = [str(path) for path in stale_run_dirs(run_dir.parent)]
     checkout = str(Path(__file__).resolve().parent.parent.parent)
+    refused_of = target.name if target.kind == "worktree" and network != "open" else ""
     os.execve("/bin/bash", ["bash", "-c", WAITER, "chtop-sbox", str(run_dir), note, worktree, sys.executable,
-                            checkout, str(len(refs) // 2), *refs, str(len(stale)), *stale, *plan.argv], plan.env)
+                            checkout, str(target.group_dir), refused_of, f"{time.time():.3f}",
+                            str(len(refs) // 2), *refs, str(len(stale)), *stale, *plan.argv], plan.env)
 
 
 def plan_request(request: LaunchRequest, stores_walked: bool = False) -> LaunchPlan:
@@ -680,7 +687,7 @@ def launch(request: LaunchRequest, before_run=None) -> int:
         if before_run is not None:
             before_run(plan)
         if request.replace_process and not request.interactive:
-            exec_waiter(plan, request.target)           # does not return
+            exec_waiter(plan, request.target, request.network)     # does not return
         started = time.time()
         status = run_plan(plan, interactive=request.interactive)
     finally:
@@ -700,15 +707,14 @@ def proxy_refusals(request: LaunchRequest, since: float) -> list[str]:
     command that allows it: a client inside shows only its own words for a refusal (``tunnel
     error``, ``403``), so a launch that failed says the proxy's reason in its own output."""
     from ..proxy.policy import build_identity
-    from ..proxy.report import refusal_advice, refusals_since
+    from ..proxy.report import refusal_lines
 
     target = request.target
     if request.network == "open" or target.kind != "worktree":
         return []
     build = request.build_hosts is not None
     identity = build_identity(target.name) if build else target.name
-    return [refusal_advice(rec, worktree=target.name, build=build)
-            for rec in refusals_since(target.group_dir, identity, since)]
+    return refusal_lines(target.group_dir, identity, target.name, build, since)
 
 
 def shell_command(interactive: bool = True) -> list[str]:

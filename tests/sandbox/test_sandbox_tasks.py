@@ -30,6 +30,18 @@ def test_run_passes_exit_status_args_and_stdio(user_group):
     assert g.inv("sbox.run", "--", "sh", "-c", "kill -9 $$").returncode == 128 + 9
 
 
+def test_a_run_that_fails_says_what_the_proxy_refused_it_and_what_allows_it(user_group):
+    """curl inside shows only `CONNECT tunnel failed, response 403`; the failed sbox.run names the
+    host, the proxy's reason and the command that allows it.  A run that succeeds says nothing."""
+    g = user_group
+    proc = g.inv("sbox.run", "--", "curl", "-sS", "--max-time", "20", "https://refused-here.example/")
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert ("chtop: the proxy refused refused-here.example: ") in proc.stderr, proc.stderr
+    assert "allow it: inv net.allow --worktree dev refused-here.example" in proc.stderr, proc.stderr
+    fine = g.inv("sbox.run", "--", "true")
+    assert fine.returncode == 0 and "the proxy refused" not in fine.stderr, fine.stderr
+
+
 def test_run_from_a_repo_dir_starts_there(user_group):
     g = user_group
     proc = g.inv("sbox.run", "--", "pwd", cwd=g.dev / "alpha")
