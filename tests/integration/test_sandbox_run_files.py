@@ -34,12 +34,13 @@ def waiter(tmp_path):
     fake_podman.chmod(0o755)
 
     def run(pairs: list[tuple[Path, Path]], command=("sh", "-c", "exit 3"), worktree="/w/dev",
-            stale: tuple[Path, ...] = ()):
+            stale: tuple[Path, ...] = (), refused_of: str = ""):
         run_dir = tmp_path / "runs" / "chtop-dev-run-x"
         (run_dir / "root").mkdir(parents=True)
         refs = [str(p) for pair in pairs for p in pair]
         proc = subprocess.run(["bash", "-c", WAITER, "chtop-sbox", str(run_dir), "", worktree, str(fake_py),
-                               "/checkout", str(len(pairs)), *refs, str(len(stale)), *map(str, stale), *command],
+                               "/checkout", "/group", refused_of, "12.5", str(len(pairs)), *refs, str(len(stale)),
+                               *map(str, stale), *command],
                               capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
                               env=dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}"))
         assert not run_dir.exists()
@@ -139,3 +140,14 @@ def test_a_launch_that_waits_in_python_sweeps_killed_runs_after_its_sandbox(tmp_
                            env=dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}"))
     launcher.cleanup_launch(plan)
     assert sorted(p.name for p in runs.iterdir()) == ["chtop-dev-run-alive", "chtop-dev-run-running"]
+
+
+def test_a_failed_run_behind_the_proxy_asks_python_what_the_proxy_refused_and_a_passing_one_does_not(
+        waiter, tmp_path):
+    """With the worktree to report for, a sandbox that exits non-zero has Python say the proxy's
+    refusals (``proxy.report``, from the root dir); one that exits 0 starts no Python."""
+    shared = tmp_path / "shared"
+    shared.write_text(SHA_A + "\n")
+    pairs = [(shared, shared)]
+    assert waiter(pairs, refused_of="dev") == (3, ["/ -m chtop_tasks.proxy.report /group dev 12.5"])
+    assert waiter(pairs, command=("true",), refused_of="dev") == (0, [])
