@@ -194,11 +194,6 @@ def named(changes: list[Change], name: str) -> list[Change]:
     return [c for c in changes if c.path.rsplit("/", 1)[-1] == name]
 
 
-def blob_bytes_text(repo_dir: Path, tip: str, path: str) -> str:
-    """The blob at ``tip:path`` as text, every byte kept (a NUL, a CR)."""
-    return git(repo_dir, ["cat-file", "blob", f"{tip}:{path}"], input=b"").stdout
-
-
 def attribute_file_problems(where: str, repo_dir: Path, tip: str, changes: list[Change]) -> list[str]:
     """Each ``.gitattributes`` the landing writes that git would not read as plain lines of text:
     not a regular file, or holding a NUL (git's own test for binary) or a CR."""
@@ -209,7 +204,7 @@ def attribute_file_problems(where: str, repo_dir: Path, tip: str, changes: list[
         if change.new_mode not in REGULAR_MODES:
             why = f"is not a regular file (mode {change.new_mode})"
         else:
-            text = blob_bytes_text(repo_dir, tip, change.path)
+            text = text_at(repo_dir, tip, change.path)
             why = "holds a NUL byte (git reads it as binary)" if "\0" in text else \
                 "holds a CR (\\r) byte" if "\r" in text else ""
         if why:
@@ -326,19 +321,25 @@ def driver_rules_added(repo_dir: Path, integration: str, tip: str, attribute_fil
     """(path, line, ``attr=NAME``) for each line the landing adds to a ``.gitattributes`` (or a macro
     it defines or changes) that sets a driver in ``drivers``: a rule lands whether or not a file
     matches it yet, since a later landing's files would then pass through it unasked."""
-    root_text = text_at(repo_dir, tip, ATTRIBUTE_FILE)
-    macros = macro_definitions(root_text)
-    before_macros = macro_definitions(text_at(repo_dir, integration, ATTRIBUTE_FILE))
+    read: dict[tuple[str, str], str] = {}
+
+    def at(commit: str, path: str) -> str:          # each blob asked of git once (the root's is asked twice)
+        if (commit, path) not in read:
+            read[commit, path] = text_at(repo_dir, commit, path)
+        return read[commit, path]
+
+    macros = macro_definitions(at(tip, ATTRIBUTE_FILE))
+    before_macros = macro_definitions(at(integration, ATTRIBUTE_FILE))
     found = []
     for change in attribute_files:
         if change.new_mode == "000000":
             continue
-        before = set(text_at(repo_dir, integration, change.path).split("\n"))
-        for line in text_at(repo_dir, tip, change.path).split("\n"):
+        before = set(at(integration, change.path).split("\n"))
+        for line in at(tip, change.path).split("\n"):
             parts = attribute_line_parts(line)
             if parts is None:
                 continue
-            pattern, attributes = parts
+            attributes = parts[1]
             uses_changed_macro = any(macros.get(a) != before_macros.get(a) for a in attributes if a in macros)
             if line in before and not uses_changed_macro:
                 continue
@@ -350,6 +351,6 @@ def driver_rules_added(repo_dir: Path, integration: str, tip: str, attribute_fil
 
 
 def text_at(repo_dir: Path, commit: str, path: str) -> str:
-    """The blob at ``commit:path`` as text; empty where there is none."""
-    got = git(repo_dir, ["cat-file", "-e", f"{commit}:{path}"], check=False)
-    return blob_bytes_text(repo_dir, commit, path) if got.ok else ""
+    """The blob at ``commit:path`` as text, every byte kept; empty where there is none (one git call)."""
+    got = git(repo_dir, ["cat-file", "blob", f"{commit}:{path}"], input=b"", check=False)
+    return got.stdout if got.ok else ""
