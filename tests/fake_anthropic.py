@@ -28,9 +28,12 @@ turn.  Both ``stream: true`` (server-sent events: ``message_start``,
 ``/v1/messages/count_tokens`` answers a token count; any other GET/HEAD/POST
 gets ``200 {}``.  ``FakeAnthropic(script, tls=certs)`` serves HTTPS with ``certs`` ({"cert", "key"}).
 
-Two paths for the credential route's tests: ``.../echo-credentials`` answers 401 quoting the
-credential headers it got (in its body and an ``X-Echo`` header), the way a careless gateway might;
-``.../slow-stream`` sends one event, then waits for ``api.release`` before the rest.
+Paths for the credential route's tests and bench: ``.../echo-credentials`` answers 401 quoting the
+credentials it got (each credential header's value, a Bearer token without its prefix, a ``key`` query
+parameter) in its body and an ``X-Echo`` header, the way a careless gateway might; ``.../slow-stream``
+sends one event, then waits for ``api.release`` before the rest; ``.../sse-bytes`` (and Gemini's
+``...:streamGenerateContent``) streams text deltas of about ``{"bytes": N}`` bytes in all (4096 when
+the body does not say).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import ssl
 import threading
 import time
 from dataclasses import dataclass
+from urllib.parse import parse_qs, urlsplit
 
 from conftest import eventually
 
@@ -151,11 +155,13 @@ class FakeAnthropic:
                 self._json({})
 
             def _echo_credentials(self):
-                got = {k: self.headers.get(k) for k in ("x-api-key", "authorization")}
+                got = [self.headers.get(k) or "" for k in ("x-api-key", "authorization", "x-goog-api-key")]
+                got = [v.removeprefix("Bearer ") for v in got if v]
+                got += parse_qs(urlsplit(self.path).query).get("key", [])
                 data = json.dumps({"type": "error", "error": {"message": f"invalid credentials: {got}"}}).encode()
                 self.send_response(401)
                 self.send_header("Content-Type", "application/json")
-                self.send_header("X-Echo", f"{got['x-api-key']} {got['authorization']}")
+                self.send_header("X-Echo", " ".join(got))
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -171,6 +177,20 @@ class FakeAnthropic:
                 self.wfile.write(b"event: message_stop\ndata: {\"type\": \"message_stop\"}\n\n")
                 self.close_connection = True
 
+            def _sse_bytes(self, body):
+                size = body.get("bytes", 4096) if isinstance(body, dict) else 4096
+                event = (b"event: content_block_delta\ndata: " + json.dumps({
+                    "type": "content_block_delta", "index": 0,
+                    "delta": {"type": "text_delta", "text": "x" * 900}}).encode() + b"\n\n")
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                for _ in range(max(1, size // len(event))):
+                    self.wfile.write(event)
+                self.wfile.write(b"event: message_stop\ndata: {\"type\": \"message_stop\"}\n\n")
+                self.close_connection = True
+
             def do_POST(self):
                 body = self._body()
                 server._log(self.command, self.path, body, self.headers)
@@ -179,6 +199,8 @@ class FakeAnthropic:
                     return self._echo_credentials()
                 if path.endswith("/slow-stream"):
                     return self._slow_stream()
+                if path.endswith(("/sse-bytes", ":streamGenerateContent")):
+                    return self._sse_bytes(body)
                 if path.endswith("/v1/messages/count_tokens"):
                     return self._json({"input_tokens": 10})
                 if not path.endswith("/v1/messages") or not isinstance(body, dict):

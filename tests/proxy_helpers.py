@@ -21,9 +21,10 @@ from conftest import eventually
 
 from chtop_tasks.proxy import control
 
+API_NAMES = ["api.anthropic.com", "api.moonshot.ai", "generativelanguage.googleapis.com"]   # not in the hosts file
 NAMES = ["echo.example.test", "tls.example.test", "other.example.test", "pypi.example.test",
          "plain.example.test", "loop.example.test", "wt.example.test", "dead.example.test", "git.example.test",
-         "api.anthropic.com"]
+         *API_NAMES]
 
 
 def free_port() -> int:
@@ -171,7 +172,7 @@ def proxy(tmp_path, monkeypatch):
     (policy / "net-allow.txt").write_text("# test allowlist\n")
     (policy / "net-deny.txt").write_text("# test denylist\n")
     hosts = tmp_path / "hosts"
-    hosts.write_text("".join(f"127.0.0.1 {n}\n" for n in NAMES if n != "api.anthropic.com"))
+    hosts.write_text("".join(f"127.0.0.1 {n}\n" for n in NAMES if n not in API_NAMES))
     port = free_port()
     monkeypatch.setenv("CHTOP_PROXY_PORT", str(port))
     monkeypatch.setenv("CHTOP_PROXY_HOSTS_FILE", str(hosts))

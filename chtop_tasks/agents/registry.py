@@ -28,7 +28,7 @@ REGISTRY_FILE = Path(__file__).with_name("agents.toml")
 USER_REGISTRY = "agents.toml"  # in ~/.config/chtop/
 KEYS = {"description", "command", "skip_permissions", "credentials", "tokens", "login_note",
         "config_env", "config_subdir", "login_files", "env", "install", "continue_args",
-        "api_base_env", "api_upstream", "api_auth", "credentials_inside"}
+        "api_base_env", "api_upstream", "api_auth", "credentials_inside", "no_route_note"}
 
 
 @dataclass(frozen=True)
@@ -48,8 +48,9 @@ class Agent:
     continue_args: tuple[str, ...] = ()
     api_base_env: str = ""              # the variable its CLI reads for the API's base URL
     api_upstream: str = ""              # the API's URL when the secrets file does not name one there
-    api_auth: dict[str, str] = field(default_factory=dict)    # token -> header ("bearer": Authorization)
+    api_auth: dict[str, str] = field(default_factory=dict)    # token -> an AUTH_SCHEMES name
     credentials_inside: bool = False    # the opt-in: its secrets go into the sandbox, as they are
+    no_route_note: str = ""             # why it has no api_auth: said at launch with its token inside
 
     def argv(self, args: list[str], continue_: bool = False) -> list[str]:
         """The command line: the CLI, its skip-permissions flag, its continue flag (``continue_``),
@@ -126,21 +127,29 @@ def _api_keys(name: str, table: dict, credentials: tuple[str, ...], source: str)
     """The credential route's keys of an entry, checked (see docs/credentials.md)."""
     base_env, upstream = table.get("api_base_env", ""), table.get("api_upstream", "")
     auth, inside = table.get("api_auth", {}), table.get("credentials_inside", False)
+    from ..core.apiroute import AUTH_SCHEMES
+
     if not isinstance(inside, bool):
         raise PolicyError(f"{source}: [{name}] credentials_inside must be true or false")
     if not isinstance(auth, dict) or not all(isinstance(v, str) and v for v in auth.values()):
-        raise PolicyError(f"{source}: [{name}] api_auth must be a table of TOKEN = \"header name\" or \"bearer\"")
-    for token, header in auth.items():
+        raise PolicyError(f"{source}: [{name}] api_auth must be a table of TOKEN = \"scheme\" "
+                          f"({', '.join(AUTH_SCHEMES)})")
+    for token, scheme in auth.items():
         if token not in credentials:
             raise PolicyError(f"{source}: [{name}] api_auth names {token}, which credentials does not list")
-        if header != "bearer" and not re.fullmatch(r"[A-Za-z0-9-]{1,64}", header):
-            raise PolicyError(f"{source}: [{name}] api_auth: {header!r} is not a header name")
+        if scheme not in AUTH_SCHEMES:
+            raise PolicyError(f"{source}: [{name}] api_auth: {token} = {scheme!r} is not a scheme the proxy "
+                              f"speaks; use one of {', '.join(AUTH_SCHEMES)} (or drop api_auth: the token "
+                              f"then goes inside)")
     if auth and not (isinstance(base_env, str) and ENV_NAME.match(base_env) and isinstance(upstream, str)
                      and upstream.startswith(("https://", "http://"))):
         raise PolicyError(f"{source}: [{name}] api_auth needs api_base_env (a variable name) and "
                           f"api_upstream (an https:// URL)")
+    note = table.get("no_route_note", "")
+    if not isinstance(note, str):
+        raise PolicyError(f"{source}: [{name}] no_route_note must be a string")
     return {"api_base_env": base_env, "api_upstream": upstream, "api_auth": dict(auth),
-            "credentials_inside": inside}
+            "credentials_inside": inside, "no_route_note": note}
 
 
 def routed_token(agent: Agent, secrets: dict[str, str]) -> str | None:
@@ -215,7 +224,8 @@ def agent_env(agent: Agent, secrets: dict[str, str], config_dir: Path,
                      f"the proxy adds it for {upstream}")
     elif used:
         inside = (" (credentials_inside = true)" if agent.credentials_inside
-                  else " (--network open or host: no credential route)" if agent.api_auth and not proxied else "")
+                  else " (--network open or host: no credential route)" if agent.api_auth and not proxied
+                  else f" (no credential route: {agent.no_route_note})" if agent.no_route_note else "")
         notes.append(f"{agent.name}: authenticating with {used} from {source}"
                      + (f"; {used} is passed INTO the sandbox{inside}" if inside else ""))
     elif agent.tokens:

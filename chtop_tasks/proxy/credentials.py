@@ -14,9 +14,9 @@ import asyncio
 import re
 import ssl
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import unquote_plus, urlsplit
 
-from ..core.apiroute import PREFIX, RELAY_PORT, ROUTE_HOSTS
+from ..core.apiroute import AUTH_SCHEMES, PREFIX, RELAY_PORT, ROUTE_HOSTS
 from ..core.errors import ChtopError
 from .aio import TIMEOUTS
 from .hostmatch import BadHost, Entry, canonical_host, is_ip, parse_authority
@@ -24,9 +24,8 @@ from .messages import HOP_BY_HOP, Refusal, Request
 from .policy import built_worktree
 
 CA_FILE_VAR = "CHTOP_API_CA_FILE"
-CREDENTIAL_HEADERS = {"x-api-key", "authorization", "proxy-authorization"}
+CREDENTIAL_HEADERS = {"proxy-authorization"} | {s.header.lower() for s in AUTH_SCHEMES.values()}
 DROPPED = HOP_BY_HOP | CREDENTIAL_HEADERS | {"host", "accept-encoding", "te", "upgrade", "trailer"}
-BEARER = "bearer"               # an api_auth value: ``Authorization: Bearer <secret>``
 HOST_TCP_SOURCE = "tcp"         # the group's TCP port on the host (server._listen's key)
 MAX_RESPONSE_HEAD = 64 * 1024
 CHUNK = 64 * 1024
@@ -51,8 +50,10 @@ class Route:
     port: int
     base_path: str
     header: str
-    value: str
+    value: str                  # the header's value: the secret, maybe with a prefix ("Bearer ")
+    secret: str                 # masked in the answer wherever the upstream quotes it
     ca_file: str | None
+    query: str = ""             # a query parameter the API reads a key from: dropped from the path
 
 
 def routed(req: Request, worktree: str | None, source: str) -> Routed | None:
@@ -127,9 +128,20 @@ def resolve(agent_name: str) -> Route:
     except (ValueError, BadHost) as exc:
         raise Refusal(502, "route-error", f"the upstream of {agent_name} ({agent.api_base_env} in the secrets "
                                           f"file, else api_upstream): {exc}") from None
-    how = agent.api_auth[token]
-    header, value = ("Authorization", f"Bearer {secrets[token]}") if how == BEARER else (how, secrets[token])
-    return Route(agent_name, scheme, host, port, base, header, value, secrets.get(CA_FILE_VAR) or None)
+    how = AUTH_SCHEMES[agent.api_auth[token]]
+    secret = secrets[token]
+    return Route(agent_name, scheme, host, port, base, how.header, how.value.format(secret), secret,
+                 secrets.get(CA_FILE_VAR) or None, how.query)
+
+
+def without_query_key(rest: str, name: str) -> str:
+    """``rest`` without any query parameter ``name`` (a key a sandbox put in the URL, the placeholder at
+    best): the real credential goes in the header only."""
+    path, sep, query = rest.partition("?")
+    if not name or not sep:
+        return rest
+    kept = [p for p in query.split("&") if unquote_plus(p.partition("=")[0]) != name]
+    return path + ("?" + "&".join(kept) if kept else "")
 
 
 def upstream_head(req: Request, route: Route, rest: str) -> bytes:
@@ -137,7 +149,7 @@ def upstream_head(req: Request, route: Route, rest: str) -> bytes:
     host = f"[{route.host}]" if ":" in route.host else route.host
     if route.port != (443 if route.scheme == "https" else 80):
         host += f":{route.port}"
-    lines = [f"{req.method} {route.base_path}{rest} HTTP/1.1", f"Host: {host}"]
+    lines = [f"{req.method} {route.base_path}{without_query_key(rest, route.query)} HTTP/1.1", f"Host: {host}"]
     lines += [f"{n}: {v}" for n, v in req.headers if n.lower() not in DROPPED]
     lines += ["Accept-Encoding: identity", "Connection: close", f"{route.header}: {route.value}"]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
@@ -217,7 +229,7 @@ async def forward(server, conn, req: Request, route_req: Routed, rest: bytes, re
         sock.close()
         raise Refusal(502, "route-error", f"upstream {route.host}:{route.port}: {exc or 'timed out'}") from None
     rec["decision"] = "injected"
-    redactor = Redactor(route.value.encode("latin-1"))
+    redactor = Redactor(route.secret.encode("latin-1"))
     counts = {"up": 0, "down": 0}
     up = loop.create_task(_pump_up(loop, conn, writer, upstream_head(req, route, route_req.rest) + rest, counts))
     try:

@@ -175,3 +175,103 @@ def test_the_mask_covers_a_key_split_across_reads():
     out = b"".join([r.feed(b"error: sk-sec"), r.feed(b"ret-1"), r.feed(b"23 was bad\n\n"), r.flush()])
     assert b"sk-secret-123" not in out and len(out) == len(b"error: sk-secret-123 was bad\n\n")
     assert r.feed(b"data: {}\n\n") == b"data: {}\n\n"          # nothing held back at an event's end
+
+
+# -- the other agents: kimi (Moonshot, OpenAI-style Bearer) and gemini (Google, x-goog-api-key) ---------
+
+KIMI_KEY = "sk-kimi-real-key-held-on-the-host-24680"
+GEMINI_KEY = "AIzaSy-real-gemini-key-held-on-the-host-13579"
+KEY_OF = {"kimi": KIMI_KEY, "gemini": GEMINI_KEY, "claude": TOKEN}
+
+
+@pytest.fixture
+def others(proxy, api, certs):
+    """The proxy with the dev worktree's socket; the secrets file names the fake as each agent's upstream
+    (at the real API's host name, mapped to the fake), with a base path for kimi as Moonshot's has."""
+    write_secrets(f"KIMI_API_KEY={KIMI_KEY}\nKIMI_BASE_URL=https://api.moonshot.ai:{api.port}/v1\n"
+                  f"GEMINI_API_KEY={GEMINI_KEY}\n"
+                  f"GOOGLE_GEMINI_BASE_URL=https://generativelanguage.googleapis.com:{api.port}\n"
+                  f"CLAUDE_CODE_OAUTH_TOKEN={TOKEN}\nANTHROPIC_BASE_URL=https://api.anthropic.com:{api.port}\n"
+                  f"CHTOP_API_CA_FILE={certs['ca']}\n")
+    proxy.hosts_file.write_text(proxy.hosts_file.read_text() + "127.0.0.1 api.moonshot.ai "
+                                "generativelanguage.googleapis.com api.anthropic.com\n")
+    ep = proxy.start("dev")
+    return proxy, ep.socket_path
+
+
+FORGED = (f"Authorization: Bearer {PLACEHOLDER}\r\nx-api-key: forged-anthropic\r\n"
+          f"x-goog-api-key: {PLACEHOLDER}\r\n")
+
+
+def test_kimi_gets_its_key_as_a_bearer_under_moonshots_base_path(others, api):
+    proxy, sock = others
+    status, head, body = post(sock, "/chtop-api/kimi/chat/completions", headers=FORGED)
+    assert status == 200, head + body
+    seen = api.requests[-1]
+    assert seen["path"] == "/v1/chat/completions"
+    assert seen["headers"]["authorization"] == f"Bearer {KIMI_KEY}"
+    assert "x-api-key" not in seen["headers"] and "x-goog-api-key" not in seen["headers"]
+    assert seen["headers"]["host"] == f"api.moonshot.ai:{api.port}"
+    rec = proxy.wait_record(lambda r: r.get("decision") == "injected" and r.get("agent") == "kimi")
+    assert (rec["host"], rec["path"], rec["status"]) == ("api.moonshot.ai", "/v1/chat/completions", 200)
+
+
+def test_gemini_gets_its_key_as_x_goog_api_key_and_a_key_in_the_query_is_dropped(others, api):
+    proxy, sock = others
+    path = f"/chtop-api/gemini/v1beta/models/gemini-x:streamGenerateContent?alt=sse&key={PLACEHOLDER}"
+    status, head, body = post(sock, path, {"contents": [], "bytes": 20000}, headers=FORGED)
+    assert status == 200, head + body
+    assert b"text/event-stream" in head and body.count(b"content_block_delta") >= 10
+    assert body.endswith(b"message_stop\"}\n\n")
+    seen = api.requests[-1]
+    assert seen["path"] == "/v1beta/models/gemini-x:streamGenerateContent?alt=sse"
+    assert seen["headers"]["x-goog-api-key"] == GEMINI_KEY
+    assert "authorization" not in seen["headers"] and "x-api-key" not in seen["headers"]
+    assert seen["headers"]["host"] == f"generativelanguage.googleapis.com:{api.port}"
+    logs = proxy.group / ".chtop" / "net"
+    for name in ("requests.jsonl", "proxy.log"):
+        text = (logs / name).read_text()
+        assert GEMINI_KEY not in text and KIMI_KEY not in text
+
+
+@pytest.mark.parametrize("agent", ["kimi", "gemini", "claude"])
+def test_an_upstream_that_quotes_the_bare_key_sends_back_only_a_mask(others, api, agent):
+    """A Bearer token is masked on its own, not only with its ``Bearer `` prefix."""
+    proxy, sock = others
+    status, head, body = post(sock, f"/chtop-api/{agent}/v1/echo-credentials?key=x", headers=FORGED)
+    assert status == 401
+    assert KEY_OF[agent] in api.requests[-1]["headers"].values() or \
+        f"Bearer {KEY_OF[agent]}" in api.requests[-1]["headers"].values()
+    assert KEY_OF[agent].encode() not in head + body
+    assert b"credential held by chtop" in body and b"credential held by chtop" in head
+
+
+def test_gemini_a_forged_host_or_another_host_never_gets_the_key(others, api):
+    proxy, sock = others
+    path = "/chtop-api/gemini/v1beta/models/m:generateContent"
+    count = len(api.requests)
+    status, _, body = post(sock, path, host="generativelanguage.googleapis.com")
+    assert status == 400 and b"answers only for Host 127.0.0.1:3128" in body
+    other = FakeAnthropic()
+    try:
+        proxy.allow(f"other.example.test:{other.port} private")
+        status, _, _ = post(sock, path, target=f"http://other.example.test:{other.port}{path}?key={PLACEHOLDER}",
+                            host=f"other.example.test:{other.port}", headers=FORGED)
+        assert status == 200
+        seen = other.requests[-1]
+        assert seen["path"].endswith(f"?key={PLACEHOLDER}")          # ordinary proxying: left as it came
+        assert seen["headers"]["x-goog-api-key"] == PLACEHOLDER
+        assert GEMINI_KEY not in json.dumps(other.requests)
+    finally:
+        other.close()
+    assert len(api.requests) == count
+
+
+def test_only_the_query_parameter_that_carries_a_key_is_dropped():
+    from chtop_tasks.proxy.credentials import without_query_key
+
+    assert without_query_key("/m:x?alt=sse&key=p", "key") == "/m:x?alt=sse"
+    assert without_query_key("/m:x?key=p", "key") == "/m:x"
+    assert without_query_key("/m:x?%6Bey=p&keys=1&alt=sse&key", "key") == "/m:x?keys=1&alt=sse"
+    assert without_query_key("/m:x?key=p", "") == "/m:x?key=p"        # a scheme without one: as it came
+    assert without_query_key("/v1/messages", "key") == "/v1/messages"

@@ -110,7 +110,11 @@ def test_user_registry_overrides_and_unknown_agent_is_usage_error(home, tmp_path
         ('[Bad_Name]\ncommand = ["x"]\n', "lowercase"),
         ('[x]\ncommand = ["x"]\napi_auth = { K = "x-api-key" }\n', "credentials does not list"),
         ('[x]\ncommand = ["x"]\ncredentials = ["K"]\napi_auth = { K = "x-api-key" }\n', "needs api_base_env"),
-        ('[x]\ncommand = ["x"]\ncredentials = ["K"]\napi_auth = { K = "a b" }\n', "not a header name"),
+        ('[x]\ncommand = ["x"]\ncredentials = ["K"]\napi_auth = { K = "a b" }\n', "not a scheme the proxy speaks"),
+        # a header the proxy would not drop when a sandbox sends it: refused, its schemes named
+        ('[x]\ncommand = ["x"]\ncredentials = ["K"]\napi_auth = { K = "x-custom-key" }\n',
+         "use one of bearer, x-api-key, x-goog-api-key"),
+        ('[x]\ncommand = ["x"]\nno_route_note = 1\n', "no_route_note must be a string"),
         ('[x]\ncommand = ["x"]\ncredentials_inside = "yes"\n', "true or false"),
     ],
 )
@@ -154,6 +158,44 @@ def test_credentials_inside_is_an_opt_in_said_at_launch(home, tmp_path):
     env, notes = agents.agent_env(claude, secrets, tmp_path / "claude", Path("secrets.env"))
     assert env["ANTHROPIC_API_KEY"] == "sk-real" and env["ANTHROPIC_BASE_URL"] == "https://gw.example"
     assert "ANTHROPIC_API_KEY is passed INTO the sandbox (credentials_inside = true)" in notes[0]
+
+
+ROUTED = {  # agent -> (its secrets, the token the proxy adds, its base URL variable, the upstream said)
+    "claude": ({"ANTHROPIC_API_KEY": "sk-ant-real"}, "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",
+               "https://api.anthropic.com"),
+    "kimi": ({"KIMI_API_KEY": "sk-kimi-real", "KIMI_MODEL_NAME": "kimi-k2"}, "KIMI_API_KEY", "KIMI_BASE_URL",
+             "https://api.moonshot.ai/v1"),
+    "gemini": ({"GEMINI_API_KEY": "AIza-real", "GOOGLE_GEMINI_BASE_URL": "https://gw.example/gemini"},
+               "GEMINI_API_KEY", "GOOGLE_GEMINI_BASE_URL", "https://gw.example/gemini"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROUTED))
+def test_each_routed_agent_gets_the_route_and_the_placeholder_never_its_key(home, tmp_path, name):
+    secrets, token, base_env, upstream = ROUTED[name]
+    agent = agents.load_registry(home=home)[name]
+    env, notes = agents.agent_env(agent, secrets, tmp_path / "config", Path("secrets.env"))
+    assert env[token] == PLACEHOLDER and env[base_env] == f"http://127.0.0.1:3128/chtop-api/{name}"
+    assert secrets[token] not in env.values() and upstream not in env.values()   # nor a gateway from the file
+    assert f"{token} from secrets.env; it stays on the host, the proxy adds it for {upstream}" in notes[0]
+    # without the proxy there is no route: inside, and said
+    env, notes = agents.agent_env(agent, secrets, tmp_path / "config", Path("secrets.env"), proxied=False)
+    assert env[token] == secrets[token] and "no credential route" in notes[0]
+
+
+def test_gemini_with_credentials_inside_and_codex_without_a_route_say_their_key_goes_in(home, tmp_path):
+    path = places.user_config_dir(home) / "agents.toml"
+    path.parent.mkdir(parents=True)
+    shipped = agents.REGISTRY_FILE.read_text()
+    path.write_text(shipped[shipped.index("[gemini]"):] + "credentials_inside = true\n")
+    registry = agents.load_registry(home=home)
+    env, notes = agents.agent_env(registry["gemini"], {"GEMINI_API_KEY": "AIza-real"}, tmp_path, Path("s.env"))
+    assert env["GEMINI_API_KEY"] == "AIza-real" and "GOOGLE_GEMINI_BASE_URL" not in env
+    assert "GEMINI_API_KEY is passed INTO the sandbox (credentials_inside = true)" in notes[0]
+    env, notes = agents.agent_env(registry["codex"], {"OPENAI_API_KEY": "sk-real"}, tmp_path, Path("s.env"))
+    assert env["OPENAI_API_KEY"] == "sk-real" and "OPENAI_BASE_URL" not in env
+    assert ("OPENAI_API_KEY is passed INTO the sandbox (no credential route: codex takes no API base URL "
+            "from the environment") in notes[0]
 
 
 def test_missing_cli_says_how_to_install(home):
