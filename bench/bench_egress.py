@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The agent's real egress path, from inside a sandbox, against direct loopback.
 
-    python bench/bench_egress.py [--mib 256] [--setups 1000] [--conc 1000] [--rounds 2]
+    python bench/bench_egress.py [--mib 256] [--setups 1000] [--conc 1000] [--rounds 2] [--only api]
 
 Run as root: it builds a throwaway workspace owned by the unprivileged test
 user (as the tests do) and runs the sandbox rootless as that user.  The same
@@ -16,7 +16,14 @@ client (bench/egress_client.py, with bench_proxy.py's measurements) runs:
 
 and prints one-stream MiB/s each way, tunnel setup (median to the 200 and to a first echoed
 byte) and N concurrent tunnels (errors, round trips/s), as ratios to direct, best of the
-rounds (the machine is shared: expect noise).  Not run by the tests.
+rounds (the machine is shared: expect noise).
+
+The API route: one streamed Messages response (``--api-kib`` of SSE deltas from the fake API of the
+tests, plain HTTP on loopback) fetched inside a sandbox through the credential route
+(``/chtop-api/claude``: the placeholder replaced, the answer scanned for the key), and through the
+proxy as a plain HTTP proxy (no credential), against the same stream fetched on the host straight
+from the fake; the median seconds of each, as ratios to direct, with the spread of the rounds'
+medians.  ``--only api`` runs just that.  Not run by the tests.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import json
 import multiprocessing as mp
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -46,6 +54,44 @@ def result(proc: subprocess.CompletedProcess, what: str) -> dict:
     raise SystemExit(f"{what} failed ({proc.returncode}):\n{proc.stdout[-1500:]}\n{proc.stderr[-1500:]}")
 
 
+def write_api_secrets(g, port: int) -> None:
+    """The test user's secrets file: a key for claude and the fake API as its upstream."""
+    secrets = Path(g.env["XDG_CONFIG_HOME"]) / "chtop" / "secrets.env"
+    secrets.parent.mkdir(parents=True, exist_ok=True)
+    secrets.write_text(f"ANTHROPIC_API_KEY=sk-ant-bench-key-held-on-the-host\n"
+                       f"ANTHROPIC_BASE_URL=http://127.0.0.1:{port}\n")
+    secrets.chmod(0o600)
+    subprocess.run(["chown", "-R", f"{g.user.pw_uid}:{g.user.pw_gid}", str(secrets.parent)], check=True)
+
+
+def api_round(g, port: int, kib: int, times: int) -> dict[str, list[float]]:
+    """One round of the API route: the host's direct fetches, then the sandbox's (route and plain proxy)."""
+    print(f"== API route: {times} x {kib} KiB streamed, direct / route / plain proxy ...", file=sys.stderr,
+          flush=True)
+    direct = f"http://127.0.0.1:{port}/v1/sse-bytes"
+    tail = ["--kib", str(kib), "--times", str(times)]
+    out = result(subprocess.run(["/usr/bin/python3", str(ROOT / "bench" / "api_client.py"), "direct", direct, *tail],
+                                capture_output=True, text=True), "API direct")
+    out.update(result(g.inv("sbox.run", "--", "python3", "alpha/api_client.py",
+                            "route", "http://127.0.0.1:3128/chtop-api/claude/v1/sse-bytes", "proxy", direct, *tail,
+                            timeout=600), "API route (sandbox)"))
+    return out
+
+
+def print_api(rounds: list[dict[str, list[float]]], kib: int, g) -> None:
+    """Median seconds of one streamed response per mode, as ratios to direct, and the rounds' spread."""
+    print(f"\nAPI route ({os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}, rootless as {g.user.pw_name}): "
+          f"one streamed response of {kib} KiB, {len(rounds)} rounds of {len(rounds[0]['direct'])}")
+    every = {m: [t for r in rounds for t in r[m]] for m in rounds[0]}
+    direct = statistics.median(every["direct"])
+    for mode, label in (("direct", "direct from the host"), ("route", "credential route (sandbox)"),
+                        ("proxy", "plain HTTP proxy (sandbox)")):
+        p50 = statistics.median(every[mode])
+        per_round = [statistics.median(r[mode]) / statistics.median(r["direct"]) for r in rounds]
+        print(f"  {label:28} p50 {p50 * 1000:7.2f} ms  ratio {p50 / direct:.2f}  "
+              f"(rounds {min(per_round):.2f}-{max(per_round):.2f})")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mib", type=int, default=256)
@@ -53,6 +99,9 @@ def main() -> int:
     ap.add_argument("--conc", type=int, default=1000)
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--only", choices=["all", "api"], default="all")
+    ap.add_argument("--api-kib", type=int, default=400)
+    ap.add_argument("--api-times", type=int, default=15)
     args = ap.parse_args()
     require_root()
     q = mp.Queue()
@@ -60,11 +109,15 @@ def main() -> int:
     srv.start()
     echo, sink, source = q.get(timeout=10)
     base = scratch_base("csb-egress-")
+    from fake_anthropic import FakeAnthropic
+
+    api = FakeAnthropic()
     try:
         g = build(base)
         with open(g.toplevel / "sandbox" / "net-allow.txt", "a") as fh:
-            fh.write(f"127.0.0.1:{echo},{sink},{source} private   # bench: the loopback servers\n")
-        for name in ("bench_proxy.py", "egress_client.py"):
+            fh.write(f"127.0.0.1:{echo},{sink},{source},{api.port} private   # bench: the loopback servers\n")
+        write_api_secrets(g, api.port)
+        for name in ("bench_proxy.py", "egress_client.py", "api_client.py"):
             shutil.copy(ROOT / "bench" / name, g.dev / "alpha" / name)
             os.chown(g.dev / "alpha" / name, g.user.pw_uid, g.user.pw_gid)
         g.inv("sbox.run", "--", "true", check=True)                 # the proxy starts
@@ -90,6 +143,9 @@ def main() -> int:
             "socat relay": lambda: result(g.inv("sbox.run", "--", "sh", "-c", relay, timeout=600),
                                           "sandbox (socat relay)"),
         }
+        api_rounds = [api_round(g, api.port, args.api_kib, args.api_times) for _ in range(args.rounds)]
+        if args.only == "api":
+            routes = {}
         best: dict[str, dict] = {}
         for rnd in range(args.rounds):
             for name, run in routes.items():
@@ -101,9 +157,13 @@ def main() -> int:
                 b["conc_rt_s"] = max(b["conc_rt_s"], r["conc_rt_s"])
                 b["conc_errors"] += r["conc_errors"]
     finally:
+        api.close()
         stop_proxies(base)
         srv.terminate()
         shutil.rmtree(base, ignore_errors=True)
+    print_api(api_rounds, args.api_kib, g)
+    if args.only == "api":
+        return 0
     d, h = best["direct"], best["host proxy"]
     print(f"\negress from inside a sandbox ({os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}, rootless as "
           f"{g.user.pw_name}); best of {args.rounds} rounds; ratios to direct; errors summed")
