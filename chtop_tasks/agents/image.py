@@ -26,7 +26,7 @@ from pathlib import Path
 from ..core.errors import CommandFailed, PolicyError, UsageError
 from ..core.runner import echo, format_command, run
 
-CONTAINERS_DIR = Path(__file__).resolve().parent.parent / "containers"
+CONTAINERS_DIR = Path(__file__).resolve().parents[2] / "containers"     # the checkout's, beside chtop_tasks/
 IMAGE = "localhost/chtop-sandbox:latest"
 BASE = "localhost/chtop-base"
 LABEL = "chtop.inputs"

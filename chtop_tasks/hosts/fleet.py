@@ -306,6 +306,17 @@ def task_output_there(host: Host, *args: str, worktree: str = "", timeout: float
     return run_on(host, argv, cwd, check=False, quiet=True, timeout=timeout)
 
 
+def must_answer(host_name: str) -> None:
+    """Before a terminal is handed to ``ssh -t``: Unreachable, naming the host and what to check, when
+    it does not answer (the call opens the shared connection the terminal's ssh then uses)."""
+    host = get_host(host_name)
+    try:
+        run_on(host, ["true"])
+    except Unreachable as exc:
+        raise Unreachable(f"{exc}: check that the host is up and that `ssh {host.target} true` works without a "
+                          "prompt (inv host.list shows every host's state)") from None
+
+
 def terminal_task_argv_there(host_name: str, *args: str, worktree: str) -> list[str]:
     """``ssh -t`` into a task of the host's own chtop in its worktree (a sandbox's shell, an agent)."""
     host = get_host(host_name)

@@ -93,11 +93,11 @@ def look_on_hosts(name: str, hosts: dict[str, Host]) -> tuple[list[Place], list[
 def nowhere(ws: Workspace, name: str, recorded: dict[str, list[str]], only: str = "",
             silent: list[str] = ()) -> str:
     """``no_worktree_message`` over this machine's worktrees and the hosts' recorded ones (none with
-    ``only``), a line for each host that did not answer, and how to make it."""
+    ``only``), a line for each host that did not answer, how to list them all and how to make it."""
     elsewhere = () if only else tuple(f"{h}:{n}" for h, names in recorded.items() for n in names)
     said = no_worktree_message(ws.grouping, name, elsewhere)
     said += "".join(f"\n{line} (its worktrees are not known here)" for line in silent)
-    return said + f"\nmake it: inv worktree.create --name {name} [--host HOST]"
+    return said + f"\nlist them: inv worktree.list\nmake it: inv worktree.create --name {name} [--host HOST]"
 
 
 def named_place(name: str, host: str, task: str) -> Place | None:

@@ -59,8 +59,9 @@ def _exec_there(place, *args: str) -> int:
     import sys
 
     from ..core.runner import echo
-    from ..hosts.fleet import terminal_task_argv_there
+    from ..hosts.fleet import must_answer, terminal_task_argv_there
 
+    must_answer(place.host.name)
     argv = terminal_task_argv_there(place.host.name, *args, worktree=place.name)
     echo(argv)
     sys.stdout.flush()

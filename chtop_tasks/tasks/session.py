@@ -87,8 +87,9 @@ def attach(c, name=None, host=""):
 
     place = _place(name, host, "attach")
     if place and place.remote:
-        from ..hosts.fleet import attach_argv_there
+        from ..hosts.fleet import attach_argv_there, must_answer
 
+        must_answer(place.host.name)
         argv = attach_argv_there(place.host.name, place.name)
         echo(argv)
         sys.stdout.flush()

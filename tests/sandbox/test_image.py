@@ -45,6 +45,8 @@ def tag():
 
 
 def test_shipped_context_parses_and_hashes():
+    assert image.CONTAINERS_DIR == REPO / "containers"            # what --image and sbox.build-image build
+    assert image.image_trees() == (Path("/usr"), Path("/etc"))
     host = image.read_host_paths(REPO / "containers")
     assert Path("/usr") in host.copy and "etc/shadow*" in host.exclude
     assert "--exclude=etc/shadow*" in image.tar_argv(host)
