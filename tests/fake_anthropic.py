@@ -21,7 +21,8 @@ takes the next turn; when the script is used up, the answer is the text
 stop_reason ``tool_use``; the CLI runs the command and sends its result in
 the next request).  Side requests the CLI makes (titles, topic detection,
 summaries: no tools offered) get a short text answer and do not use up a
-turn.  Both ``stream: true`` (server-sent events: ``message_start``,
+turn.  The script may instead be a function of the request body that returns the turn (each
+conversation answered by its own state, for sessions at once).  Both ``stream: true`` (server-sent events: ``message_start``,
 ``content_block_start``, ``content_block_delta`` with ``text_delta`` or
 ``input_json_delta``, ``content_block_stop``, ``message_delta``,
 ``message_stop``) and plain JSON answers are spoken.
@@ -51,6 +52,7 @@ import secrets
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from conftest import eventually
@@ -118,9 +120,9 @@ class FakeAnthropic:
 
     DONE = "The fake API has no more turns."
 
-    def __init__(self, script: list[Turn] | None = None, host: str = "127.0.0.1", tls: dict | None = None,
+    def __init__(self, script: list[Turn] | Callable[[dict], Turn] | None = None, host: str = "127.0.0.1", tls: dict | None = None,
                  oauth: bool = False):
-        self.script = list(script or [])
+        self.script = script if callable(script) else list(script or [])
         self.oauth = oauth
         self.access_tokens: dict[str, float] = {}     # access token -> its expiry (time.time())
         self.refresh_tokens: dict[str, bool] = {}     # refresh token -> used already
@@ -248,7 +250,10 @@ class FakeAnthropic:
         if not body.get("tools"):                       # a side request: title, topic, summary
             return [{"type": "text", "text": "Fake title"}], "end_turn", ident
         with self._lock:
-            turn = self.script[self.turns_served] if self.turns_served < len(self.script) else text(self.DONE)
+            if callable(self.script):
+                turn = self.script(body)
+            else:
+                turn = self.script[self.turns_served] if self.turns_served < len(self.script) else text(self.DONE)
             self.turns_served += 1
             self.served_at.append(time.monotonic())
         blocks, stop = _blocks(turn, ident)
