@@ -13,7 +13,8 @@
 The group's login dir (``<group>/claude``; ``~/.config/chtop/claude`` for --dir) is never
 mounted.  Before per-target dirs it was every sandbox's CLAUDE_CONFIG_DIR, so an existing one
 keeps working: its login files (the registry's ``login_files``: claude's ``.credentials.json``,
-codex's ``codex/auth.json``) are copied into a config dir that has none or an older one; its ``.claude.json`` (onboarding, theme, accepted API keys, and the project entries
+codex's ``codex/auth.json``) are copied into a config dir that has none or an older one (not when the
+proxy adds the credential; when it holds the group's login, an older copy is removed); its ``.claude.json`` (onboarding, theme, accepted API keys, and the project entries
 of this target's own paths only) and this target's own transcripts (``projects/<its path>``) seed
 a new config dir.  They are read as data (no link followed, bounded) and written by a rename.
 Nothing is ever copied from one target's config dir to another's.
