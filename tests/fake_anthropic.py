@@ -21,7 +21,8 @@ takes the next turn; when the script is used up, the answer is the text
 stop_reason ``tool_use``; the CLI runs the command and sends its result in
 the next request).  Side requests the CLI makes (titles, topic detection,
 summaries: no tools offered) get a short text answer and do not use up a
-turn.  Both ``stream: true`` (server-sent events: ``message_start``,
+turn.  The script may instead be a function of the request body that returns the turn (each
+conversation answered by its own state, for sessions at once).  Both ``stream: true`` (server-sent events: ``message_start``,
 ``content_block_start``, ``content_block_delta`` with ``text_delta`` or
 ``input_json_delta``, ``content_block_stop``, ``message_delta``,
 ``message_stop``) and plain JSON answers are spoken.
@@ -34,6 +35,15 @@ parameter) in its body and an ``X-Echo`` header, the way a careless gateway migh
 sends one event, then waits for ``api.release`` before the rest; ``.../sse-bytes`` (and Gemini's
 ``...:streamGenerateContent``) streams text deltas of about ``{"bytes": N}`` bytes in all (4096 when
 the body does not say).
+
+``FakeAnthropic(oauth=True)`` behaves like Anthropic's subscription logins: ``api.issue_login()`` is a login
+in claude's ``.credentials.json`` shape; ``POST /v1/oauth/token`` (grant_type refresh_token) trades a
+refresh token for new tokens, each refresh token once: a second use of one revokes the whole login, as
+the real endpoint does (which is how copies of a login refreshing apart log each other out); an unknown,
+used or revoked one gets ``400 invalid_grant``.  ``POST /v1/messages`` then answers 401 to a missing,
+unknown, expired or revoked access token.  ``api.expire_access_tokens()`` expires every access token
+issued so far, now; ``api.refreshes`` lists the token requests (``{"refresh_token", "outcome"}``);
+``api.token_delay`` holds each token answer that many seconds (a slow endpoint).
 """
 
 from __future__ import annotations
@@ -41,9 +51,11 @@ from __future__ import annotations
 import http.server
 import itertools
 import json
+import secrets
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
@@ -112,8 +124,17 @@ class FakeAnthropic:
 
     DONE = "The fake API has no more turns."
 
-    def __init__(self, script: list[Turn] | None = None, host: str = "127.0.0.1", tls: dict | None = None):
-        self.script = list(script or [])
+    def __init__(self, script: list[Turn] | Callable[[dict], Turn] | None = None, host: str = "127.0.0.1", tls: dict | None = None,
+                 oauth: bool = False):
+        self.script = script if callable(script) else list(script or [])
+        self.oauth = oauth
+        self.access_tokens: dict[str, float] = {}     # access token -> its expiry (time.time())
+        self.refresh_tokens: dict[str, bool] = {}     # refresh token -> used already
+        self.revoked = False
+        self.refreshes: list[dict] = []
+        self.unauthorized = 0                          # Messages requests answered 401
+        self.token_lifetime = 3600
+        self.token_delay = 0.0
         self.release = threading.Event()
         self.scheme = "https" if tls else "http"
         self.requests: list[dict] = []
@@ -195,6 +216,14 @@ class FakeAnthropic:
                 body = self._body()
                 server._log(self.command, self.path, body, self.headers)
                 path = self.path.split("?")[0]
+                if server.oauth and path.endswith("/v1/oauth/token"):
+                    status, answer = server._token(body)
+                    return self._json(answer, status)
+                if server.oauth and path.endswith(("/v1/messages", "/v1/messages/count_tokens")):
+                    why = server._access_refused(self.headers.get("authorization") or "")
+                    if why:
+                        return self._json({"type": "error", "error": {"type": "authentication_error",
+                                                                      "message": why}}, 401)
                 if path.endswith("/echo-credentials"):
                     return self._echo_credentials()
                 if path.endswith("/slow-stream"):
@@ -243,11 +272,63 @@ class FakeAnthropic:
         if not body.get("tools"):                       # a side request: title, topic, summary
             return [{"type": "text", "text": "Fake title"}], "end_turn", ident
         with self._lock:
-            turn = self.script[self.turns_served] if self.turns_served < len(self.script) else text(self.DONE)
+            if callable(self.script):
+                turn = self.script(body)
+            else:
+                turn = self.script[self.turns_served] if self.turns_served < len(self.script) else text(self.DONE)
             self.turns_served += 1
             self.served_at.append(time.monotonic())
         blocks, stop = _blocks(turn, ident)
         return blocks, stop, ident
+
+    def _new_tokens(self, lifetime: float) -> tuple[str, str]:
+        access, refresh = f"sk-ant-oat01-fake-{secrets.token_hex(16)}", f"sk-ant-ort01-fake-{secrets.token_hex(16)}"
+        self.access_tokens[access] = time.time() + lifetime
+        self.refresh_tokens[refresh] = False
+        return access, refresh
+
+    def issue_login(self, expires_in: float = 3600) -> dict:
+        """A fresh login, in claude's ``.credentials.json`` shape."""
+        with self._lock:
+            access, refresh = self._new_tokens(expires_in)
+        return {"claudeAiOauth": {"accessToken": access, "refreshToken": refresh,
+                                  "expiresAt": int((time.time() + expires_in) * 1000),
+                                  "scopes": ["user:inference", "user:profile"], "subscriptionType": "max"}}
+
+    def expire_access_tokens(self) -> None:
+        """Every access token issued so far expires now (the login itself stays good)."""
+        with self._lock:
+            for token in self.access_tokens:
+                self.access_tokens[token] = 0.0
+
+    def _access_refused(self, authorization: str) -> str | None:
+        token = authorization.removeprefix("Bearer ")
+        with self._lock:
+            expiry = self.access_tokens.get(token)
+            why = ("OAuth token revoked" if self.revoked else "Invalid bearer token" if expiry is None
+                   else "OAuth token has expired" if expiry <= time.time() else None)
+            self.unauthorized += why is not None
+        return why
+
+    def _token(self, body) -> tuple[int, dict]:
+        time.sleep(self.token_delay)
+        token = body.get("refresh_token") if isinstance(body, dict) else None
+        with self._lock:
+            if not isinstance(body, dict) or body.get("grant_type") != "refresh_token" or not body.get("client_id"):
+                outcome, answer = "bad request", (400, {"error": "invalid_request"})
+            elif self.revoked or token not in self.refresh_tokens:
+                outcome, answer = "refused", (400, {"error": "invalid_grant"})
+            elif self.refresh_tokens[token]:
+                self.revoked = True                     # a refresh token used twice: the whole login goes
+                outcome, answer = "reused: login revoked", (400, {"error": "invalid_grant"})
+            else:
+                self.refresh_tokens[token] = True
+                access, refresh = self._new_tokens(self.token_lifetime)
+                outcome, answer = "refreshed", (200, {"token_type": "Bearer", "access_token": access,
+                                                      "refresh_token": refresh, "expires_in": self.token_lifetime,
+                                                      "scope": body.get("scope", "")})
+            self.refreshes.append({"refresh_token": token, "outcome": outcome})
+        return answer
 
     def wait_for_turns(self, count: int, timeout: float = 120.0) -> None:
         """Return once ``count`` script turns were served; AssertionError after ``timeout`` seconds."""

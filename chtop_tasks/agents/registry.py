@@ -19,8 +19,9 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from ..core.errors import PolicyError, UsageError
-from ..core.places import secrets_path, user_config_dir
+from ..core.places import login_store_path, secrets_path, user_config_dir
 from ..workspace.targets import target_for
+from .login_store import holds_login
 from .secrets import ENV_NAME, load_secrets
 
 AGENT_NAME = re.compile(r"[a-z][a-z0-9-]{0,19}\Z")
@@ -28,7 +29,9 @@ REGISTRY_FILE = Path(__file__).with_name("agents.toml")
 USER_REGISTRY = "agents.toml"  # in ~/.config/chtop/
 KEYS = {"description", "command", "skip_permissions", "credentials", "tokens", "login_note",
         "config_env", "config_subdir", "login_files", "env", "install", "continue_args",
-        "api_base_env", "api_upstream", "api_auth", "credentials_inside", "no_route_note"}
+        "api_base_env", "api_upstream", "api_auth", "credentials_inside", "no_route_note",
+        "oauth_token_url", "oauth_client_id"}
+OAUTH_TOKEN_URL_VAR = "CHTOP_OAUTH_TOKEN_URL"    # in the secrets file: another token endpoint (a gateway, a test)
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,8 @@ class Agent:
     api_auth: dict[str, str] = field(default_factory=dict)    # token -> an AUTH_SCHEMES name
     credentials_inside: bool = False    # the opt-in: its secrets go into the sandbox, as they are
     no_route_note: str = ""             # why it has no api_auth: said at launch with its token inside
+    oauth_token_url: str = ""           # where the proxy refreshes the group's held login (agents/login_store.py)
+    oauth_client_id: str = ""           # the CLI's public OAuth client id, sent with a refresh
 
     def argv(self, args: list[str], continue_: bool = False) -> list[str]:
         """The command line: the CLI, its skip-permissions flag, its continue flag (``continue_``),
@@ -148,8 +153,14 @@ def _api_keys(name: str, table: dict, credentials: tuple[str, ...], source: str)
     note = table.get("no_route_note", "")
     if not isinstance(note, str):
         raise PolicyError(f"{source}: [{name}] no_route_note must be a string")
+    token_url, client_id = table.get("oauth_token_url", ""), table.get("oauth_client_id", "")
+    if token_url and not (isinstance(token_url, str) and token_url.startswith(("https://", "http://"))
+                          and isinstance(client_id, str) and client_id and "bearer" in auth.values()):
+        raise PolicyError(f"{source}: [{name}] oauth_token_url needs an https:// URL, oauth_client_id and a "
+                          f"\"bearer\" token in api_auth")
     return {"api_base_env": base_env, "api_upstream": upstream, "api_auth": dict(auth),
-            "credentials_inside": inside, "no_route_note": note}
+            "credentials_inside": inside, "no_route_note": note, "oauth_token_url": token_url,
+            "oauth_client_id": client_id}
 
 
 def routed_token(agent: Agent, secrets: dict[str, str]) -> str | None:
@@ -158,6 +169,14 @@ def routed_token(agent: Agent, secrets: dict[str, str]) -> str | None:
     if agent.credentials_inside or not agent.api_auth:
         return None
     return next((t for t in agent.tokens if t in agent.api_auth and secrets.get(t)), None)
+
+
+def login_token(agent: Agent) -> str | None:
+    """The variable that carries the group's held login (as its placeholder, inside): the agent's bearer
+    token; None when the proxy cannot hold a login of ``agent``."""
+    if agent.credentials_inside or not agent.oauth_token_url:
+        return None
+    return next((t for t in agent.tokens if agent.api_auth.get(t) == "bearer"), None)
 
 
 def load_registry(extra: list[Path] | None = None, home: Path | None = None) -> dict[str, Agent]:
@@ -197,16 +216,20 @@ def describe(registry: dict[str, Agent]) -> str:
 
 
 def agent_env(agent: Agent, secrets: dict[str, str], config_dir: Path,
-              source: Path, proxied: bool = True) -> tuple[dict[str, str], list[str]]:
+              source: Path, proxied: bool = True, login: Path | None = None) -> tuple[dict[str, str], list[str]]:
     """The container env for ``agent`` (credentials it reads, its fixed env,
     its config dir) and the notes to tell the user (which token is used).
 
     An agent with a credential route (and a sandbox behind the proxy, ``proxied``) gets the route as
-    its base URL and ``PLACEHOLDER`` for its token: the proxy adds the real one on the way out."""
+    its base URL and ``PLACEHOLDER`` for its token: the proxy adds the real one on the way out.  With no
+    token in the secrets file, ``login`` (the group's held login, when there is one) is that token."""
     from ..core.apiroute import PLACEHOLDER, route_url
 
     env = dict(agent.env)
     routed = routed_token(agent, secrets) if proxied else None
+    by_login = routed is None and proxied and login is not None and login_token(agent) is not None
+    if by_login:
+        routed = login_token(agent)
     held = {routed, *agent.api_auth, agent.api_base_env} if routed else set()
     for name in agent.credentials:
         if name in secrets and name not in held:
@@ -218,7 +241,11 @@ def agent_env(agent: Agent, secrets: dict[str, str], config_dir: Path,
         env[agent.config_env] = str(config_dir / agent.config_subdir if agent.config_subdir else config_dir)
     notes = []
     used = next((t for t in agent.tokens if t in secrets), None)
-    if used and routed:
+    if by_login:
+        upstream = secrets.get(agent.api_base_env) or agent.api_upstream
+        notes.append(f"{agent.name}: authenticating with the group's subscription login ({login}); it stays on "
+                     f"the host, the proxy adds it for {upstream} and refreshes it")
+    elif used and routed:
         upstream = secrets.get(agent.api_base_env) or agent.api_upstream
         notes.append(f"{agent.name}: authenticating with {used} from {source}; it stays on the host, "
                      f"the proxy adds it for {upstream}")
@@ -257,13 +284,21 @@ def agent_request(agent_name: str, args: list[str], cwd: Path, *, interactive: b
     agent = get_agent(agent_name, load_registry())
     check_installed(agent)
     source = secrets_path()
-    env, notes = agent_env(agent, load_secrets(source), target.config_dir, source, proxied=network == "proxy")
+    secrets = load_secrets(source)
+    login = login_store_path(target.group_dir, agent.name) if holds_login(target.group_dir, agent.name) else None
+    env, notes = agent_env(agent, secrets, target.config_dir, source, proxied=network == "proxy", login=login)
     env.update(extra_env or {})
     if session is not None:
         env["CHTOP_SESSION"] = session
     # some CLIs refuse a state dir that does not exist: the launch makes it, owned like the config dir
     subdirs = (agent.config_subdir,) if agent.config_env and agent.config_subdir else ()
     login_files = tuple(f"{subdirs[0]}/{f}" if subdirs else f for f in agent.login_files)
+    # the proxy adds the credential: no login file is copied in; when the proxy holds the group's login, an
+    # older copy is removed too (a copy refreshing apart would log the group out)
+    held_login = network == "proxy" and login is not None and login_token(agent) is not None
+    withheld = login_files if held_login else ()
+    if held_login or (network == "proxy" and routed_token(agent, secrets)):
+        login_files = ()
     image_args = {}
     if image:
         from .image import ensure_image, image_trees, storage_warning
@@ -273,7 +308,7 @@ def agent_request(agent_name: str, args: list[str], cwd: Path, *, interactive: b
     return LaunchRequest(target, agent.argv(args, continue_), interactive=interactive, extra_env=env,
                          purpose=agent.name, network=network, allow_self_edit=allow_self_edit, cwd=cwd,
                          notes=tuple(notes), session=session, agent_subdirs=subdirs,
-                         login_files=login_files, **image_args)
+                         login_files=login_files, withheld_login_files=withheld, **image_args)
 
 
 def launch(agent_name: str, args: list[str], cwd: Path, *, dir: Path | None = None,  # noqa: A002

@@ -5,7 +5,8 @@
   ``--dir`` group that lives there;
 - a group's id, state dir (``<group>/.chtop``) and runtime dir (sockets);
 - each sandbox target's own agent config (``<group>/.chtop/agents/<key>/``, see
-  ``sandbox/agent_config.py``) and the group's agent login dir (``<group>/claude``), never mounted;
+  ``sandbox/agent_config.py``), the group's agent login dir (``<group>/claude``) and the login the
+  proxy holds (``<group>/.chtop/logins/``), never mounted;
 - the one rule for a worktree's name (``worktree.create``, the proxy's
   per-worktree sockets and layers, and the sandbox all use it);
 - the ``--dir`` guard (never a directory that is or holds ``$HOME``, the
@@ -171,6 +172,12 @@ def login_dir(group_dir: Path) -> Path:
     """``<group>/claude``: the group's agent login and the user's claude settings, host-side only
     (before per-worktree config dirs it was every sandbox's shared CLAUDE_CONFIG_DIR)."""
     return Path(group_dir) / LOGIN_DIR_NAME
+
+
+def login_store_path(group_dir: Path, agent: str) -> Path:
+    """``<group>/.chtop/logins/<agent>.json``: the group's one subscription login of ``agent``, held
+    for the proxy (which refreshes it), host-side only, never mounted (see docs/credentials.md)."""
+    return state_dir(group_dir) / "logins" / f"{agent}.json"
 
 
 def runtime_base() -> Path:

@@ -5,15 +5,20 @@ Inside a sandbox an agent's base URL is ``http://127.0.0.1:3128/chtop-api/<agent
 it came with, gets the one ``secrets.env`` holds (read for each request, never logged) and goes to the
 agent's configured upstream, over TLS verified against the system CA store (plus ``CHTOP_API_CA_FILE``).
 The answer streams back as it arrives, the credential's value masked wherever the upstream echoes it.
+With no key or token in the secrets file, the group's held subscription login is the credential
+(``oauth.py``: refreshed here, the request sent again once after a 401 when its body was kept).
 See docs/credentials.md.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
 from urllib.parse import unquote_plus, urlsplit
 
 from ..core.apiroute import AUTH_SCHEMES, PREFIX, RELAY_PORT, ROUTE_HOSTS
@@ -21,6 +26,7 @@ from ..core.errors import ChtopError
 from .aio import TIMEOUTS
 from .hostmatch import BadHost, Entry, canonical_host, is_ip, parse_authority
 from .messages import HOP_BY_HOP, Refusal, Request
+from .oauth import Held, access_token, kept_body
 from .policy import built_worktree
 
 CA_FILE_VAR = "CHTOP_API_CA_FILE"
@@ -54,6 +60,7 @@ class Route:
     secret: str                 # masked in the answer wherever the upstream quotes it
     ca_file: str | None
     query: str = ""             # a query parameter the API reads a key from: dropped from the path
+    login: Held | None = None   # the group's held login: ``value`` is its access token, refreshed here
 
 
 def routed(req: Request, worktree: str | None, source: str) -> Routed | None:
@@ -109,8 +116,9 @@ def upstream_of(url: str) -> tuple[str, str, int, str]:
     return parts.scheme, host, port, parts.path.rstrip("/")
 
 
-def resolve(agent_name: str) -> Route:
-    """The route of ``agent_name`` from the registry and the secrets file, read now."""
+def resolve(agent_name: str, group_dir: Path | None = None) -> Route:
+    """The route of ``agent_name`` from the registry and the secrets file, read now; with no key or token
+    of it there, the login ``group_dir`` holds (its ``value`` still to be filled: ``forward``)."""
     from ..agents.registry import load_registry, routed_token
 
     try:
@@ -119,7 +127,8 @@ def resolve(agent_name: str) -> Route:
         raise Refusal(503, "route-error", "the agents' registry cannot be read") from None
     secrets = _secrets()
     token = routed_token(agent, secrets) if agent is not None else None
-    if token is None:
+    held = held_login(agent, secrets, group_dir) if token is None and agent is not None else None
+    if token is None and held is None:
         raise Refusal(404, "route-error", f"no credential route for agent {agent_name!r} (no key or token of "
                                           f"it in the secrets file, or credentials_inside)")
     url = secrets.get(agent.api_base_env) or agent.api_upstream
@@ -128,6 +137,8 @@ def resolve(agent_name: str) -> Route:
     except (ValueError, BadHost) as exc:
         raise Refusal(502, "route-error", f"the upstream of {agent_name} ({agent.api_base_env} in the secrets "
                                           f"file, else api_upstream): {exc}") from None
+    if held is not None:
+        return Route(agent_name, scheme, host, port, base, "Authorization", "", "", held.ca_file, login=held)
     how = AUTH_SCHEMES[agent.api_auth[token]]
     secret = secrets[token]
     return Route(agent_name, scheme, host, port, base, how.header, how.value.format(secret), secret,
@@ -142,6 +153,22 @@ def without_query_key(rest: str, name: str) -> str:
         return rest
     kept = [p for p in query.split("&") if unquote_plus(p.partition("=")[0]) != name]
     return path + ("?" + "&".join(kept) if kept else "")
+
+
+def held_login(agent, secrets: dict[str, str], group_dir: Path | None) -> Held | None:
+    """The group's held login of ``agent`` with where it is refreshed (the registry's
+    ``oauth_token_url``, or the secrets file's ``CHTOP_OAUTH_TOKEN_URL``); None when it holds none."""
+    from ..agents.login_store import holds_login
+    from ..agents.registry import OAUTH_TOKEN_URL_VAR, login_token
+
+    if group_dir is None or login_token(agent) is None or not holds_login(group_dir, agent.name):
+        return None
+    try:
+        endpoint = upstream_of(secrets.get(OAUTH_TOKEN_URL_VAR) or agent.oauth_token_url)
+    except (ValueError, BadHost) as exc:
+        raise Refusal(502, "route-error", f"the token endpoint of {agent.name} ({OAUTH_TOKEN_URL_VAR} in the "
+                                          f"secrets file, else oauth_token_url): {exc}") from None
+    return Held(Path(group_dir), agent.name, endpoint, agent.oauth_client_id, secrets.get(CA_FILE_VAR) or None)
 
 
 def upstream_head(req: Request, route: Route, rest: str) -> bytes:
@@ -213,48 +240,83 @@ def response_head(head: bytes, redactor: Redactor) -> tuple[bytes, int | None]:
     return out.replace(redactor.secret, redactor.mask), status
 
 
-async def forward(server, conn, req: Request, route_req: Routed, rest: bytes, rec: dict) -> None:
-    """Send one routed request upstream with the credential and stream its answer back."""
-    loop = server.loop
-    route = resolve(route_req.agent)
-    rec.update(host=route.host, port=route.port, path=route.base_path + route_req.rest.split("?", 1)[0],
-               agent=route.agent, reason=f"credential route {route.agent}")
-    entry = Entry(host=route.host, is_ip=is_ip(route.host), private=True, text=route.host)
-    sock = await server.upstreams.open(canonical_host(route.host), route.port, entry, rec)
+async def open_upstream(server, host: str, port: int, scheme: str, ca_file: str | None, rec: dict | None = None):
+    """(reader, writer) of a connection to a configured upstream, TLS verified for ``https``."""
+    entry = Entry(host=host, is_ip=is_ip(host), private=True, text=host)
+    sock = await server.upstreams.open(canonical_host(host), port, entry, {} if rec is None else rec)
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(
-            sock=sock, ssl=tls_context(route.ca_file) if route.scheme == "https" else None,
-            server_hostname=route.host if route.scheme == "https" else None), server.cfg.connect_timeout)
+        return await asyncio.wait_for(asyncio.open_connection(
+            sock=sock, ssl=tls_context(ca_file) if scheme == "https" else None,
+            server_hostname=host if scheme == "https" else None), server.cfg.connect_timeout)
     except (OSError, ssl.SSLError, *TIMEOUTS) as exc:
         sock.close()
-        raise Refusal(502, "route-error", f"upstream {route.host}:{route.port}: {exc or 'timed out'}") from None
+        raise Refusal(502, "route-error", f"upstream {host}:{port}: {exc or 'timed out'}") from None
+
+
+async def forward(server, conn, req: Request, route_req: Routed, rest: bytes, rec: dict) -> None:
+    """Send one routed request upstream with the credential and stream its answer back."""
+    route = resolve(route_req.agent, server.cfg.group_dir)
+    rec.update(host=route.host, port=route.port, path=route.base_path + route_req.rest.split("?", 1)[0],
+               agent=route.agent, reason=f"credential route {route.agent}")
+    if route.login is None:
+        await _exchange(server, conn, req, route, route_req, rest, rec, follow=True)
+        return
+    opener = partial(open_upstream, server)
+    body = await kept_body(server.loop, conn, req, rest)
+    token = await access_token(server, route.login, opener)
+    route = replace(route, value=f"Bearer {token}", secret=token)
+    if await _exchange(server, conn, req, route, route_req, rest if body is None else body, rec,
+                       follow=body is None, give_up_on_401=body is not None):
+        if rec.get("status") == 401:       # the body could not be kept: the next request gets a new token
+            with contextlib.suppress(Refusal):     # (a refused refresh is logged; the answer is already sent)
+                await access_token(server, route.login, opener, failed=token)
+        return
+    token = await access_token(server, route.login, opener, failed=token)
+    rec["reason"] += " (sent again after a refresh)"
+    await _exchange(server, conn, req, replace(route, value=f"Bearer {token}", secret=token), route_req, body, rec, follow=False)
+
+
+async def _exchange(server, conn, req: Request, route: Route, route_req: Routed, first: bytes, rec: dict, *,
+                    follow: bool, give_up_on_401: bool = False) -> bool:
+    """One request upstream and its answer streamed back; False (nothing sent back) when the upstream
+    answered 401 and ``give_up_on_401``.  ``follow``: the rest of the body still comes from ``conn``."""
+    loop = server.loop
+    reader, writer = await open_upstream(server, route.host, route.port, route.scheme, route.ca_file, rec)
     rec["decision"] = "injected"
     redactor = Redactor(route.secret.encode("latin-1"))
     counts = {"up": 0, "down": 0}
-    up = loop.create_task(_pump_up(loop, conn, writer, upstream_head(req, route, route_req.rest) + rest, counts))
+    up = loop.create_task(_pump_up(loop, conn if follow else None, writer,
+                                   upstream_head(req, route, route_req.rest) + first, counts))
     try:
-        rec["status"] = await _pump_down(loop, reader, conn, redactor, counts)
+        head, body = await _answer_head(reader)
+        out, status = response_head(head, redactor)
+        if status == 401 and give_up_on_401:
+            return False
+        rec["status"] = status
+        await _pump_down(loop, reader, conn, out, body, redactor, counts)
+        return True
     finally:
         up.cancel()
         writer.close()
-        rec["bytes_up"], rec["bytes_down"] = counts["up"], counts["down"]
+        rec["bytes_up"], rec["bytes_down"] = rec.get("bytes_up", 0) + counts["up"], counts["down"]
 
 
 async def _pump_up(loop, conn, writer, first: bytes, counts: dict) -> None:
-    """The request (its head rewritten) and then whatever the sandbox sends, to the upstream."""
+    """The request (its head rewritten) and then whatever the sandbox sends (``conn``; None: nothing
+    more), to the upstream."""
     data = first
     try:
         while data:
             writer.write(data)
             counts["up"] += len(data)
             await writer.drain()
-            data = await loop.sock_recv(conn, CHUNK)
+            data = await loop.sock_recv(conn, CHUNK) if conn is not None else b""
     except (OSError, ConnectionError):
         return
 
 
-async def _pump_down(loop, reader, conn, redactor: Redactor, counts: dict) -> int | None:
-    """The upstream's answer to the sandbox as it arrives, credential masked; its status."""
+async def _answer_head(reader) -> tuple[bytes, bytes]:
+    """The upstream's answer head, and what came after it."""
     buf = b""
     while b"\r\n\r\n" not in buf:
         chunk = await _read(reader)
@@ -264,14 +326,17 @@ async def _pump_down(loop, reader, conn, redactor: Redactor, counts: dict) -> in
         if len(buf) > MAX_RESPONSE_HEAD:
             raise Refusal(502, "route-error", "the upstream's answer head is too large")
     head, _, body = buf.partition(b"\r\n\r\n")
-    out, status = response_head(head, redactor)
+    return head, body
+
+
+async def _pump_down(loop, reader, conn, out: bytes, body: bytes, redactor: Redactor, counts: dict) -> None:
+    """The upstream's answer (its head ``out`` already made) to the sandbox as it arrives, credential masked."""
     await loop.sock_sendall(conn, out + redactor.feed(body))
     counts["down"] += len(out) + len(body)
     while chunk := await _read(reader):
         counts["down"] += len(chunk)
         await loop.sock_sendall(conn, redactor.feed(chunk))
     await loop.sock_sendall(conn, redactor.flush())
-    return status
 
 
 async def _read(reader) -> bytes:

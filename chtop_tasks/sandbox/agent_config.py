@@ -13,7 +13,8 @@
 The group's login dir (``<group>/claude``; ``~/.config/chtop/claude`` for --dir) is never
 mounted.  Before per-target dirs it was every sandbox's CLAUDE_CONFIG_DIR, so an existing one
 keeps working: its login files (the registry's ``login_files``: claude's ``.credentials.json``,
-codex's ``codex/auth.json``) are copied into a config dir that has none or an older one; its ``.claude.json`` (onboarding, theme, accepted API keys, and the project entries
+codex's ``codex/auth.json``) are copied into a config dir that has none or an older one (not when the
+proxy adds the credential; when it holds the group's login, an older copy is removed); its ``.claude.json`` (onboarding, theme, accepted API keys, and the project entries
 of this target's own paths only) and this target's own transcripts (``projects/<its path>``) seed
 a new config dir.  They are read as data (no link followed, bounded) and written by a rename.
 Nothing is ever copied from one target's config dir to another's.
@@ -54,6 +55,7 @@ class AgentConfig:
     session: str | None = None     # the session id of a session's launch
     subdirs: tuple[str, ...] = ()  # config_subdir of the agent launched (made before it, owned like config/)
     login_files: tuple[str, ...] = ()   # its login files (registry ``login_files``), relative to config/
+    withheld: tuple[str, ...] = ()      # login files removed from config/: the proxy holds the group's login
 
     @property
     def config(self) -> Path:
@@ -76,10 +78,11 @@ class AgentConfig:
 
 
 def agent_config_for(target, session: str | None = None, subdirs: tuple[str, ...] = (),
-                     login_files: tuple[str, ...] = ()) -> AgentConfig:
+                     login_files: tuple[str, ...] = (), withheld: tuple[str, ...] = ()) -> AgentConfig:
     if session is not None and not SESSION_ID.match(session):
         raise ValueError(f"bad session id {session!r}")
-    return AgentConfig(target.agent_home, target.login_dir, target.root, session, tuple(subdirs), tuple(login_files))
+    return AgentConfig(target.agent_home, target.login_dir, target.root, session, tuple(subdirs), tuple(login_files),
+                       tuple(withheld))
 
 
 def check_user_settings(target) -> None:
@@ -110,6 +113,7 @@ def prepare(cfg: AgentConfig, owner: tuple[int, int] | None = None) -> None:
     for sub in cfg.subdirs:
         _mount_point(cfg.config / sub, is_dir=True, owner=owner)
     seed_login(cfg, owner)
+    drop_withheld_login(cfg)
     if new:
         seed_account(cfg, owner)
         seed_transcripts(cfg, owner)
@@ -170,6 +174,25 @@ def seed_login(cfg: AgentConfig, owner: tuple[int, int] | None) -> None:
                 write_atomic_at(fd, name, data, mode=0o600, owner=owner)
         except OSError as exc:          # e.g. a dir the agent made there
             warn(f"could not write {cfg.config / rel} ({exc.strerror}); the agent there starts without it")
+        finally:
+            os.close(fd)
+
+
+def drop_withheld_login(cfg: AgentConfig) -> None:
+    """An older copy of a login the proxy now holds is removed from ``cfg.config`` (through a descriptor of
+    its dir opened without following links; whatever the agent made in its place goes too, unfollowed)."""
+    for rel in cfg.withheld:
+        parent, _, name = rel.rpartition("/")
+        try:
+            fd = os.open(cfg.config / parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            os.unlink(name, dir_fd=fd)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:          # e.g. a dir the agent made there
+            warn(f"could not remove {cfg.config / rel} ({exc.strerror}): it holds an old copy of the login")
         finally:
             os.close(fd)
 

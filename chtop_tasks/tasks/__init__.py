@@ -7,7 +7,7 @@ it runs, by these names.
 
 import sys
 
-NAMESPACE_MODULES = ("toplevel", "worktree", "git", "venv", "net", "notify", "sbox", "session", "host")
+NAMESPACE_MODULES = ("toplevel", "worktree", "git", "venv", "net", "notify", "sbox", "agent", "session", "host")
 ROOT_TASK_MODULES = {"demo": "demo", "dash": "dash"}     # root task -> the module that defines it
 
 

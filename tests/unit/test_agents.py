@@ -116,6 +116,7 @@ def test_user_registry_overrides_and_unknown_agent_is_usage_error(home, tmp_path
          "use one of bearer, x-api-key, x-goog-api-key"),
         ('[x]\ncommand = ["x"]\nno_route_note = 1\n', "no_route_note must be a string"),
         ('[x]\ncommand = ["x"]\ncredentials_inside = "yes"\n', "true or false"),
+        ('[x]\ncommand = ["x"]\noauth_token_url = "https://t.example/token"\n', "oauth_token_url needs"),
     ],
 )
 def test_bad_registry_entries_are_refused(home, table, message):
@@ -138,10 +139,23 @@ def test_claude_prefers_a_long_lived_token_and_says_so(home, tmp_path):
     assert "stays on the host, the proxy adds it for https://api.anthropic.com" in notes[0]
     env, notes = agents.agent_env(claude, {}, tmp_path / "claude", src)
     assert "CLAUDE_CODE_OAUTH_TOKEN" not in env
-    assert "log each other" in notes[0] and "claude setup-token" in notes[0]
+    assert "inv agent.login" in notes[0] and "claude setup-token" in notes[0]
     codex = agents.load_registry(home=home)["codex"]
     env, _ = agents.agent_env(codex, {}, tmp_path / "claude", src)
     assert env["CODEX_HOME"] == str(tmp_path / "claude" / "codex")
+
+
+def test_a_held_login_gives_claude_a_placeholder_token_and_a_key_comes_first(home, tmp_path):
+    claude = agents.load_registry(home=home)["claude"]
+    src, login = Path("secrets.env"), tmp_path / "logins" / "claude.json"
+    env, notes = agents.agent_env(claude, {}, tmp_path / "claude", src, login=login)
+    assert env == {"CLAUDE_CODE_OAUTH_TOKEN": PLACEHOLDER, "DISABLE_AUTOUPDATER": "1",
+                   "ANTHROPIC_BASE_URL": "http://127.0.0.1:3128/chtop-api/claude"}
+    assert f"the group's subscription login ({login})" in notes[0] and "refreshes it" in notes[0]
+    env, notes = agents.agent_env(claude, {"ANTHROPIC_API_KEY": "k"}, tmp_path / "claude", src, login=login)
+    assert env["ANTHROPIC_API_KEY"] == PLACEHOLDER and "CLAUDE_CODE_OAUTH_TOKEN" not in env
+    env, notes = agents.agent_env(claude, {}, tmp_path / "claude", src, proxied=False, login=login)
+    assert "CLAUDE_CODE_OAUTH_TOKEN" not in env and "inv agent.login" in notes[0]
 
 
 def test_credentials_inside_is_an_opt_in_said_at_launch(home, tmp_path):
@@ -326,6 +340,20 @@ def test_a_new_config_dir_gets_the_groups_login_and_only_its_own_projects(tmp_pa
     os.utime(cfg.login / ".credentials.json", (4e9, 4e9))
     ac.prepare(cfg)
     assert "accessToken" in (cfg.config / ".credentials.json").read_text()
+
+
+def test_a_login_the_proxy_holds_is_not_copied_in_and_an_older_copy_is_removed(tmp_path):
+    from dataclasses import replace
+
+    from chtop_tasks.sandbox import agent_config as ac
+
+    cfg = agent_config(tmp_path)
+    (cfg.login / ".credentials.json").write_text('{"claudeAiOauth": {"refreshToken": "r"}}')
+    ac.prepare(cfg)
+    assert (cfg.config / ".credentials.json").is_file()
+    ac.prepare(replace(cfg, login_files=(), withheld=(".credentials.json",)))
+    assert not (cfg.config / ".credentials.json").exists()
+    assert (cfg.login / ".credentials.json").is_file()      # the group's own file is the user's to import
 
 
 def test_what_the_agent_planted_in_its_config_dir_is_replaced_never_followed(tmp_path):
