@@ -581,3 +581,20 @@ def test_create_starts_the_biggest_checkouts_first(initialized, monkeypatch):
     create_worktree(find_workspace(g.toplevel), "big")
     assert started[0] == "big" and started[1] == "beta", (started, POOL_SIZE)
     assert (g.path("big", "beta", "f299.txt")).is_file()
+
+
+def test_list_shows_a_rebase_stopped_on_a_conflict_with_the_commands_that_end_it(with_dev):
+    g = with_dev
+    dev = g.path("dev")
+    g.push_upstream_commit("alpha", "alpha.txt", "line 1\nupstream\nline 3\n")
+    g.commit(dev / "alpha", "alpha.txt", "line 1\nmine\nline 3\n", "conflicting change")
+    assert g.inv(dev, "git.rebase-down", check=False).returncode == 1
+    out = g.inv(g.toplevel, "worktree.list").stdout
+    alpha = next(ln for ln in out.splitlines() if ln.split()[:1] == ["alpha"])
+    assert "rebase in progress" in alpha and "dev" in alpha.split()[1:3]
+    assert f"git -C {dev / 'alpha'} rebase --continue" in out and f"git -C {dev / 'alpha'} rebase --abort" in out
+    records = __import__("json").loads(g.inv(g.toplevel, "worktree.list", "--json").stdout)
+    alpha_record = next(r for r in records[0]["repos"] if r["repo"] == "alpha")
+    assert alpha_record["operation"] == "rebase"
+    beta = next(ln for ln in out.splitlines() if ln.split()[:1] == ["beta"])
+    assert "in progress" not in beta
