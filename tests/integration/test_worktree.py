@@ -598,3 +598,17 @@ def test_list_shows_a_rebase_stopped_on_a_conflict_with_the_commands_that_end_it
     assert alpha_record["operation"] == "rebase"
     beta = next(ln for ln in out.splitlines() if ln.split()[:1] == ["beta"])
     assert "in progress" not in beta
+
+
+def test_init_that_writes_the_envrc_ends_with_the_direnv_allow_that_approves_it(group):
+    """direnv blocks a new or changed .envrc until you approve it ("direnv: error ... is blocked", from
+    your shell's hook right after init): init says so last, with the exact command, only when it wrote one."""
+    require_tool("direnv")
+    g = group
+    out = g.inv(g.toplevel, "toplevel.init", "--no-venv").stdout.rstrip().splitlines()
+    assert f"direnv allow {g.toplevel}" in out[-1] and "blocked" in out[-1]
+    blocked = subprocess.run(["direnv", "exec", str(g.toplevel), "true"], capture_output=True, text=True)
+    assert blocked.returncode != 0 and "is blocked" in blocked.stderr
+    subprocess.run(out[-1].split("next: ", 1)[1].split("#")[0].split(), check=True, cwd=g.toplevel)   # as printed
+    assert subprocess.run(["direnv", "exec", str(g.toplevel), "true"], capture_output=True).returncode == 0
+    assert "direnv" not in g.inv(g.toplevel, "toplevel.init", "--no-venv").stdout     # nothing new to approve
