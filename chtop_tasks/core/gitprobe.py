@@ -7,6 +7,7 @@ dashboard and the quarantine's import ask these; nothing here changes a repo.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import agentfile
@@ -119,15 +120,53 @@ def dirty_paths(checkout_dir: Path, untracked: bool = True, toplevel: bool = Fal
 
 
 def operation_in_progress(checkout_dir: Path, gitdir: Path | None = None) -> str | None:
-    """``gitdir``: the checkout's (``git rev-parse --absolute-git-dir``), when the caller has it already."""
+    """The git operation that stopped halfway there and has a ``--continue`` (rebase, merge,
+    cherry-pick, revert, am), or None.  ``gitdir``: the checkout's (``git rev-parse
+    --absolute-git-dir``), when the caller has it already."""
+    found = operation_state(checkout_dir, gitdir)
+    return found.name if found and found.name != "bisect" else None
+
+
+@dataclass(frozen=True)
+class Operation:
+    """A git operation stopped halfway in a checkout: ``name`` (``rebase``, ``merge``, ``cherry-pick``,
+    ``revert``, ``am``, ``bisect``), ``branch`` (the branch a rebase rewrites, when its state says)."""
+
+    name: str
+    branch: str | None = None
+
+    def commands(self, checkout_dir: Path) -> tuple[str, ...]:
+        """The commands that end it: go on, then back out (a bisect only ends)."""
+        if self.name == "bisect":
+            return (f"git -C {checkout_dir} bisect reset",)
+        return tuple(f"git -C {checkout_dir} {self.name} --{verb}" for verb in ("continue", "abort"))
+
+
+# The files git's own status reads to say which operation is in progress (wt-status.c), in its order.
+OPERATION_MARKERS = (("rebase-merge", "rebase"), ("rebase-apply/applying", "am"), ("rebase-apply", "rebase"),
+                     ("MERGE_HEAD", "merge"), ("CHERRY_PICK_HEAD", "cherry-pick"), ("REVERT_HEAD", "revert"),
+                     ("BISECT_LOG", "bisect"))
+
+
+def operation_state(checkout_dir: Path, gitdir: Path | None = None) -> Operation | None:
+    """The operation stopped halfway in ``checkout_dir``, or None.  Its git dir may be the agent's:
+    markers are looked at without following a link, the rebased branch read as data."""
     if gitdir is None:
         gitdir = git_dir_as_data(checkout_dir)
     if gitdir is None:
         gitdir = Path(git(checkout_dir, ["rev-parse", "--absolute-git-dir"]).stdout.strip())
-    for marker, name in (("rebase-merge", "rebase"), ("rebase-apply", "rebase"), ("MERGE_HEAD", "merge")):
-        if (gitdir / marker).exists():
-            return name
+    for marker, name in OPERATION_MARKERS:
+        if os.path.lexists(gitdir / marker):
+            branch = rebased_branch(gitdir / marker) if name == "rebase" else None
+            return Operation(name, branch)
     return None
+
+
+def rebased_branch(state_dir: Path) -> str | None:
+    """The branch a rebase rewrites, from its ``head-name`` (read as data), or None."""
+    text = (agentfile.read_text(state_dir / "head-name", limit=4096) or "").strip()
+    name = text[len("refs/heads/"):] if text.startswith("refs/heads/") else ""
+    return name if name and name.isprintable() and " " not in name else None
 
 
 def untracked_in_the_way(checkout_dir: Path, ref: str, dirty: list[str] | None = None) -> list[str]:

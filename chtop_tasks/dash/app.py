@@ -302,7 +302,7 @@ class DashApp(App):
                 cells = [r.cell(wt.name) for r in wt.repos]
                 cells += [""] * (len(snap.repo_labels) - len(cells))
             agent = " ".join(filter(None, model.describe_session(wt.session, now)))
-            rows.append((wt.name, [*host_cell, wt.name, *cells, agent, str(wt.pending or ""), wt.cpu, wt.mem]))
+            rows.append((wt.name, [*host_cell, wt.name_cell(), *cells, agent, str(wt.pending or ""), wt.cpu, wt.mem]))
         dim = set()
         for state in hosts:
             host_rows = remote.worktree_rows(state, snap.repo_labels, now)
@@ -347,6 +347,9 @@ class DashApp(App):
             return
         self.query_one("#diff-title", Static).update(
             plain(f"diff of {name} vs integration ({'full' if self.full_diff else 'stat'}; f toggles)"))
+        wt = self.snapshot.worktree(name) if self.snapshot is not None else None
+        if wt is not None and wt.venv_note:
+            text = f"! {wt.venv_note}\n\n{text}"
         self.query_one("#diff", Static).update(plain(text))
 
     def update_status(self) -> None:

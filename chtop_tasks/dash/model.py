@@ -37,7 +37,8 @@ from ..proxy.control import status as proxy_status
 from ..proxy.logs import JSONL, net_dir, pending_item
 from ..stores.quarantine import sync_worktree
 from ..workspace.layout import Checkout, Workspace, checkout_problem, find_workspace
-from ..workspace.worktrees import worktree_roots
+from ..workspace.venvstamp import venv_state
+from ..workspace.worktrees import venv_note, worktree_roots
 from . import sessions_adapter
 
 SessionsProvider = Callable[[Path], list]
@@ -78,6 +79,17 @@ class WorktreeState:
     cpu: str = ""
     mem: str = ""
     problem: str | None = None
+    venv: str = "complete"        # "incomplete": its build did not finish; "missing": none (--no-venv)
+    venv_note: str = ""           # incomplete: what worktree.list says of it, with the command that builds it
+
+    def name_cell(self) -> str:
+        return name_cell(self.name, self.venv)
+
+
+def name_cell(name: str, venv: str) -> str:
+    """A worktree's name as its row shows it: marked ``!venv`` when its venv's build did not finish
+    (a venv missing by choice, ``--no-venv``, is not marked)."""
+    return f"{name} !venv" if venv == "incomplete" else name
 
 
 @dataclass
@@ -271,6 +283,8 @@ def take_snapshot(top: Workspace, sessions: SessionsProvider | None = None,
         row = WorktreeState(wt.name, wt.root, repos[wt.name], by_worktree.get(wt.name))
         row.pending = sum(1 for p in pending if p["worktree"] == wt.name)
         row.cpu, row.mem = (load or {}).get(wt.name, ("", ""))
+        row.venv = venv_state(wt.venv_dir)
+        row.venv_note = venv_note(wt).strip() if row.venv == "incomplete" else ""
         rows.append(row)
     labels = [c.label for c in top.checkouts()]
     return Snapshot(time.time(), rows + broken, pending, info is not None, sessions_available, labels,

@@ -186,7 +186,7 @@ def worktree_rows(state: RemoteState, labels: list[str], now: float) -> list[tup
         cells = [f"! {wt['problem']}"] + blank[1:] if wt["problem"] else [by_repo.get(label, "") for label in labels]
         agent = " ".join(filter(None, model.describe_session(sessions.get(wt["name"]), now)))
         pending = sum(1 for p in state.pending if p["worktree"] == wt["name"])
-        rows.append((f"{name}:{wt['name']}", [name, wt["name"], *cells, agent, str(pending or ""), "", ""]))
+        rows.append((f"{name}:{wt['name']}", [name, model.name_cell(wt["name"], wt["venv"]), *cells, agent, str(pending or ""), "", ""]))
     return rows
 
 

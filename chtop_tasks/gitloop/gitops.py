@@ -466,7 +466,7 @@ def carry_out(ws: Workspace, rels: list[Relation], steps: list[GitStep], what: s
     if dry_run:
         say(dry_run_footer(steps))
         return
-    run_steps(steps, failure, ws if writes_worktree else None, at_once)
+    run_steps(steps, failure, ws if writes_worktree else None, at_once, display=ws.display)
     check_outcome(ws, steps, outcome, what, relation=relation or relation_of)
 
 
@@ -525,8 +525,10 @@ def check_outcome(ws: Workspace, steps: list[GitStep], outcome, what: str, relat
 EDITOR_FLAGS = ("-i", "--interactive", "--edit-todo")     # git then needs your terminal for an editor
 
 
-def run_steps(steps: list[GitStep], failure, ws: Workspace | None = None, at_once: bool = False) -> None:
-    """Run the planned commands one repo at a time; stop at the first failure.  Their output names
+def run_steps(steps: list[GitStep], failure, ws: Workspace | None = None, at_once: bool = False,
+              display=str) -> None:
+    """Run the planned commands one repo at a time, each under a line naming its repo (``display``:
+    how its checkout dir is named); stop at the first failure.  Their output names
     the agent's files and commits ("Merge conflict in PATH"): shown inert, unless an editor runs.
 
     With ``ws`` (a feature worktree whose git dirs the step writes), each repo's git dirs are
@@ -535,19 +537,21 @@ def run_steps(steps: list[GitStep], failure, ws: Workspace | None = None, at_onc
 
     ``at_once``: the steps are fast-forwards, which cannot conflict and need no terminal (each repo
     is its own): they run at the same time, echoed first and their output shown after, inert, in
-    plan order; the first failure in plan order is raised once all have ended."""
+    plan order, each repo's under a line naming it (``display``: how its checkout dir is named);
+    the first failure in plan order is raised once all have ended."""
     if at_once and len(steps) > 1:
-        run_steps_at_once(steps, failure, ws)
+        run_steps_at_once(steps, failure, ws, display)
         return
     for step in steps:
         if ws is not None:
             verify_git_dirs(ws, [step.checkout.name])
         inert = not any(arg in EDITOR_FLAGS for arg in step.argv)
+        say(bold(f"==== {display(step.cwd)}"))
         if not runner.run(step.argv, cwd=step.cwd, check=False, capture=False, shown_inert=inert).ok:
             raise failure(step)
 
 
-def run_steps_at_once(steps: list[GitStep], failure, ws: Workspace | None) -> None:
+def run_steps_at_once(steps: list[GitStep], failure, ws: Workspace | None, display=str) -> None:
     for step in steps:
         runner.echo(step.argv, step.cwd)
 
@@ -556,14 +560,24 @@ def run_steps_at_once(steps: list[GitStep], failure, ws: Workspace | None) -> No
             verify_git_dirs(ws, [step.checkout.name])
         return runner.run(step.argv, cwd=step.cwd, check=False, quiet=True)
     results = fan_out(one, steps)
-    for result in results:
-        sys.stdout.write(inert_keeping_colour(result.stdout, sys.stdout))
-        sys.stderr.write(inert_keeping_colour(result.stderr, sys.stderr))
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for step, result in zip(steps, results, strict=True):
+        show_step_output(step, result, display)
     for step, result in zip(steps, results, strict=True):
         if not result.ok:
             raise failure(step)
+
+
+def show_step_output(step: GitStep, result: runner.Result, display=str) -> None:
+    """One repo's buffered output (inert) under a line naming the repo, as ``git.status`` heads each
+    repo's: a header, not a prefix on each line, keeps git's own lines (a diffstat's columns, the
+    commands its messages suggest) as git wrote them.  A repo that printed nothing shows nothing."""
+    if not (result.stdout or result.stderr):
+        return
+    sys.stdout.write(bold(f"==== {display(step.cwd)}") + "\n")
+    sys.stdout.write(inert_keeping_colour(result.stdout, sys.stdout))
+    sys.stdout.flush()
+    sys.stderr.write(inert_keeping_colour(result.stderr, sys.stderr))
+    sys.stderr.flush()
 
 
 def rebase_stopped(ws: Workspace, step: GitStep) -> ChtopError:

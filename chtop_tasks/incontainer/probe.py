@@ -62,10 +62,41 @@ def proxy_answer(host: str, port: int = 443) -> str:
     try:
         with socket.create_connection((proxy.hostname, proxy.port), timeout=15) as sock:
             sock.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
-            head = sock.recv(4096).decode(errors="replace")
+            answer = read_answer(sock)
     except OSError as exc:
         return f"proxy unreachable ({exc})"
-    return head.splitlines()[0] if head else "no answer"
+    return describe_answer(answer)
+
+
+def read_answer(sock: socket.socket, limit: int = 4096) -> str:
+    """The proxy's answer to CONNECT: its head, and the body of a refusal (the proxy closes after one)."""
+    data = b""
+    while len(data) < limit:
+        chunk = sock.recv(limit - len(data))
+        if not chunk:
+            break
+        data += chunk
+        if data.startswith(b"HTTP/1.1 200") and b"\r\n\r\n" in data:
+            break                   # a tunnel: nothing more comes until we speak
+    return data.decode(errors="replace")
+
+
+# The proxy's own words in a refusal's body (proxy/messages.py).
+PROXY_SAYS = "chtop egress proxy: "
+
+
+def describe_answer(answer: str) -> str:
+    """The status line; for a 502 (the domain is allowed, but the proxy could not reach it: a machine
+    with no internet, a name that does not resolve), also why, in the proxy's words."""
+    lines = answer.splitlines()
+    if not lines:
+        return "no answer"
+    status = lines[0]
+    reason = next((line[len(PROXY_SAYS):] for line in lines if line.startswith(PROXY_SAYS)), "")
+    if " 502 " in f"{status} " and reason:
+        reason = "".join(ch if ch.isprintable() else "?" for ch in reason)
+        return f"{status}: allowed, but the proxy could not reach it from this machine ({reason})"
+    return status
 
 
 def main() -> None:

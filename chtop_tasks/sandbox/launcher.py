@@ -312,6 +312,8 @@ def _with_env_identity(config: dict[str, str], identity_env: dict[str, str]) -> 
 
 
 LIMITS_NOT_ENFORCED = "limits NOT enforced"
+# Warnings the same at every launch: said the first time in a group (every time with CHTOP_VERBOSE=1).
+SAID_ONCE = (LIMITS_NOT_ENFORCED, podman_mod.ROOTFUL_NOTE)
 
 
 def _limits_for(target: Target, rootful: bool) -> tuple[Limits, str | None]:
@@ -658,8 +660,8 @@ def plan_request(request: LaunchRequest, stores_walked: bool = False) -> LaunchP
 
 def say_request(request: LaunchRequest, plan: LaunchPlan) -> None:
     """The notes and warnings of a launch, on stderr.  The agent's notes (which token it uses, or
-    how to log in) and a limits-not-enforced warning are said once per group (``once``); every
-    time with CHTOP_VERBOSE=1."""
+    how to log in), a limits-not-enforced warning and the running-as-root one (per worktree: it names
+    it) are said once per group (``once``); every time with CHTOP_VERBOSE=1."""
     from .once import first_time
 
     group = request.target.group_dir
@@ -669,7 +671,7 @@ def say_request(request: LaunchRequest, plan: LaunchPlan) -> None:
         if first_time(group, line):
             print(f"chtop: {line}", file=sys.stderr, flush=True)
     for line in plan.warnings:
-        if not line.startswith(LIMITS_NOT_ENFORCED) or first_time(group, line):
+        if not line.startswith(SAID_ONCE) or first_time(group, line):
             print(f"warning: {line}", file=sys.stderr, flush=True)
 def launch(request: LaunchRequest, before_run=None) -> int:
     """The one launch entry: plan, say the notes and warnings, prepare, run, then clean up and import

@@ -106,10 +106,14 @@ def identity_for(root: Path) -> Identity:
     argv = [f"--uidmap=0:{ubase}:{AGENT_RANGE}", f"--gidmap=0:{gbase}:{AGENT_RANGE}"]
     if owner or group:
         argv.append(f"--user={owner}:{group}")
-    note = (f"running as root: rootful podman with a user namespace (host ids {ubase}..{ubase + AGENT_RANGE - 1}, "
+    note = (f"{ROOTFUL_NOTE} (host ids {ubase}..{ubase + AGENT_RANGE - 1}, "
             f"no other user's); the agent is uid {owner} inside, never host root, and what it writes in "
             f"{root} is owned by uid {owner} on the host")
     return Identity(True, argv, note, ubase + owner, gbase + group, (ubase, gbase), (owner, group))
+
+
+# How the launch as root says what it does: said once per worktree (the same each launch), not at every one.
+ROOTFUL_NOTE = "running as root: rootful podman with a user namespace"
 
 
 def agent_id_base(kind: str = "uid", subfile: Path | None = None, used_ids: list[int] | None = None) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from ..core.errors import Refused
@@ -85,11 +86,21 @@ def init_toplevel(ws: Workspace, build_venv=None) -> list[str]:
     for repo_dir in (ws.toplevel, *(ws.toplevel / repo.name for repo in ws.manifest.repos)):
         if commit_graph_written(repo_dir):
             changes.append(f"{ws.display(repo_dir)}: wrote its commit-graph")
-    changes += [f"wrote {p}" for p in refresh_workspace_files(ws)]
+    written = refresh_workspace_files(ws)
+    changes += [f"wrote {p}" for p in written]
     summarize(ws, changes)
     if build_venv is not None:
         build_venv(ws)
+    if ws.toplevel / ".envrc" in written:
+        say(direnv_allow_hint(ws.toplevel))
     return changes
+
+
+def direnv_allow_hint(checkout: Path) -> str:
+    """The last line of a task that wrote ``checkout``'s ``.envrc``.  Approving it is yours to do, as
+    for any ``.envrc`` (direnv's guard on what runs in your shell): chtop does not approve on your behalf."""
+    return (f"next: direnv allow {shlex.quote(str(checkout))}    # approves the .envrc just written; until then your shell's "
+            f"direnv says it is blocked")
 
 
 def summarize(ws: Workspace, changes: list[str]) -> None:

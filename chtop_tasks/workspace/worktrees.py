@@ -16,7 +16,16 @@ from pathlib import Path
 from ..core import agentfile
 from ..core.errors import ChtopError, CommandFailed, Interrupted, Refused, UsageError, WorkspaceError
 from ..core.fanout import answered_before_leaving, fan_out, in_background
-from ..core.gitprobe import LISTING_TIMEOUT, ahead_behind, branch_exists, dirty_paths, head_branch, local_branches, rev
+from ..core.gitprobe import (
+    LISTING_TIMEOUT,
+    ahead_behind,
+    branch_exists,
+    dirty_paths,
+    head_branch,
+    local_branches,
+    operation_state,
+    rev,
+)
 from ..core.gitrun import git
 from ..core.places import build_cache_dir, create_journal_path, state_dir, worktree_name_problem
 from ..core.term import say, warn
@@ -658,15 +667,20 @@ def worktree_roots(ws: Workspace) -> list[Path]:
 
 def checkout_record(wt: Workspace, checkout: Checkout) -> dict:
     """One repo of a worktree as data: ``repo``, ``branch`` (None: detached), ``integration``,
-    ``ahead``, ``behind``, ``dirty``, ``problem`` (None, ``missing``, or why git failed there)."""
+    ``ahead``, ``behind``, ``dirty``, ``operation`` (a rebase, merge, ... stopped halfway there, or
+    None), ``finish`` (the commands that end it), ``problem`` (None, ``missing``, or why git failed there)."""
     record = {"repo": checkout.label, "branch": None, "integration": wt.integration_branch(checkout),
-              "ahead": 0, "behind": 0, "dirty": False, "problem": None}
+              "ahead": 0, "behind": 0, "dirty": False, "operation": None, "finish": [], "problem": None}
     if not checkout.path.exists():
         return dict(record, problem="missing")
     try:
         record["branch"] = branch = head_branch(checkout.path)
         record["dirty"] = bool(dirty_paths(checkout.path, timeout=LISTING_TIMEOUT))
-        if branch is not None:
+        stopped = operation_state(checkout.path)
+        if stopped:
+            record["operation"], record["finish"] = stopped.name, list(stopped.commands(checkout.path))
+            record["branch"] = branch = branch or stopped.branch
+        if branch is not None and not stopped:
             record["ahead"], record["behind"] = ahead_behind(checkout.path, record["integration"], branch)
     except ChtopError as exc:        # a junk ref the agent wrote fails that repo's line, never the list
         record["problem"] = "! " + str(exc).splitlines()[0]
@@ -674,11 +688,18 @@ def checkout_record(wt: Workspace, checkout: Checkout) -> dict:
 
 
 def describe_record(record: dict) -> str:
-    """A ``checkout_record`` as ``worktree.list`` prints it."""
+    """A ``checkout_record`` as ``worktree.list`` prints it (a stopped operation: with the commands
+    that end it on the next line)."""
     here, branch, integ = record["repo"], record["branch"], record["integration"]
     if record["problem"]:
         return f"  {here:<16} {record['problem']}"
     state = "dirty" if record["dirty"] else "clean"
+    operation = record.get("operation")       # a host running an older chtop has none
+    if operation:
+        finish = record.get("finish") or []
+        labels = ("end it: ",) if len(finish) == 1 else ("go on (git add what you fixed first): ", "or back out: ")
+        hint = "   ".join(label + command for label, command in zip(labels, finish, strict=False))
+        return f"  {here:<16} {branch or '(detached)':<16} {operation} in progress  {state}\n  {'':<16} {hint}"
     if branch is None:
         return f"  {here:<16} (detached)  {state}"
     return f"  {here:<16} {branch:<16} +{record['ahead']}/-{record['behind']} vs {integ:<10} {state}"

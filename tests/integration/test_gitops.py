@@ -256,6 +256,26 @@ def test_merge_up_says_what_landed(with_dev):
     assert "landed nothing: every integration branch already has dev" in g.inv(dev, "git.merge-up").stdout
 
 
+def test_merge_up_heads_each_repos_git_output_with_the_repo_it_came_from(with_dev):
+    """The fast-forwards run at once; each repo's output (git's "Updating ..", its diffstat) comes under
+    a line naming that repo, in plan order, so a line is never of an unknown repo."""
+    g = with_dev
+    dev = g.path("dev")
+    g.commit(dev, "c.txt", "x\n", "container")
+    g.commit(dev / "alpha", "a.txt", "x\n", "one")
+    g.commit(dev / "beta", "b.txt", "x\n", "two")
+    out = g.inv(dev, "git.merge-up").stdout
+    blocks = {block.split("\n", 1)[0].strip(): block for block in out.split("==== ")[1:]}
+    assert list(blocks)[:3] == ["top", "top/alpha", "top/beta"]
+    assert "c.txt" in blocks["top"] and "a.txt" in blocks["top/alpha"] and "b.txt" in blocks["top/beta"]
+    assert "a.txt" not in blocks["top/beta"] and "b.txt" not in blocks["top/alpha"]
+    g.commit(dev / "alpha", "a2.txt", "x\n", "one more")
+    g.commit(dev / "beta", "b2.txt", "x\n", "two more")
+    out = g.inv(dev, "git.merge-up", "--no-ff").stdout                # one repo at a time: the same
+    blocks = {block.split("\n", 1)[0].strip(): block for block in out.split("==== ")[1:]}
+    assert list(blocks)[:2] == ["top/alpha", "top/beta"] and "a2.txt" in blocks["top/alpha"]
+
+
 def test_merge_up_counts_a_line_of_commits_and_one_past_a_merge(with_dev, capsys):
     """A feature that is a line of commits on its integration tip, and one with a merge in it, are
     counted as ``rev-list`` counts them."""

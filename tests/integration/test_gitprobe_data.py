@@ -77,3 +77,38 @@ def test_the_dirty_check_never_writes_the_index(tmp_path):
     assert (index.stat().st_ino, index.stat().st_mtime_ns) == before
     git(repo, "status", "--porcelain")                 # plain git status refreshes it: the test can fail
     assert (index.stat().st_ino, index.stat().st_mtime_ns) != before
+
+
+def test_a_stopped_operation_is_named_as_git_status_names_it_and_its_state_read_as_data(tmp_path):
+    repo = repo_with_commit(tmp_path / "r")
+    git(repo, "checkout", "-q", "-b", "side")
+    (repo / "f").write_text("side\n")
+    git(repo, "commit", "-q", "-am", "side")
+    git(repo, "checkout", "-q", "main")
+    (repo / "f").write_text("main\n")
+    git(repo, "commit", "-q", "-am", "main")
+    assert gitprobe.operation_state(repo) is None
+    git(repo, "cherry-pick", "side", check=False)
+    assert gitprobe.operation_state(repo) == gitprobe.Operation("cherry-pick")
+    assert gitprobe.operation_in_progress(repo) == "cherry-pick"
+    git(repo, "cherry-pick", "--abort")
+    git(repo, "checkout", "-q", "side")
+    git(repo, "rebase", "main", check=False)
+    stopped = gitprobe.operation_state(repo)
+    assert stopped == gitprobe.Operation("rebase", "side") and "rebase in progress" in git(repo, "status")
+    assert stopped.commands(repo) == (f"git -C {repo} rebase --continue", f"git -C {repo} rebase --abort")
+    head_name = repo / ".git" / "rebase-merge" / "head-name"
+    secret = tmp_path / "secret"
+    secret.write_text("refs/heads/host-secret\n")
+    head_name.unlink()
+    head_name.symlink_to(secret)                        # the agent's link to a host file is not read
+    assert gitprobe.operation_state(repo) == gitprobe.Operation("rebase", None)
+    head_name.unlink()
+    os.mkfifo(head_name)                                # nor does a FIFO block the listing
+    assert gitprobe.operation_state(repo) == gitprobe.Operation("rebase", None)
+    head_name.unlink()
+    head_name.write_text("refs/heads/side\n")
+    git(repo, "rebase", "--abort")
+    os.symlink(tmp_path / "nowhere", repo / ".git" / "BISECT_LOG")   # a marker is looked at, not followed
+    assert gitprobe.operation_state(repo).commands(repo) == (f"git -C {repo} bisect reset",)
+    assert gitprobe.operation_in_progress(repo) is None

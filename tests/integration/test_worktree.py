@@ -581,3 +581,34 @@ def test_create_starts_the_biggest_checkouts_first(initialized, monkeypatch):
     create_worktree(find_workspace(g.toplevel), "big")
     assert started[0] == "big" and started[1] == "beta", (started, POOL_SIZE)
     assert (g.path("big", "beta", "f299.txt")).is_file()
+
+
+def test_list_shows_a_rebase_stopped_on_a_conflict_with_the_commands_that_end_it(with_dev):
+    g = with_dev
+    dev = g.path("dev")
+    g.push_upstream_commit("alpha", "alpha.txt", "line 1\nupstream\nline 3\n")
+    g.commit(dev / "alpha", "alpha.txt", "line 1\nmine\nline 3\n", "conflicting change")
+    assert g.inv(dev, "git.rebase-down", check=False).returncode == 1
+    out = g.inv(g.toplevel, "worktree.list").stdout
+    alpha = next(ln for ln in out.splitlines() if ln.split()[:1] == ["alpha"])
+    assert "rebase in progress" in alpha and "dev" in alpha.split()[1:3]
+    assert f"git -C {dev / 'alpha'} rebase --continue" in out and f"git -C {dev / 'alpha'} rebase --abort" in out
+    records = __import__("json").loads(g.inv(g.toplevel, "worktree.list", "--json").stdout)
+    alpha_record = next(r for r in records[0]["repos"] if r["repo"] == "alpha")
+    assert alpha_record["operation"] == "rebase"
+    beta = next(ln for ln in out.splitlines() if ln.split()[:1] == ["beta"])
+    assert "in progress" not in beta
+
+
+def test_init_that_writes_the_envrc_ends_with_the_direnv_allow_that_approves_it(group):
+    """direnv blocks a new or changed .envrc until you approve it ("direnv: error ... is blocked", from
+    your shell's hook right after init): init says so last, with the exact command, only when it wrote one."""
+    require_tool("direnv")
+    g = group
+    out = g.inv(g.toplevel, "toplevel.init", "--no-venv").stdout.rstrip().splitlines()
+    assert f"direnv allow {g.toplevel}" in out[-1] and "blocked" in out[-1]
+    blocked = subprocess.run(["direnv", "exec", str(g.toplevel), "true"], capture_output=True, text=True)
+    assert blocked.returncode != 0 and "is blocked" in blocked.stderr
+    subprocess.run(out[-1].split("next: ", 1)[1].split("#")[0].split(), check=True, cwd=g.toplevel)   # as printed
+    assert subprocess.run(["direnv", "exec", str(g.toplevel), "true"], capture_output=True).returncode == 0
+    assert "direnv" not in g.inv(g.toplevel, "toplevel.init", "--no-venv").stdout     # nothing new to approve

@@ -129,6 +129,35 @@ def test_app_shows_rows_sessions_and_diff(busy_group):
     asyncio.run(scenario())
 
 
+def test_a_worktree_whose_venv_build_did_not_finish_is_marked_with_the_command_that_rebuilds_it(busy_group):
+    """A venv with a python but no completion stamp (a build interrupted by Ctrl-C, or one that failed)
+    is marked in its row; the pane names the command that builds it.  No venv at all (``--no-venv``)
+    is the user's choice: its row and pane stay plain."""
+    g = busy_group
+    venv_bin = g.path("dev", ".venv", "bin")
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "python").symlink_to("/usr/bin/python3")
+    snap = model.take_snapshot(top_of(g), FakeSessions([]))
+    assert [w.venv for w in snap.worktrees] == ["incomplete", "missing"]
+
+    async def scenario():
+        app = DashApp(top_of(g), sessions=FakeSessions([]), refresh_seconds=0.5, hold_requests=False,
+                      sandbox_load=False)
+        async with app.run_test(size=(180, 45)) as pilot:
+            table = app.query_one("#worktrees")
+            await wait_for(pilot, lambda: table.row_count == 2, what="two rows")
+            assert [row[0] for row in cell_texts(table)] == ["dev !venv", "feat"]
+            diff = app.query_one("#diff")
+            await wait_for(pilot, lambda: "feature.txt" in str(diff.render()), what="the diff of dev")
+            shown = str(diff.render())
+            assert "venv incomplete" in shown and f"inv venv.build --workdir {g.path('dev')}" in shown
+            await pilot.press("down")
+            await wait_for(pilot, lambda: "feat" in str(app.query_one("#diff-title").render()), what="feat's diff")
+            assert "venv" not in str(diff.render())
+
+    asyncio.run(scenario())
+
+
 def test_an_older_slower_diff_answer_never_overwrites_the_newer_one(busy_group, monkeypatch):
     """The stat diff asked for first answers only after ``f`` asked for the full one and it is shown:
     the pane keeps the full diff (a thread worker is not stopped by a newer request)."""
