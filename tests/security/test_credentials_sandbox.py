@@ -1,5 +1,5 @@
-"""The real ``claude`` CLI in a real sandbox reaches the fake Messages API through the proxy's credential
-route: the fake sees the real key, while a search from inside (every process's environment and arguments,
+"""The real ``claude`` CLI in a real sandbox reaches the fake Messages API (the real ``codex`` CLI, the fake
+Responses API) through the proxy's credential route: the fake sees the real key, while a search from inside (every process's environment and arguments,
 the config dir, $HOME, /tmp, the worktree) finds only the placeholder, and curl from inside with a forged
 Host, to another allowed host or straight to the API host gets no credential.  Rootless as the test user,
 and as root (rootful podman); codex rootless only.
