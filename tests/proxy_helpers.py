@@ -21,7 +21,8 @@ from conftest import eventually
 
 from chtop_tasks.proxy import control
 
-API_NAMES = ["api.anthropic.com", "api.moonshot.ai", "generativelanguage.googleapis.com"]   # not in the hosts file
+# not in the hosts file
+API_NAMES = ["api.anthropic.com", "api.moonshot.ai", "generativelanguage.googleapis.com", "api.openai.com"]
 NAMES = ["echo.example.test", "tls.example.test", "other.example.test", "pypi.example.test",
          "plain.example.test", "loop.example.test", "wt.example.test", "dead.example.test", "git.example.test",
          *API_NAMES]

@@ -29,8 +29,8 @@ REGISTRY_FILE = Path(__file__).with_name("agents.toml")
 USER_REGISTRY = "agents.toml"  # in ~/.config/chtop/
 KEYS = {"description", "command", "skip_permissions", "credentials", "tokens", "login_note",
         "config_env", "config_subdir", "login_files", "env", "install", "continue_args",
-        "api_base_env", "api_upstream", "api_auth", "credentials_inside", "no_route_note",
-        "oauth_token_url", "oauth_client_id"}
+        "api_base_env", "api_upstream", "api_auth", "credentials_inside", "api_base_args", "token_aliases",
+        "api_key_file", "oauth_token_url", "oauth_client_id"}
 OAUTH_TOKEN_URL_VAR = "CHTOP_OAUTH_TOKEN_URL"    # in the secrets file: another token endpoint (a gateway, a test)
 
 
@@ -53,17 +53,28 @@ class Agent:
     api_upstream: str = ""              # the API's URL when the secrets file does not name one there
     api_auth: dict[str, str] = field(default_factory=dict)    # token -> an AUTH_SCHEMES name
     credentials_inside: bool = False    # the opt-in: its secrets go into the sandbox, as they are
-    no_route_note: str = ""             # why it has no api_auth: said at launch with its token inside
+    api_base_args: tuple[str, ...] = ()     # on the route: put after the command, "{url}" the route's URL
+    token_aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)  # token -> more variables it goes in
+    api_key_file: str = ""              # on the route: this login file (of login_files) when it has none...
+    api_key_text: str = ""              # ...is written with this text, "{placeholder}" the placeholder
     oauth_token_url: str = ""           # where the proxy refreshes the group's held login (agents/login_store.py)
     oauth_client_id: str = ""           # the CLI's public OAuth client id, sent with a refresh
 
-    def argv(self, args: list[str], continue_: bool = False) -> list[str]:
-        """The command line: the CLI, its skip-permissions flag, its continue flag (``continue_``),
-        then ARGS as typed."""
+    def argv(self, args: list[str], continue_: bool = False, route: str | None = None) -> list[str]:
+        """The command line: the CLI, its base URL arguments (``route``, the route's URL, when it has
+        one), its skip-permissions flag, its continue flag (``continue_``), then ARGS as typed."""
         if continue_ and not self.continue_args:
             raise UsageError(f"agent {self.name!r} declares no continue flag (continue_args in its "
                              f"agents.toml entry)")
-        return [*self.command, *self.skip_permissions, *(self.continue_args if continue_ else ()), *args]
+        base = [arg.replace("{url}", route) for arg in self.api_base_args] if route else []
+        return [*self.command, *base, *self.skip_permissions, *(self.continue_args if continue_ else ()), *args]
+
+    @property
+    def key_file_path(self) -> str:
+        """``api_key_file`` relative to the agent config dir ("" when it has none)."""
+        if not self.api_key_file:
+            return ""
+        return f"{self.config_subdir}/{self.api_key_file}" if self.config_subdir else self.api_key_file
 
 
 def _strings(name: str, key: str, value, source: str) -> tuple[str, ...]:
@@ -103,6 +114,7 @@ def parse_entry(name: str, table: dict, source: str) -> Agent:
     if missing:
         raise PolicyError(f"{source}: [{name}] tokens not listed in credentials: {', '.join(sorted(missing))}")
     api = _api_keys(name, table, credentials, source)
+    api["token_aliases"] = _token_aliases(name, table.get("token_aliases", {}), tokens, source)
     subdir = table.get("config_subdir", "")
     if not isinstance(subdir, str) or subdir.startswith(("/", ".")) or "/" in subdir:
         raise PolicyError(f"{source}: [{name}] config_subdir must be a plain directory name")
@@ -128,6 +140,24 @@ def parse_entry(name: str, table: dict, source: str) -> Agent:
     )
 
 
+def _token_aliases(name: str, aliases, tokens: tuple[str, ...], source: str) -> dict[str, tuple[str, ...]]:
+    """``token_aliases``, checked: each of ``tokens`` -> the further variables its CLI reads it from."""
+    from ..sandbox.policy import STRUCTURAL_ENV
+
+    if not isinstance(aliases, dict):
+        raise PolicyError(f"{source}: [{name}] token_aliases must be a table of TOKEN = [\"VARIABLE\", ...]")
+    out = {}
+    for token, names in aliases.items():
+        if token not in tokens:
+            raise PolicyError(f"{source}: [{name}] token_aliases names {token}, which tokens does not list")
+        out[token] = _strings(name, f"token_aliases.{token}", names, source)
+        for var in out[token]:
+            if not ENV_NAME.match(var) or var in STRUCTURAL_ENV:
+                raise PolicyError(f"{source}: [{name}] token_aliases: {var!r} is not a variable the agent "
+                                  f"can be given (a name, not one the sandbox sets)")
+    return out
+
+
 def _api_keys(name: str, table: dict, credentials: tuple[str, ...], source: str) -> dict:
     """The credential route's keys of an entry, checked (see docs/credentials.md)."""
     base_env, upstream = table.get("api_base_env", ""), table.get("api_upstream", "")
@@ -150,17 +180,27 @@ def _api_keys(name: str, table: dict, credentials: tuple[str, ...], source: str)
                      and upstream.startswith(("https://", "http://"))):
         raise PolicyError(f"{source}: [{name}] api_auth needs api_base_env (a variable name) and "
                           f"api_upstream (an https:// URL)")
-    note = table.get("no_route_note", "")
-    if not isinstance(note, str):
-        raise PolicyError(f"{source}: [{name}] no_route_note must be a string")
+    base_args = _strings(name, "api_base_args", table.get("api_base_args", []), source)
+    if base_args and not any("{url}" in arg for arg in base_args):
+        raise PolicyError(f"{source}: [{name}] api_base_args must put {{url}} (the route's URL) in one of its "
+                          f"arguments, e.g. [\"--base-url\", \"{{url}}\"]")
+    key_file = table.get("api_key_file", {})
+    if not isinstance(key_file, dict) or (key_file and (
+            set(key_file) != {"name", "text"} or not all(isinstance(v, str) for v in key_file.values())
+            or key_file["name"] not in table.get("login_files", []) or "{placeholder}" not in key_file["text"])):
+        raise PolicyError(f"{source}: [{name}] api_key_file must be {{ name = \"FILE\", text = \"...\" }}: "
+                          f"one of its login_files, and a text with {{placeholder}} where the key goes")
+    if (base_args or key_file) and not auth:
+        raise PolicyError(f"{source}: [{name}] api_base_args and api_key_file are for a route: they need api_auth")
     token_url, client_id = table.get("oauth_token_url", ""), table.get("oauth_client_id", "")
     if token_url and not (isinstance(token_url, str) and token_url.startswith(("https://", "http://"))
                           and isinstance(client_id, str) and client_id and "bearer" in auth.values()):
         raise PolicyError(f"{source}: [{name}] oauth_token_url needs an https:// URL, oauth_client_id and a "
                           f"\"bearer\" token in api_auth")
     return {"api_base_env": base_env, "api_upstream": upstream, "api_auth": dict(auth),
-            "credentials_inside": inside, "no_route_note": note, "oauth_token_url": token_url,
-            "oauth_client_id": client_id}
+            "credentials_inside": inside, "api_base_args": base_args,
+            "api_key_file": key_file.get("name", ""), "api_key_text": key_file.get("text", ""),
+            "oauth_token_url": token_url, "oauth_client_id": client_id}
 
 
 def routed_token(agent: Agent, secrets: dict[str, str]) -> str | None:
@@ -216,27 +256,34 @@ def describe(registry: dict[str, Agent]) -> str:
 
 
 def agent_env(agent: Agent, secrets: dict[str, str], config_dir: Path,
-              source: Path, proxied: bool = True, login: Path | None = None) -> tuple[dict[str, str], list[str]]:
+              source: Path, proxied: bool = True, login: Path | None = None,
+              own_login: bool = False) -> tuple[dict[str, str], list[str]]:
     """The container env for ``agent`` (credentials it reads, its fixed env,
-    its config dir) and the notes to tell the user (which token is used).
+    its config dir) and the notes to tell the user (which token it uses).
 
     An agent with a credential route (and a sandbox behind the proxy, ``proxied``) gets the route as
     its base URL and ``PLACEHOLDER`` for its token: the proxy adds the real one on the way out.  With no
-    token in the secrets file, ``login`` (the group's held login, when there is one) is that token."""
+    token in the secrets file, ``login`` (the group's held login, when there is one) is that token.
+    ``own_login``: its ``api_key_file`` holds a login of its own (not chtop's placeholder): it is
+    used as it is, and none of the agent's tokens goes in."""
     from ..core.apiroute import PLACEHOLDER, route_url
 
     env = dict(agent.env)
-    routed = routed_token(agent, secrets) if proxied else None
-    by_login = routed is None and proxied and login is not None and login_token(agent) is not None
+    kept = own_login and bool(agent.api_key_file)
+    routed = routed_token(agent, secrets) if proxied and not kept else None
+    by_login = (routed is None and proxied and not kept and login is not None
+                and login_token(agent) is not None)
     if by_login:
         routed = login_token(agent)
-    held = {routed, *agent.api_auth, agent.api_base_env} if routed else set()
+    held = {routed, *agent.api_auth, agent.api_base_env} if routed else set(agent.tokens) if kept else set()
     for name in agent.credentials:
         if name in secrets and name not in held:
             env[name] = secrets[name]
     if routed:
         env[agent.api_base_env] = route_url(agent.name)
         env[routed] = PLACEHOLDER
+    for token, aliases in agent.token_aliases.items():
+        env.update({alias: env[token] for alias in aliases if token in env})
     if agent.config_env:
         env[agent.config_env] = str(config_dir / agent.config_subdir if agent.config_subdir else config_dir)
     notes = []
@@ -245,6 +292,10 @@ def agent_env(agent: Agent, secrets: dict[str, str], config_dir: Path,
         upstream = secrets.get(agent.api_base_env) or agent.api_upstream
         notes.append(f"{agent.name}: authenticating with the group's subscription login ({login}); it stays on "
                      f"the host, the proxy adds it for {upstream} and refreshes it")
+    elif used and kept:
+        notes.append(f"{agent.name}: {config_dir / agent.key_file_path} holds a login of its own, used as it "
+                     f"is; {used} from {source} is not passed (the credential route is for {used} alone: "
+                     f"remove that file to use it)")
     elif used and routed:
         upstream = secrets.get(agent.api_base_env) or agent.api_upstream
         notes.append(f"{agent.name}: authenticating with {used} from {source}; it stays on the host, "
@@ -252,7 +303,7 @@ def agent_env(agent: Agent, secrets: dict[str, str], config_dir: Path,
     elif used:
         inside = (" (credentials_inside = true)" if agent.credentials_inside
                   else " (--network open or host: no credential route)" if agent.api_auth and not proxied
-                  else f" (no credential route: {agent.no_route_note})" if agent.no_route_note else "")
+                  else "")
         notes.append(f"{agent.name}: authenticating with {used} from {source}"
                      + (f"; {used} is passed INTO the sandbox{inside}" if inside else ""))
     elif agent.tokens:
@@ -261,6 +312,18 @@ def agent_env(agent: Agent, secrets: dict[str, str], config_dir: Path,
     if passed:
         notes.append(f"{agent.name}: also passing {', '.join(passed)} from {source}")
     return env, notes
+
+
+def own_login(agent: Agent, config_dir: Path, login_dir: Path) -> bool:
+    """Whether the ``api_key_file`` the agent will find in ``config_dir`` (its own, or the group's copied
+    in from ``login_dir`` when newer) is a login of its own rather than chtop's placeholder."""
+    from ..core.apiroute import PLACEHOLDER
+    from ..sandbox.agent_config import login_in_effect
+
+    if not agent.api_key_file:
+        return False
+    data = login_in_effect(config_dir, login_dir, agent.key_file_path)
+    return data is not None and PLACEHOLDER.encode() not in data
 
 
 def check_installed(agent: Agent, search_path: str | None = None) -> None:
@@ -278,15 +341,19 @@ def agent_request(agent_name: str, args: list[str], cwd: Path, *, interactive: b
     ``dir``), its notes included (which token it uses).  ``continue_`` adds the agent's continue
     flag; ``extra_env`` adds variables for the agent; ``session``, a session's id, is its
     ``CHTOP_SESSION`` and has that session's hook state dir mounted."""
+    from ..core.apiroute import PLACEHOLDER, route_url
     from ..sandbox import LaunchRequest
 
     target = target_for(cwd, dir)
     agent = get_agent(agent_name, load_registry())
     check_installed(agent)
     source = secrets_path()
-    secrets = load_secrets(source)
+    secrets, proxied = load_secrets(source), network == "proxy"
     login = login_store_path(target.group_dir, agent.name) if holds_login(target.group_dir, agent.name) else None
-    env, notes = agent_env(agent, secrets, target.config_dir, source, proxied=network == "proxy", login=login)
+    kept = own_login(agent, target.config_dir, target.login_dir)
+    env, notes = agent_env(agent, secrets, target.config_dir, source, proxied=proxied, login=login, own_login=kept)
+    route = proxied and not kept and (routed_token(agent, secrets) is not None
+                                      or (login is not None and login_token(agent) is not None))
     env.update(extra_env or {})
     if session is not None:
         env["CHTOP_SESSION"] = session
@@ -295,20 +362,25 @@ def agent_request(agent_name: str, args: list[str], cwd: Path, *, interactive: b
     login_files = tuple(f"{subdirs[0]}/{f}" if subdirs else f for f in agent.login_files)
     # the proxy adds the credential: no login file is copied in; when the proxy holds the group's login, an
     # older copy is removed too (a copy refreshing apart would log the group out)
-    held_login = network == "proxy" and login is not None and login_token(agent) is not None
+    held_login = proxied and not kept and routed_token(agent, secrets) is None and login is not None \
+        and login_token(agent) is not None
     withheld = login_files if held_login else ()
-    if held_login or (network == "proxy" and routed_token(agent, secrets)):
+    if route:
         login_files = ()
+    key_files = (((agent.key_file_path, agent.api_key_text.replace("{placeholder}", PLACEHOLDER).encode()),)
+                 if route and agent.api_key_file else ())
     image_args = {}
     if image:
         from .image import ensure_image, image_trees, storage_warning
 
         image_args = {"image": ensure_image(), "image_trees": image_trees()}
         notes += [w for w in [storage_warning()] if w]
-    return LaunchRequest(target, agent.argv(args, continue_), interactive=interactive, extra_env=env,
+    return LaunchRequest(target, agent.argv(args, continue_, route_url(agent.name) if route else None),
+                         interactive=interactive, extra_env=env,
                          purpose=agent.name, network=network, allow_self_edit=allow_self_edit, cwd=cwd,
                          notes=tuple(notes), session=session, agent_subdirs=subdirs,
-                         login_files=login_files, withheld_login_files=withheld, **image_args)
+                         login_files=login_files, withheld_login_files=withheld, login_defaults=key_files,
+                         **image_args)
 
 
 def launch(agent_name: str, args: list[str], cwd: Path, *, dir: Path | None = None,  # noqa: A002

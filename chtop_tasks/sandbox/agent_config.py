@@ -31,7 +31,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.agentfile import read_bytes
+from ..core.agentfile import read_bytes, read_regular
 from ..core.atomic import write_atomic, write_atomic_at
 from ..core.places import HOOK_STATE_DIR_NAME, SESSION_ID, session_state_dir
 from ..core.term import warn
@@ -56,6 +56,7 @@ class AgentConfig:
     subdirs: tuple[str, ...] = ()  # config_subdir of the agent launched (made before it, owned like config/)
     login_files: tuple[str, ...] = ()   # its login files (registry ``login_files``), relative to config/
     withheld: tuple[str, ...] = ()      # login files removed from config/: the proxy holds the group's login
+    login_defaults: tuple[tuple[str, bytes], ...] = ()   # (file, contents) written where no login is left
 
     @property
     def config(self) -> Path:
@@ -78,11 +79,12 @@ class AgentConfig:
 
 
 def agent_config_for(target, session: str | None = None, subdirs: tuple[str, ...] = (),
-                     login_files: tuple[str, ...] = (), withheld: tuple[str, ...] = ()) -> AgentConfig:
+                     login_files: tuple[str, ...] = (), withheld: tuple[str, ...] = (),
+                     login_defaults: tuple[tuple[str, bytes], ...] = ()) -> AgentConfig:
     if session is not None and not SESSION_ID.match(session):
         raise ValueError(f"bad session id {session!r}")
     return AgentConfig(target.agent_home, target.login_dir, target.root, session, tuple(subdirs), tuple(login_files),
-                       tuple(withheld))
+                       tuple(withheld), tuple(login_defaults))
 
 
 def check_user_settings(target) -> None:
@@ -114,6 +116,7 @@ def prepare(cfg: AgentConfig, owner: tuple[int, int] | None = None) -> None:
         _mount_point(cfg.config / sub, is_dir=True, owner=owner)
     seed_login(cfg, owner)
     drop_withheld_login(cfg)
+    seed_login_defaults(cfg, owner)
     if new:
         seed_account(cfg, owner)
         seed_transcripts(cfg, owner)
@@ -193,6 +196,33 @@ def drop_withheld_login(cfg: AgentConfig) -> None:
             pass
         except OSError as exc:          # e.g. a dir the agent made there
             warn(f"could not remove {cfg.config / rel} ({exc.strerror}): it holds an old copy of the login")
+
+
+def login_in_effect(config: Path, login: Path, rel: str) -> bytes | None:
+    """The login file ``rel`` an agent will find in its config dir ``config`` after ``seed_login``: the
+    group's (in ``login``) when it is newer or the config dir has none, else the config dir's own; read
+    without following a link (None when neither is a regular file)."""
+    own, group = read_regular(config / rel, limit=MAX_LOGIN_BYTES), read_regular(login / rel, limit=MAX_LOGIN_BYTES)
+    if group is not None and (own is None or own[1].st_mtime < group[1].st_mtime):
+        return group[0]
+    return None if own is None else own[0]
+
+
+def seed_login_defaults(cfg: AgentConfig, owner: tuple[int, int] | None) -> None:
+    """``cfg.login_defaults`` written where the config dir holds no such file (a credential route's
+    placeholder login), through a descriptor of its dir opened without following links."""
+    for rel, data in cfg.login_defaults:
+        parent, _, name = rel.rpartition("/")
+        try:
+            fd = os.open(cfg.config / parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            warn(f"could not open {cfg.config / parent} ({exc.strerror}); the agent there starts without {rel}")
+            continue
+        try:
+            if _missing_or_older(fd, name, 0.0):
+                write_atomic_at(fd, name, data, mode=0o600, owner=owner)
+        except OSError as exc:          # e.g. a dir the agent made there
+            warn(f"could not write {cfg.config / rel} ({exc.strerror}); the agent there starts without it")
         finally:
             os.close(fd)
 

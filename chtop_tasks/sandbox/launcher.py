@@ -136,6 +136,7 @@ class LaunchRequest:
     agent_subdirs: tuple[str, ...] = ()   # the agent's config_subdir, made before the launch, owned like it
     login_files: tuple[str, ...] = ()     # in the config dir: copied from the group's login dir when newer
     withheld_login_files: tuple[str, ...] = ()   # in the config dir: removed (the proxy holds the login)
+    login_defaults: tuple[tuple[str, bytes], ...] = ()   # (file, contents) written there when it has none
     build_rw: tuple[Path, ...] = ()   # venv.build of this worktree only (venv/sandboxed.py)
     build_ro: tuple[Path, ...] = ()
     build_hosts: tuple[str, ...] | None = None   # venv.build: the build's own proxy socket, these index hosts
@@ -222,7 +223,9 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
                 cwd: Path | None = None, image: str | None = None,
                 image_trees: tuple[Path, ...] = (), session: str | None = None,
                 agent_subdirs: tuple[str, ...] = (), login_files: tuple[str, ...] = (),
-                withheld_login_files: tuple[str, ...] = (), build_rw: tuple[Path, ...] = (), build_ro: tuple[Path, ...] = (),
+                withheld_login_files: tuple[str, ...] = (),
+                login_defaults: tuple[tuple[str, bytes], ...] = (),
+                build_rw: tuple[Path, ...] = (), build_ro: tuple[Path, ...] = (),
                 build_hosts: tuple[str, ...] | None = None, stores_walked: bool = False) -> LaunchPlan:
     """The full ``podman run`` for ``command`` in ``target``'s sandbox; reads only.
 
@@ -234,7 +237,8 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
     /usr, /etc) are not bound from the host.  ``session``: a session's id (its hook state dir is
     mounted); ``agent_subdirs``: the agent's config_subdir, made before it starts; ``login_files``:
     its login files, copied from the group's login dir (``withheld_login_files``: removed, the proxy
-    holds the login).  ``build_rw``/``build_ro`` (a venv build of a
+    holds the login; ``login_defaults``: (file, contents) written where the config dir has no such
+    file).  ``build_rw``/``build_ro`` (a venv build of a
     worktree only): its ``.venv`` and the build cache writable, the base interpreter readable;
     ``build_hosts``: the build's own proxy socket, with those index hosts allowed on it.
     ``stores_walked``: the caller has just walked the worktree's private stores for planted files
@@ -248,13 +252,13 @@ def plan_launch(target: Target, command: list[str], *, interactive: bool,
                         host_env=host_env, purpose=purpose, network=network, allow_self_edit=allow_self_edit,
                         cwd=cwd, image=image, image_trees=image_trees, session=session,
                         agent_subdirs=agent_subdirs, login_files=login_files,
-                        withheld_login_files=withheld_login_files, build_rw=build_rw,
-                        build_ro=build_ro, build_hosts=build_hosts, stores_walked=stores_walked)
+                        withheld_login_files=withheld_login_files, login_defaults=login_defaults,
+                        build_rw=build_rw, build_ro=build_ro, build_hosts=build_hosts, stores_walked=stores_walked)
 
 
 def _planned(target, command, git_config_read, *, interactive, extra_env, host_env, purpose, network,
              allow_self_edit, cwd, image, image_trees, session, agent_subdirs, login_files, withheld_login_files,
-             build_rw, build_ro, build_hosts, stores_walked) -> LaunchPlan:
+             login_defaults, build_rw, build_ro, build_hosts, stores_walked) -> LaunchPlan:
     """``plan_launch``'s work, the host's git config coming from ``git_config_read`` (``host_git_config_read``)."""
     if target.kind == "worktree":
         verify_git_dirs(target.workspace, walk=not stores_walked)
@@ -268,7 +272,7 @@ def _planned(target, command, git_config_read, *, interactive, extra_env, host_e
                         "sandbox/, ...) is WRITABLE by the agent, and you run it on the host with inv/nox. "
                         "Review every change before running it.")
 
-    agent = agent_config_for(target, session, agent_subdirs, login_files, withheld_login_files)
+    agent = agent_config_for(target, session, agent_subdirs, login_files, withheld_login_files, login_defaults)
     ctx = _mount_context(target, proxy_socket.parent if proxy_socket else None, allow_self_edit,
                          tuple(Path(p) for p in image_trees) if image else (), agent,
                          (tuple(build_rw), tuple(build_ro)) if target.kind == "worktree" else ((), ()))
@@ -655,6 +659,7 @@ def plan_request(request: LaunchRequest, stores_walked: bool = False) -> LaunchP
                        image_trees=request.image_trees, session=request.session,
                        agent_subdirs=request.agent_subdirs, login_files=request.login_files,
                        withheld_login_files=request.withheld_login_files,
+                       login_defaults=request.login_defaults,
                        build_rw=request.build_rw, build_ro=request.build_ro, build_hosts=request.build_hosts)
 
 

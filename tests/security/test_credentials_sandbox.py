@@ -1,8 +1,8 @@
-"""The real ``claude`` CLI in a real sandbox reaches the fake Messages API through the proxy's credential
-route: the fake sees the real key, while a search from inside (every process's environment and arguments,
+"""The real ``claude`` CLI in a real sandbox reaches the fake Messages API (the real ``codex`` CLI, the fake
+Responses API) through the proxy's credential route: the fake sees the real key, while a search from inside (every process's environment and arguments,
 the config dir, $HOME, /tmp, the worktree) finds only the placeholder, and curl from inside with a forged
 Host, to another allowed host or straight to the API host gets no credential.  Rootless as the test user,
-and as root (rootful podman).
+and as root (rootful podman); codex rootless only.
 """
 
 from __future__ import annotations
@@ -126,4 +126,70 @@ def test_as_root_claude_never_holds_the_key(remote_template, tmp_path):
             run_and_search(g, api, other, extra)
         finally:
             api.close()
+            other.close()
+
+
+# -- codex: its base URL on its command line, its key in CODEX_API_KEY and auth.json (both placeholders) --
+
+OPENAI_KEY = "sk-proj-real-openai-key-only-on-the-host-7c41a9"
+CODEX_SEARCH = (SEARCH.replace('-H "x-api-key: $ANTHROPIC_API_KEY"', '-H "Authorization: Bearer $CODEX_API_KEY"')
+                .replace("$ANTHROPIC_BASE_URL/v1/messages", "$OPENAI_BASE_URL/responses")
+                .replace("/chtop-api/claude/v1/messages", "/chtop-api/codex/responses")
+                .replace("https://@API@/v1/messages", "https://@API@/v1/responses"))
+
+
+def need_codex() -> None:
+    """Skipped without codex, in CI too: CI does not install it (the other tiers cover the route)."""
+    import shutil
+
+    if shutil.which("codex") is None:
+        pytest.skip("codex is not installed (npm install -g @openai/codex); CI does not install it")
+
+
+def test_codex_in_its_sandbox_never_holds_the_key(remote_template):
+    from fake_openai import FakeOpenAI, shell
+    from fake_openai import text as say
+
+    need_codex()
+    with user_group_cm(remote_template) as g:
+        owner = (g.user.pw_uid, g.user.pw_gid)
+        api, other, extra = prepare(g, owner)       # claude's fakes, hosts and allowlist: codex's below
+        api.close()
+        certs = g.base / "certs"                    # the fake API's certificate and the CA the file names
+        codex_api = FakeOpenAI([shell(CODEX_SEARCH.replace("@API@", API_HOST)
+                                      .replace("@OTHER@", f"{OTHER_HOST}:{other.port}")), say(ANSWER)],
+                               tls={"cert": certs / "server.pem", "key": certs / "server.key"})
+        secrets = Path(g.env["XDG_CONFIG_HOME"]) / "chtop" / "secrets.env"
+        secrets.write_text(f"OPENAI_API_KEY={OPENAI_KEY}\nOPENAI_BASE_URL=https://{API_HOST}:{codex_api.port}/v1\n"
+                           f"CHTOP_API_CA_FILE={certs / 'ca.pem'}\n")
+        try:
+            proc = g.inv("sbox.agent", "--agent", "codex", "--", "exec", "find the key", timeout=300,
+                         extra_env=extra)
+            print(proc.stderr[-3000:])
+            assert "stays on the host, the proxy adds it for https://fakeapi.test" in proc.stderr
+            assert OPENAI_KEY not in proc.stderr and OPENAI_KEY not in proc.stdout
+            assert ANSWER in proc.stdout, proc.stdout + proc.stderr[-3000:]
+            posts = [r for r in codex_api.requests if r["method"] == "POST"]
+            assert len(posts) >= 2 and all(r["path"] == "/v1/responses" for r in posts)
+            assert all(r["headers"].get("authorization") == f"Bearer {OPENAI_KEY}" for r in codex_api.requests)
+            tool_result = json.dumps(codex_api.conversations()[-1])
+            print("tool result seen by the fake:", tool_result[-600:])
+            assert "forged:400" in tool_result and "other:200" in tool_result
+            assert "direct:000" in tool_result or "direct:403" in tool_result
+            assert other.requests and all(r["headers"].get("authorization") == f"Bearer {PLACEHOLDER}"
+                                          for r in other.requests)
+            config = g.grouping / ".chtop" / "agents" / "dev" / "config"
+            dump = (config / "search-dump.txt").read_text(errors="replace")
+            assert OPENAI_KEY not in dump and OPENAI_KEY[-20:] not in dump
+            for line in (f"CODEX_API_KEY={PLACEHOLDER}", f"OPENAI_API_KEY={PLACEHOLDER}",
+                         "OPENAI_BASE_URL=http://127.0.0.1:3128/chtop-api/codex",
+                         "openai_base_url=http://127.0.0.1:3128/chtop-api/codex"):     # codex's own argv
+                assert line in dump, line
+            assert json.loads((config / "codex" / "auth.json").read_text()) == {"auth_mode": "apikey",
+                                                                                "OPENAI_API_KEY": PLACEHOLDER}
+            log = (g.grouping / ".chtop" / "net" / "proxy.log").read_text()
+            assert OPENAI_KEY not in log
+            assert OPENAI_KEY not in (g.grouping / ".chtop" / "net" / "requests.jsonl").read_text()
+        finally:
+            codex_api.close()
             other.close()

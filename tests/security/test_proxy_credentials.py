@@ -177,11 +177,13 @@ def test_the_mask_covers_a_key_split_across_reads():
     assert r.feed(b"data: {}\n\n") == b"data: {}\n\n"          # nothing held back at an event's end
 
 
-# -- the other agents: kimi (Moonshot, OpenAI-style Bearer) and gemini (Google, x-goog-api-key) ---------
+# -- the other agents: kimi (Moonshot, OpenAI-style Bearer), codex (OpenAI, Bearer) and gemini (Google,
+# x-goog-api-key) -------------------------------------------------------------------------------------
 
 KIMI_KEY = "sk-kimi-real-key-held-on-the-host-24680"
 GEMINI_KEY = "AIzaSy-real-gemini-key-held-on-the-host-13579"
-KEY_OF = {"kimi": KIMI_KEY, "gemini": GEMINI_KEY, "claude": TOKEN}
+OPENAI_KEY = "sk-proj-real-openai-key-held-on-the-host-11223"
+KEY_OF = {"kimi": KIMI_KEY, "gemini": GEMINI_KEY, "claude": TOKEN, "codex": OPENAI_KEY}
 
 
 @pytest.fixture
@@ -192,9 +194,10 @@ def others(proxy, api, certs):
                   f"GEMINI_API_KEY={GEMINI_KEY}\n"
                   f"GOOGLE_GEMINI_BASE_URL=https://generativelanguage.googleapis.com:{api.port}\n"
                   f"CLAUDE_CODE_OAUTH_TOKEN={TOKEN}\nANTHROPIC_BASE_URL=https://api.anthropic.com:{api.port}\n"
+                  f"OPENAI_API_KEY={OPENAI_KEY}\nOPENAI_BASE_URL=https://api.openai.com:{api.port}/v1\n"
                   f"CHTOP_API_CA_FILE={certs['ca']}\n")
     proxy.hosts_file.write_text(proxy.hosts_file.read_text() + "127.0.0.1 api.moonshot.ai "
-                                "generativelanguage.googleapis.com api.anthropic.com\n")
+                                "generativelanguage.googleapis.com api.anthropic.com api.openai.com\n")
     ep = proxy.start("dev")
     return proxy, ep.socket_path
 
@@ -216,6 +219,22 @@ def test_kimi_gets_its_key_as_a_bearer_under_moonshots_base_path(others, api):
     assert (rec["host"], rec["path"], rec["status"]) == ("api.moonshot.ai", "/v1/chat/completions", 200)
 
 
+def test_codex_gets_its_key_as_a_bearer_on_the_responses_api(others, api):
+    proxy, sock = others
+    status, head, body = post(sock, "/chtop-api/codex/responses", {"model": "m", "input": [], "stream": True},
+                              headers=FORGED)
+    assert status == 200, head + body
+    seen = api.requests[-1]
+    assert seen["path"] == "/v1/responses"
+    assert seen["headers"]["authorization"] == f"Bearer {OPENAI_KEY}"
+    assert "x-api-key" not in seen["headers"] and "x-goog-api-key" not in seen["headers"]
+    assert seen["headers"]["host"] == f"api.openai.com:{api.port}"
+    rec = proxy.wait_record(lambda r: r.get("decision") == "injected" and r.get("agent") == "codex")
+    assert (rec["host"], rec["path"], rec["status"]) == ("api.openai.com", "/v1/responses", 200)
+    logs = proxy.group / ".chtop" / "net"
+    assert all(OPENAI_KEY not in (logs / name).read_text() for name in ("requests.jsonl", "proxy.log"))
+
+
 def test_gemini_gets_its_key_as_x_goog_api_key_and_a_key_in_the_query_is_dropped(others, api):
     proxy, sock = others
     path = f"/chtop-api/gemini/v1beta/models/gemini-x:streamGenerateContent?alt=sse&key={PLACEHOLDER}"
@@ -234,7 +253,7 @@ def test_gemini_gets_its_key_as_x_goog_api_key_and_a_key_in_the_query_is_dropped
         assert GEMINI_KEY not in text and KIMI_KEY not in text
 
 
-@pytest.mark.parametrize("agent", ["kimi", "gemini", "claude"])
+@pytest.mark.parametrize("agent", ["kimi", "gemini", "claude", "codex"])
 def test_an_upstream_that_quotes_the_bare_key_sends_back_only_a_mask(others, api, agent):
     """A Bearer token is masked on its own, not only with its ``Bearer `` prefix."""
     proxy, sock = others

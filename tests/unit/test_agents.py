@@ -114,7 +114,19 @@ def test_user_registry_overrides_and_unknown_agent_is_usage_error(home, tmp_path
         # a header the proxy would not drop when a sandbox sends it: refused, its schemes named
         ('[x]\ncommand = ["x"]\ncredentials = ["K"]\napi_auth = { K = "x-custom-key" }\n',
          "use one of bearer, x-api-key, x-goog-api-key"),
-        ('[x]\ncommand = ["x"]\nno_route_note = 1\n', "no_route_note must be a string"),
+        ('[x]\ncommand = ["x"]\ncredentials = ["K"]\napi_base_env = "B"\napi_upstream = "https://a"\n'
+         'api_auth = { K = "bearer" }\napi_base_args = ["--base-url"]\n', "put {url}"),
+        ('[x]\ncommand = ["x"]\napi_base_args = ["--url={url}"]\n', "they need api_auth"),
+        ('[x]\ncommand = ["x"]\ncredentials = ["K"]\napi_base_env = "B"\napi_upstream = "https://a"\n'
+         'api_auth = { K = "bearer" }\napi_key_file = { name = "auth.json", text = "{placeholder}" }\n',
+         "one of its login_files"),
+        ('[x]\ncommand = ["x"]\ncredentials = ["K"]\napi_base_env = "B"\napi_upstream = "https://a"\n'
+         'api_auth = { K = "bearer" }\nlogin_files = ["a"]\napi_key_file = { name = "a", text = "key" }\n',
+         "with {placeholder} where the key goes"),
+        ('[x]\ncommand = ["x"]\ncredentials = ["K"]\ntokens = ["K"]\ntoken_aliases = { K = ["HTTP_PROXY"] }\n',
+         "not a variable the agent can be given"),
+        ('[x]\ncommand = ["x"]\ncredentials = ["K"]\ntoken_aliases = { K = ["A"] }\n', "which tokens does not list"),
+        ('[x]\ncommand = ["x"]\nno_route_note = "gone"\n', "unknown key"),
         ('[x]\ncommand = ["x"]\ncredentials_inside = "yes"\n', "true or false"),
         ('[x]\ncommand = ["x"]\noauth_token_url = "https://t.example/token"\n', "oauth_token_url needs"),
     ],
@@ -181,6 +193,7 @@ ROUTED = {  # agent -> (its secrets, the token the proxy adds, its base URL vari
              "https://api.moonshot.ai/v1"),
     "gemini": ({"GEMINI_API_KEY": "AIza-real", "GOOGLE_GEMINI_BASE_URL": "https://gw.example/gemini"},
                "GEMINI_API_KEY", "GOOGLE_GEMINI_BASE_URL", "https://gw.example/gemini"),
+    "codex": ({"OPENAI_API_KEY": "sk-proj-real"}, "OPENAI_API_KEY", "OPENAI_BASE_URL", "https://api.openai.com/v1"),
 }
 
 
@@ -197,19 +210,103 @@ def test_each_routed_agent_gets_the_route_and_the_placeholder_never_its_key(home
     assert env[token] == secrets[token] and "no credential route" in notes[0]
 
 
-def test_gemini_with_credentials_inside_and_codex_without_a_route_say_their_key_goes_in(home, tmp_path):
+def test_gemini_and_codex_with_credentials_inside_say_their_key_goes_in(home, tmp_path):
     path = places.user_config_dir(home) / "agents.toml"
     path.parent.mkdir(parents=True)
     shipped = agents.REGISTRY_FILE.read_text()
-    path.write_text(shipped[shipped.index("[gemini]"):] + "credentials_inside = true\n")
+    path.write_text(shipped[shipped.index("[codex]"):].replace("\n[gemini]", "credentials_inside = true\n[gemini]")
+                    + "credentials_inside = true\n")
     registry = agents.load_registry(home=home)
     env, notes = agents.agent_env(registry["gemini"], {"GEMINI_API_KEY": "AIza-real"}, tmp_path, Path("s.env"))
     assert env["GEMINI_API_KEY"] == "AIza-real" and "GOOGLE_GEMINI_BASE_URL" not in env
     assert "GEMINI_API_KEY is passed INTO the sandbox (credentials_inside = true)" in notes[0]
+    # codex exec reads CODEX_API_KEY, not OPENAI_API_KEY: the key goes in under both names
     env, notes = agents.agent_env(registry["codex"], {"OPENAI_API_KEY": "sk-real"}, tmp_path, Path("s.env"))
-    assert env["OPENAI_API_KEY"] == "sk-real" and "OPENAI_BASE_URL" not in env
-    assert ("OPENAI_API_KEY is passed INTO the sandbox (no credential route: codex takes no API base URL "
-            "from the environment") in notes[0]
+    assert env["OPENAI_API_KEY"] == env["CODEX_API_KEY"] == "sk-real" and "OPENAI_BASE_URL" not in env
+    assert "OPENAI_API_KEY is passed INTO the sandbox (credentials_inside = true)" in notes[0]
+    assert registry["codex"].argv(["exec", "hi"]) == ["codex", "--dangerously-bypass-approvals-and-sandbox",
+                                                      "exec", "hi"]
+
+
+def codex_request(home, tmp_path, monkeypatch, secrets_text: str, args=("exec", "hi"), **kwargs):
+    """``sbox.agent --agent codex -- ARGS`` as planned for a --dir target (a stand-in codex on PATH)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "codex").write_text("#!/bin/sh\n")
+    (bin_dir / "codex").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    write_secrets(home, secrets_text)
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    return agents.agent_request("codex", list(args), work, interactive=False, dir=work, **kwargs)
+
+
+def test_codex_gets_the_route_on_its_command_line_and_a_placeholder_login(home, tmp_path, monkeypatch):
+    request = codex_request(home, tmp_path, monkeypatch, "OPENAI_API_KEY=sk-proj-real-key\n")
+    route = "http://127.0.0.1:3128/chtop-api/codex"
+    # -c is codex's global option: before the subcommand, so exec, resume and the TUI all take it
+    assert request.command == ["codex", "-c", f"openai_base_url={route}",
+                               "--dangerously-bypass-approvals-and-sandbox", "exec", "hi"]
+    env = request.extra_env
+    assert env["CODEX_API_KEY"] == env["OPENAI_API_KEY"] == PLACEHOLDER and env["OPENAI_BASE_URL"] == route
+    assert "sk-proj-real-key" not in repr(request)
+    assert request.login_defaults == (("codex/auth.json",
+                                       f'{{"auth_mode": "apikey", "OPENAI_API_KEY": "{PLACEHOLDER}"}}'.encode()),)
+    assert any("stays on the host, the proxy adds it for https://api.openai.com/v1" in n for n in request.notes)
+    request = codex_request(home, tmp_path, monkeypatch, "OPENAI_API_KEY=sk-proj-real-key\n", args=(),
+                            continue_=True)
+    assert request.command[1:3] == ["-c", f"openai_base_url={route}"] and request.command[-2:] == ["resume", "--last"]
+    # --network open: no route, no -c, no placeholder file; the key goes in, under both names
+    request = codex_request(home, tmp_path, monkeypatch, "OPENAI_API_KEY=sk-proj-real-key\n", network="open")
+    assert request.command == ["codex", "--dangerously-bypass-approvals-and-sandbox", "exec", "hi"]
+    assert request.extra_env["CODEX_API_KEY"] == "sk-proj-real-key" and request.login_defaults == ()
+
+
+def test_a_chatgpt_login_of_the_worktrees_own_is_kept_and_no_key_goes_in(home, tmp_path, monkeypatch):
+    request = codex_request(home, tmp_path, monkeypatch, "OPENAI_API_KEY=sk-proj-real-key\n")
+    auth = Path(request.extra_env["CODEX_HOME"]) / "auth.json"
+    auth.parent.mkdir(parents=True)
+    auth.write_text(f'{{"auth_mode": "apikey", "OPENAI_API_KEY": "{PLACEHOLDER}"}}')   # chtop's own: routed
+    assert "-c" in codex_request(home, tmp_path, monkeypatch, "OPENAI_API_KEY=sk-proj-real-key\n").command
+    auth.write_text('{"OPENAI_API_KEY": null, "tokens": {"access_token": "chatgpt"}}')
+    request = codex_request(home, tmp_path, monkeypatch, "OPENAI_API_KEY=sk-proj-real-key\n")
+    assert "-c" not in request.command and request.login_defaults == ()
+    assert not {"OPENAI_API_KEY", "CODEX_API_KEY", "OPENAI_BASE_URL"} & set(request.extra_env)
+    assert any(f"{auth} holds a login of its own, used as it is; OPENAI_API_KEY" in n for n in request.notes)
+    # a link planted there is no login: never followed, and the route is used
+    auth.unlink()
+    auth.symlink_to(tmp_path / "elsewhere.json")
+    (tmp_path / "elsewhere.json").write_text('{"tokens": {}}')
+    assert "-c" in codex_request(home, tmp_path, monkeypatch, "OPENAI_API_KEY=sk-proj-real-key\n").command
+
+
+def test_the_placeholder_login_is_written_only_where_none_is_never_through_a_link(tmp_path):
+    from chtop_tasks.sandbox import agent_config as ac
+
+    cfg = agent_config(tmp_path)
+    cfg = ac.AgentConfig(cfg.home, cfg.login, cfg.root, None, cfg.subdirs, cfg.login_files,
+                         login_defaults=(("codex/auth.json", b"placeholder login"),))
+    ac.prepare(cfg)
+    assert (cfg.config / "codex" / "auth.json").read_bytes() == b"placeholder login"
+    assert (cfg.config / "codex" / "auth.json").stat().st_mode & 0o777 == 0o600
+    (cfg.config / "codex" / "auth.json").write_text("codex login inside")
+    ac.prepare(cfg)
+    assert (cfg.config / "codex" / "auth.json").read_text() == "codex login inside"
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (cfg.config / "codex" / "auth.json").unlink()
+    (cfg.config / "codex" / "auth.json").symlink_to(victim)
+    ac.prepare(cfg)
+    assert victim.read_text() == "precious\n"
+    assert not (cfg.config / "codex" / "auth.json").is_symlink()
+    assert (cfg.config / "codex" / "auth.json").read_bytes() == b"placeholder login"
+    # the group's login, copied in when newer, is the one in effect
+    (cfg.login / "codex").mkdir()
+    (cfg.login / "codex" / "auth.json").write_text("group login")
+    os.utime(cfg.login / "codex" / "auth.json", (4e9, 4e9))
+    assert ac.login_in_effect(cfg.config, cfg.login, "codex/auth.json") == b"group login"
+    ac.prepare(cfg)
+    assert (cfg.config / "codex" / "auth.json").read_text() == "group login"
 
 
 def test_missing_cli_says_how_to_install(home):
