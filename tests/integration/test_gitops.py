@@ -477,3 +477,38 @@ def test_a_rebase_conflict_finished_by_hand_as_told_is_imported_without_a_warnin
     dropped = g.inv(dev, "git.status")
     assert "rewritten inside" in dropped.stderr
     assert old in git(g.toplevel / "alpha", "for-each-ref", "--format=%(objectname)", "refs/chtop/kept")
+
+
+def test_what_lands_is_read_against_every_merge_base_or_the_branch_itself_without_one(tmp_path):
+    """A criss-cross history (two merge bases): the changes seen are those since each base; an
+    unrelated history (none): those against the integration branch itself."""
+    from chtop_tasks.gitloop.landing import changes_since_fork
+
+    repo = tmp_path / "repo"
+    git(tmp_path, "init", "-q", "-b", "main", str(repo))
+
+    def commit(name: str) -> None:
+        (repo / name).write_text(f"{name}\n")
+        git(repo, "add", name)
+        git(repo, "commit", "-q", "-m", name)
+
+    commit("base.txt")
+    git(repo, "branch", "feature")
+    commit("main-1.txt")
+    git(repo, "checkout", "-q", "feature")
+    commit("feature-1.txt")
+    git(repo, "merge", "-q", "--no-edit", "main")
+    git(repo, "checkout", "-q", "main")
+    git(repo, "merge", "-q", "--no-edit", "feature~1")
+    commit("main-2.txt")
+    git(repo, "checkout", "-q", "feature")
+    commit("feature-2.txt")
+    assert len(git(repo, "merge-base", "--all", "main", "feature").split()) == 2
+    paths = {change.path for change in changes_since_fork(repo, "main", "feature")}
+    assert paths == {"main-1.txt", "feature-1.txt", "feature-2.txt"}, paths
+    git(repo, "checkout", "-q", "--orphan", "unrelated")
+    git(repo, "rm", "-q", "-rf", ".")
+    commit("alone.txt")
+    changes = {change.path: change.new_mode for change in changes_since_fork(repo, "main", "unrelated")}
+    assert changes == {"alone.txt": "100644", "base.txt": "000000", "main-1.txt": "000000",
+                       "feature-1.txt": "000000", "main-2.txt": "000000"}, changes
