@@ -21,6 +21,12 @@ def passed_on() -> list[str]:
     return ["--", *remainder_args()] if remainder_args() else []
 
 
+def named_place(name: str, host: str, task: str):
+    """The place ``--name``/``--host`` name (``hosts.where``), or None when neither was given: the
+    task then acts where it runs, and the hosts' records are not read."""
+    return where.named_place(name, host, task) if name or host else None
+
+
 def here_or_named(place):
     """The workspace a task acts on: worktree --name here, else the one around the current dir."""
     return where.workspace_of(place) if place else layout.find_workspace()
@@ -30,7 +36,7 @@ def here_or_named(place):
 @reports_errors
 def status(c, name="", host=""):
     """git status in every repo, then how each branch relates to integration (-- ARGS pass through)."""
-    place = where.named_place(name, host, "git.status")
+    place = named_place(name, host, "git.status")
     if place and place.remote:
         return fleet.task_there(place.host.name, "git.status", *passed_on(), worktree=name)
     ws = here_or_named(place)
@@ -48,7 +54,7 @@ def status(c, name="", host=""):
 @reports_errors
 def diff(c, integration=False, host="", name=""):
     """git diff in every repo (-- ARGS pass through, e.g. -- --stat)."""
-    place = where.named_place(name, host, "git.diff")
+    place = named_place(name, host, "git.diff")
     if place and place.remote:
         return fleet.task_there(place.host.name, "git.diff", *(["--integration"] if integration else []),
                                 *passed_on(), worktree=name)
@@ -70,7 +76,7 @@ def sandbox_names(ws) -> list[str]:
 @reports_errors
 def rebase_down(c, dry_run=False, host="", name=""):
     """In a worktree (or --name): rebase each repo's feature branch onto its integration branch."""
-    place = where.named_place(name, host, "git.rebase-down")
+    place = named_place(name, host, "git.rebase-down")
     if place and place.remote:
         return fleet.task_there(place.host.name, "git.rebase-down", *(["--dry-run"] if dry_run else []),
                                 *passed_on(), worktree=name)
@@ -101,7 +107,7 @@ def rebase_down(c, dry_run=False, host="", name=""):
 @reports_errors
 def merge_up(c, dry_run=False, no_ff=False, expect=None, host="", name="", allow_self_edit=False):
     """In a worktree (or --name): fast-forward each integration branch to this feature (in the toplevel)."""
-    place = where.named_place(name, host, "git.merge-up")
+    place = named_place(name, host, "git.merge-up")
     if place and place.remote:
         return host_merge.merge_up_there(layout.find_workspace(), place.host.name, name, no_ff=no_ff,
                                          dry_run=dry_run, expect=expect, allow_self_edit=allow_self_edit)
