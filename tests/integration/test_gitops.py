@@ -512,3 +512,17 @@ def test_what_lands_is_read_against_every_merge_base_or_the_branch_itself_withou
     changes = {change.path: change.new_mode for change in changes_since_fork(repo, "main", "unrelated")}
     assert changes == {"alone.txt": "100644", "base.txt": "000000", "main-1.txt": "000000",
                        "feature-1.txt": "000000", "main-2.txt": "000000"}, changes
+
+
+def test_status_counts_with_git_where_the_integration_branchs_name_is_also_a_tag(with_dev):
+    """A worktree at its integration tip is up to date without asking git; but where a tag (or
+    another ref) has the integration branch's name, git reads that name as the tag, and status says
+    what git says."""
+    g = with_dev
+    dev = g.path("dev")
+    assert "dev: all 3 repos up to date" in g.inv(dev, "git.status").stdout
+    g.commit(dev / "alpha", "tagged.txt", "x\n", "a commit only the tag keeps")
+    git(dev / "alpha", "tag", "main")
+    git(dev / "alpha", "reset", "-q", "--hard", "HEAD~1")      # the branch back at its integration tip
+    out = g.inv(dev, "git.status").stdout
+    assert "dev/alpha is 1 commit behind top/alpha (main branch)" in out, out
