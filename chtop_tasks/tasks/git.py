@@ -2,6 +2,7 @@
 
 from ..cli.taskdef import task
 from ..core.argv import remainder_args
+from ..core.fanout import answered_before_leaving, in_background
 from ..core.term import say
 from .common import lazy, reports_errors
 
@@ -81,8 +82,11 @@ def rebase_down(c, dry_run=False, host="", name=""):
         return fleet.task_there(place.host.name, "git.rebase-down", *(["--dry-run"] if dry_run else []),
                                 *passed_on(), worktree=name)
     ws = here_or_named(place)
-    code = gitops.rebase_down(ws, remainder_args(), dry_run=dry_run, running_sandboxes=sandbox_names)
-    moved = remotes.unpulled(ws)
+    # the toplevel's remote-tracking refs (read-only git there) are compared while the repos are checked
+    unpulled = in_background(remotes.unpulled, ws)
+    with answered_before_leaving(unpulled):
+        code = gitops.rebase_down(ws, remainder_args(), dry_run=dry_run, running_sandboxes=sandbox_names)
+    moved = unpulled()
     if moved:
         say("the remotes have moved since the last git.pull:\n  " + "\n  ".join(moved)
             + f"\nbring them in, then rebase onto them:  cd {ws.toplevel} && inv git.pull && "
