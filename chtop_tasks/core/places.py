@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import re
-from hashlib import sha256
 from pathlib import Path
 
 from .errors import ChtopError, Refused, UsageError
@@ -118,6 +117,8 @@ def group_id(group_dir: Path) -> str:
 
 
 def group_key(group_dir: Path) -> str:
+    from hashlib import sha256
+
     return sha256(str(Path(group_dir).resolve()).encode()).hexdigest()
 
 
@@ -156,6 +157,8 @@ def agent_home(group_dir: Path, key: str) -> Path:
 
 def dir_agent_key(root: Path) -> str:
     """The agent-config key of a --dir directory: its name (made safe) and 12 hex digits of its path."""
+    from hashlib import sha256
+
     name = UNSAFE_IN_NAME.sub("-", Path(root).name).lstrip(".-")[:40] or "dir"
     return f"{name}-{sha256(str(Path(root)).encode()).hexdigest()[:12]}"
 

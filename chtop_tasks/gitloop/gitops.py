@@ -21,6 +21,7 @@ from ..core.gitprobe import (
     WORKTREE_DIFF_DRIVERS_OFF,
     WORKTREE_SUBMODULES,
     ahead_behind,
+    ambiguous_short_name,
     dirty_paths,
     git_dir_as_data,
     head_branch,
@@ -143,8 +144,23 @@ def relation_of(ws: Workspace, checkout: Checkout) -> Relation:
     expected = integ if ws.is_toplevel else ws.name
     if ws.is_toplevel:
         return Relation(checkout, branch, integ, 0, 0, expected)
+    if at_integration_tip(ws, checkout, branch, integ):
+        return Relation(checkout, branch, integ, 0, 0, expected)
     ahead, behind = ahead_behind(checkout.path, integ)
     return Relation(checkout, branch, integ, ahead, behind, expected)
+
+
+def at_integration_tip(ws: Workspace, checkout: Checkout, branch: str | None, integ: str) -> bool:
+    """Whether the feature checkout's branch and its integration branch name one commit in its
+    private store (a worktree just made or rebased with no commits of its own), read as data: then
+    ``rev-list`` would count nothing either way.  Where ``integ`` could name another ref to git (a
+    tag of that name, ...), or a ref is not a plain sha, git is asked."""
+    if branch is None:
+        return False
+    store = store_of(ws, checkout)
+    tip = read_ref(store, f"refs/heads/{branch}")
+    return (tip is not None and SHA_RE.match(tip) is not None and read_ref(store, f"refs/heads/{integ}") == tip
+            and not ambiguous_short_name(checkout.path, integ))
 
 
 def relations(ws: Workspace) -> list[Relation]:
@@ -500,16 +516,8 @@ def relation_in_toplevel(ws: Workspace, checkout: Checkout, tips: dict[str, str]
 
 
 def relation_after_rebase(ws: Workspace, checkout: Checkout) -> Relation:
-    """``relation_of`` a feature checkout; where its branch is at its integration tip (as a
-    rebase-down with no commits of its own leaves it), read as data from its private store (no
-    sandbox runs during a rebase-down), no git is asked."""
-    integ = ws.integration_branch(checkout)
-    branch = head_branch(checkout.path)
-    if branch == ws.name:
-        store = store_of(ws, checkout)
-        tip = read_ref(store, f"refs/heads/{branch}")
-        if tip is not None and SHA_RE.match(tip) and read_ref(store, f"refs/heads/{integ}") == tip:
-            return Relation(checkout, branch, integ, 0, 0, ws.name)
+    """``relation_of`` a feature checkout after a rebase-down, which with no commits of its own
+    leaves its branch at its integration tip: read as data then (``at_integration_tip``)."""
     return relation_of(ws, checkout)
 
 

@@ -68,7 +68,12 @@ def merge_bases(repo_dir: Path, integration: str, tip: str) -> list[str]:
 def changes_since_fork(repo_dir: Path, integration: str, tip: str) -> list[Change]:
     """Every path ``tip``'s commits change since they left ``integration``, as git compares trees
     (no rename folding: a file moved away shows as its old path deleted); against each merge base,
-    or against ``integration`` itself where there is none."""
+    or against ``integration`` itself where there is none.  With one merge base (the usual case), one
+    git finds it and compares (``diff-tree --merge-base``, which refuses several bases or none)."""
+    one_base = git(repo_dir, ["diff-tree", "-r", "-z", "--no-renames", "--merge-base", integration, tip],
+                   input=b"", check=False)
+    if one_base.ok:
+        return parse_raw_diff(one_base.stdout)
     seen: dict[str, Change] = {}
     for base in merge_bases(repo_dir, integration, tip) or [integration]:
         out = git(repo_dir, ["diff-tree", "-r", "-z", "--no-renames", base, tip], input=b"").stdout

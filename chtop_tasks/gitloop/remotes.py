@@ -50,13 +50,27 @@ def config_value(repo_dir: Path, key: str) -> str | None:
     return got.stdout.strip() or None if got.ok else None
 
 
+def config_values(repo_dir: Path) -> dict[str, str]:
+    """Every key of the repo's git config (all the files ``git config --get`` reads) -> its last
+    value, as ``--get`` answers it, from one git: keys as git prints them, section and variable
+    names lowercased, a branch's name as it is."""
+    got = git(repo_dir, ["config", "-z", "--list"], check=False, toplevel_only=True)
+    values = {}
+    for entry in got.stdout.split("\0") if got.ok else []:
+        key, _, value = entry.partition("\n")
+        if key:
+            values[key] = value.strip()
+    return values
+
+
 def upstream_of(repo_dir: Path, branch: str) -> Upstream | None:
     """The branch's configured upstream (``branch.B.remote``/``.merge``), else ``origin/B`` when the
     repo has a remote ``origin``; None without either."""
-    remote, merge = config_value(repo_dir, f"branch.{branch}.remote"), config_value(repo_dir, f"branch.{branch}.merge")
+    config = config_values(repo_dir)
+    remote, merge = config.get(f"branch.{branch}.remote"), config.get(f"branch.{branch}.merge")
     if remote and remote != "." and merge and merge.startswith("refs/heads/"):
         return Upstream(remote, merge[len("refs/heads/"):])
-    if config_value(repo_dir, "remote.origin.url"):
+    if config.get("remote.origin.url"):
         return Upstream("origin", branch)
     return None
 
@@ -79,26 +93,39 @@ def toplevel_repos(ws: Workspace) -> tuple[Workspace, list[Checkout]]:
 
 def unpulled(ws: Workspace) -> list[str]:
     """A line per integration branch whose remote-tracking ref (as last fetched: nothing is fetched
-    here) has commits the toplevel's branch lacks: ``inv git.pull`` would bring them in."""
+    here) has commits the toplevel's branch lacks: ``inv git.pull`` would bring them in.  Where the
+    refs alone do not answer, the repos are asked at once (read-only git, fanned out)."""
     from ..stores.quarantine import read_ref
 
     top = ws.for_root(ws.toplevel)
-    lines = []
+    asked = []
     for checkout in top.checkouts():
         branch = top.integration_branch(checkout)
         tip, tracked = read_ref(checkout.store, f"refs/heads/{branch}"), \
             read_ref(checkout.store, f"refs/remotes/origin/{branch}")
         if tip is None or tip == tracked or not (checkout.path / ".git").exists():
             continue                    # the common case answered from the refs alone
-        up = upstream_of(checkout.path, branch)
-        if up is None or not git(checkout.path, ["rev-parse", "--verify", "--quiet", up.tracking], check=False,
-                                 toplevel_only=True).ok:
-            continue
-        behind = ahead_behind(checkout.path, up.tracking, branch)[1]
-        if behind:
-            lines.append(f"{top.display(checkout.path)}: {up.label} has {plural(behind)} that {branch} here lacks "
-                         f"(as last fetched)")
-    return lines
+        asked.append((checkout, tracked))
+    return [line for line in fan_out(lambda pair: unpulled_line(top, *pair), asked) if line]
+
+
+def unpulled_line(top: Workspace, checkout: Checkout, tracked: str | None) -> str | None:
+    """``unpulled``'s line for one repo whose branch differs from ``origin/BRANCH`` (``tracked``: that
+    ref as read from its store), else None."""
+    from ..stores.quarantine import SHA_RE
+
+    branch = top.integration_branch(checkout)
+    up = upstream_of(checkout.path, branch)
+    if up is None:
+        return None
+    known = (up.tracking == f"refs/remotes/origin/{branch}" and tracked is not None and SHA_RE.match(tracked)) \
+        or git(checkout.path, ["rev-parse", "--verify", "--quiet", up.tracking], check=False, toplevel_only=True).ok
+    if not known:
+        return None
+    behind = ahead_behind(checkout.path, up.tracking, branch)[1]
+    if not behind:
+        return None
+    return f"{top.display(checkout.path)}: {up.label} has {plural(behind)} that {branch} here lacks (as last fetched)"
 
 
 # -- pull ---------------------------------------------------------------------------------------------

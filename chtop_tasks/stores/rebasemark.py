@@ -13,7 +13,6 @@ old tip is kept as any other rewrite's.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..core import agentfile, atomic
@@ -29,6 +28,8 @@ def marker_path(grouping: Path, worktree: str, repo: str) -> Path:
 
 def record_stopped(grouping: Path, worktree: str, repo: str, old: str | None, onto: str | None) -> None:
     """Remember that the rebase of ``worktree``'s branch in ``repo`` from ``old`` onto ``onto`` stopped."""
+    import json
+
     if not old or not onto:
         return
     path = marker_path(grouping, worktree, repo)
@@ -38,6 +39,8 @@ def record_stopped(grouping: Path, worktree: str, repo: str, old: str | None, on
 
 def stopped_rebase(grouping: Path, worktree: str, repo: str) -> tuple[str, str] | None:
     """(old tip, integration tip) of the recorded stopped rebase, or None."""
+    import json
+
     text = agentfile.read_text(marker_path(grouping, worktree, repo), limit=4096)
     try:
         data = json.loads(text) if text else None

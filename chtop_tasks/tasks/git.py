@@ -2,6 +2,7 @@
 
 from ..cli.taskdef import task
 from ..core.argv import remainder_args
+from ..core.fanout import answered_before_leaving, in_background
 from ..core.term import say
 from .common import lazy, reports_errors
 
@@ -21,6 +22,12 @@ def passed_on() -> list[str]:
     return ["--", *remainder_args()] if remainder_args() else []
 
 
+def named_place(name: str, host: str, task: str):
+    """The place ``--name``/``--host`` name (``hosts.where``), or None when neither was given: the
+    task then acts where it runs, and the hosts' records are not read."""
+    return where.named_place(name, host, task) if name or host else None
+
+
 def here_or_named(place):
     """The workspace a task acts on: worktree --name here, else the one around the current dir."""
     return where.workspace_of(place) if place else layout.find_workspace()
@@ -30,7 +37,7 @@ def here_or_named(place):
 @reports_errors
 def status(c, name="", host=""):
     """git status in every repo, then how each branch relates to integration (-- ARGS pass through)."""
-    place = where.named_place(name, host, "git.status")
+    place = named_place(name, host, "git.status")
     if place and place.remote:
         return fleet.task_there(place.host.name, "git.status", *passed_on(), worktree=name)
     ws = here_or_named(place)
@@ -48,7 +55,7 @@ def status(c, name="", host=""):
 @reports_errors
 def diff(c, integration=False, host="", name=""):
     """git diff in every repo (-- ARGS pass through, e.g. -- --stat)."""
-    place = where.named_place(name, host, "git.diff")
+    place = named_place(name, host, "git.diff")
     if place and place.remote:
         return fleet.task_there(place.host.name, "git.diff", *(["--integration"] if integration else []),
                                 *passed_on(), worktree=name)
@@ -70,13 +77,16 @@ def sandbox_names(ws) -> list[str]:
 @reports_errors
 def rebase_down(c, dry_run=False, host="", name=""):
     """In a worktree (or --name): rebase each repo's feature branch onto its integration branch."""
-    place = where.named_place(name, host, "git.rebase-down")
+    place = named_place(name, host, "git.rebase-down")
     if place and place.remote:
         return fleet.task_there(place.host.name, "git.rebase-down", *(["--dry-run"] if dry_run else []),
                                 *passed_on(), worktree=name)
     ws = here_or_named(place)
-    code = gitops.rebase_down(ws, remainder_args(), dry_run=dry_run, running_sandboxes=sandbox_names)
-    moved = remotes.unpulled(ws)
+    # the toplevel's remote-tracking refs (read-only git there) are compared while the repos are checked
+    unpulled = in_background(remotes.unpulled, ws)
+    with answered_before_leaving(unpulled):
+        code = gitops.rebase_down(ws, remainder_args(), dry_run=dry_run, running_sandboxes=sandbox_names)
+    moved = unpulled()
     if moved:
         say("the remotes have moved since the last git.pull:\n  " + "\n  ".join(moved)
             + f"\nbring them in, then rebase onto them:  cd {ws.toplevel} && inv git.pull && "
@@ -101,7 +111,7 @@ def rebase_down(c, dry_run=False, host="", name=""):
 @reports_errors
 def merge_up(c, dry_run=False, no_ff=False, expect=None, host="", name="", allow_self_edit=False):
     """In a worktree (or --name): fast-forward each integration branch to this feature (in the toplevel)."""
-    place = where.named_place(name, host, "git.merge-up")
+    place = named_place(name, host, "git.merge-up")
     if place and place.remote:
         return host_merge.merge_up_there(layout.find_workspace(), place.host.name, name, no_ff=no_ff,
                                          dry_run=dry_run, expect=expect, allow_self_edit=allow_self_edit)

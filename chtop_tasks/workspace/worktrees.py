@@ -19,6 +19,7 @@ from ..core.fanout import answered_before_leaving, fan_out, in_background
 from ..core.gitprobe import (
     LISTING_TIMEOUT,
     ahead_behind,
+    ambiguous_short_name,
     branch_exists,
     dirty_paths,
     head_branch,
@@ -481,12 +482,21 @@ def delete_problems(wt: Workspace, checkouts: list[Checkout] | None = None,
             found.append(f"{here}: {len(untracked)} untracked file(s): " + ", ".join(untracked[:5]))
         branch = head_branch(checkout.path)
         if branch:
-            base = branch_base(checkout)
-            ahead = ahead_behind(checkout.path, toplevel_tip(checkout, base), branch)[0]
+            tip = toplevel_tip(checkout, branch_base(checkout))
+            ahead = 0 if branch_is_at(wt, checkout, branch, tip) else ahead_behind(checkout.path, tip, branch)[0]
             if ahead:
                 found.append(f"{here}: {ahead} commit(s) on {branch} not merged up (run `inv git.merge-up` in {wt.root})")
         return found
     return [p for problems in fan_out(check, checkouts or wt.checkouts()) for p in problems]
+
+
+def branch_is_at(wt: Workspace, checkout: Checkout, branch: str, sha: str) -> bool:
+    """Whether ``branch`` in the worktree's private store is the commit ``sha``, read as data (a
+    branch merged up and not moved since), where git would read the name ``branch`` as that ref:
+    then none of its commits is missing from ``sha``, and no rev-list is asked."""
+    tip = read_ref(private_store(wt.grouping, wt.name, checkout.name), f"refs/heads/{branch}")
+    return (tip is not None and tip == sha and SHA_RE.match(sha) is not None
+            and not ambiguous_short_name(checkout.path, branch))
 
 
 def toplevel_tip(checkout: Checkout, branch: str) -> str:

@@ -167,3 +167,21 @@ def test_rebase_down_says_when_a_remote_has_moved_that_git_pull_has_not_brought_
     g.inv(g.path("dev"), "git.pull")
     again = g.inv(g.path("dev"), "git.rebase-down")
     assert "remotes have moved" not in again.stdout and "1 new commit(s) on main" in again.stdout, again.stdout
+
+
+def test_rebase_down_reads_each_branchs_configured_upstream_and_every_repo_is_asked(with_dev):
+    """A branch that tracks another remote than origin is compared with that remote's ref; two repos
+    whose branch moved past origin are both asked, and each says what its remote has."""
+    g = with_dev
+    colleague_pushes(g.base, g.remotes / "alpha.git", "main", "a.txt")
+    colleague_pushes(g.base, g.remotes / "beta.git", "kms", "b.txt")
+    alpha, beta = g.toplevel / "alpha", g.toplevel / "beta"
+    git(alpha, "remote", "add", "mirror", f"file://{g.remotes / 'alpha.git'}")
+    git(alpha, "fetch", "-q", "mirror")
+    git(alpha, "config", "branch.main.remote", "mirror")
+    git(beta, "fetch", "-q", "origin")
+    for repo in (alpha, beta):          # a commit of yours on each integration branch: it is no longer origin's
+        g.commit(repo, "mine.txt", "mine\n", "mine")
+    done = g.inv(g.path("dev"), "git.rebase-down")
+    assert "top/alpha: mirror/main has 1 commit that main here lacks (as last fetched)" in done.stdout, done.stdout
+    assert "top/beta: origin/kms has 1 commit that kms here lacks (as last fetched)" in done.stdout, done.stdout

@@ -497,3 +497,52 @@ def test_a_rebase_conflict_finished_by_hand_as_told_is_imported_without_a_warnin
     dropped = g.inv(dev, "git.status")
     assert "rewritten inside" in dropped.stderr
     assert old in git(g.toplevel / "alpha", "for-each-ref", "--format=%(objectname)", "refs/chtop/kept")
+
+
+def test_what_lands_is_read_against_every_merge_base_or_the_branch_itself_without_one(tmp_path):
+    """A criss-cross history (two merge bases): the changes seen are those since each base; an
+    unrelated history (none): those against the integration branch itself."""
+    from chtop_tasks.gitloop.landing import changes_since_fork
+
+    repo = tmp_path / "repo"
+    git(tmp_path, "init", "-q", "-b", "main", str(repo))
+
+    def commit(name: str) -> None:
+        (repo / name).write_text(f"{name}\n")
+        git(repo, "add", name)
+        git(repo, "commit", "-q", "-m", name)
+
+    commit("base.txt")
+    git(repo, "branch", "feature")
+    commit("main-1.txt")
+    git(repo, "checkout", "-q", "feature")
+    commit("feature-1.txt")
+    git(repo, "merge", "-q", "--no-edit", "main")
+    git(repo, "checkout", "-q", "main")
+    git(repo, "merge", "-q", "--no-edit", "feature~1")
+    commit("main-2.txt")
+    git(repo, "checkout", "-q", "feature")
+    commit("feature-2.txt")
+    assert len(git(repo, "merge-base", "--all", "main", "feature").split()) == 2
+    paths = {change.path for change in changes_since_fork(repo, "main", "feature")}
+    assert paths == {"main-1.txt", "feature-1.txt", "feature-2.txt"}, paths
+    git(repo, "checkout", "-q", "--orphan", "unrelated")
+    git(repo, "rm", "-q", "-rf", ".")
+    commit("alone.txt")
+    changes = {change.path: change.new_mode for change in changes_since_fork(repo, "main", "unrelated")}
+    assert changes == {"alone.txt": "100644", "base.txt": "000000", "main-1.txt": "000000",
+                       "feature-1.txt": "000000", "main-2.txt": "000000"}, changes
+
+
+def test_status_counts_with_git_where_the_integration_branchs_name_is_also_a_tag(with_dev):
+    """A worktree at its integration tip is up to date without asking git; but where a tag (or
+    another ref) has the integration branch's name, git reads that name as the tag, and status says
+    what git says."""
+    g = with_dev
+    dev = g.path("dev")
+    assert "dev: all 3 repos up to date" in g.inv(dev, "git.status").stdout
+    g.commit(dev / "alpha", "tagged.txt", "x\n", "a commit only the tag keeps")
+    git(dev / "alpha", "tag", "main")
+    git(dev / "alpha", "reset", "-q", "--hard", "HEAD~1")      # the branch back at its integration tip
+    out = g.inv(dev, "git.status").stdout
+    assert "dev/alpha is 1 commit behind top/alpha (main branch)" in out, out
