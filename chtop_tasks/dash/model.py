@@ -29,6 +29,7 @@ from ..core.gitprobe import (
     REVIEW_GIT_OPTS,
     WORKTREE_DIFF_DRIVERS_OFF,
     WORKTREE_SUBMODULES,
+    operation_in_progress,
 )
 from ..core.places import group_id
 from ..gitloop.landing import review_marks
@@ -126,13 +127,6 @@ def head_of(git_dir: Path) -> str | None:
     return head[len("ref: refs/heads/"):] if head.startswith("ref: refs/heads/") else None
 
 
-def in_progress(git_dir: Path) -> str | None:
-    for marker, name in (("rebase-merge", "rebase"), ("rebase-apply", "rebase"), ("MERGE_HEAD", "merge")):
-        if (git_dir / marker).exists():
-            return name
-    return None
-
-
 def _git(checkout_dir: Path, args: list[str], timeout: float = 60, env: dict | None = None) -> runner.Result:
     """Host git through the one guarded runner (an agent's nested repo or submodule config never runs)."""
     return gitrun.git(checkout_dir, args, check=False, timeout=timeout, env=env)
@@ -160,7 +154,7 @@ def probe_repo(ws: Workspace, checkout: Checkout) -> RepoState:
         return state
     try:
         gd = git_dir_of(checkout.path)
-        state.branch, state.busy = head_of(gd), in_progress(gd)
+        state.branch, state.busy = head_of(gd), operation_in_progress(checkout.path, gd)
     except (OSError, ChtopError) as exc:
         state.problem = f"unreadable .git: {exc}"
         return state

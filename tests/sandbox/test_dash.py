@@ -7,6 +7,7 @@ import json
 import socket
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from proxy_helpers import EchoServer, free_port, read_head
@@ -82,6 +83,19 @@ def test_snapshot_sees_a_rebase_in_progress_and_an_unexpected_branch(busy_group)
     dev, feat = snap.worktrees
     assert dev.repos[1].busy == "rebase" and "REBASE" in dev.repos[1].cell("dev")
     assert feat.repos[2].cell("feat").startswith("side ")
+
+
+def test_snapshot_sees_a_cherry_pick_halfway_and_shows_a_planted_marker_as_a_problem(busy_group):
+    g = busy_group
+    from conftest import git
+
+    beta_gd = Path(git(g.path("feat", "beta"), "rev-parse", "--absolute-git-dir").strip())
+    (beta_gd / "CHERRY_PICK_HEAD").write_text("0" * 40 + "\n")
+    alpha_gd = Path(git(g.path("dev", "alpha"), "rev-parse", "--absolute-git-dir").strip())
+    (alpha_gd / "rebase-merge").symlink_to(g.base / "nowhere")       # the agent's link, dangling
+    dev, feat = model.take_snapshot(top_of(g), FakeSessions([])).worktrees
+    assert feat.repos[2].busy == "cherry-pick"
+    assert dev.repos[1].problem.endswith("rebase-merge")               # shown as the agent's link, not followed
 
 
 def test_diff_preview_shows_the_committed_change(busy_group):
