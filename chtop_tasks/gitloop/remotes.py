@@ -13,6 +13,7 @@ branch only when named.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,20 +110,45 @@ def unpulled(ws: Workspace) -> list[str]:
     return [line for line in fan_out(lambda pair: unpulled_line(top, *pair), asked) if line]
 
 
+TRACK_FORMAT = "%(upstream)%00%(upstream:remotename)%00%(upstream:remoteref)%00%(upstream:track,nobracket)"
+
+
+def configured_track(repo_dir: Path, branch: str) -> tuple[Upstream, int] | None:
+    """The branch's configured upstream and how many commits it has that the branch lacks, told by one
+    ``for-each-ref`` (git reads the config and counts); (upstream, 0) when that ref is gone.  None where
+    git's answer is not the plain ``refs/remotes/REMOTE/BRANCH`` case: the caller asks the long way."""
+    got = git(repo_dir, ["for-each-ref", f"--format={TRACK_FORMAT}", f"refs/heads/{branch}"], check=False,
+              toplevel_only=True)
+    fields = got.stdout.rstrip("\n").split("\0") if got.ok and got.stdout.count("\n") == 1 else []
+    if len(fields) != 4:
+        return None
+    tracking, remote, merge, track = fields
+    if not (remote and remote != "." and merge.startswith("refs/heads/")):
+        return None
+    up = Upstream(remote, merge[len("refs/heads/"):])
+    if tracking != up.tracking:
+        return None
+    behind = re.search(r"\bbehind (\d+)", track)
+    return up, int(behind.group(1)) if behind else 0
+
+
 def unpulled_line(top: Workspace, checkout: Checkout, tracked: str | None) -> str | None:
     """``unpulled``'s line for one repo whose branch differs from ``origin/BRANCH`` (``tracked``: that
     ref as read from its store), else None."""
     from ..stores.quarantine import SHA_RE
 
     branch = top.integration_branch(checkout)
-    up = upstream_of(checkout.path, branch)
-    if up is None:
-        return None
-    known = (up.tracking == f"refs/remotes/origin/{branch}" and tracked is not None and SHA_RE.match(tracked)) \
-        or git(checkout.path, ["rev-parse", "--verify", "--quiet", up.tracking], check=False, toplevel_only=True).ok
-    if not known:
-        return None
-    behind = ahead_behind(checkout.path, up.tracking, branch)[1]
+    told = configured_track(checkout.path, branch)
+    if told is not None:
+        up, behind = told
+    else:
+        up = upstream_of(checkout.path, branch)
+        if up is None:
+            return None
+        known = (up.tracking == f"refs/remotes/origin/{branch}" and tracked is not None and SHA_RE.match(tracked)) \
+            or git(checkout.path, ["rev-parse", "--verify", "--quiet", up.tracking], check=False,
+                   toplevel_only=True).ok
+        behind = ahead_behind(checkout.path, up.tracking, branch)[1] if known else 0
     if not behind:
         return None
     return f"{top.display(checkout.path)}: {up.label} has {plural(behind)} that {branch} here lacks (as last fetched)"

@@ -185,3 +185,16 @@ def test_rebase_down_reads_each_branchs_configured_upstream_and_every_repo_is_as
     done = g.inv(g.path("dev"), "git.rebase-down")
     assert "top/alpha: mirror/main has 1 commit that main here lacks (as last fetched)" in done.stdout, done.stdout
     assert "top/beta: origin/kms has 1 commit that kms here lacks (as last fetched)" in done.stdout, done.stdout
+
+
+def test_rebase_down_compares_with_origin_where_a_branch_names_no_upstream(with_dev):
+    """A branch with no ``branch.B.remote``/``.merge`` (git's own answer is empty) is compared with
+    ``origin/B``, as a clone's branch would be."""
+    g = with_dev
+    colleague_pushes(g.base, g.remotes / "alpha.git", "main", "a.txt")
+    alpha = g.toplevel / "alpha"
+    git(alpha, "fetch", "-q", "origin")
+    git(alpha, "config", "--unset", "branch.main.remote")
+    git(alpha, "config", "--unset", "branch.main.merge")
+    done = g.inv(g.path("dev"), "git.rebase-down")
+    assert "top/alpha: origin/main has 1 commit that main here lacks (as last fetched)" in done.stdout, done.stdout
