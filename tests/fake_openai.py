@@ -1,4 +1,5 @@
-"""A scripted local fake of OpenAI's Responses API, for driving the real ``codex`` CLI in tests.
+"""A scripted local fake of OpenAI's Responses and Chat Completions APIs, for driving the real ``codex`` and
+``kimi`` CLIs in tests.
 
 Usage::
 
@@ -19,6 +20,11 @@ output in the next request).  The answer is a stream of server-sent events, the 
 WebSocket) answers 426, so codex goes on over HTTPS at once; any other request gets ``200 {}`` (GET
 ``.../models``: an empty list).  ``FakeOpenAI(script, tls=certs)`` serves HTTPS with ``certs``
 ({"cert", "key"}).
+
+Each ``POST .../chat/completions`` (kimi-cli, OpenAI-compatible) takes the next turn too, answered as a
+stream of ``chat.completion.chunk`` events ending in ``data: [DONE]``: a text turn is one ``content``
+delta, a shell turn one ``tool_calls`` delta calling the function ``FakeOpenAI(shell_tool=...)`` (kimi's
+``Shell``) with ``{"command": ...}``.  ``conversations()`` holds their ``messages`` lists.
 """
 
 from __future__ import annotations
@@ -75,13 +81,29 @@ def sse_events(turn: Turn, ident: str):
                                  "response": {**response, "status": "completed", "output": [item], "usage": usage}}
 
 
+def chat_chunks(turn: Turn, ident: str, model: str, shell_tool: str):
+    """The streamed chunks of one chat completion, in the order the API sends them."""
+    head = {"id": f"chatcmpl-{ident}", "object": "chat.completion.chunk", "created": 1700000000, "model": model}
+    if turn.kind == "shell":
+        call = {"index": 0, "id": f"call_{ident}", "type": "function",
+                "function": {"name": shell_tool, "arguments": json.dumps({"command": turn.value})}}
+        delta, finish = {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
+    else:
+        delta, finish = {"role": "assistant", "content": turn.value}, "stop"
+    yield {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+    yield {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}],
+           "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
+
+
 class FakeOpenAI:
     """The fake API server: ``FakeOpenAI(script)``, then ``.url``; ``.close()`` at the end."""
 
     DONE = "The fake API has no more turns."
 
-    def __init__(self, script: list[Turn] | None = None, host: str = "127.0.0.1", tls: dict | None = None):
+    def __init__(self, script: list[Turn] | None = None, host: str = "127.0.0.1", tls: dict | None = None,
+                 shell_tool: str = "Shell"):
         self.script = list(script or [])
+        self.shell_tool = shell_tool
         self.scheme = "https" if tls else "http"
         self.requests: list[dict] = []
         self.turns_served = 0
@@ -127,7 +149,8 @@ class FakeOpenAI:
             def do_POST(self):
                 body = self._body()
                 server._log(self.command, self.path, body, self.headers)
-                if not self.path.split("?")[0].endswith("/responses") or not isinstance(body, dict):
+                path = self.path.split("?")[0]
+                if not path.endswith(("/responses", "/chat/completions")) or not isinstance(body, dict):
                     return self._json({})
                 turn, ident = server._next_turn()
                 self.send_response(200)
@@ -135,8 +158,13 @@ class FakeOpenAI:
                 self.send_header("Cache-Control", "no-cache")
                 self.send_header("Connection", "close")
                 self.end_headers()
-                for event, data in sse_events(turn, ident):
-                    self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
+                if path.endswith("/responses"):
+                    events = [f"event: {event}\ndata: {json.dumps(data)}\n\n" for event, data in sse_events(turn, ident)]
+                else:
+                    chunks = chat_chunks(turn, ident, str(body.get("model", "")), server.shell_tool)
+                    events = [f"data: {json.dumps(data)}\n\n" for data in chunks] + ["data: [DONE]\n\n"]
+                for event in events:
+                    self.wfile.write(event.encode())
                     self.wfile.flush()
                 self.close_connection = True
 
@@ -166,10 +194,10 @@ class FakeOpenAI:
         return turn, f"{next(self._ids):06d}"
 
     def conversations(self) -> list[list]:
-        """The ``input`` of every POST .../responses, in order."""
+        """The ``input`` of every POST .../responses (the ``messages`` of a chat completion), in order."""
         with self._lock:
-            return [r["body"]["input"] for r in self.requests
-                    if isinstance(r["body"], dict) and "input" in r["body"]]
+            return [r["body"].get("input", r["body"].get("messages")) for r in self.requests
+                    if isinstance(r["body"], dict) and ("input" in r["body"] or "messages" in r["body"])]
 
     def close(self) -> None:
         self.httpd.shutdown()

@@ -30,7 +30,7 @@ USER_REGISTRY = "agents.toml"  # in ~/.config/chtop/
 KEYS = {"description", "command", "skip_permissions", "credentials", "tokens", "login_note",
         "config_env", "config_subdir", "login_files", "env", "install", "continue_args",
         "api_base_env", "api_upstream", "api_auth", "credentials_inside", "api_base_args", "token_aliases",
-        "api_key_file", "oauth_token_url", "oauth_client_id"}
+        "api_key_file", "route_files", "oauth_token_url", "oauth_client_id"}
 OAUTH_TOKEN_URL_VAR = "CHTOP_OAUTH_TOKEN_URL"    # in the secrets file: another token endpoint (a gateway, a test)
 
 
@@ -57,6 +57,8 @@ class Agent:
     token_aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)  # token -> more variables it goes in
     api_key_file: str = ""              # on the route: this login file (of login_files) when it has none...
     api_key_text: str = ""              # ...is written with this text, "{placeholder}" the placeholder
+    route_files: dict[str, str] = field(default_factory=dict)  # on the route: path in its config dir -> text,
+                                        # written when missing (its settings choosing the key), never a login
     oauth_token_url: str = ""           # where the proxy refreshes the group's held login (agents/login_store.py)
     oauth_client_id: str = ""           # the CLI's public OAuth client id, sent with a refresh
 
@@ -75,6 +77,16 @@ class Agent:
         if not self.api_key_file:
             return ""
         return f"{self.config_subdir}/{self.api_key_file}" if self.config_subdir else self.api_key_file
+
+    def route_defaults(self) -> tuple[tuple[str, bytes], ...]:
+        """On the route, (path relative to the agent config dir, contents) of the files written where
+        missing: ``api_key_file`` with the placeholder, and ``route_files``."""
+        from ..core.apiroute import PLACEHOLDER
+
+        sub = f"{self.config_subdir}/" if self.config_subdir else ""
+        key_file = (((self.key_file_path, self.api_key_text.replace("{placeholder}", PLACEHOLDER).encode()),)
+                    if self.api_key_file else ())
+        return key_file + tuple((sub + rel, text.encode()) for rel, text in self.route_files.items())
 
 
 def _strings(name: str, key: str, value, source: str) -> tuple[str, ...]:
@@ -190,8 +202,15 @@ def _api_keys(name: str, table: dict, credentials: tuple[str, ...], source: str)
             or key_file["name"] not in table.get("login_files", []) or "{placeholder}" not in key_file["text"])):
         raise PolicyError(f"{source}: [{name}] api_key_file must be {{ name = \"FILE\", text = \"...\" }}: "
                           f"one of its login_files, and a text with {{placeholder}} where the key goes")
-    if (base_args or key_file) and not auth:
-        raise PolicyError(f"{source}: [{name}] api_base_args and api_key_file are for a route: they need api_auth")
+    route_files = table.get("route_files", {})
+    if not isinstance(route_files, dict) or not all(
+            isinstance(v, str) and isinstance(k, str) and k and not k.startswith("/")
+            and all(part not in ("", ".", "..") for part in k.split("/")) for k, v in route_files.items()):
+        raise PolicyError(f"{source}: [{name}] route_files must be a table of \"PATH\" = \"TEXT\", each PATH a "
+                          f"relative path in its config dir (no . or .. parts)")
+    if (base_args or key_file or route_files) and not auth:
+        raise PolicyError(f"{source}: [{name}] api_base_args, api_key_file and route_files are for a route: "
+                          f"they need api_auth")
     token_url, client_id = table.get("oauth_token_url", ""), table.get("oauth_client_id", "")
     if token_url and not (isinstance(token_url, str) and token_url.startswith(("https://", "http://"))
                           and isinstance(client_id, str) and client_id and "bearer" in auth.values()):
@@ -200,6 +219,7 @@ def _api_keys(name: str, table: dict, credentials: tuple[str, ...], source: str)
     return {"api_base_env": base_env, "api_upstream": upstream, "api_auth": dict(auth),
             "credentials_inside": inside, "api_base_args": base_args,
             "api_key_file": key_file.get("name", ""), "api_key_text": key_file.get("text", ""),
+            "route_files": dict(route_files),
             "oauth_token_url": token_url, "oauth_client_id": client_id}
 
 
@@ -341,7 +361,7 @@ def agent_request(agent_name: str, args: list[str], cwd: Path, *, interactive: b
     ``dir``), its notes included (which token it uses).  ``continue_`` adds the agent's continue
     flag; ``extra_env`` adds variables for the agent; ``session``, a session's id, is its
     ``CHTOP_SESSION`` and has that session's hook state dir mounted."""
-    from ..core.apiroute import PLACEHOLDER, route_url
+    from ..core.apiroute import route_url
     from ..sandbox import LaunchRequest
 
     target = target_for(cwd, dir)
@@ -367,8 +387,7 @@ def agent_request(agent_name: str, args: list[str], cwd: Path, *, interactive: b
     withheld = login_files if held_login else ()
     if route:
         login_files = ()
-    key_files = (((agent.key_file_path, agent.api_key_text.replace("{placeholder}", PLACEHOLDER).encode()),)
-                 if route and agent.api_key_file else ())
+    key_files = agent.route_defaults() if route else ()
     image_args = {}
     if image:
         from .image import ensure_image, image_trees, storage_warning

@@ -210,11 +210,12 @@ def login_in_effect(config: Path, login: Path, rel: str) -> bytes | None:
 
 def seed_login_defaults(cfg: AgentConfig, owner: tuple[int, int] | None) -> None:
     """``cfg.login_defaults`` written where the config dir holds no such file (a credential route's
-    placeholder login), through a descriptor of its dir opened without following links."""
+    placeholder login, an agent's settings choosing the key), through a descriptor of its dir opened
+    without following links (a missing dir on the way is made, owned like the config dir)."""
     for rel, data in cfg.login_defaults:
         parent, _, name = rel.rpartition("/")
         try:
-            fd = os.open(cfg.config / parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = _open_dir_nofollow(cfg.config, parent, owner)
         except OSError as exc:
             warn(f"could not open {cfg.config / parent} ({exc.strerror}); the agent there starts without {rel}")
             continue
@@ -225,6 +226,25 @@ def seed_login_defaults(cfg: AgentConfig, owner: tuple[int, int] | None) -> None
             warn(f"could not write {cfg.config / rel} ({exc.strerror}); the agent there starts without it")
         finally:
             os.close(fd)
+
+
+def _open_dir_nofollow(top: Path, rel: str, owner: tuple[int, int] | None) -> int:
+    """A descriptor of ``top/rel``, each part opened without following a link (made 0700 when missing)."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(top, flags)
+    try:
+        for part in [p for p in rel.split("/") if p]:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o700, dir_fd=fd)
+                if owner is not None:
+                    os.chown(part, *owner, dir_fd=fd, follow_symlinks=False)
+            next_fd = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = next_fd
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _missing_or_older(dir_fd: int, name: str, than: float) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -127,6 +128,9 @@ def test_user_registry_overrides_and_unknown_agent_is_usage_error(home, tmp_path
          "not a variable the agent can be given"),
         ('[x]\ncommand = ["x"]\ncredentials = ["K"]\ntoken_aliases = { K = ["A"] }\n', "which tokens does not list"),
         ('[x]\ncommand = ["x"]\nno_route_note = "gone"\n', "unknown key"),
+        ('[x]\ncommand = ["x"]\ncredentials = ["K"]\napi_base_env = "B"\napi_upstream = "https://a"\n'
+         'api_auth = { K = "bearer" }\nroute_files = { "../up/settings.json" = "{}" }\n', "no . or .. parts"),
+        ('[x]\ncommand = ["x"]\nroute_files = { "s.json" = "{}" }\n', "they need api_auth"),
         ('[x]\ncommand = ["x"]\ncredentials_inside = "yes"\n', "true or false"),
         ('[x]\ncommand = ["x"]\noauth_token_url = "https://t.example/token"\n', "oauth_token_url needs"),
     ],
@@ -561,3 +565,33 @@ def test_the_registry_is_read_afresh_and_a_user_file_with_bad_toml_is_refused(ho
     (places.user_config_dir(home) / "agents.toml").write_text("[x\n")
     with pytest.raises(PolicyError, match="agents.toml"):
         agents.load_registry(home=home)
+
+
+def test_gemini_on_the_route_gets_settings_choosing_the_key_written_never_through_a_link(home, tmp_path, monkeypatch):
+    from chtop_tasks.sandbox import agent_config as ac
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "gemini").write_text("#!/bin/sh\n")
+    (bin_dir / "gemini").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    write_secrets(home, "GEMINI_API_KEY=AIza-real-key\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    settings = ("gemini/.gemini/settings.json", b'{"security": {"auth": {"selectedType": "gemini-api-key"}}}')
+    request = agents.agent_request("gemini", ["-p", "hi"], work, interactive=False, dir=work)
+    assert request.login_defaults == (settings,) and request.extra_env["GEMINI_CLI_TRUST_WORKSPACE"] == "true"
+    assert agents.agent_request("gemini", [], work, interactive=False, dir=work, network="open").login_defaults == ()
+    cfg = agent_config(tmp_path)
+    cfg = ac.AgentConfig(cfg.home, cfg.login, cfg.root, None, ("gemini",), login_defaults=(settings,))
+    ac.prepare(cfg)
+    assert (cfg.config / settings[0]).read_bytes() == settings[1]      # its .gemini dir made on the way
+    (cfg.config / settings[0]).write_text('{"security": {"auth": {"selectedType": "oauth-personal"}}}')
+    ac.prepare(cfg)
+    assert "oauth-personal" in (cfg.config / settings[0]).read_text()  # the user's own choice is kept
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.rmtree(cfg.config / "gemini" / ".gemini")
+    (cfg.config / "gemini" / ".gemini").symlink_to(elsewhere)
+    ac.prepare(cfg)
+    assert list(elsewhere.iterdir()) == []
