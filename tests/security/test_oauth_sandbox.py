@@ -132,6 +132,9 @@ def run_sessions(g, api: FakeAnthropic, login: dict, extra: dict, sessions: int)
     logs = (net / "requests.jsonl").read_text() + (net / "proxy.log").read_text()
     for token in (old["accessToken"], old["refreshToken"], fresh["accessToken"], fresh["refreshToken"]):
         assert token not in logs
+    print(f"the fake: {len(messages)} Messages requests, {api.unauthorized} answered 401 (expired), "
+          f"{len(answered)} with the refreshed token; token requests {[r['outcome'] for r in api.refreshes]}; "
+          f"the search from inside: {dump.count(PLACEHOLDER)} placeholders, 0 of the 4 tokens")
 
 
 def test_ten_sessions_through_one_login_survive_an_expiry(remote_template):
