@@ -48,11 +48,9 @@ issued so far, now; ``api.refreshes`` lists the token requests (``{"refresh_toke
 
 from __future__ import annotations
 
-import http.server
 import itertools
 import json
 import secrets
-import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -60,6 +58,7 @@ from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
 from conftest import eventually
+from fake_http import JsonHandler, RecordingServer
 
 MODEL = "claude-fake-1"
 
@@ -119,7 +118,7 @@ def _sse_events(blocks: list[dict], stop: str, ident: str, model: str):
     yield "message_stop", {"type": "message_stop"}
 
 
-class FakeAnthropic:
+class FakeAnthropic(RecordingServer):
     """The fake API server: ``FakeAnthropic(script)``, then ``.url``; ``.close()`` at the end."""
 
     DONE = "The fake API has no more turns."
@@ -136,7 +135,6 @@ class FakeAnthropic:
         self.token_lifetime = 3600
         self.token_delay = 0.0
         self.release = threading.Event()
-        self.scheme = "https" if tls else "http"
         self.requests: list[dict] = []
         self.turns_served = 0
         self.served_at: list[float] = []      # time.monotonic() as each script turn was answered
@@ -144,29 +142,7 @@ class FakeAnthropic:
         self._ids = itertools.count(1)
         server = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def _body(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                try:
-                    return json.loads(raw) if raw else None
-                except ValueError:
-                    return None
-
-            def _json(self, obj, status=200):
-                data = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
-
+        class Handler(JsonHandler):
             def do_HEAD(self):
                 server._log(self.command, self.path, None, self.headers)
                 self._json({})
@@ -248,24 +224,7 @@ class FakeAnthropic:
                     self.wfile.flush()
                 self.close_connection = True
 
-        self.httpd = http.server.ThreadingHTTPServer((host, 0), Handler)
-        self.httpd.daemon_threads = True
-        if tls:
-            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            ctx.load_cert_chain(tls["cert"], tls["key"])
-            self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
-        self.port = self.httpd.server_address[1]
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self._thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"{self.scheme}://127.0.0.1:{self.port}"
-
-    def _log(self, method: str, path: str, body, headers=None) -> None:
-        with self._lock:
-            self.requests.append({"method": method, "path": path, "body": body,
-                                  "headers": {k.lower(): v for k, v in (headers or {}).items()}})
+        self.serve(Handler, host, tls)
 
     def _answer(self, body: dict) -> tuple[list[dict], str, str]:
         ident = f"{next(self._ids):06d}"
@@ -344,5 +303,4 @@ class FakeAnthropic:
 
     def close(self) -> None:
         self.release.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().close()

@@ -21,11 +21,10 @@ HTTPS with ``certs`` ({"cert", "key"}).
 
 from __future__ import annotations
 
-import http.server
 import json
-import ssl
 import threading
 
+from fake_http import JsonHandler, RecordingServer
 from fake_openai import Turn, shell, text
 
 __all__ = ["FakeGemini", "shell", "text"]
@@ -47,41 +46,19 @@ def candidate_answer(turn: Turn, model: str) -> dict:
             "usageMetadata": USAGE, "modelVersion": model}
 
 
-class FakeGemini:
+class FakeGemini(RecordingServer):
     """The fake API server: ``FakeGemini(script)``, then ``.url``; ``.close()`` at the end."""
 
     DONE = "The fake API has no more turns."
 
     def __init__(self, script: list[Turn] | None = None, host: str = "127.0.0.1", tls: dict | None = None):
         self.script = list(script or [])
-        self.scheme = "https" if tls else "http"
         self.requests: list[dict] = []
         self.turns_served = 0
         self._lock = threading.Lock()
         server = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def _body(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                try:
-                    return json.loads(raw) if raw else None
-                except ValueError:
-                    return None
-
-            def _json(self, obj, status=200):
-                data = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JsonHandler):
             def do_GET(self):
                 server._log(self.command, self.path, None, self.headers)
                 self._json({"models": []} if self.path.split("?")[0].endswith("/models") else {})
@@ -106,24 +83,7 @@ class FakeGemini:
                 self.wfile.flush()
                 self.close_connection = True
 
-        self.httpd = http.server.ThreadingHTTPServer((host, 0), Handler)
-        self.httpd.daemon_threads = True
-        if tls:
-            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            ctx.load_cert_chain(tls["cert"], tls["key"])
-            self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
-        self.port = self.httpd.server_address[1]
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self._thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"{self.scheme}://127.0.0.1:{self.port}"
-
-    def _log(self, method: str, path: str, body, headers=None) -> None:
-        with self._lock:
-            self.requests.append({"method": method, "path": path, "body": body,
-                                  "headers": {k.lower(): v for k, v in (headers or {}).items()}})
+        self.serve(Handler, host, tls)
 
     def _next_turn(self) -> Turn:
         with self._lock:
@@ -137,6 +97,3 @@ class FakeGemini:
             return [r["body"]["contents"] for r in self.requests
                     if r["path"].split("?")[0].endswith(":streamGenerateContent") and isinstance(r["body"], dict)]
 
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()

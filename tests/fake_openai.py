@@ -29,12 +29,12 @@ delta, a shell turn one ``tool_calls`` delta calling the function ``FakeOpenAI(s
 
 from __future__ import annotations
 
-import http.server
 import itertools
 import json
-import ssl
 import threading
 from dataclasses import dataclass
+
+from fake_http import JsonHandler, RecordingServer
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def chat_chunks(turn: Turn, ident: str, model: str, shell_tool: str):
            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
 
 
-class FakeOpenAI:
+class FakeOpenAI(RecordingServer):
     """The fake API server: ``FakeOpenAI(script)``, then ``.url``; ``.close()`` at the end."""
 
     DONE = "The fake API has no more turns."
@@ -104,36 +104,13 @@ class FakeOpenAI:
                  shell_tool: str = "Shell"):
         self.script = list(script or [])
         self.shell_tool = shell_tool
-        self.scheme = "https" if tls else "http"
         self.requests: list[dict] = []
         self.turns_served = 0
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         server = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def _body(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                try:
-                    return json.loads(raw) if raw else None
-                except ValueError:
-                    return None
-
-            def _json(self, obj, status=200):
-                data = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
-
+        class Handler(JsonHandler):
             def do_HEAD(self):
                 server._log(self.command, self.path, None, self.headers)
                 self._json({})
@@ -168,24 +145,7 @@ class FakeOpenAI:
                     self.wfile.flush()
                 self.close_connection = True
 
-        self.httpd = http.server.ThreadingHTTPServer((host, 0), Handler)
-        self.httpd.daemon_threads = True
-        if tls:
-            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            ctx.load_cert_chain(tls["cert"], tls["key"])
-            self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
-        self.port = self.httpd.server_address[1]
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self._thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"{self.scheme}://127.0.0.1:{self.port}"
-
-    def _log(self, method: str, path: str, body, headers=None) -> None:
-        with self._lock:
-            self.requests.append({"method": method, "path": path, "body": body,
-                                  "headers": {k.lower(): v for k, v in (headers or {}).items()}})
+        self.serve(Handler, host, tls)
 
     def _next_turn(self) -> tuple[Turn, str]:
         with self._lock:
@@ -199,6 +159,3 @@ class FakeOpenAI:
             return [r["body"].get("input", r["body"].get("messages")) for r in self.requests
                     if isinstance(r["body"], dict) and ("input" in r["body"] or "messages" in r["body"])]
 
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
