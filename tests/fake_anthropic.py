@@ -54,24 +54,12 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from urllib.parse import parse_qs, urlsplit
 
 from conftest import eventually
-from fake_http import JsonHandler, RecordingServer
+from fake_http import JsonHandler, RecordingServer, Turn, text
 
 MODEL = "claude-fake-1"
-
-
-@dataclass(frozen=True)
-class Turn:
-    kind: str          # "text" or "bash"
-    value: str
-
-
-def text(value: str) -> Turn:
-    """A model turn that answers ``value`` and ends the turn."""
-    return Turn("text", value)
 
 
 def bash(command: str) -> Turn:

@@ -1,5 +1,5 @@
-"""What the fake model APIs (fake_anthropic, fake_openai, fake_gemini) share: a JSON request handler and
-a threaded server on a free port of 127.0.0.1 (HTTPS with test certs) that records every request."""
+"""What the fake model APIs (fake_anthropic, fake_openai, fake_gemini) share: scripted turns, a JSON request
+handler and a threaded server on a free port of 127.0.0.1 (HTTPS with test certs) that records every request."""
 
 from __future__ import annotations
 
@@ -7,6 +7,21 @@ import http.server
 import json
 import ssl
 import threading
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One scripted model turn: ``kind`` is "text" or the fake's tool ("bash", "shell"), ``value`` its text
+    or command."""
+
+    kind: str
+    value: str
+
+
+def text(value: str) -> Turn:
+    """A model turn that answers ``value`` and ends the turn."""
+    return Turn("text", value)
 
 
 class JsonHandler(http.server.BaseHTTPRequestHandler):

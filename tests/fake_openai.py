@@ -32,20 +32,8 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-from dataclasses import dataclass
 
-from fake_http import JsonHandler, RecordingServer
-
-
-@dataclass(frozen=True)
-class Turn:
-    kind: str          # "text" or "shell"
-    value: str
-
-
-def text(value: str) -> Turn:
-    """A model turn that answers ``value``."""
-    return Turn("text", value)
+from fake_http import JsonHandler, RecordingServer, Turn, text
 
 
 def shell(command: str) -> Turn:
