@@ -37,6 +37,7 @@ from .once import VERBOSE_ENV, verbose
 from .policy import STRUCTURAL_ENV, load_policy
 from .rootfs import claim_run_dir, ensure_skeleton, remove_run_dir, stale_run_dirs
 from .running import LABEL, container_name_prefix, ps_rows, slug
+from .visible import unseen_note
 
 NETWORKS = ("proxy", "host", "open")
 PURPOSE_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
@@ -278,6 +279,8 @@ def _planned(target, command, git_config_read, *, interactive, extra_env, host_e
                          (tuple(build_rw), tuple(build_ro)) if target.kind == "worktree" else ((), ()))
     mount_plan = plan_mounts(ctx, policy.fs)
     warnings += mount_plan.warnings
+    if not image and command:
+        warnings += [note for note in [unseen_note(command[0], mount_plan, host_env.get("PATH"))] if note]
     mounts = mount_plan.mounts()
     identity = podman_mod.identity_for(target.root)
     if identity.note:
