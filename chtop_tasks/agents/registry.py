@@ -346,6 +346,18 @@ def own_login(agent: Agent, config_dir: Path, login_dir: Path) -> bool:
     return data is not None and PLACEHOLDER.encode() not in data
 
 
+def placeholder_login_left(agent: Agent, config_dir: Path) -> bool:
+    """Whether the agent's ``api_key_file`` in ``config_dir`` is chtop's placeholder (a route's, left by
+    an earlier launch); read without following a link."""
+    from ..core import agentfile
+    from ..core.apiroute import PLACEHOLDER
+
+    if not agent.api_key_file:
+        return False
+    data = agentfile.read_bytes(config_dir / agent.key_file_path, limit=64 * 1024)
+    return data is not None and PLACEHOLDER.encode() in data
+
+
 def check_installed(agent: Agent, search_path: str | None = None) -> None:
     """The sandbox runs the host's own binaries: the CLI must be on the host."""
     if shutil.which(agent.command[0], path=search_path) is None:
@@ -385,6 +397,8 @@ def agent_request(agent_name: str, args: list[str], cwd: Path, *, interactive: b
     held_login = proxied and not kept and routed_token(agent, secrets) is None and login is not None \
         and login_token(agent) is not None
     withheld = login_files if held_login else ()
+    if not route and placeholder_login_left(agent, target.config_dir):
+        withheld += (agent.key_file_path,)   # from a launch on the route: codex would send the placeholder
     if route:
         login_files = ()
     key_files = agent.route_defaults() if route else ()

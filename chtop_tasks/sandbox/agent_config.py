@@ -114,8 +114,8 @@ def prepare(cfg: AgentConfig, owner: tuple[int, int] | None = None) -> None:
         _mount_point(cfg.config / HOOK_STATE_DIR_NAME, is_dir=True, owner=owner)
     for sub in cfg.subdirs:
         _mount_point(cfg.config / sub, is_dir=True, owner=owner)
+    drop_withheld_login(cfg)            # first: a login the group has may then be copied in its place
     seed_login(cfg, owner)
-    drop_withheld_login(cfg)
     seed_login_defaults(cfg, owner)
     if new:
         seed_account(cfg, owner)

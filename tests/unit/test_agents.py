@@ -284,6 +284,27 @@ def test_a_chatgpt_login_of_the_worktrees_own_is_kept_and_no_key_goes_in(home, t
     assert "-c" in codex_request(home, tmp_path, monkeypatch, "OPENAI_API_KEY=sk-proj-real-key\n").command
 
 
+def test_a_placeholder_login_left_by_a_routed_launch_goes_when_the_route_is_not_used(home, tmp_path, monkeypatch):
+    """Once the key is gone from the secrets file (or the key goes inside), codex must not find chtop's
+    placeholder auth.json: it would send the placeholder instead of asking for a login."""
+    from chtop_tasks.sandbox import agent_config as ac
+
+    request = codex_request(home, tmp_path, monkeypatch, "OPENAI_API_KEY=sk-proj-real-key\n")
+    auth = Path(request.extra_env["CODEX_HOME"]) / "auth.json"
+    auth.parent.mkdir(parents=True)
+    auth.write_bytes(request.login_defaults[0][1])                   # what that launch wrote
+    assert request.withheld_login_files == ()
+    for secrets, kwargs in (("", {}), ("OPENAI_API_KEY=sk-proj-real-key\n", {"network": "open"})):
+        request = codex_request(home, tmp_path, monkeypatch, secrets, **kwargs)
+        assert request.withheld_login_files == ("codex/auth.json",) and request.login_defaults == ()
+    cfg = ac.AgentConfig(auth.parent.parent.parent, tmp_path / "no-group-login", tmp_path, None, ("codex",),
+                         ("codex/auth.json",), withheld=request.withheld_login_files)
+    ac.prepare(cfg)
+    assert not auth.exists()
+    auth.write_text('{"tokens": {"access_token": "chatgpt"}}')      # a login of its own stays
+    assert codex_request(home, tmp_path, monkeypatch, "").withheld_login_files == ()
+
+
 def test_the_placeholder_login_is_written_only_where_none_is_never_through_a_link(tmp_path):
     from chtop_tasks.sandbox import agent_config as ac
 
