@@ -294,8 +294,8 @@ def test_a_placeholder_login_left_by_a_routed_launch_goes_when_the_route_is_not_
     auth.parent.mkdir(parents=True)
     auth.write_bytes(request.login_defaults[0][1])                   # what that launch wrote
     assert request.withheld_login_files == ()
-    for secrets, kwargs in (("", {}), ("OPENAI_API_KEY=sk-proj-real-key\n", {"network": "open"})):
-        request = codex_request(home, tmp_path, monkeypatch, secrets, **kwargs)
+    for secrets_text, kwargs in (("", {}), ("OPENAI_API_KEY=sk-proj-real-key\n", {"network": "open"})):
+        request = codex_request(home, tmp_path, monkeypatch, secrets_text, **kwargs)
         assert request.withheld_login_files == ("codex/auth.json",) and request.login_defaults == ()
     cfg = ac.AgentConfig(auth.parent.parent.parent, tmp_path / "no-group-login", tmp_path, None, ("codex",),
                          ("codex/auth.json",), withheld=request.withheld_login_files)
