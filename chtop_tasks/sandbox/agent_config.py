@@ -164,21 +164,8 @@ def seed_login(cfg: AgentConfig, owner: tuple[int, int] | None) -> None:
     for rel in cfg.login_files:
         src = cfg.login / rel
         data = read_bytes(src, limit=MAX_LOGIN_BYTES)
-        if data is None:
-            continue
-        parent, _, name = rel.rpartition("/")
-        try:
-            fd = os.open(cfg.config / parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError as exc:
-            warn(f"could not open {cfg.config / parent} ({exc.strerror}); the agent there starts without {rel}")
-            continue
-        try:
-            if _missing_or_older(fd, name, os.lstat(src).st_mtime):
-                write_atomic_at(fd, name, data, mode=0o600, owner=owner)
-        except OSError as exc:          # e.g. a dir the agent made there
-            warn(f"could not write {cfg.config / rel} ({exc.strerror}); the agent there starts without it")
-        finally:
-            os.close(fd)
+        if data is not None:
+            _seed_file(cfg, rel, data, os.lstat(src).st_mtime, owner, make_dirs=False)
 
 
 def drop_withheld_login(cfg: AgentConfig) -> None:
@@ -187,7 +174,7 @@ def drop_withheld_login(cfg: AgentConfig) -> None:
     for rel in cfg.withheld:
         parent, _, name = rel.rpartition("/")
         try:
-            fd = os.open(cfg.config / parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = _open_dir_nofollow(cfg.config, parent, None, make=False)
         except OSError:
             continue
         try:
@@ -196,6 +183,8 @@ def drop_withheld_login(cfg: AgentConfig) -> None:
             pass
         except OSError as exc:          # e.g. a dir the agent made there
             warn(f"could not remove {cfg.config / rel} ({exc.strerror}): it holds an old copy of the login")
+        finally:
+            os.close(fd)
 
 
 def login_in_effect(config: Path, login: Path, rel: str) -> bytes | None:
@@ -210,34 +199,43 @@ def login_in_effect(config: Path, login: Path, rel: str) -> bytes | None:
 
 def seed_login_defaults(cfg: AgentConfig, owner: tuple[int, int] | None) -> None:
     """``cfg.login_defaults`` written where the config dir holds no such file (a credential route's
-    placeholder login, an agent's settings choosing the key), through a descriptor of its dir opened
-    without following links (a missing dir on the way is made, owned like the config dir)."""
+    placeholder login, an agent's settings choosing the key); a missing dir on the way is made, owned
+    like the config dir."""
     for rel, data in cfg.login_defaults:
-        parent, _, name = rel.rpartition("/")
-        try:
-            fd = _open_dir_nofollow(cfg.config, parent, owner)
-        except OSError as exc:
-            warn(f"could not open {cfg.config / parent} ({exc.strerror}); the agent there starts without {rel}")
-            continue
-        try:
-            if _missing_or_older(fd, name, 0.0):
-                write_atomic_at(fd, name, data, mode=0o600, owner=owner)
-        except OSError as exc:          # e.g. a dir the agent made there
-            warn(f"could not write {cfg.config / rel} ({exc.strerror}); the agent there starts without it")
-        finally:
-            os.close(fd)
+        _seed_file(cfg, rel, data, 0.0, owner, make_dirs=True)
 
 
-def _open_dir_nofollow(top: Path, rel: str, owner: tuple[int, int] | None) -> int:
-    """A descriptor of ``top/rel``, each part opened without following a link (made 0700 when missing)."""
+def _seed_file(cfg: AgentConfig, rel: str, data: bytes, than: float, owner: tuple[int, int] | None, *,
+               make_dirs: bool) -> None:
+    """``data`` written as ``cfg.config/rel`` where no regular file is, or one older than ``than``,
+    through a descriptor of its dir opened without following links."""
+    parent, _, name = rel.rpartition("/")
+    try:
+        fd = _open_dir_nofollow(cfg.config, parent, owner, make=make_dirs)
+    except OSError as exc:
+        warn(f"could not open {cfg.config / parent} ({exc.strerror}); the agent there starts without {rel}")
+        return
+    try:
+        if _missing_or_older(fd, name, than):
+            write_atomic_at(fd, name, data, mode=0o600, owner=owner)
+    except OSError as exc:          # e.g. a dir the agent made there
+        warn(f"could not write {cfg.config / rel} ({exc.strerror}); the agent there starts without it")
+    finally:
+        os.close(fd)
+
+
+def _open_dir_nofollow(top: Path, rel: str, owner: tuple[int, int] | None, *, make: bool = True) -> int:
+    """A descriptor of ``top/rel``, each part opened without following a link (``make``: made 0700 when
+    missing)."""
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(top, flags)
     try:
         for part in [p for p in rel.split("/") if p]:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(part, 0o700, dir_fd=fd)
-                if owner is not None:
-                    os.chown(part, *owner, dir_fd=fd, follow_symlinks=False)
+            if make:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o700, dir_fd=fd)
+                    if owner is not None:
+                        os.chown(part, *owner, dir_fd=fd, follow_symlinks=False)
             next_fd = os.open(part, flags, dir_fd=fd)
             os.close(fd)
             fd = next_fd
