@@ -231,6 +231,19 @@ def routed_token(agent: Agent, secrets: dict[str, str]) -> str | None:
     return next((t for t in agent.tokens if t in agent.api_auth and secrets.get(t)), None)
 
 
+def route_token(agent: Agent, secrets: dict[str, str], *, proxied: bool, kept: bool,
+                login: Path | None) -> tuple[str | None, bool]:
+    """The token this launch's route carries, and whether it is the group's held login (``login``); (None,
+    False) without a route: no proxy, a login of the agent's own (``kept``), or nothing to carry."""
+    if not proxied or kept:
+        return None, False
+    token = routed_token(agent, secrets)
+    if token is not None:
+        return token, False
+    held = login_token(agent) if login is not None else None
+    return held, held is not None
+
+
 def login_token(agent: Agent) -> str | None:
     """The variable that carries the group's held login (as its placeholder, inside): the agent's bearer
     token; None when the proxy cannot hold a login of ``agent``."""
@@ -290,11 +303,7 @@ def agent_env(agent: Agent, secrets: dict[str, str], config_dir: Path,
 
     env = dict(agent.env)
     kept = own_login and bool(agent.api_key_file)
-    routed = routed_token(agent, secrets) if proxied and not kept else None
-    by_login = (routed is None and proxied and not kept and login is not None
-                and login_token(agent) is not None)
-    if by_login:
-        routed = login_token(agent)
+    routed, by_login = route_token(agent, secrets, proxied=proxied, kept=kept, login=login)
     held = {routed, *agent.api_auth, agent.api_base_env} if routed else set(agent.tokens) if kept else set()
     for name in agent.credentials:
         if name in secrets and name not in held:
@@ -384,8 +393,8 @@ def agent_request(agent_name: str, args: list[str], cwd: Path, *, interactive: b
     login = login_store_path(target.group_dir, agent.name) if holds_login(target.group_dir, agent.name) else None
     kept = own_login(agent, target.config_dir, target.login_dir)
     env, notes = agent_env(agent, secrets, target.config_dir, source, proxied=proxied, login=login, own_login=kept)
-    route = proxied and not kept and (routed_token(agent, secrets) is not None
-                                      or (login is not None and login_token(agent) is not None))
+    token, by_login = route_token(agent, secrets, proxied=proxied, kept=kept, login=login)
+    route = token is not None
     env.update(extra_env or {})
     if session is not None:
         env["CHTOP_SESSION"] = session
@@ -394,9 +403,7 @@ def agent_request(agent_name: str, args: list[str], cwd: Path, *, interactive: b
     login_files = tuple(f"{subdirs[0]}/{f}" if subdirs else f for f in agent.login_files)
     # the proxy adds the credential: no login file is copied in; when the proxy holds the group's login, an
     # older copy is removed too (a copy refreshing apart would log the group out)
-    held_login = proxied and not kept and routed_token(agent, secrets) is None and login is not None \
-        and login_token(agent) is not None
-    withheld = login_files if held_login else ()
+    withheld = login_files if by_login else ()
     if not route and placeholder_login_left(agent, target.config_dir):
         withheld += (agent.key_file_path,)   # from a launch on the route: codex would send the placeholder
     if route:
