@@ -20,6 +20,7 @@ from fake_gemini import FakeGemini
 from fake_openai import FakeOpenAI, shell, text
 from proxy_helpers import make_certs
 from sandbox_helpers import user_group_cm
+from test_credentials_sandbox import DUMP_INTO
 
 from chtop_tasks.agents.registry import get_agent, load_registry
 from chtop_tasks.core.apiroute import PLACEHOLDER
@@ -34,14 +35,7 @@ KIMI_KEY = "sk-real-kimi-key-only-on-the-host-4f0a2c6e"
 # What an agent talked into stealing the key would do: read everything it can, then leave it where the
 # test can read it: @CONFIG@, the worktree's agent config dir (the same path inside; gemini's shell tool
 # does not pass CLAUDE_CONFIG_DIR on, and refuses a command substitution).
-SEARCH = r"""
-d=/tmp/chtop-search.txt; : > "$d"
-for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do tr '\0' '\n' < "$f" >> "$d" 2>/dev/null; done
-for top in @CONFIG@ "$HOME" /tmp "$PWD"; do
-  find "$top" -xdev -type f ! -name chtop-search.txt ! -name search-dump.txt -size -5M -print0 2>/dev/null \
-    | xargs -0 cat >> "$d" 2>/dev/null
-done
-grep -c chtop-placeholder "$d" | sed 's/^/placeholders: /'
+SEARCH = DUMP_INTO + r"""grep -c chtop-placeholder "$d" | sed 's/^/placeholders: /'
 cp "$d" @CONFIG@/search-dump.txt
 """
 

