@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import http.client
+import io
 import json
 import os
 import re
@@ -183,31 +185,31 @@ async def _post_json(server, opener, where: tuple[str, str, int, str], ca_file: 
     return _parse_answer(raw)
 
 
+class _Received:
+    """The token endpoint's whole answer, as the socket ``http.client.HTTPResponse`` reads it from."""
+
+    def __init__(self, raw: bytes):
+        self._raw = raw
+
+    def makefile(self, mode: str) -> io.BytesIO:
+        return io.BytesIO(self._raw)
+
+
 def _parse_answer(raw: bytes) -> tuple[int, object]:
-    head, _, body = raw.partition(b"\r\n\r\n")
-    m = re.match(rb"HTTP/1\.[01] (\d{3})", head)
-    if not m:
-        raise Refusal(502, "route-error", "the token endpoint's answer is not HTTP")
-    if re.search(rb"(?im)^transfer-encoding:\s*chunked", head):
-        body = _dechunked(body)
+    """(status, the JSON body or None), read by the standard library's HTTP/1.x response parser (its
+    status line, headers, Content-Length and chunked bodies)."""
+    answer = http.client.HTTPResponse(_Received(raw))
     try:
-        return int(m.group(1)), json.loads(body)
+        answer.begin()
+        body = answer.read()
+    except http.client.IncompleteRead as exc:       # cut short (or past MAX_TOKEN_ANSWER): its status stands
+        body = exc.partial
+    except (http.client.HTTPException, ValueError) as exc:
+        raise Refusal(502, "route-error", f"the token endpoint's answer is not HTTP ({type(exc).__name__})") from None
+    try:
+        return answer.status, json.loads(body)
     except ValueError:
-        return int(m.group(1)), None
-
-
-def _dechunked(body: bytes) -> bytes:
-    out = b""
-    while body:
-        size_line, _, rest = body.partition(b"\r\n")
-        try:
-            size = int(size_line.split(b";")[0], 16)
-        except ValueError:
-            break
-        if size == 0:
-            break
-        out, body = out + rest[:size], rest[size + 2:]
-    return out
+        return answer.status, None
 
 
 async def kept_body(loop, conn, req: Request, rest: bytes) -> bytes | None:
