@@ -23,6 +23,7 @@ from ssh_helpers import remote_group_dir, remote_python, start_sshd
 from chtop_tasks.core.errors import UsageError
 from chtop_tasks.hosts import answers, records
 from chtop_tasks.hosts.answers import BadAnswer, parse_answer
+from chtop_tasks.hosts.ssh import ANSWER_TIMEOUT as BOUND
 from chtop_tasks.hosts.ssh import remote_line
 
 ESC = "\x1b"
@@ -112,10 +113,15 @@ def sshd():
 @pytest.fixture
 def fleet_config(sshd):
     """This side's chtop config: ssh -F the test's client config; a short bound for a question."""
+    set_host_timeout(sshd, 20)
+    return sshd
+
+
+def set_host_timeout(sshd, seconds: int) -> None:
+    """This side's config.toml: ssh -F the test's client config, and ``host_timeout``."""
     config = Path(os.environ["XDG_CONFIG_HOME"]) / "chtop"
     config.mkdir(parents=True, exist_ok=True)
-    (config / "config.toml").write_text(f'ssh_config = "{sshd.config}"\nhost_timeout = 20\n')
-    return sshd
+    (config / "config.toml").write_text(f'ssh_config = "{sshd.config}"\nhost_timeout = {seconds}\n')
 
 
 @pytest.fixture
@@ -246,6 +252,10 @@ def test_fleet_loop_add_list_create_commit_status_remove_update_unreachable(init
         assert "removed host gpu1" in g.inv(top, "host.remove", "gpu1").stdout
         assert "gpu1" not in records.load_hosts()
         records.record_host(host)                      # again, for the frozen host below
+        # the bound as shipped from here on (the steps above had a longer one, for a loaded machine);
+        # the shared connection opened next keeps alive by it
+        close_masters(g, sshd)
+        set_host_timeout(sshd, BOUND)
         assert "unreachable" not in g.inv(top, "session.list").stdout   # its shared connection open again
 
         sshd.freeze()                                  # a host that answers nothing at all
@@ -253,11 +263,11 @@ def test_fleet_loop_add_list_create_commit_status_remove_update_unreachable(init
         frozen = g.inv(top, "session.list", check=False, timeout=120)
         took = time.monotonic() - started
         assert frozen.returncode == 1, frozen            # the listing is incomplete: said on stderr
-        assert "warning: gpu1: did not answer within 20 s (ssh gpu1: " in frozen.stderr, frozen
+        assert f"warning: gpu1: did not answer within {BOUND} s (ssh gpu1: " in frozen.stderr, frozen
         # the shared connection's keepalives notice the silence, and ssh may then try a connection of
         # its own (ConnectTimeout): at most about twice the bound, never the question's whole timeout
-        assert took < 2 * 20 + 15, f"session.list took {took:.0f}s against a frozen host"
-        assert "gpu1         gpu1                 did not answer within 20 s (ssh gpu1: " in \
+        assert took < 2 * BOUND + 15, f"session.list took {took:.0f}s against a frozen host"
+        assert f"gpu1         gpu1                 did not answer within {BOUND} s (ssh gpu1: " in \
             g.inv(top, "host.list", check=False, timeout=120).stdout    # a new connection: ConnectTimeout
         not_updated = g.inv(top, "host.update", "--all", check=False, timeout=120)
         assert not_updated.returncode == 1 and "gpu1: not updated: gpu1: did not answer" in not_updated.stdout
