@@ -66,16 +66,21 @@ def hold(path: str, listener: socket.socket, conn: socket.socket) -> None:
                 delay = min(delay * 2, RETRY_MAX)
 
 
-def become_holder() -> None:
-    """Detach from the entry's stdio and name the process for ``ps`` (no exec: it keeps the fds)."""
-    null = os.open(os.devnull, os.O_RDWR)
-    for std in (0, 1, 2):
-        os.dup2(null, std)
+def name_holder() -> None:
+    """Name the process for ``ps`` (no exec: it keeps the fds); done before the fork, so that the
+    holder has its name from its first instant, not once it is scheduled."""
     try:
         with open("/proc/self/comm", "w") as fh:
             fh.write("chtop-handoff")
     except OSError:
         pass
+
+
+def become_holder() -> None:
+    """Detach from the entry's stdio."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for std in (0, 1, 2):
+        os.dup2(null, std)
 
 
 def main() -> int:
@@ -89,6 +94,7 @@ def main() -> int:
     except PermissionError as exc:
         print(f"chtop: {exc}", file=sys.stderr)
         return 1
+    name_holder()
     if os.fork():
         return 0
     become_holder()
