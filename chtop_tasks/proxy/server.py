@@ -128,6 +128,9 @@ class Server:
         self.worktree_sockets: dict[str, Path] = {}
         self.handoffs: dict[str, fdpass.Handoff] = {}     # one per unix socket
         self.tunnels: set[Tunnel] = set()
+        # the connections' tasks: the loop keeps only a weak reference to a task, and one waiting on an
+        # upstream's stream (which its transport holds weakly too) would be collected mid-request
+        self.handlers: set[asyncio.Task] = set()
         self.started = time.time()
         self.importing = None           # the ImportTimer, once running
         self._ended: dict[str, int] = {}    # worktree -> sandbox ends not yet imported
@@ -250,7 +253,9 @@ class Server:
             self.last_busy = time.monotonic()
             self.per_source[source] = mine + 1
             self.peak = max(self.peak, self.active)
-            self.loop.create_task(self._handle(conn, client, worktree, source))
+            handler = self.loop.create_task(self._handle(conn, client, worktree, source))
+            self.handlers.add(handler)
+            handler.add_done_callback(self.handlers.discard)
 
     def _busy(self, conn: socket.socket, source: str | None) -> None:
         """503 at once: the proxy is full, or ``source`` has its own cap's worth open."""
