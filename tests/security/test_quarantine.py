@@ -393,9 +393,11 @@ def test_proxy_daemon_timer_imports_within_seconds(with_dev):
     try:
         sha = g.commit(g.path("dev", "alpha"), "t.txt", "t\n", "while the agent runs")
         assert imported_soon(g, sha)
+        # the timer notes an import once its round has moved every ref: a moment after the ref here moved
+        eventually(lambda: any(n.startswith("IMPORT   dev") for n in notes), "the timer's IMPORT note",
+                   timeout=10, explain=lambda: repr(notes))
     finally:
         timer.stop()
-    assert any(n.startswith("IMPORT   dev") for n in notes), notes
 
 
 def test_a_woken_import_timer_imports_at_once(with_dev):
