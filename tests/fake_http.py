@@ -50,6 +50,19 @@ class JsonHandler(http.server.BaseHTTPRequestHandler):
             self.wfile.write(data)
 
 
+def serving(handler, host: str = "127.0.0.1", tls: dict | None = None) -> http.server.ThreadingHTTPServer:
+    """A threaded HTTP server on a free port of ``host``, over TLS with ``tls``' ``cert`` and ``key``
+    when given, serving in a thread of its own; ``shutdown()`` ends it."""
+    httpd = http.server.ThreadingHTTPServer((host, 0), handler)
+    httpd.daemon_threads = True
+    if tls:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(tls["cert"], tls["key"])
+        httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd
+
+
 class RecordingServer:
     """The server half of a fake API: ``serve(Handler)`` starts it; ``requests`` records each request
     (``_log``); ``url`` is where it listens; ``close()`` stops it.  ``__init__`` of a fake sets
@@ -60,15 +73,8 @@ class RecordingServer:
 
     def serve(self, handler: type[http.server.BaseHTTPRequestHandler], host: str, tls: dict | None) -> None:
         self.scheme = "https" if tls else "http"
-        self.httpd = http.server.ThreadingHTTPServer((host, 0), handler)
-        self.httpd.daemon_threads = True
-        if tls:
-            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            ctx.load_cert_chain(tls["cert"], tls["key"])
-            self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+        self.httpd = serving(handler, host, tls)
         self.port = self.httpd.server_address[1]
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self._thread.start()
 
     @property
     def url(self) -> str:

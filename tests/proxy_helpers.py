@@ -10,7 +10,6 @@ import http.server
 import json
 import os
 import socket
-import ssl
 import subprocess
 import threading
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import eventually
+from fake_http import serving
 
 from chtop_tasks.proxy import control
 
@@ -103,14 +103,8 @@ class HTTPSServer:
     def __init__(self, root: Path, certs: dict, tls: bool = True):
         self.root = root
         handler = lambda *a, **k: _QuietHandler(*a, directory=str(root), **k)  # noqa: E731
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.httpd.daemon_threads = True
-        if tls:
-            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            ctx.load_cert_chain(certs["cert"], certs["key"])
-            self.httpd.socket = ctx.wrap_socket(self.httpd.socket, server_side=True)
+        self.httpd = serving(handler, tls=certs if tls else None)
         self.port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     def close(self):
         self.httpd.shutdown()
