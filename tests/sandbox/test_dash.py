@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import threading
@@ -117,16 +118,25 @@ def cell_texts(table) -> list[list[str]]:
     return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
 
 
+@contextlib.asynccontextmanager
+async def dash_with_rows(g, sessions=None, size=(180, 45)):
+    """The dash on ``g``'s toplevel (sessions from ``sessions``, else none; no request holds, no sandbox
+    load), once its worktrees table shows both worktrees: (app, pilot, table)."""
+    app = DashApp(top_of(g), sessions=sessions if sessions is not None else FakeSessions([]), refresh_seconds=0.5,
+                  hold_requests=False, sandbox_load=False)
+    async with app.run_test(size=size) as pilot:
+        table = app.query_one("#worktrees")
+        await wait_for(pilot, lambda: table.row_count == 2, what="two rows")
+        yield app, pilot, table
+
+
 def test_app_shows_rows_sessions_and_diff(busy_group):
     g = busy_group
     fake = FakeSessions([{"worktree": "feat", "agent": "claude", "state": "working", "since": time.time() - 30,
                           "exit_status": None, "pending": 0}])
 
     async def scenario():
-        app = DashApp(top_of(g), sessions=fake, refresh_seconds=0.5, hold_requests=False, sandbox_load=False)
-        async with app.run_test(size=(180, 45)) as pilot:
-            table = app.query_one("#worktrees")
-            await wait_for(pilot, lambda: table.row_count == 2, what="two rows")
+        async with dash_with_rows(g, sessions=fake) as (app, pilot, table):
             rows = cell_texts(table)
             assert rows[0][:4] == ["dev", "+0/-0", "+1/-0", "+0/-1"]
             assert rows[1][0] == "feat" and rows[1][4].startswith("working ") and rows[1][4].endswith("s")
@@ -155,11 +165,7 @@ def test_a_worktree_whose_venv_build_did_not_finish_is_marked_with_the_command_t
     assert [w.venv for w in snap.worktrees] == ["incomplete", "missing"]
 
     async def scenario():
-        app = DashApp(top_of(g), sessions=FakeSessions([]), refresh_seconds=0.5, hold_requests=False,
-                      sandbox_load=False)
-        async with app.run_test(size=(180, 45)) as pilot:
-            table = app.query_one("#worktrees")
-            await wait_for(pilot, lambda: table.row_count == 2, what="two rows")
+        async with dash_with_rows(g) as (app, pilot, table):
             assert [row[0] for row in cell_texts(table)] == ["dev !venv", "feat"]
             diff = app.query_one("#diff")
             await wait_for(pilot, lambda: "feature.txt" in str(diff.render()), what="the diff of dev")
@@ -214,11 +220,7 @@ def test_answers_that_come_back_while_the_app_closes_fill_nothing_and_fail_no_wo
     g = busy_group
 
     async def scenario():
-        app = DashApp(top_of(g), sessions=FakeSessions([]), refresh_seconds=0.5, hold_requests=False,
-                      sandbox_load=False)
-        async with app.run_test(size=(180, 45)) as pilot:
-            table = app.query_one("#worktrees")
-            await wait_for(pilot, lambda: table.row_count == 2, what="two rows")
+        async with dash_with_rows(g) as (app, pilot, table):
             snap, asked = app.snapshot, app._diff_asked
             for widget in list(app.screen.children):
                 await widget.remove()
@@ -256,10 +258,7 @@ def test_at_80x24_every_column_and_key_shows_and_the_footer_names_tab(busy_group
                           "exit_status": 1, "pending": 0}])
 
     async def scenario():
-        app = DashApp(top_of(g), sessions=fake, refresh_seconds=0.5, hold_requests=False, sandbox_load=False)
-        async with app.run_test(size=(80, 24)) as pilot:
-            table = app.query_one("#worktrees")
-            await wait_for(pilot, lambda: table.row_count == 2, what="two rows")
+        async with dash_with_rows(g, sessions=fake, size=(80, 24)) as (app, pilot, table):
             await wait_for(pilot, lambda: "feature.txt" in str(app.query_one("#diff").render()), what="dev's diff")
             app.show_load(model.SandboxLoad({"dev": ("n/a", "n/a")}, model.no_stats_reason(
                 "stats is not supported in rootless mode without cgroups v2")))     # podman's words (see below)
@@ -313,10 +312,7 @@ def test_at_80x24_the_shipped_manifests_repos_fit_dropping_columns_in_the_stated
                           "pending": 3}])
 
     async def scenario(size):
-        app = DashApp(top_of(g), sessions=fake, refresh_seconds=0.5, hold_requests=False, sandbox_load=False)
-        async with app.run_test(size=size) as pilot:
-            table = app.query_one("#worktrees")
-            await wait_for(pilot, lambda: table.row_count == 2, what="two rows")
+        async with dash_with_rows(g, sessions=fake, size=size) as (app, pilot, table):
             app.show_load(model.SandboxLoad({"feature-two": ("12.5%", "1.2GiB / 24GiB")}, ""))
             app.refresh_data()
             await pilot.pause(0.5)

@@ -106,9 +106,8 @@ def junk_packed_refs(g, worktree: str, repo: str) -> None:
 
 
 def test_the_dash_shows_the_agents_text_literally_in_cells_and_diff_pane(with_dev):
-    from test_dash import FakeSessions, top_of, wait_for
+    from test_dash import dash_with_rows, wait_for
 
-    from chtop_tasks.dash.app import DashApp
     from chtop_tasks.workspace.layout import find_workspace
     from chtop_tasks.workspace.worktrees import create_worktree
 
@@ -119,11 +118,7 @@ def test_the_dash_shows_the_agents_text_literally_in_cells_and_diff_pane(with_de
     junk_packed_refs(g, "feat", "alpha")
 
     async def scenario():
-        app = DashApp(top_of(g), sessions=FakeSessions([]), refresh_seconds=0.5, hold_requests=False,
-                      sandbox_load=False)
-        async with app.run_test(size=(200, 50)) as pilot:
-            table = app.query_one("#worktrees")
-            await wait_for(pilot, lambda: table.row_count == 2, what="two rows")
+        async with dash_with_rows(g, size=(200, 50)) as (app, pilot, table):
             rows = {str(table.get_row_at(i)[0]): [table.get_row_at(i)[j] for j in range(4)]
                     for i in range(table.row_count)}
             beta_cell = rows["dev"][3]
