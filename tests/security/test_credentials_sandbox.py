@@ -79,12 +79,19 @@ def prepare(g, owner: tuple[int, int]) -> tuple[FakeAnthropic, FakeAnthropic, di
                         "CHTOP_VERBOSE": "1"}
 
 
-def run_and_search(g, api: FakeAnthropic, other: FakeAnthropic, extra: dict) -> None:
-    proc = g.inv("sbox.claude", "--", "-p", "find the key", timeout=300, extra_env=extra)
+def launched_with_the_key_outside(g, key: str, argv: list[str], extra: dict, timeout: int):
+    """``inv ARGV`` (the agent launched with a prompt), its stderr's tail printed: the launch said the key
+    stays on the host, the key is in neither output, and the fake's answer came back."""
+    proc = g.inv(*argv, timeout=timeout, extra_env=extra)
     print(proc.stderr[-3000:])
     assert "stays on the host, the proxy adds it for https://fakeapi.test" in proc.stderr
-    assert KEY not in proc.stderr and KEY not in proc.stdout
+    assert key not in proc.stderr and key not in proc.stdout
     assert ANSWER in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    return proc
+
+
+def run_and_search(g, api: FakeAnthropic, other: FakeAnthropic, extra: dict) -> None:
+    launched_with_the_key_outside(g, KEY, ["sbox.claude", "--", "-p", "find the key"], extra, 300)
     messages = [r for r in api.requests if r["path"].split("?")[0].endswith("/v1/messages")]
     assert messages and all(r["headers"].get("x-api-key") == KEY for r in messages)   # the upstream got it
     tool_result = json.dumps(api.conversations()[-1])
@@ -164,12 +171,8 @@ def test_codex_in_its_sandbox_never_holds_the_key(remote_template):
         secrets.write_text(f"OPENAI_API_KEY={OPENAI_KEY}\nOPENAI_BASE_URL=https://{API_HOST}:{codex_api.port}/v1\n"
                            f"CHTOP_API_CA_FILE={certs / 'ca.pem'}\n")
         try:
-            proc = g.inv("sbox.agent", "--agent", "codex", "--", "exec", "find the key", timeout=300,
-                         extra_env=extra)
-            print(proc.stderr[-3000:])
-            assert "stays on the host, the proxy adds it for https://fakeapi.test" in proc.stderr
-            assert OPENAI_KEY not in proc.stderr and OPENAI_KEY not in proc.stdout
-            assert ANSWER in proc.stdout, proc.stdout + proc.stderr[-3000:]
+            launched_with_the_key_outside(g, OPENAI_KEY, ["sbox.agent", "--agent", "codex", "--", "exec", "find the key"],
+                                          extra, 300)
             posts = [r for r in codex_api.requests if r["method"] == "POST"]
             assert len(posts) >= 2 and all(r["path"] == "/v1/responses" for r in posts)
             assert all(r["headers"].get("authorization") == f"Bearer {OPENAI_KEY}" for r in codex_api.requests)
