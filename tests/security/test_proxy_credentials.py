@@ -206,17 +206,23 @@ FORGED = (f"Authorization: Bearer {PLACEHOLDER}\r\nx-api-key: forged-anthropic\r
           f"x-goog-api-key: {PLACEHOLDER}\r\n")
 
 
+def assert_bearer_alone(proxy, api, agent: str, key: str, host: str, path: str) -> None:
+    """The upstream's last request went to ``host`` ``path`` with ``key`` as its Bearer and none of the
+    forged headers of the other agents' schemes; the proxy logged it injected, answered 200."""
+    seen = api.requests[-1]
+    assert seen["path"] == path
+    assert seen["headers"]["authorization"] == f"Bearer {key}"
+    assert "x-api-key" not in seen["headers"] and "x-goog-api-key" not in seen["headers"]
+    assert seen["headers"]["host"] == f"{host}:{api.port}"
+    rec = proxy.wait_record(lambda r: r.get("decision") == "injected" and r.get("agent") == agent)
+    assert (rec["host"], rec["path"], rec["status"]) == (host, path, 200)
+
+
 def test_kimi_gets_its_key_as_a_bearer_under_moonshots_base_path(others, api):
     proxy, sock = others
     status, head, body = post(sock, "/chtop-api/kimi/chat/completions", headers=FORGED)
     assert status == 200, head + body
-    seen = api.requests[-1]
-    assert seen["path"] == "/v1/chat/completions"
-    assert seen["headers"]["authorization"] == f"Bearer {KIMI_KEY}"
-    assert "x-api-key" not in seen["headers"] and "x-goog-api-key" not in seen["headers"]
-    assert seen["headers"]["host"] == f"api.moonshot.ai:{api.port}"
-    rec = proxy.wait_record(lambda r: r.get("decision") == "injected" and r.get("agent") == "kimi")
-    assert (rec["host"], rec["path"], rec["status"]) == ("api.moonshot.ai", "/v1/chat/completions", 200)
+    assert_bearer_alone(proxy, api, "kimi", KIMI_KEY, "api.moonshot.ai", "/v1/chat/completions")
 
 
 def test_codex_gets_its_key_as_a_bearer_on_the_responses_api(others, api):
@@ -224,13 +230,7 @@ def test_codex_gets_its_key_as_a_bearer_on_the_responses_api(others, api):
     status, head, body = post(sock, "/chtop-api/codex/responses", {"model": "m", "input": [], "stream": True},
                               headers=FORGED)
     assert status == 200, head + body
-    seen = api.requests[-1]
-    assert seen["path"] == "/v1/responses"
-    assert seen["headers"]["authorization"] == f"Bearer {OPENAI_KEY}"
-    assert "x-api-key" not in seen["headers"] and "x-goog-api-key" not in seen["headers"]
-    assert seen["headers"]["host"] == f"api.openai.com:{api.port}"
-    rec = proxy.wait_record(lambda r: r.get("decision") == "injected" and r.get("agent") == "codex")
-    assert (rec["host"], rec["path"], rec["status"]) == ("api.openai.com", "/v1/responses", 200)
+    assert_bearer_alone(proxy, api, "codex", OPENAI_KEY, "api.openai.com", "/v1/responses")
     logs = proxy.group / ".chtop" / "net"
     assert all(OPENAI_KEY not in (logs / name).read_text() for name in ("requests.jsonl", "proxy.log"))
 
