@@ -11,6 +11,7 @@ flag forms its parse must be invoke's parser's, or it must leave the command lin
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -151,7 +152,9 @@ def test_the_fast_starts_table_is_invokes_collection():
 
 # For every task, each flag form below, parsed by the light path (faststart.light_call) and by
 # invoke's own Program on the real collection (its execute step records the call instead of
-# running it).  Printed as JSON: [task, argv, the light path's call or None, invoke's calls or None].
+# running it), where the light path took the line on or the line is a plain form (``plain_form``, put in
+# at @PLAIN_FORM@): no assertion reads invoke's parse of the rest.  Printed as JSON: [task, argv, the light
+# path's call or None, invoke's calls or None].
 PARSES = r"""
 import contextlib, io, json, sys
 sys.path.insert(0, sys.argv[1])
@@ -162,6 +165,8 @@ params = {name: faststart.defaulted_parameters(light.body) for name, light in ta
 faststart.drop_light_modules()
 from invoke import Program
 from chtop_tasks import namespace
+
+@PLAIN_FORM@
 
 
 def forms(task):
@@ -223,7 +228,8 @@ for name in namespace.task_names:
         argv = [name, *form]
         call = faststart.light_call(table, argv)
         light = None if call is None else [[name, dict(params[name], **call[1])]]
-        rows.append([name, argv, light, invokes(argv)])
+        # invoke's parse is read where the light path took the line on, or where it must (a plain form)
+        rows.append([name, argv, light, invokes(argv) if light is not None or plain_form(argv) else None])
 print(json.dumps(rows))
 """
 
@@ -233,7 +239,8 @@ def test_the_light_paths_parse_is_invokes_or_it_leaves_the_command_line_to_invok
     ``--no-flag``, unknown flags, stray words, repeats, odd values, ``--``): whatever the light path
     takes on, invoke's parser parses to the same call (the task, every argument's value); and it
     takes on the plain forms of each task it can run, so it cannot pass by declining everything."""
-    out = subprocess.run([sys.executable, "-c", PARSES, str(REPO_ROOT)], capture_output=True, text=True,
+    script = PARSES.replace("@PLAIN_FORM@", inspect.getsource(plain_form))
+    out = subprocess.run([sys.executable, "-c", script, str(REPO_ROOT)], capture_output=True, text=True,
                          timeout=300, env=hermetic_invoke_env())
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
