@@ -35,7 +35,14 @@ the temp dir removed at the end.  Bytecode as on a user's machine: PYTHONDONTWRI
 this build machine) is taken out, else every module of both tools is compiled from source on every
 run.
 
-    python bench/bench_vs_original.py [--rounds N] [--profile] [--steps rebase-down,merge-up] [--against REV]
+The disk counts as much as the code for create and delete, which write and remove about a thousand
+files: on these VMs' disks making a file costs several times more in one new directory than in the
+next, and more at one moment than the next (the block group its files land in, the allocator's
+state).  The run starts by timing the writing of `PROBE_FILES` small files where the groups are, and
+prints it beside the load.  `--dir DIR` builds the groups under DIR (default: the system's temp dir):
+`--dir /dev/shm` takes the disk out, and leaves what the tools themselves cost.
+
+    python bench/bench_vs_original.py [--rounds N] [--profile] [--steps rebase-down,merge-up] [--against REV] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -433,6 +441,22 @@ def profile(tools: dict[str, Path]) -> None:
               f"({', '.join(f'{sub} {n}' for sub, n in sorted(counts.items(), key=lambda c: -c[1]))})")
 
 
+PROBE_FILES = 700       # about what create writes into one repo's checkout (pirate has 284 files)
+
+
+def file_writing_ms(where: Path) -> float:
+    """The milliseconds writing ``PROBE_FILES`` files of 2 KiB takes in a new dir under ``where``
+    (then removed): how fast this disk makes files there, which create and delete follow."""
+    probe = Path(tempfile.mkdtemp(prefix="probe-", dir=where))
+    try:
+        start = time.perf_counter()
+        for i in range(PROBE_FILES):
+            (probe / f"f{i}").write_bytes(b"x" * 2048)
+        return (time.perf_counter() - start) * 1000
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -443,10 +467,12 @@ def main() -> None:
                                         "still run, untimed")
     parser.add_argument("--against", metavar="REV", help="also time chtop as of REV (a revision of this "
                                                           "checkout), interleaved, and print this code's ratio to it")
+    parser.add_argument("--dir", type=Path, help="build the groups in a temp dir under DIR (default: the system's "
+                                                 "temp dir; /dev/shm takes the disk out)")
     args = parser.parse_args()
     timed_steps = chosen_steps(args.steps) if args.steps else None
     bundles = real_repos()
-    base = Path(tempfile.mkdtemp(prefix="chtop-vs-original-"))
+    base = Path(tempfile.mkdtemp(prefix="chtop-vs-original-", dir=args.dir.resolve() if args.dir else None))
     try:
         remotes = base / "remotes"
         hermetic(base, remotes)
@@ -455,7 +481,8 @@ def main() -> None:
         if args.against:
             tools[f"chtop@{args.against}"] = build_chtop_at(base, remotes, args.against)
         print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} "
-              f"on {os.cpu_count()} cores", flush=True)
+              f"on {os.cpu_count()} cores; {PROBE_FILES} files written in {file_writing_ms(base):.0f} ms "
+              f"in {base.parent}", flush=True)
         times: dict = defaultdict(list)
         for rnd in range(args.rounds):
             run_round(tools, rnd, times, timed_steps)
