@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from chtop_tasks.cli import demo  # noqa: E402
 from chtop_tasks.core import runner  # noqa: E402
-from chtop_tasks.gitloop import gitops  # noqa: E402
+from chtop_tasks.gitloop import status  # noqa: E402
 from chtop_tasks.stores import quarantine  # noqa: E402
 from chtop_tasks.workspace.layout import find_workspace  # noqa: E402
 from chtop_tasks.workspace.worktrees import create_worktree, delete_worktree  # noqa: E402
@@ -100,15 +100,15 @@ def bench_status(top: Path, rounds: int) -> tuple[float, float]:
     sequential, fanned, before = [], [], []
     for _ in range(rounds):
         sequential.append(timed(lambda: [subprocess.run(["git", "status"], cwd=d, capture_output=True) for d in dirs]))
-        fanned.append(timed(lambda: gitops.fan_out_git(ws, ["status"])))
+        fanned.append(timed(lambda: status.fan_out_git(ws, ["status"])))
         before.append(timed(lambda: status_without_import(ws)))
     return statistics.median(sequential), statistics.median(fanned), statistics.median(before)
 
 
 def status_without_import(ws) -> None:
     """git.status's fan-out as it was before private git state: verify, then git status per repo."""
-    gitops.verify_git_dirs(ws)
-    gitops.fan_out(lambda c: runner.run(["git", "status"], cwd=c.path, check=False, quiet=True), ws.checkouts())
+    status.verify_git_dirs(ws)
+    status.fan_out(lambda c: runner.run(["git", "status"], cwd=c.path, check=False, quiet=True), ws.checkouts())
 
 
 def bench_empty_import(top: Path, rounds: int) -> float:

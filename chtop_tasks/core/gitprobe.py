@@ -1,6 +1,6 @@
 """Git probes: read-only questions about one checkout or store, asked with the one host git runner.
 
-The cross-repo fan-out (gitops), worktree create/delete (worktrees), the
+The cross-repo fan-out (gitloop), worktree create/delete (worktrees), the
 dashboard and the quarantine's import ask these; nothing here changes a repo.
 """
 

@@ -24,7 +24,7 @@ from ..core.gitrun import git
 from ..core.term import say, warn
 from ..workspace.grouplock import holds_group_lock
 from ..workspace.layout import Checkout, Workspace, verify_git_dirs
-from .gitops import relation_words
+from .status import relation_words
 
 FETCH_TIMEOUT = 120
 POLICY_DIR = "sandbox"   # the container repo's policy files, which chtop's net.allow and the user edit in place

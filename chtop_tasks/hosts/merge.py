@@ -11,7 +11,7 @@ arrived must be the one the host named.  Nothing of the host runs here: a fetch 
 config or attribute of its, and the landing refuses chtop's own files and attributes that hand
 files to a driver of your config as the local merge-up does (``landing.py``).
 
-The plan is the local merge-up's (``gitops``: its checks of the toplevel checkouts, its steps, its
+The plan is the local merge-up's (``gitloop.merge``: its checks of the toplevel checkouts, its steps, its
 dry run, its outcome check), computed while git sees the quarantine's objects as an alternate
 (``GIT_ALTERNATE_OBJECT_DIRECTORIES``, as git's own receive quarantine shows them to a pre-receive
 hook), so a dry run or a refusal leaves this toplevel's stores as they were.  Only a real run
@@ -36,10 +36,7 @@ from ..core.gitprobe import ahead_behind
 from ..core.gitrun import HOST_GIT_OPTS, git
 from ..core.places import check_worktree_name, read_user_config, state_dir
 from ..core.term import say
-from ..gitloop.gitops import (
-    Relation,
-    check_outcome,
-    dry_run_footer,
+from ..gitloop.merge import (
     format_expect,
     landed_on_integration,
     landing_branch_problems,
@@ -47,14 +44,19 @@ from ..gitloop.gitops import (
     landing_paths,
     landing_tree_problems,
     parse_expect,
-    per_relation,
     plan_merge_up,
+    tips_problems,
+    toplevel_checkout_problems,
+)
+from ..gitloop.status import Relation
+from ..gitloop.steps import (
+    check_outcome,
+    dry_run_footer,
+    per_relation,
     print_plan,
     problems_of,
     raise_if_problems,
     run_steps,
-    tips_problems,
-    toplevel_checkout_problems,
 )
 from ..stores.quarantine import SHA_RE, read_ref
 from ..workspace.grouplock import holds_group_lock

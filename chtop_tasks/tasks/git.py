@@ -6,7 +6,9 @@ from ..core.fanout import answered_before_leaving, in_background
 from ..core.term import say
 from .common import lazy, reports_errors
 
-gitops = lazy("gitloop.gitops")
+status_of = lazy("gitloop.status")
+rebase = lazy("gitloop.rebase")
+merge = lazy("gitloop.merge")
 dotfiles = lazy("workspace.dotfiles")
 layout = lazy("workspace.layout")
 remotes = lazy("gitloop.remotes")
@@ -41,7 +43,7 @@ def status(c, name="", host=""):
     if place and place.remote:
         return fleet.task_there(place.host.name, "git.status", *passed_on(), worktree=name)
     ws = here_or_named(place)
-    code = gitops.git_status(ws, remainder_args())
+    code = status_of.git_status(ws, remainder_args())
     if ws.is_toplevel:                   # the whole group: every host's worktrees too
         lines, silent = fleet.status_lines()
         for line in lines:
@@ -60,8 +62,8 @@ def diff(c, integration=False, host="", name=""):
         return fleet.task_there(place.host.name, "git.diff", *(["--integration"] if integration else []),
                                 *passed_on(), worktree=name)
     if integration:
-        return gitops.git_diff_integration(here_or_named(place), remainder_args())
-    return gitops.git_diff(here_or_named(place), remainder_args())
+        return status_of.git_diff_integration(here_or_named(place), remainder_args())
+    return status_of.git_diff(here_or_named(place), remainder_args())
 
 
 def sandbox_names(ws) -> list[str]:
@@ -85,7 +87,7 @@ def rebase_down(c, dry_run=False, host="", name=""):
     # the toplevel's remote-tracking refs (read-only git there) are compared while the repos are checked
     unpulled = in_background(remotes.unpulled, ws)
     with answered_before_leaving(unpulled):
-        code = gitops.rebase_down(ws, remainder_args(), dry_run=dry_run, running_sandboxes=sandbox_names)
+        code = rebase.rebase_down(ws, remainder_args(), dry_run=dry_run, running_sandboxes=sandbox_names)
     moved = unpulled()
     if moved:
         say("the remotes have moved since the last git.pull:\n  " + "\n  ".join(moved)
@@ -115,7 +117,7 @@ def merge_up(c, dry_run=False, no_ff=False, expect=None, host="", name="", allow
     if place and place.remote:
         return host_merge.merge_up_there(layout.find_workspace(), place.host.name, name, no_ff=no_ff,
                                          dry_run=dry_run, expect=expect, allow_self_edit=allow_self_edit)
-    return gitops.merge_up(here_or_named(place), no_ff=no_ff, dry_run=dry_run, expect=expect,
+    return merge.merge_up(here_or_named(place), no_ff=no_ff, dry_run=dry_run, expect=expect,
                            allow_self_edit=allow_self_edit)
 
 

@@ -5,7 +5,6 @@
 - ``rootfind``: the checkout around a path (what ``inv`` asks first, importing nothing else).
 - ``manifest``: ``git_repositories.toml``, parsed and checked.
 - ``toplevel``, ``worktrees``: ``toplevel.init``, ``worktree.create/delete/list``.
-- ``gitops``: the cross-repo git loop (status, diff, rebase-down, merge-up).
 - ``dotfiles``: ``.envrc`` and ``.claude/env.sh`` rendered from ``dotfile_templates/``.
 
 May import: ``chtop_tasks.core.errors``, ``runner``, ``term`` and ``places``;

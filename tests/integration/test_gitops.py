@@ -279,7 +279,7 @@ def test_merge_up_heads_each_repos_git_output_with_the_repo_it_came_from(with_de
 def test_merge_up_counts_a_line_of_commits_and_one_past_a_merge(with_dev, capsys):
     """A feature that is a line of commits on its integration tip, and one with a merge in it, are
     counted as ``rev-list`` counts them."""
-    from chtop_tasks.gitloop import gitops
+    from chtop_tasks.gitloop import merge
     from chtop_tasks.workspace.layout import find_workspace
 
     g = with_dev
@@ -291,7 +291,7 @@ def test_merge_up_counts_a_line_of_commits_and_one_past_a_merge(with_dev, capsys
     git(dev / "beta", "checkout", "-q", "dev")
     g.commit(dev / "beta", "b.txt", "x\n", "on dev")
     git(dev / "beta", "merge", "-q", "--no-ff", "--no-edit", "side")
-    assert gitops.merge_up(find_workspace(dev)) == 0
+    assert merge.merge_up(find_workspace(dev)) == 0
     assert "landed dev: alpha 2, beta 3 commits" in capsys.readouterr().out
 
 
@@ -394,7 +394,8 @@ def test_the_outcome_checks_read_refs_where_the_branch_is_at_its_integration_tip
     files; anything else (a commit of its own, a tip not landed) is git's answer, so a result other
     than the plan's is still caught."""
     from chtop_tasks.core import runner
-    from chtop_tasks.gitloop.gitops import relation_after_rebase, relation_in_toplevel
+    from chtop_tasks.gitloop.merge import relation_in_toplevel
+    from chtop_tasks.gitloop.rebase import relation_after_rebase
     from chtop_tasks.stores.quarantine import sync_worktree
     from chtop_tasks.workspace.layout import find_workspace
 
@@ -430,7 +431,7 @@ def test_merge_up_lands_only_the_commits_it_checked_when_the_import_moves_the_br
     very commit and refuse, landing nothing (it used to check NAME first and read the tips after,
     so the unchecked commit landed)."""
     from chtop_tasks.core.errors import Refused
-    from chtop_tasks.gitloop import gitops
+    from chtop_tasks.gitloop import merge
     from chtop_tasks.stores.quarantine import sync_worktree
     from chtop_tasks.workspace.layout import find_workspace
 
@@ -440,7 +441,7 @@ def test_merge_up_lands_only_the_commits_it_checked_when_the_import_moves_the_br
     g.commit(dev / "alpha", "a.txt", "checked\n", "a commit merge-up checks")
     before = git(g.toplevel / "alpha", "rev-parse", "main")
     ws = find_workspace(dev)
-    read_tip = gitops.read_ref
+    read_tip = merge.read_ref
 
     def import_meanwhile(store, name):
         if store == g.toplevel / "alpha" / ".git" and name == "refs/heads/dev":
@@ -448,16 +449,16 @@ def test_merge_up_lands_only_the_commits_it_checked_when_the_import_moves_the_br
             sync_worktree(ws)                    # what the proxy's import timer does
         return read_tip(store, name)
 
-    monkeypatch.setattr(gitops, "read_ref", import_meanwhile)
+    monkeypatch.setattr(merge, "read_ref", import_meanwhile)
     with pytest.raises(Refused, match=r"\.gitattributes adds `\*\.txt filter=x`"):
-        gitops.merge_up(ws)
+        merge.merge_up(ws)
     assert git(g.toplevel / "alpha", "rev-parse", "main") == before      # nothing landed
 
 
 def test_relations_count_a_line_either_way_and_branches_that_diverged(with_dev):
     """A worktree branch behind its integration branch by a line of commits, ahead of it, or
     diverged from it, is counted as ``rev-list --left-right --count`` says."""
-    from chtop_tasks.gitloop import gitops
+    from chtop_tasks.gitloop import status
     from chtop_tasks.stores.quarantine import sync_worktree
     from chtop_tasks.workspace.layout import find_workspace
 
@@ -468,11 +469,11 @@ def test_relations_count_a_line_either_way_and_branches_that_diverged(with_dev):
     g.commit(g.toplevel / "alpha", "up2.txt", "2\n", "upstream two")
     g.commit(dev / "beta", "b.txt", "b\n", "feature")
     sync_worktree(ws)
-    by_name = {rel.checkout.name: (rel.ahead, rel.behind) for rel in gitops.relations(ws)}
+    by_name = {rel.checkout.name: (rel.ahead, rel.behind) for rel in status.relations(ws)}
     assert by_name["alpha"] == (0, 2) and by_name["beta"] == (1, 0) and by_name[""] == (0, 0)
     g.commit(dev / "alpha", "a.txt", "a\n", "diverged")
     sync_worktree(ws)
-    assert {r.checkout.name: (r.ahead, r.behind) for r in gitops.relations(ws)}["alpha"] == (1, 2)
+    assert {r.checkout.name: (r.ahead, r.behind) for r in status.relations(ws)}["alpha"] == (1, 2)
 
 
 def test_a_rebase_conflict_finished_by_hand_as_told_is_imported_without_a_warning_or_kept_ref(with_dev):

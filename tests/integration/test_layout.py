@@ -19,7 +19,8 @@ def test_inv_start_imports_no_concerns_logic():
     loaded = subprocess.run([sys.executable, "-c", probe], cwd=PKG.parent, capture_output=True, text=True,
                             check=True).stdout.split()
     heavy = [m for m in loaded if m.split(".")[1] in ("proxy", "sandbox", "venv", "sessions", "dash")
-             or m in ("chtop_tasks.gitloop.gitops", "chtop_tasks.workspace.worktrees")]
+             or m in ("chtop_tasks.gitloop.status", "chtop_tasks.gitloop.rebase", "chtop_tasks.gitloop.merge",
+                   "chtop_tasks.workspace.worktrees")]
     assert heavy == [], heavy
 
 

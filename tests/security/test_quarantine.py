@@ -105,7 +105,7 @@ def test_git_may_run_in_the_checkouts_once_verified_while_the_import_runs(with_d
     after every checkout's git dir was checked and before the import; a checkout that fails the
     check is refused with no call at all."""
     from chtop_tasks.core.errors import WorkspaceError
-    from chtop_tasks.gitloop.gitops import synced_and_verified
+    from chtop_tasks.gitloop.status import synced_and_verified
 
     g = with_dev
     dev, shared = g.path("dev"), g.toplevel / "alpha"

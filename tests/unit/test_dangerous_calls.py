@@ -18,8 +18,8 @@ GIT_RUNNER = "core/gitrun.py"
 
 # (module, function): why its git argv may lack the guards
 UNGUARDED_GIT_ARGV = {
-    ("gitloop/gitops.py", "plan_merge_up"): "the toplevel's own checkout (host-owned), as the user types it",
-    ("gitloop/gitops.py", "run_in_checkout"): "the header names the command as asked (it runs through gitrun)",
+    ("gitloop/merge.py", "plan_merge_up"): "the toplevel's own checkout (host-owned), as the user types it",
+    ("gitloop/status.py", "run_in_checkout"): "the header names the command as asked (it runs through gitrun)",
     ("hosts/install.py", "remote_version"): "run on another host (over ssh), in its toplevel's own checkout",
 }
 # modules whose git is not on any workspace (the demo's own sample repos, made and run by it)
@@ -27,7 +27,8 @@ GIT_ELSEWHERE = {"cli/demo.py"}
 
 # the modules that read files an agent can write
 AGENT_STATE_READERS = {
-    "stores/quarantine.py", "workspace/layout.py", "core/gitprobe.py", "gitloop/gitops.py",
+    "stores/quarantine.py", "workspace/layout.py", "core/gitprobe.py", "gitloop/status.py",
+    "gitloop/steps.py", "gitloop/rebase.py", "gitloop/merge.py",
     "workspace/worktrees.py", "stores/exit_import.py", "dash/model.py", "sessions/agent_state.py",
     "sandbox/launcher.py", "sandbox/mounts.py", "sandbox/agent_config.py", "workspace/venvstamp.py",
     "venv/sandboxed.py", "cli/jump.py",

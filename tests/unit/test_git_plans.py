@@ -8,15 +8,10 @@ from pathlib import Path
 import pytest
 
 from chtop_tasks.core.gitrun import HOST_GIT_OPTS
-from chtop_tasks.gitloop.gitops import (
-    GitStep,
-    Relation,
-    landed_on_integration,
-    plan_merge_up,
-    plan_rebase_down,
-    rebased_onto_integration,
-    run_steps,
-)
+from chtop_tasks.gitloop.merge import landed_on_integration, plan_merge_up
+from chtop_tasks.gitloop.rebase import plan_rebase_down, rebased_onto_integration
+from chtop_tasks.gitloop.status import Relation
+from chtop_tasks.gitloop.steps import GitStep, run_steps
 from chtop_tasks.workspace.layout import Checkout, Workspace
 from chtop_tasks.workspace.manifest import Manifest, Repo
 
