@@ -57,7 +57,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -449,10 +448,7 @@ def file_writing_ms(where: Path) -> float:
     (then removed): how fast this disk makes files there, which create and delete follow."""
     probe = Path(tempfile.mkdtemp(prefix="probe-", dir=where))
     try:
-        start = time.perf_counter()
-        for i in range(PROBE_FILES):
-            (probe / f"f{i}").write_bytes(b"x" * 2048)
-        return (time.perf_counter() - start) * 1000
+        return timed(lambda: [(probe / f"f{i}").write_bytes(b"x" * 2048) for i in range(PROBE_FILES)]) * 1000
     finally:
         shutil.rmtree(probe, ignore_errors=True)
 
