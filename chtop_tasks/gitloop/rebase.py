@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from ..core.errors import ChtopError, Refused
 from ..core.fanout import StartedLater, answered_before_leaving, in_background
-from ..core.gitprobe import (
-    dirty_paths,
-    untracked_in_the_way,
-)
+from ..core.gitprobe import dirty_paths, untracked_in_the_way
 from ..core.gitrun import HOST_GIT_OPTS
 from ..stores.quarantine import read_ref, store_of, sync_worktree
 from ..workspace.grouplock import holds_group_lock

@@ -25,10 +25,7 @@ from ..core.gitrun import git
 from ..core.term import bold, git_color_args, say, warn
 from ..stores.quarantine import SHA_RE, read_ref, store_of, sync_worktree
 from ..workspace.layout import Checkout, Workspace, verify_git_dirs
-from .landing import (
-    hidden_pinned_warnings,
-    review_marks,
-)
+from .landing import hidden_pinned_warnings, review_marks
 
 
 def present_checkouts(ws: Workspace) -> list[Checkout]:

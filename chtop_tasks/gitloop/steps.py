@@ -10,10 +10,7 @@ from pathlib import Path
 from ..core import runner
 from ..core.errors import ChtopError, CommandFailed, Refused
 from ..core.fanout import fan_out
-from ..core.gitprobe import (
-    dirty_paths,
-    operation_in_progress,
-)
+from ..core.gitprobe import dirty_paths, operation_in_progress
 from ..core.term import bold, inert_keeping_colour, say
 from ..workspace.layout import Checkout, Workspace, verify_git_dirs
 from .status import Relation, relation_of
