@@ -118,7 +118,10 @@ def refusal_advice(rec: dict, *, worktree: str | None, build: bool) -> str:
 
 
 def refusal_lines(group_dir: Path, identity: str, worktree: str, build: bool, since: float) -> list[str]:
-    """``refusal_advice`` for each host the proxy refused ``identity`` since ``since``."""
+    """``refusal_advice`` for each host the proxy refused ``identity`` since ``since``.  The proxy
+    writes its log in batches, so a client may have its 403, and its sandbox end, before the record
+    is on disk: asking the running proxy for its status first has it write what it queued."""
+    status(group_dir)
     return [refusal_advice(rec, worktree=worktree, build=build)
             for rec in refusals_since(group_dir, identity, since)]
 

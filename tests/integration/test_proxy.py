@@ -698,3 +698,17 @@ async def _wait_within(deadlines):
 
     with deadlines.within(5):
         await asyncio.sleep(10)
+
+
+def test_a_refusal_is_reported_as_soon_as_the_client_has_its_403(proxy):
+    """A sandbox whose curl got its 403 may end, and its launcher read the log, before the proxy's
+    batched log write: ``refusal_lines`` asks the running proxy to write what it queued first."""
+    from chtop_tasks.proxy.report import refusal_lines
+
+    wt_ep = proxy.start("dev")
+    since = time.time()
+    for _ in range(5):
+        status, _ = raw_request(str(wt_ep.socket_path), b"CONNECT refused-here.example:443 HTTP/1.1\r\n\r\n")
+        assert status == 403
+        lines = refusal_lines(proxy.group, "dev", "dev", False, since)
+        assert any("the proxy refused refused-here.example: " in line for line in lines), lines
