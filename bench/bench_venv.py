@@ -37,6 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from chtop_tasks.cli import demo  # noqa: E402
+from chtop_tasks.proxy.control import stop_proxy  # noqa: E402
 from chtop_tasks.venv import build as V  # noqa: E402
 from chtop_tasks.venv.sandboxed import build_workspace_venv  # noqa: E402
 from chtop_tasks.workspace.layout import find_workspace  # noqa: E402
@@ -248,14 +249,24 @@ def main() -> int:
                            **offline_env(house, tmp / "offline")})
         os.environ.pop("UV_CACHE_DIR", None)
         os.environ.pop(V.INSTALLER_ENV, None)
-        report_ratios(bench_installers(tmp, args.rounds), " (host, the toplevel's build)")
-        report_ratios(bench_sandboxed(tmp, house, args.rounds), " (a feature worktree's, in its sandbox)")
-        with_venv, without = bench_create(tmp, args.rounds)
+        try:
+            report_ratios(bench_installers(tmp, args.rounds), " (host, the toplevel's build)")
+            report_ratios(bench_sandboxed(tmp, house, args.rounds), " (a feature worktree's, in its sandbox)")
+            with_venv, without = bench_create(tmp, args.rounds)
+        finally:
+            stop_group_proxies(tmp)
         extra = with_venv - without
         print(f"worktree.create, demo's 2 repos, end to end (median of {args.rounds}): with its venv "
               f"({V.choose_installer()}) {with_venv:.2f}s, --no-venv {without:.2f}s, the venv's extra {extra:.2f}s "
               f"(target <= {CREATE_EXTRA_TARGET:.1f}s: {verdict(extra <= CREATE_EXTRA_TARGET)})", flush=True)
     return 0
+
+
+def stop_group_proxies(base: Path) -> None:
+    """Stop the proxy of every group under ``base`` (the sandboxed builds started them): left
+    running, each would wait out its idle time for a group dir that is gone."""
+    for pid_file in base.glob("**/.chtop/net/proxy.pid"):
+        stop_proxy(pid_file.parents[2])
 
 
 if __name__ == "__main__":
