@@ -42,20 +42,35 @@ def test_one_item_runs_in_this_thread():
 
 
 def test_a_ctrl_c_waits_for_the_workers_before_it_is_raised():
-    """The workers' git processes get the same Ctrl-C; the caller's undo must run after their writes."""
+    """The workers' git processes get the same Ctrl-C; the caller's undo must run after their writes.
+    The Ctrl-C comes once the caller waits in ``join_all`` (not after a fixed delay, which a loaded
+    machine can stretch past the workers' end)."""
     import os
     import signal
+    import sys
 
-    finished = []
+    from conftest import eventually
+
+    from chtop_tasks.core.fanout import join_all
+
+    caller, finished = threading.get_ident(), []
+
+    def caller_joins() -> bool:
+        frame = sys._current_frames().get(caller)
+        while frame is not None and frame.f_code is not join_all.__code__:
+            frame = frame.f_back
+        return frame is not None
 
     def work(delay):
+        if delay == 0.3:
+            eventually(caller_joins, "the caller waiting for its workers", timeout=30)
+            os.kill(os.getpid(), signal.SIGINT)
         time.sleep(delay)
         finished.append(delay)
 
-    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
     with pytest.raises(KeyboardInterrupt):
-        fan_out(work, [0.6, 0.7])
-    assert sorted(finished) == [0.6, 0.7]
+        fan_out(work, [0.3, 0.4])
+    assert sorted(finished) == [0.3, 0.4]
 
 
 def test_started_later_runs_from_its_start_and_a_wait_without_start_raises():
