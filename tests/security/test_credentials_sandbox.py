@@ -90,13 +90,22 @@ def launched_with_the_key_outside(g, key: str, argv: list[str], extra: dict, tim
     return proc
 
 
+def proxy_account(g) -> str:
+    """What the proxy's log says of the search's requests (to the API's route and the other host):
+    the reason a curl inside saw no answer (000) is there, not in the agent's transcript."""
+    log = g.grouping / ".chtop" / "net" / "proxy.log"
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else ["(no proxy log)"]
+    return "the proxy's log:\n" + "\n".join(line for line in lines[-200:] if OTHER_HOST in line
+                                            or "chtop-api" in line or line.split()[2:3] in (["START"], ["STOP"]))
+
+
 def run_and_search(g, api: FakeAnthropic, other: FakeAnthropic, extra: dict) -> None:
     launched_with_the_key_outside(g, KEY, ["sbox.claude", "--", "-p", "find the key"], extra, 300)
     messages = [r for r in api.requests if r["path"].split("?")[0].endswith("/v1/messages")]
     assert messages and all(r["headers"].get("x-api-key") == KEY for r in messages)   # the upstream got it
     tool_result = json.dumps(api.conversations()[-1])
     print("tool result seen by the fake:", tool_result[-600:])
-    assert "forged:400" in tool_result and "other:200" in tool_result
+    assert "forged:400" in tool_result and "other:200" in tool_result, proxy_account(g)
     assert "direct:000" in tool_result or "direct:403" in tool_result     # the API host is not on the list
     assert other.requests and all(r["headers"].get("x-api-key") == PLACEHOLDER for r in other.requests)
     dump = (g.grouping / ".chtop" / "agents" / "dev" / "config" / "search-dump.txt").read_text(errors="replace")
@@ -178,7 +187,7 @@ def test_codex_in_its_sandbox_never_holds_the_key(remote_template):
             assert all(r["headers"].get("authorization") == f"Bearer {OPENAI_KEY}" for r in codex_api.requests)
             tool_result = json.dumps(codex_api.conversations()[-1])
             print("tool result seen by the fake:", tool_result[-600:])
-            assert "forged:400" in tool_result and "other:200" in tool_result
+            assert "forged:400" in tool_result and "other:200" in tool_result, proxy_account(g)
             assert "direct:000" in tool_result or "direct:403" in tool_result
             assert other.requests and all(r["headers"].get("authorization") == f"Bearer {PLACEHOLDER}"
                                           for r in other.requests)
