@@ -43,8 +43,9 @@ def test_one_item_runs_in_this_thread():
 
 def test_a_ctrl_c_waits_for_the_workers_before_it_is_raised():
     """The workers' git processes get the same Ctrl-C; the caller's undo must run after their writes.
-    The Ctrl-C comes once the caller waits in ``join_all`` (not after a fixed delay, which a loaded
-    machine can stretch past the workers' end)."""
+    The Ctrl-C comes once the caller waits in ``join_all``, and Python's own handler takes it: a
+    process started in the background by a shell without job control inherits SIGINT ignored (and
+    then Python installs no handler), as a CI runner's may."""
     import os
     import signal
     import sys
@@ -68,8 +69,12 @@ def test_a_ctrl_c_waits_for_the_workers_before_it_is_raised():
         time.sleep(delay)
         finished.append(delay)
 
-    with pytest.raises(KeyboardInterrupt):
-        fan_out(work, [0.3, 0.4])
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            fan_out(work, [0.3, 0.4])
+    finally:
+        signal.signal(signal.SIGINT, saved)
     assert sorted(finished) == [0.3, 0.4]
 
 
