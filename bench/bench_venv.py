@@ -37,7 +37,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from chtop_tasks.cli import demo  # noqa: E402
-from chtop_tasks.proxy.control import stop_proxy  # noqa: E402
 from chtop_tasks.venv import build as V  # noqa: E402
 from chtop_tasks.venv.sandboxed import build_workspace_venv  # noqa: E402
 from chtop_tasks.workspace.layout import find_workspace  # noqa: E402
@@ -47,6 +46,7 @@ from chtop_tasks.workspace.worktrees import delete_worktree  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "sandbox"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integration"))
+from bench_sandbox import stop_proxies  # noqa: E402
 from test_venv_sandboxed import local_index  # noqa: E402  (the tests' index on 127.0.0.2)
 from venv_samples import offline_env, write_sample_packages  # noqa: E402  (the tests' own samples)
 
@@ -254,19 +254,12 @@ def main() -> int:
             report_ratios(bench_sandboxed(tmp, house, args.rounds), " (a feature worktree's, in its sandbox)")
             with_venv, without = bench_create(tmp, args.rounds)
         finally:
-            stop_group_proxies(tmp)
+            stop_proxies(tmp)          # the sandboxed builds' proxies, before their group dirs go
         extra = with_venv - without
         print(f"worktree.create, demo's 2 repos, end to end (median of {args.rounds}): with its venv "
               f"({V.choose_installer()}) {with_venv:.2f}s, --no-venv {without:.2f}s, the venv's extra {extra:.2f}s "
               f"(target <= {CREATE_EXTRA_TARGET:.1f}s: {verdict(extra <= CREATE_EXTRA_TARGET)})", flush=True)
     return 0
-
-
-def stop_group_proxies(base: Path) -> None:
-    """Stop the proxy of every group under ``base`` (the sandboxed builds started them): left
-    running, each would wait out its idle time for a group dir that is gone."""
-    for pid_file in base.glob("**/.chtop/net/proxy.pid"):
-        stop_proxy(pid_file.parents[2])
 
 
 if __name__ == "__main__":
