@@ -31,12 +31,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_sandbox import build, floor_commands, inv_floor, require_root, scratch_base, stop_proxies, timed  # noqa: E402
+from bench_sandbox import INV_SCRIPT, build, floor_commands, inv_floor, require_root, scratch_base, stop_proxies, timed  # noqa: E402
 
 FIRST_SCREEN = "trust"
 LAUNCH_LINE = r"\$ podman run"
-# pip's chtop-inv, with the checkout (argv[1]) first on sys.path: the worktree's own chtop_tasks
-INV_SCRIPT = "import sys; sys.path.insert(0, sys.argv.pop(1)); from chtop_tasks.cli.inv import main; sys.exit(main())"
 PLAN_CLAUDE = """
 import json
 from pathlib import Path

@@ -10,7 +10,8 @@ The agent is a stand-in registered as data (`sh -c 'sleep 600'`), so the numbers
 and tmux's, not an agent CLI's start-up.  `session.start` returns once the agent has run for
 its first seconds in its sandbox (``lifecycle.FIRST_SECONDS``: an agent that ends by then, for a
 missing login or an unreachable API, fails start itself, with its reason), so the bench prints
-start's time with and without that watch.
+start's time with and without that watch.  Each `inv` runs as a user's does: pip's `chtop-inv`
+console script, which takes the light task path (no invoke imported).
 Not run by the tests.
 """
 
@@ -26,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_sandbox import build, require_root, scratch_base, stop_proxies, timed  # noqa: E402
+from bench_sandbox import INV_SCRIPT, build, require_root, scratch_base, stop_proxies, timed  # noqa: E402
 
 from chtop_tasks.sessions.lifecycle import FIRST_SECONDS  # noqa: E402
 
@@ -44,7 +45,7 @@ def main() -> int:
         (config / "agents.toml").write_text("[standin]\ncommand = ['sh', '-c', 'sleep 600']\n")
         subprocess.run(["chown", "-R", f"{g.user.pw_uid}:{g.user.pw_gid}", str(g.home / ".config")], check=True)
         as_user = ["runuser", "-u", g.user.pw_name, "--", "env", "-i", *[f"{k}={v}" for k, v in g.env.items()]]
-        inv = as_user + [str(g.venv / "bin" / "python"), "-m", "invoke"]
+        inv = as_user + [str(g.venv / "bin" / "python"), "-c", INV_SCRIPT, str(g.dev)]
         foreground = inv + ["sbox.run", "--", "true"]
         timed(foreground, g.dev)               # warm: proxy started, skeleton made
         t_fg, t_start, t_list, t_stop = [], [], [], []
