@@ -184,6 +184,16 @@ def _podman(*args: str, check: bool = False, quiet: bool = False, timeout: float
     return runner.run(["podman", *args], check=check, quiet=quiet, timeout=timeout)
 
 
+def _true_within(seconds: float, interval: float, condition) -> bool:
+    """Whether ``condition()`` holds within ``seconds``, asked every ``interval`` seconds."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+    return True
+
+
 def _container_exists(name: str) -> bool:
     return bool(name) and _podman("container", "exists", name, quiet=True).ok
 
@@ -204,25 +214,22 @@ def stop_session(group_dir: Path, name: str, grace: float = STOP_GRACE) -> dict:
         raise UsageError(f"no session for worktree {name!r} in {group_dir} (inv session.list shows them)")
     row = session_row(record)
     record = records.load(group_dir, name) or record      # the pane may have recorded its container by now
+    container_gone = False                                # seen to end after the SIGTERM
     if _container_exists(record.container):
         _podman("kill", "--signal", "TERM", record.container)
-        deadline = time.monotonic() + grace
-        while _container_exists(record.container) and time.monotonic() < deadline:
-            time.sleep(0.25)
-        if _container_exists(record.container):
+        container_gone = _true_within(grace, 0.25, lambda: not _container_exists(record.container))
+        if not container_gone:
             warn(f"{name}: the agent did not end within {grace:g}s of SIGTERM; killing it")
             _podman("rm", "-f", "-t", "0", record.container)
     socket = Path(record.tmux_socket)
-    deadline = time.monotonic() + PANE_EXIT_WAIT
-    while tmux.has_session(socket, record.tmux_session) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if tmux.has_session(socket, record.tmux_session):
+    pane_gone = _true_within(PANE_EXIT_WAIT, 0.1, lambda: not tmux.has_session(socket, record.tmux_session))
+    if not pane_gone:
         tmux.kill_session(socket, record.tmux_session)
-    problems = []
-    if _container_exists(record.container):
-        problems.append(f"container {record.container} is still there")
-    if tmux.has_session(socket, record.tmux_session):
-        problems.append(f"tmux session {record.tmux_session} is still there")
+        pane_gone = not tmux.has_session(socket, record.tmux_session)
+    if not container_gone:    # killed, or not there yet when asked: a starting pane may have made it since
+        container_gone = not _container_exists(record.container)
+    problems = ([] if container_gone else [f"container {record.container} is still there"]) + \
+        ([] if pane_gone else [f"tmux session {record.tmux_session} is still there"])
     if problems:
         raise ChtopError(f"stopping {name}: " + "; ".join(problems))
     records.remove(group_dir, name)

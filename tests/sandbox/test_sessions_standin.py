@@ -32,6 +32,8 @@ echo STANDIN-QUIET; sleep 12; exit 5
 DIES_AT_ONCE = r"""echo 'API Error: Failed to connect to api.example.com'; exit 1"""
 # One that runs past session.start's first seconds, then fails the same way with status 3.
 DIES_LATER = r"""echo STILL-UP; sleep 12; echo 'API Error: connection lost'; exit 3"""
+# One that ignores SIGTERM (its children inherit that): only the kill after stop's grace ends it.
+IGNORES_TERM = r"""trap '' TERM; echo IGNORING-TERM; while :; do sleep 1; done"""
 
 
 @pytest.fixture
@@ -42,7 +44,8 @@ def g(user_group):  # noqa: F811
     (config / "agents.toml").write_text(
         f"[standin]\ncommand = ['sh', '-c', '''{STAND_IN}''', 'standin']\ncontinue_args = ['--again']\n"
         f"[dies]\ncommand = ['sh', '-c', '''{DIES_AT_ONCE}''']\n"
-        f"[dieslater]\ncommand = ['sh', '-c', '''{DIES_LATER}''']\n")
+        f"[dieslater]\ncommand = ['sh', '-c', '''{DIES_LATER}''']\n"
+        f"[stubborn]\ncommand = ['sh', '-c', '''{IGNORES_TERM}''']\n")
     out = g.base / "notified"
     (config / "config.toml").write_text(f'notify = ["sh", "-c", "echo \\"$@\\" >> {out}", "notify"]\n')
     subprocess.run(["chown", "-R", f"{g.user.pw_uid}:{g.user.pw_gid}", str(g.home / ".config")], check=True)
@@ -129,6 +132,20 @@ def test_a_session_outlives_its_terminal_and_stop_ends_it_with_sigterm_leaving_n
     wait_notified(g, "dev exited", "the notify command never ran on stop")
     again = g.inv("session.stop")
     assert again.returncode == 2 and "no session for worktree 'dev'" in again.stderr
+
+
+def test_stop_kills_an_agent_that_ignores_sigterm_once_its_grace_is_over_and_says_so(g):
+    started = g.inv("session.start", "--agent", "stubborn")
+    assert started.returncode == 0, started.stdout + started.stderr
+    began = time.monotonic()
+    stopped = g.inv("session.stop", "--grace", "1")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert time.monotonic() - began >= 1
+    assert "dev: the agent did not end within 1s of SIGTERM; killing it" in stopped.stderr
+    assert "podman rm -f -t 0" in stopped.stderr
+    assert "stopped dev (stubborn)" in stopped.stdout
+    assert row(g) is None
+    assert "no sandboxes running" in g.inv("sbox.ps").stdout
 
 
 def test_an_agent_that_dies_at_start_fails_session_start_with_its_last_lines_and_attach_says_why(g):
