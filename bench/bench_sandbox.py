@@ -95,8 +95,9 @@ def timed(argv, cwd) -> float:
 
 
 def floor_commands(g) -> dict[str, list[str]]:
-    """What any `inv` task pays before chtop's code runs, as commands to time beside it: nothing
-    (the harness), starting the venv's Python, and that Python importing invoke."""
+    """What an `inv` task pays before chtop's code runs, as commands to time beside it: nothing
+    (the harness), starting the venv's Python (all chtop's `inv` pays), and that Python importing
+    invoke (what invoke's program pays too)."""
     py = str(g.venv / "bin" / "python")
     return {"true": ["true"], "python": [py, "-c", "pass"], "invoke": [py, "-c", "import invoke.main"]}
 
